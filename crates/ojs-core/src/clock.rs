@@ -1,0 +1,50 @@
+//! Timestamps. Redis `TIME` is the clock of every state change (so API pods with skewed clocks agree);
+//! these helpers only convert milliseconds since the Unix epoch to and from RFC 3339 text.
+
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// RFC 3339 in UTC with millisecond precision, e.g. `2026-02-13T12:00:00.123Z` (whole seconds are
+/// written without a fraction: `2099-12-31T23:59:59Z`, so a time the client gave echoes unchanged).
+pub fn format_ms(ms: i64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        Ok(t) => {
+            let (y, mo, d) = (t.year(), u8::from(t.month()), t.day());
+            let (h, mi, s, ms) = (t.hour(), t.minute(), t.second(), t.millisecond());
+            if ms == 0 {
+                format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+            } else {
+                format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
+            }
+        }
+        Err(_) => String::new(),
+    }
+}
+
+/// Parses an RFC 3339 timestamp (any offset) into milliseconds since the epoch.
+pub fn parse_ms(s: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// The local clock, for values that never order jobs (request logs, uptime).
+pub fn local_now_ms() -> i64 {
+    let t = OffsetDateTime::now_utc();
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let ms = 1_771_000_000_123;
+        let s = format_ms(ms);
+        assert!(s.ends_with(".123Z"), "{s}");
+        assert_eq!(parse_ms(&s), Some(ms));
+        assert_eq!(parse_ms("2026-02-13T12:00:00+01:00"), Some(1_770_980_400_000));
+        assert_eq!(parse_ms("yesterday"), None);
+    }
+}

@@ -1,0 +1,409 @@
+//! Validation of an incoming job envelope into a [`NewJob`]. Every rejection names the field and the
+//! rule. Unknown fields are kept and echoed back, as the OJS core spec requires.
+
+use serde_json::{Map, Value};
+
+use crate::clock;
+use crate::duration::parse_iso8601_ms;
+use crate::error::OjsError;
+use crate::job::{Backoff, NewJob, OnExhaustion, RetryPolicy};
+use crate::names;
+use crate::priority::PriorityModel;
+
+/// Limits for the envelope.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvelopeRules {
+    pub priority_model: PriorityModel,
+    pub max_attempts_limit: u32,
+}
+
+impl Default for EnvelopeRules {
+    fn default() -> Self {
+        Self {
+            priority_model: PriorityModel::Seed,
+            max_attempts_limit: 1_000,
+        }
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> OjsError {
+    OjsError::invalid(msg)
+}
+
+fn opt_u64(o: &Map<String, Value>, key: &str, field: &str, min: u64) -> Result<Option<u64>, OjsError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= min => Ok(Some(n)),
+            _ => Err(invalid(format!("{field} must be an integer >= {min}; got {v}"))),
+        },
+    }
+}
+
+fn opt_time(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<i64>, OjsError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        // "+PT2S": relative to now (the conformance suite's form). The scheduled_at form is turned
+        // into a delay measured on Redis' clock before this is called; here it is the local clock.
+        Some(Value::String(s)) if s.starts_with('+') => parse_iso8601_ms(&s[1..])
+            .map(|ms| Some(clock::local_now_ms() + ms as i64))
+            .map_err(|e| invalid(format!("{field}: {e}"))),
+        Some(Value::String(s)) => clock::parse_ms(s).map(Some).ok_or_else(|| {
+            invalid(format!(
+                "{field} must be an RFC 3339 timestamp such as 2026-02-13T12:00:00Z; got {s:?}"
+            ))
+        }),
+        Some(v) => Err(invalid(format!(
+            "{field} must be an RFC 3339 timestamp string; got {v}"
+        ))),
+    }
+}
+
+fn duration_field(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<u64>, OjsError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_iso8601_ms(s)
+            .map(Some)
+            .map_err(|e| invalid(format!("{field}: {e}"))),
+        Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+        Some(v) => Err(invalid(format!(
+            "{field} must be an ISO 8601 duration such as \"PT1S\"; got {v}"
+        ))),
+    }
+}
+
+fn retry_duration(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<u64>, OjsError> {
+    duration_field(o, key, field).map_err(|e| OjsError::unprocessable(e.message))
+}
+
+/// Parses `options.retry` (also accepted as `retry_policy`).
+pub fn parse_retry(v: Option<&Value>, rules: &EnvelopeRules) -> Result<RetryPolicy, OjsError> {
+    let mut p = RetryPolicy::default();
+    let Some(v) = v else { return Ok(p) };
+    if v.is_null() {
+        return Ok(p);
+    }
+    let o = v
+        .as_object()
+        .ok_or_else(|| OjsError::unprocessable(format!("options.retry must be an object; got {v}")))?;
+    if let Some(m) = o.get("max_attempts").filter(|m| !m.is_null()) {
+        match m.as_u64() {
+            Some(n) if n >= 1 && n <= u64::from(rules.max_attempts_limit) => p.max_attempts = n as u32,
+            _ => {
+                return Err(OjsError::unprocessable(format!(
+                    "options.retry.max_attempts must be an integer from 1 to {}; got {m}",
+                    rules.max_attempts_limit
+                )))
+            }
+        }
+    }
+    if let Some(ms) = retry_duration(o, "initial_interval", "options.retry.initial_interval")? {
+        p.initial_interval_ms = ms;
+    }
+    if let Some(ms) = retry_duration(o, "max_interval", "options.retry.max_interval")? {
+        p.max_interval_ms = ms;
+    }
+    if let Some(c) = o.get("backoff_coefficient").filter(|c| !c.is_null()) {
+        match c.as_f64() {
+            Some(f) if (1.0..=100.0).contains(&f) => p.backoff_coefficient = f,
+            _ => {
+                return Err(OjsError::unprocessable(format!(
+                    "options.retry.backoff_coefficient must be a number from 1 to 100; got {c}"
+                )))
+            }
+        }
+    }
+    if let Some(j) = o.get("jitter").filter(|j| !j.is_null()) {
+        p.jitter = j
+            .as_bool()
+            .ok_or_else(|| OjsError::unprocessable(format!("options.retry.jitter must be true or false; got {j}")))?;
+    }
+    for key in ["backoff_strategy", "backoff"] {
+        if let Some(s) = o.get(key).filter(|s| !s.is_null()) {
+            p.strategy = s.as_str().and_then(Backoff::parse).ok_or_else(|| {
+                OjsError::unprocessable(format!(
+                    "options.retry.{key} must be one of exponential, linear, constant; got {s}"
+                ))
+            })?;
+        }
+    }
+    if let Some(list) = o.get("non_retryable_errors").filter(|l| !l.is_null()) {
+        let arr = list.as_array().ok_or_else(|| {
+            OjsError::unprocessable(format!(
+                "options.retry.non_retryable_errors must be an array of strings; got {list}"
+            ))
+        })?;
+        p.non_retryable_errors = arr
+            .iter()
+            .map(|e| e.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| OjsError::unprocessable("options.retry.non_retryable_errors must be an array of strings"))?;
+    }
+    if let Some(e) = o.get("on_exhaustion").filter(|e| !e.is_null()) {
+        p.on_exhaustion = match e.as_str() {
+            Some("discard") => OnExhaustion::Discard,
+            Some("dead_letter") => OnExhaustion::DeadLetter,
+            _ => {
+                return Err(OjsError::unprocessable(format!(
+                    "options.retry.on_exhaustion must be \"discard\" or \"dead_letter\"; got {e}"
+                )))
+            }
+        };
+    }
+    if p.max_interval_ms < p.initial_interval_ms {
+        p.max_interval_ms = p.initial_interval_ms;
+    }
+    Ok(p)
+}
+
+/// Validates one envelope. `body` is the JSON the client sent for this job.
+pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
+    let Value::Object(mut doc) = body else {
+        return Err(OjsError::new(
+            crate::error::ErrorCode::InvalidPayload,
+            "a job must be a JSON object",
+        ));
+    };
+    let model = rules.priority_model;
+
+    let job_type = match doc.get("type") {
+        Some(Value::String(t)) => {
+            names::check_type(t).map_err(invalid)?;
+            t.clone()
+        }
+        None | Some(Value::Null) => {
+            return Err(invalid(
+                "type is required (a dot-separated name such as \"email.send\")",
+            ))
+        }
+        Some(v) => return Err(invalid(format!("type must be a string; got {v}"))),
+    };
+    match doc.get("args") {
+        Some(Value::Array(_)) => {}
+        None => {
+            return Err(invalid(
+                "args is required: a JSON array of positional arguments (use [] for none)",
+            ))
+        }
+        Some(v) => return Err(invalid(format!("args must be a JSON array; got {v}"))),
+    }
+    let id = match doc.get("id") {
+        None | Some(Value::Null) => crate::names::new_job_id(),
+        Some(Value::String(s)) => {
+            names::check_job_id(s).map_err(invalid)?;
+            s.clone()
+        }
+        Some(v) => return Err(invalid(format!("id must be a UUIDv7 string; got {v}"))),
+    };
+    if let Some(m) = doc.get("meta") {
+        if !m.is_object() && !m.is_null() {
+            return Err(invalid(format!("meta must be a JSON object; got {m}")));
+        }
+    }
+
+    let empty = Map::new();
+    let options = match doc.get("options") {
+        None | Some(Value::Null) => empty.clone(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(v) => return Err(invalid(format!("options must be a JSON object; got {v}"))),
+    };
+
+    // queue: options.queue (OJS core) or top-level queue (the seed's examples); both must agree.
+    let mut queue = None;
+    for (v, field) in [(doc.get("queue"), "queue"), (options.get("queue"), "options.queue")] {
+        match v {
+            None | Some(Value::Null) => {}
+            Some(Value::String(q)) => {
+                names::check_queue(q).map_err(|e| invalid(format!("{field}: {e}")))?;
+                if queue.as_ref().is_some_and(|prev: &String| prev != q) {
+                    return Err(invalid("queue and options.queue disagree; give one of them"));
+                }
+                queue = Some(q.clone());
+            }
+            Some(v) => return Err(invalid(format!("{field} must be a string; got {v}"))),
+        }
+    }
+    let queue = queue.unwrap_or_else(|| "default".to_string());
+
+    // priority: one field per model; the other is refused, never silently inverted.
+    let (own, other) = match model {
+        PriorityModel::Seed => (doc.get("priority"), options.get("priority")),
+        PriorityModel::Core => (options.get("priority"), doc.get("priority")),
+    };
+    if other.is_some_and(|v| !v.is_null()) {
+        return Err(match model {
+            PriorityModel::Seed => invalid(
+                "options.priority is not accepted: this server uses the seed priority model, where priority is a \
+                 top-level integer from 0 to 4294967295, lower runs first, default 2 (the OJS core convention of \
+                 options.priority with higher-first is available with --priority-model core)",
+            ),
+            PriorityModel::Core => invalid(
+                "top-level priority is not accepted: this server runs the core priority model, where priority is \
+                 options.priority from -100 to 100, higher runs first, default 0",
+            ),
+        });
+    }
+    let priority = match own {
+        None | Some(Value::Null) => model.default_priority(),
+        Some(v) => model.check(v).map_err(invalid)?,
+    };
+
+    let timeout_ms = opt_u64(&options, "timeout_ms", "options.timeout_ms", 1)?.unwrap_or(0);
+    let visibility_ms = opt_u64(&options, "visibility_timeout_ms", "options.visibility_timeout_ms", 1)?.unwrap_or(0);
+    let mut delay_ms = opt_u64(&options, "delay_ms", "options.delay_ms", 0)?.unwrap_or(0);
+    // A relative schedule ("+PT5S") becomes a delay, so it is measured on Redis' clock like every schedule.
+    for key in ["scheduled_at", "delay_until"] {
+        if let Some(Value::String(rel)) = options
+            .get(key)
+            .filter(|v| v.as_str().is_some_and(|s| s.starts_with('+')))
+        {
+            let ms = parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("options.{key}: {e}")))?;
+            delay_ms = delay_ms.max(ms);
+        }
+    }
+    let absolute = |k: &str| {
+        options
+            .get(k)
+            .filter(|v| !v.as_str().is_some_and(|s| s.starts_with('+')))
+    };
+    let abs_opts: Map<String, Value> = ["scheduled_at", "delay_until"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), absolute(k)?.clone())))
+        .collect();
+    let scheduled_at_ms = [
+        opt_time(&abs_opts, "scheduled_at", "options.scheduled_at")?,
+        opt_time(&abs_opts, "delay_until", "options.delay_until")?,
+        opt_time(&doc, "scheduled_at", "scheduled_at")?,
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .unwrap_or(0);
+    let expires_at_ms = opt_time(&options, "expires_at", "options.expires_at")?.unwrap_or(0);
+    if let Some(tags) = options.get("tags").filter(|t| !t.is_null()) {
+        let ok = tags.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+        if !ok {
+            return Err(invalid(format!("options.tags must be an array of strings; got {tags}")));
+        }
+    }
+    let retry = parse_retry(options.get("retry").or(options.get("retry_policy")), rules)?;
+    let rate_limit = match (
+        doc.get("rate_limit").filter(|v| !v.is_null()),
+        options.get("rate_limit").filter(|v| !v.is_null()),
+    ) {
+        (Some(_), Some(_)) => return Err(invalid("give rate_limit or options.rate_limit, not both")),
+        (Some(v), None) => Some(crate::ratelimit::parse(v, "rate_limit", &queue)?),
+        (None, Some(v)) => Some(crate::ratelimit::parse(v, "options.rate_limit", &queue)?),
+        (None, None) => None,
+    };
+
+    // What we store and echo: the client's envelope, normalised, without the priority fields (the
+    // priority is a separate field that PATCH can change).
+    doc.insert("id".into(), Value::String(id.clone()));
+    doc.insert("queue".into(), Value::String(queue.clone()));
+    doc.remove("priority");
+    if let Some(Value::Object(o)) = doc.get_mut("options") {
+        o.remove("priority");
+    }
+    let doc_text = serde_json::to_string(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+
+    Ok(NewJob {
+        id,
+        job_type,
+        queue,
+        priority,
+        rank: model.rank(priority),
+        doc: doc_text,
+        retry,
+        timeout_ms,
+        visibility_ms,
+        expires_at_ms,
+        scheduled_at_ms,
+        delay_ms,
+        rate_limit,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn seed() -> EnvelopeRules {
+        EnvelopeRules::default()
+    }
+
+    #[test]
+    fn minimal_job_gets_defaults() {
+        let j = parse(json!({"type": "email.send", "args": []}), &seed()).expect("valid");
+        assert_eq!(j.queue, "default");
+        assert_eq!(j.priority, 2);
+        assert_eq!(j.rank, 2);
+        assert_eq!(j.retry, RetryPolicy::default());
+        assert!(names::check_job_id(&j.id).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_are_kept() {
+        let j = parse(json!({"type": "a", "args": [], "x_custom": {"n": 1}}), &seed()).expect("valid");
+        let doc: Value = serde_json::from_str(&j.doc).expect("json");
+        assert_eq!(doc["x_custom"]["n"], 1);
+    }
+
+    #[test]
+    fn seed_model_rejects_negative_and_options_priority() {
+        let e = parse(json!({"type": "a", "args": [], "priority": -1}), &seed()).unwrap_err();
+        assert!(e.message.contains("0 to 4294967295"), "{}", e.message);
+        let e = parse(json!({"type": "a", "args": [], "options": {"priority": 5}}), &seed()).unwrap_err();
+        assert!(e.message.contains("seed priority model"), "{}", e.message);
+    }
+
+    #[test]
+    fn core_model_inverts_rank_and_bounds_range() {
+        let rules = EnvelopeRules {
+            priority_model: PriorityModel::Core,
+            ..Default::default()
+        };
+        let j = parse(json!({"type": "a", "args": [], "options": {"priority": 10}}), &rules).expect("valid");
+        assert_eq!((j.priority, j.rank), (10, -10));
+        assert!(parse(json!({"type": "a", "args": [], "options": {"priority": 101}}), &rules).is_err());
+        assert!(parse(json!({"type": "a", "args": [], "priority": 1}), &rules).is_err());
+    }
+
+    #[test]
+    fn retry_policy_rules() {
+        let ok = json!({"type": "a", "args": [], "options": {"retry": {"max_attempts": 5, "initial_interval": "PT2S",
+            "backoff_coefficient": 1.5, "max_interval": "PT1M", "jitter": false, "backoff_strategy": "linear",
+            "non_retryable_errors": ["Auth.*"], "on_exhaustion": "dead_letter"}}});
+        let j = parse(ok, &seed()).expect("valid");
+        assert_eq!(j.retry.max_attempts, 5);
+        assert_eq!(j.retry.initial_interval_ms, 2_000);
+        assert_eq!(j.retry.strategy, Backoff::Linear);
+        assert_eq!(j.retry.on_exhaustion, OnExhaustion::DeadLetter);
+        for bad in [
+            json!({"max_attempts": -1}),
+            json!({"backoff_coefficient": 0.5}),
+            json!({"initial_interval": "soon"}),
+            json!({"on_exhaustion": "explode"}),
+        ] {
+            let e = parse(json!({"type": "a", "args": [], "options": {"retry": bad}}), &seed()).unwrap_err();
+            assert!(e.message.starts_with("options.retry."), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn required_fields_are_named() {
+        assert!(parse(json!({"args": []}), &seed())
+            .unwrap_err()
+            .message
+            .contains("type"));
+        assert!(parse(json!({"type": "a"}), &seed())
+            .unwrap_err()
+            .message
+            .contains("args"));
+        assert!(parse(json!({"type": "a", "args": {}}), &seed())
+            .unwrap_err()
+            .message
+            .contains("args"));
+    }
+}

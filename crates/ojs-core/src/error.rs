@@ -1,0 +1,170 @@
+//! The OJS error catalog. Every error the API can answer is a variant here, with its HTTP status and
+//! OJS code, so nothing maps to "500 something happened".
+
+use serde_json::{json, Value};
+
+/// Where the error catalog is explained (the public OJS errors spec; our README lists our codes).
+pub const DOCS_URL: &str = "https://github.com/openjobspec/spec/blob/main/spec/ojs-errors.md";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The body is not JSON, or not the JSON shape the endpoint takes. 400.
+    InvalidPayload,
+    /// A field is missing or breaks a rule (the message names the field and the rule). 400.
+    InvalidRequest,
+    /// A well-formed policy whose values cannot work (retry policy, rate-limit policy). 422.
+    Unprocessable,
+    /// No such job / dead-letter entry / queue. 404.
+    NotFound,
+    /// A job with this id already exists. 409.
+    Duplicate,
+    /// The job is in a state that does not allow the operation (`details.state` says which). 409.
+    Conflict,
+    /// Missing or wrong API key. 401.
+    Unauthorized,
+    /// The key is valid but lacks the scope. 403.
+    Forbidden,
+    /// Request body over the size limit. 413.
+    PayloadTooLarge,
+    /// Content-Type is neither application/openjobspec+json nor application/json. 415.
+    UnsupportedMediaType,
+    /// Redis cannot be reached; retry later. 503.
+    BackendUnavailable,
+    /// The request took longer than the server's request timeout. 504.
+    Timeout,
+    /// A bug: the store replied something the server does not understand. 500.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn status(self) -> u16 {
+        match self {
+            Self::InvalidPayload | Self::InvalidRequest => 400,
+            Self::Unprocessable => 422,
+            Self::Unauthorized => 401,
+            Self::Forbidden => 403,
+            Self::NotFound => 404,
+            Self::Duplicate | Self::Conflict => 409,
+            Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::Internal => 500,
+            Self::BackendUnavailable => 503,
+            Self::Timeout => 504,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidPayload => "invalid_payload",
+            Self::InvalidRequest => "invalid_request",
+            Self::Unprocessable => "validation_error",
+            Self::NotFound => "not_found",
+            Self::Duplicate => "duplicate",
+            Self::Conflict => "conflict",
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::BackendUnavailable => "backend_unavailable",
+            Self::Timeout => "timeout",
+            Self::Internal => "internal_error",
+        }
+    }
+
+    /// The error family: lets clients branch without listing every code.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::InvalidPayload | Self::InvalidRequest | Self::Unprocessable => "validation_error",
+            Self::NotFound => "not_found_error",
+            Self::Duplicate | Self::Conflict => "conflict_error",
+            Self::Unauthorized | Self::Forbidden => "auth_error",
+            Self::PayloadTooLarge | Self::UnsupportedMediaType => "request_error",
+            Self::BackendUnavailable | Self::Timeout | Self::Internal => "server_error",
+        }
+    }
+
+    /// What to do about it, in one sentence.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Self::InvalidPayload => {
+                "Send a JSON body with Content-Type application/openjobspec+json or application/json."
+            }
+            Self::InvalidRequest | Self::Unprocessable => {
+                "Fix the field named in the message and send the request again."
+            }
+            Self::NotFound => "Check the id; finished jobs are kept only for the server's retention period.",
+            Self::Duplicate => "Use a new id, or GET the existing job.",
+            Self::Conflict => "GET the job to see its current state; the operation is not allowed in it.",
+            Self::Unauthorized => "Send Authorization: Bearer <api key>.",
+            Self::Forbidden => "Use a key with the admin scope for this endpoint.",
+            Self::PayloadTooLarge => "Send a smaller body, or split the batch.",
+            Self::UnsupportedMediaType => "Use Content-Type application/openjobspec+json or application/json.",
+            Self::BackendUnavailable => "Redis is unreachable; retry with backoff.",
+            Self::Timeout => "The server did not finish in time; retry with backoff (an enqueue with an explicit id is safe to retry).",
+            Self::Internal => "This is a bug in the server; please report it with the request id.",
+        }
+    }
+
+    /// Whether the same request may succeed later.
+    pub fn retryable(self) -> bool {
+        matches!(self, Self::BackendUnavailable | Self::Timeout)
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct OjsError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl OjsError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unprocessable, message)
+    }
+    pub fn not_found(what: &str, id: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("{what} {id} not found"))
+            .with_details(json!({ "resource": what, "id": id }))
+    }
+    pub fn conflict_state(id: &str, state: &str, op: &str) -> Self {
+        Self::new(
+            ErrorCode::Conflict,
+            format!("job {id} is {state}; {op} is not allowed in that state"),
+        )
+        .with_details(json!({ "job_id": id, "state": state }))
+    }
+    pub fn with_details(mut self, d: Value) -> Self {
+        self.details = Some(d);
+        self
+    }
+
+    /// The OJS error body: `{"error": {"code", "message", "retryable", "details"?}}`.
+    pub fn body(&self, request_id: Option<&str>) -> Value {
+        let mut e = json!({
+            "code": self.code.as_str(),
+            "type": self.code.kind(),
+            "message": self.message,
+            "retryable": self.code.retryable(),
+            "hint": self.code.hint(),
+            "docs_url": DOCS_URL,
+        });
+        if let Some(d) = &self.details {
+            e["details"] = d.clone();
+        }
+        if let Some(r) = request_id {
+            e["request_id"] = json!(r);
+        }
+        json!({ "error": e })
+    }
+}

@@ -1,0 +1,215 @@
+//! A validated new job ([`NewJob`]), its retry policy, the job states, and the JSON view of a stored job.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::clock;
+use crate::duration::format_iso8601_ms;
+
+/// The eight OJS job states.
+pub const STATES: [&str; 8] = [
+    "scheduled",
+    "available",
+    "pending",
+    "active",
+    "completed",
+    "retryable",
+    "cancelled",
+    "discarded",
+];
+
+pub fn is_terminal(state: &str) -> bool {
+    matches!(state, "completed" | "cancelled" | "discarded")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    Exponential,
+    Linear,
+    Constant,
+}
+
+impl Backoff {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "exponential" => Some(Self::Exponential),
+            "linear" => Some(Self::Linear),
+            "constant" | "fixed" => Some(Self::Constant),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Exponential => "exponential",
+            Self::Linear => "linear",
+            Self::Constant => "constant",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExhaustion {
+    Discard,
+    DeadLetter,
+}
+
+impl OnExhaustion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Discard => "discard",
+            Self::DeadLetter => "dead_letter",
+        }
+    }
+}
+
+/// The retry policy (OJS retry spec), with its defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_interval_ms: u64,
+    pub backoff_coefficient: f64,
+    pub max_interval_ms: u64,
+    pub jitter: bool,
+    pub strategy: Backoff,
+    pub non_retryable_errors: Vec<String>,
+    pub on_exhaustion: OnExhaustion,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial_interval_ms: 1_000,
+            backoff_coefficient: 2.0,
+            max_interval_ms: 300_000,
+            jitter: true,
+            strategy: Backoff::Exponential,
+            non_retryable_errors: Vec::new(),
+            on_exhaustion: OnExhaustion::Discard,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// JSON array text of the non-retryable patterns, or '' when there are none.
+    pub fn non_retryable_json(&self) -> String {
+        if self.non_retryable_errors.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&self.non_retryable_errors).unwrap_or_default()
+        }
+    }
+
+    /// The policy as the API shows it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "max_attempts": self.max_attempts,
+            "initial_interval": format_iso8601_ms(self.initial_interval_ms),
+            "backoff_coefficient": self.backoff_coefficient,
+            "max_interval": format_iso8601_ms(self.max_interval_ms),
+            "jitter": self.jitter,
+            "backoff_strategy": self.strategy.as_str(),
+            "non_retryable_errors": self.non_retryable_errors,
+            "on_exhaustion": self.on_exhaustion.as_str(),
+        })
+    }
+}
+
+/// A job that passed validation and is ready to be stored.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: String,
+    pub job_type: String,
+    pub queue: String,
+    /// The priority as the client gave it (or the model's default), echoed back as `priority`.
+    pub priority: i64,
+    /// The internal rank (lower runs first) the store orders by.
+    pub rank: i64,
+    /// The client's envelope (with `id` and `queue` filled in, `priority` removed) as JSON text.
+    pub doc: String,
+    pub retry: RetryPolicy,
+    pub timeout_ms: u64,
+    pub visibility_ms: u64,
+    pub expires_at_ms: i64,
+    pub scheduled_at_ms: i64,
+    pub delay_ms: u64,
+    /// The job's rate-limit policy (seed: top-level `rate_limit`, or `options.rate_limit`).
+    pub rate_limit: Option<crate::ratelimit::RateLimitPolicy>,
+}
+
+const TIME_FIELDS: [&str; 7] = [
+    "created_at",
+    "enqueued_at",
+    "scheduled_at",
+    "started_at",
+    "completed_at",
+    "cancelled_at",
+    "discarded_at",
+];
+
+/// The API view of a stored job hash: the client's envelope plus the system-managed fields.
+pub fn job_view(f: &HashMap<String, String>) -> Value {
+    let mut obj: Map<String, Value> = f
+        .get("doc")
+        .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        .and_then(|v| match v {
+            Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let get = |k: &str| f.get(k).map(String::as_str);
+    for k in ["type", "queue", "state"] {
+        if let Some(v) = get(k) {
+            obj.insert(k.into(), json!(v));
+        }
+    }
+    let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+    if let Some(p) = int("priority") {
+        obj.insert("priority".into(), json!(p));
+    }
+    obj.insert("attempt".into(), json!(int("attempt").unwrap_or(0)));
+    if let Some(d) = int("retry_delay_ms") {
+        obj.insert("retry_delay_ms".into(), json!(d));
+    }
+    if let Some(m) = int("max_attempts") {
+        obj.insert("max_attempts".into(), json!(m));
+    }
+    for k in TIME_FIELDS {
+        if let Some(ms) = int(k) {
+            obj.insert(k.into(), json!(clock::format_ms(ms)));
+        }
+    }
+    if let Some(ms) = int("expires_at") {
+        obj.insert("expires_at".into(), json!(clock::format_ms(ms)));
+    }
+    if let Some(w) = get("worker_id").filter(|w| !w.is_empty()) {
+        obj.insert("worker_id".into(), json!(w));
+    }
+    if let Some(ms) = int("lease_until") {
+        obj.insert("visibility_deadline".into(), json!(clock::format_ms(ms)));
+    }
+    if let Some(v) = get("result").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+        obj.insert("result".into(), v);
+    }
+    for k in ["error", "errors"] {
+        if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+            obj.insert(k.into(), stored_error_view(v));
+        }
+    }
+    Value::Object(obj)
+}
+
+/// Error records are stored with `occurred_at` in epoch ms; show it as RFC 3339.
+fn stored_error_view(v: Value) -> Value {
+    match v {
+        Value::Array(items) => Value::Array(items.into_iter().map(stored_error_view).collect()),
+        Value::Object(mut m) => {
+            if let Some(ms) = m.get("occurred_at").and_then(Value::as_i64) {
+                m.insert("occurred_at".into(), json!(clock::format_ms(ms)));
+            }
+            Value::Object(m)
+        }
+        other => other,
+    }
+}

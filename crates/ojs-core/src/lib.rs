@@ -1,0 +1,15 @@
+//! The OJS domain, with no I/O: the job envelope and its validation, the job states, the retry policy,
+//! the priority models and their single internal rank, names that become Redis keys, durations and
+//! timestamps, and the error catalog. The store and the server both build on it.
+
+pub mod clock;
+pub mod duration;
+pub mod envelope;
+pub mod error;
+pub mod job;
+pub mod names;
+pub mod priority;
+pub mod ratelimit;
+
+pub use error::{ErrorCode, OjsError};
+pub use priority::PriorityModel;

@@ -1,0 +1,146 @@
+//! Names that end up inside Redis keys or ordering: queue names, job types, rate-limit keys, job ids.
+//! Each pattern is checked by hand (no regex engine) and excludes `{`, `}` and `:` where they could let
+//! input reach another deployment's hash tag or another key family.
+
+use uuid::Uuid;
+
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Queue names: `^[a-z0-9][a-z0-9\-\.]*$`, at most 255 bytes (OJS core).
+pub fn check_queue(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "queue must match ^[a-z0-9][a-z0-9.-]*$ (lowercase letters, digits, '.' and '-', at most {MAX_NAME_LEN} characters); got {name:?}"
+        ))
+    }
+}
+
+/// Job types: dot-separated segments, each `[a-z][a-z0-9_-]*`.
+pub fn check_type(t: &str) -> Result<(), String> {
+    let seg_ok = |s: &str| {
+        s.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    };
+    if !t.is_empty() && t.len() <= MAX_NAME_LEN && t.split('.').all(seg_ok) {
+        Ok(())
+    } else {
+        Err(format!(
+            "type must be dot-separated lowercase segments matching ^[a-z][a-z0-9_-]*(\\.[a-z][a-z0-9_-]*)*$; got {t:?}"
+        ))
+    }
+}
+
+/// Rate-limit keys: `^[a-zA-Z0-9][a-zA-Z0-9._:-]*$` (rate-limiting seed §6.2), at most 255 bytes.
+pub fn check_rate_limit_key(k: &str) -> Result<(), String> {
+    let ok = !k.is_empty()
+        && k.len() <= MAX_NAME_LEN
+        && k.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "rate_limit.key must match ^[a-zA-Z0-9][a-zA-Z0-9._:-]*$ (at most {MAX_NAME_LEN} characters); got {k:?}"
+        ))
+    }
+}
+
+/// Job ids: UUIDv7 in lowercase hyphenated form (36 bytes; the Redis member encoding relies on it).
+pub fn check_job_id(id: &str) -> Result<(), String> {
+    let err = || format!("id must be a lowercase UUIDv7 such as 019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f; got {id:?}");
+    if id.len() != 36 || id.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(err());
+    }
+    match Uuid::parse_str(id) {
+        Ok(u) if u.get_version_num() == 7 => Ok(()),
+        _ => Err(err()),
+    }
+}
+
+pub fn new_job_id() -> String {
+    Uuid::now_v7().hyphenated().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues() {
+        for ok in ["default", "email", "a.b-c", "0queue"] {
+            assert!(check_queue(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "Default",
+            "my_queue!",
+            "-invalid",
+            "my queue",
+            "a{b}",
+            "a:b",
+            &"q".repeat(256),
+        ] {
+            assert!(check_queue(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn types() {
+        for ok in [
+            "email.send",
+            "data.noop",
+            "a",
+            "report_v2.generate",
+            "worker.test.graceful-shutdown",
+        ] {
+            assert!(check_type(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "Email.Send",
+            "email send",
+            "1email.send",
+            "email@send!",
+            "a..b",
+            ".a",
+            "a.",
+        ] {
+            assert!(check_type(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ids() {
+        assert!(check_job_id("019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f").is_ok());
+        assert!(check_job_id(&new_job_id()).is_ok());
+        for bad in [
+            "",
+            "not-a-uuid-at-all",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "019461A8-1A2B-7C3D-8E4F-5A6B7C8D9E0F",
+        ] {
+            assert!(check_job_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rate_limit_keys() {
+        assert!(check_rate_limit_key("tenant:acme-corp.reports_1").is_ok());
+        for bad in ["", ":x", "a b", "a{b}", "é"] {
+            assert!(check_rate_limit_key(bad).is_err(), "{bad}");
+        }
+    }
+}

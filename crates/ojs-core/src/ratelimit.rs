@@ -1,0 +1,282 @@
+//! The RateLimitPolicy of the rate-limiting seed (§6), validated. Also accepts the conformance suite's
+//! older shapes: `{"max_per_second": N}` (a throttle of N per second on key `queue:<queue>`) and
+//! `{"key", "rate": N, "period": "second"|"minute"|"hour"|"day"}` (a window of N per period).
+
+use serde_json::{Map, Value};
+
+use crate::duration::{format_iso8601_ms, parse_iso8601_ms};
+use crate::error::OjsError;
+use crate::names;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLimit {
+    Wait,
+    Reschedule,
+    Drop,
+}
+
+impl OnLimit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Wait => "wait",
+            Self::Reschedule => "reschedule",
+            Self::Drop => "drop",
+        }
+    }
+}
+
+/// `limit` starts per `period_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub limit: u64,
+    pub period_ms: u64,
+}
+
+impl Window {
+    pub fn to_json(self) -> Value {
+        serde_json::json!({ "limit": self.limit, "period": format_iso8601_ms(self.period_ms) })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitPolicy {
+    pub key: String,
+    pub concurrency: Option<u64>,
+    pub rate: Option<Window>,
+    pub throttle: Option<Window>,
+    pub on_limit: OnLimit,
+}
+
+fn bad(field: &str, rule: &str, v: &Value) -> OjsError {
+    OjsError::invalid(format!("{field} {rule}; got {v}"))
+}
+
+fn window(v: &Value, field: &str) -> Result<Window, OjsError> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| bad(field, "must be an object {\"limit\", \"period\"}", v))?;
+    let limit = o
+        .get("limit")
+        .and_then(Value::as_u64)
+        .filter(|l| *l >= 1 && *l <= 1_000_000_000)
+        .ok_or_else(|| {
+            bad(
+                &format!("{field}.limit"),
+                "must be an integer >= 1",
+                o.get("limit").unwrap_or(&Value::Null),
+            )
+        })?;
+    let period_ms = match o.get("period") {
+        Some(Value::String(p)) => parse_iso8601_ms(p).map_err(|e| OjsError::invalid(format!("{field}.period: {e}")))?,
+        other => {
+            return Err(bad(
+                &format!("{field}.period"),
+                "must be an ISO 8601 duration such as \"PT1M\"",
+                other.unwrap_or(&Value::Null),
+            ))
+        }
+    };
+    if period_ms == 0 || period_ms > 366 * 86_400_000 {
+        return Err(OjsError::invalid(format!(
+            "{field}.period must be from 1 ms to 366 days"
+        )));
+    }
+    Ok(Window { limit, period_ms })
+}
+
+fn period_word(w: &str) -> Option<u64> {
+    match w {
+        "second" | "s" => Some(1_000),
+        "minute" | "m" => Some(60_000),
+        "hour" | "h" => Some(3_600_000),
+        "day" | "d" => Some(86_400_000),
+        other => parse_iso8601_ms(other).ok(),
+    }
+}
+
+/// Parses a `rate_limit` object (top-level or `options.rate_limit`) for a job in `queue`.
+pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, OjsError> {
+    let o: &Map<String, Value> = v.as_object().ok_or_else(|| bad(field, "must be an object", v))?;
+    // Older per-queue shape: a throttle on the queue's own key.
+    if let Some(mps) = o.get("max_per_second") {
+        let n = mps
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| bad(&format!("{field}.max_per_second"), "must be an integer >= 1", mps))?;
+        return Ok(RateLimitPolicy {
+            key: format!("queue:{queue}"),
+            concurrency: None,
+            rate: None,
+            throttle: Some(Window {
+                limit: n,
+                period_ms: 1_000,
+            }),
+            on_limit: OnLimit::Wait,
+        });
+    }
+    let key = match o.get("key") {
+        Some(Value::String(k)) => {
+            names::check_rate_limit_key(k).map_err(|e| OjsError::invalid(format!("{field}.key: {e}")))?;
+            k.clone()
+        }
+        None | Some(Value::Null) => {
+            return Err(OjsError::invalid(format!(
+                "{field}.key is required (the partition the limits apply to)"
+            )))
+        }
+        Some(other) => return Err(bad(&format!("{field}.key"), "must be a string", other)),
+    };
+    let concurrency = match o.get("concurrency") {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(c.as_u64().filter(|c| *c <= 1_000_000).ok_or_else(|| {
+            bad(
+                &format!("{field}.concurrency"),
+                "must be an integer >= 0 (0 pauses the key)",
+                c,
+            )
+        })?),
+    };
+    let rate = match o.get("rate") {
+        None | Some(Value::Null) => None,
+        // Older shape: "rate": N with "period": "second".
+        Some(Value::Number(n)) => {
+            let limit = n.as_u64().filter(|l| *l >= 1).ok_or_else(|| {
+                bad(
+                    &format!("{field}.rate"),
+                    "must be an integer >= 1",
+                    &Value::Number(n.clone()),
+                )
+            })?;
+            let p = o.get("period").and_then(Value::as_str).unwrap_or("second");
+            let period_ms = period_word(p).ok_or_else(|| {
+                OjsError::invalid(format!(
+                    "{field}.period must be second, minute, hour, day or an ISO 8601 duration; got {p:?}"
+                ))
+            })?;
+            Some(Window { limit, period_ms })
+        }
+        Some(w) => Some(window(w, &format!("{field}.rate"))?),
+    };
+    let throttle = match o.get("throttle") {
+        None | Some(Value::Null) => None,
+        Some(w) => {
+            let w = window(w, &format!("{field}.throttle"))?;
+            if w.period_ms / w.limit == 0 {
+                return Err(OjsError::invalid(format!(
+                    "{field}.throttle spaces starts period/limit apart; that must be at least 1 ms"
+                )));
+            }
+            Some(w)
+        }
+    };
+    let on_limit = match o.get("on_limit") {
+        None | Some(Value::Null) => OnLimit::Wait,
+        Some(Value::String(s)) if s == "wait" => OnLimit::Wait,
+        Some(Value::String(s)) if s == "reschedule" => OnLimit::Reschedule,
+        Some(Value::String(s)) if s == "drop" => OnLimit::Drop,
+        Some(other) => {
+            return Err(bad(
+                &format!("{field}.on_limit"),
+                "must be \"wait\", \"reschedule\" or \"drop\"",
+                other,
+            ))
+        }
+    };
+    if concurrency.is_none() && rate.is_none() && throttle.is_none() {
+        return Err(OjsError::invalid(format!(
+            "{field} needs at least one of concurrency, rate or throttle"
+        )));
+    }
+    Ok(RateLimitPolicy {
+        key,
+        concurrency,
+        rate,
+        throttle,
+        on_limit,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn full_policy() {
+        let p = parse(
+            &json!({"key": "stripe-api", "concurrency": 5, "rate": {"limit": 100, "period": "PT1M"},
+            "throttle": {"limit": 10, "period": "PT1S"}, "on_limit": "reschedule"}),
+            "rate_limit",
+            "q",
+        )
+        .expect("valid");
+        assert_eq!(p.concurrency, Some(5));
+        assert_eq!(
+            p.rate,
+            Some(Window {
+                limit: 100,
+                period_ms: 60_000
+            })
+        );
+        assert_eq!(
+            p.throttle,
+            Some(Window {
+                limit: 10,
+                period_ms: 1_000
+            })
+        );
+        assert_eq!(p.on_limit, OnLimit::Reschedule);
+    }
+
+    #[test]
+    fn older_shapes_normalise() {
+        let p = parse(&json!({"max_per_second": 2}), "options.rate_limit", "email").expect("valid");
+        assert_eq!(
+            (p.key.as_str(), p.throttle),
+            (
+                "queue:email",
+                Some(Window {
+                    limit: 2,
+                    period_ms: 1000
+                })
+            )
+        );
+        let p = parse(&json!({"key": "k", "rate": 3, "period": "minute"}), "rate_limit", "q").expect("valid");
+        assert_eq!(
+            p.rate,
+            Some(Window {
+                limit: 3,
+                period_ms: 60_000
+            })
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        for (v, needle) in [
+            (json!({"concurrency": 1}), "rate_limit.key"),
+            (json!({"key": "-bad", "concurrency": 1}), "rate_limit.key"),
+            (json!({"key": "k", "concurrency": -1}), "rate_limit.concurrency"),
+            (
+                json!({"key": "k", "rate": {"limit": 0, "period": "PT1S"}}),
+                "rate_limit.rate.limit",
+            ),
+            (
+                json!({"key": "k", "rate": {"limit": 1, "period": "soon"}}),
+                "rate_limit.rate.period",
+            ),
+            (
+                json!({"key": "k", "throttle": {"limit": 5000, "period": "PT1S"}}),
+                "rate_limit.throttle",
+            ),
+            (
+                json!({"key": "k", "concurrency": 1, "on_limit": "explode"}),
+                "rate_limit.on_limit",
+            ),
+            (json!({"key": "k"}), "at least one"),
+        ] {
+            let e = parse(&v, "rate_limit", "q").unwrap_err();
+            assert!(e.message.contains(needle), "{v}: {}", e.message);
+        }
+    }
+}
