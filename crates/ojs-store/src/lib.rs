@@ -1,0 +1,14 @@
+//! The only crate that knows the Redis key schema and calls the Lua scripts in `lua/`.
+//!
+//! Every state change is one script ([`scripts`]), called by one async fn on [`Store`]. The key
+//! schema is described in `docs/architecture.md` and versioned in `migrations-notes/`.
+
+pub mod keys;
+pub mod scripts;
+mod store;
+
+pub use keys::Keys;
+pub use store::*;
+
+/// Version of the key schema this code reads and writes; stored at `<prefix>schema`.
+pub const SCHEMA_VERSION: u32 = 1;

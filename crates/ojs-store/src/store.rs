@@ -1,0 +1,1085 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ojs_core::job::{NewJob, RetryPolicy};
+use ojs_core::ratelimit::{RateLimitPolicy, Window};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::OnceCell;
+
+use crate::keys::Keys;
+use crate::scripts::{self, ScriptSource};
+
+/// What can go wrong talking to Redis. Expected outcomes (not found, wrong state, duplicate) are not
+/// errors: they are variants of each operation's outcome type.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis cannot be reached (connection refused, timed out, pool exhausted). Maps to 503.
+    #[error("redis is unavailable: {0}")]
+    Unavailable(String),
+    /// Redis answered with an error or an unexpected reply. Maps to 500: it is a bug.
+    #[error("redis replied unexpectedly: {0}")]
+    Reply(String),
+    /// The store cannot be built from this configuration.
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(e: redis::RedisError) -> Self {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Reply(e.to_string())
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A job hash as stored: field -> value.
+pub type JobFields = HashMap<String, String>;
+
+/// Settings the scripts need that are not part of any job.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub redis_url: String,
+    pub namespace: String,
+    /// Lease length for jobs that set no `visibility_timeout_ms`.
+    pub default_visibility_ms: u64,
+    /// How long completed, cancelled and discarded jobs stay readable. 0 keeps them forever.
+    pub retention_ms: u64,
+    pub pool_size: usize,
+}
+
+struct Scripts {
+    enqueue: Named,
+    fetch: Named,
+    ack: Named,
+    nack: Named,
+    heartbeat: Named,
+    cancel: Named,
+    promote: Named,
+    requeue: Named,
+    dead_retry: Named,
+    dead_delete: Named,
+    set_priority: Named,
+    rl_override: Named,
+}
+
+/// A script and its operation name (the metric label).
+struct Named {
+    name: &'static str,
+    script: Script,
+}
+
+fn script(s: ScriptSource) -> Named {
+    Named {
+        name: s.name,
+        script: Script::new(s.source),
+    }
+}
+
+/// The store: one async fn per Lua script plus the read-only queries.
+///
+/// Connections: a few multiplexed, self-reconnecting connections (`redis::aio::ConnectionManager`),
+/// used round-robin; concurrent requests pipeline over each. (A checkout pool such as deadpool-redis
+/// sends UNWATCH + PING on every checkout: one extra round trip and two extra commands per request;
+/// see benches/RESULTS.md.) Each connection is made on first use, so a server starts while Redis is
+/// down and answers 503 until it is back.
+pub struct Store {
+    client: redis::Client,
+    conns: Vec<OnceCell<ConnectionManager>>,
+    next: AtomicUsize,
+    keys: Keys,
+    cfg: StoreConfig,
+    scripts: Scripts,
+}
+
+#[derive(Debug)]
+pub enum EnqueueOutcome {
+    /// `states[i]` is `available` or `scheduled` for the i-th job.
+    Created {
+        now_ms: i64,
+        states: Vec<String>,
+    },
+    Duplicate(String),
+}
+
+/// How FETCH chooses among several queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// In the order given, each drained before the next.
+    Strict,
+    /// Smooth weighted round-robin over the queues with ready jobs, state shared in Redis.
+    Weighted,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Strict => "strict",
+            Strategy::Weighted => "weighted",
+        }
+    }
+}
+
+/// The round-robin state is per set of (queue, weight): a short stable hash of it names the key.
+fn wrr_key(queues: &[(String, u32)]) -> String {
+    // FNV-1a 64: stable across processes and versions (std's hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (q, w) in queues {
+        for b in q.bytes().chain([0u8]).chain(w.to_string().into_bytes()).chain([0u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// A job claimed by FETCH.
+#[derive(Debug)]
+pub struct Claimed {
+    pub fields: JobFields,
+}
+
+#[derive(Debug)]
+pub enum Transition<T> {
+    Done(T),
+    NotFound,
+    /// The job exists but is in this state, which does not allow the operation.
+    WrongState(String),
+}
+
+#[derive(Debug)]
+pub struct NackResult {
+    pub now_ms: i64,
+    pub state: String,
+    pub attempt: i64,
+    /// Delay before the retry, when `state` is `retryable`.
+    pub delay_ms: Option<i64>,
+    pub max_attempts: i64,
+    pub queue: String,
+    pub job_type: String,
+}
+
+#[derive(Debug)]
+pub struct Acked {
+    pub now_ms: i64,
+    pub attempt: i64,
+    pub queue: String,
+    pub job_type: String,
+}
+
+#[derive(Debug)]
+pub struct Heartbeat {
+    pub now_ms: i64,
+    pub signal: Option<String>,
+    /// (job id, state, new lease deadline when extended)
+    pub jobs: Vec<(String, String, Option<i64>)>,
+}
+
+/// A rate-limit key as Redis holds it (see `Store::rate_limit_state`).
+#[derive(Debug, Default, Clone)]
+pub struct RateLimitState {
+    pub now_ms: i64,
+    /// The key has been seen (a job used it, or an override was set).
+    pub known: bool,
+    /// The policy spec of the latest job enqueued with this key.
+    pub policy: Option<String>,
+    pub override_fields: JobFields,
+    pub override_ttl_ms: i64,
+    pub active: u64,
+    pub window_starts: Vec<i64>,
+    pub throttle_tat_ms: Option<i64>,
+    pub blocked_until_ms: Option<i64>,
+    /// The current blocking episode: `blocked_since`, `strategy`, `until`.
+    pub episode: JobFields,
+    /// `exceeded_<strategy>` counters.
+    pub stats: JobFields,
+    pub waiting: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct QueueCounts {
+    pub name: String,
+    pub available: u64,
+    pub active: u64,
+    pub scheduled: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub discarded: u64,
+    pub cancelled: u64,
+    pub paused: bool,
+}
+
+fn val_str(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Double(d) => d.to_string(),
+        Value::Okay => "OK".into(),
+        _ => String::new(),
+    }
+}
+
+fn val_i64(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => val_str(other).parse().unwrap_or(0),
+    }
+}
+
+fn flat_map(v: &Value) -> JobFields {
+    let mut m = HashMap::new();
+    if let Value::Array(items) = v {
+        for pair in items.chunks(2) {
+            if let [k, v] = pair {
+                m.insert(val_str(k), val_str(v));
+            }
+        }
+    }
+    m
+}
+
+fn reply_items(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(items) if !items.is_empty() => Ok(items),
+        other => Err(StoreError::Reply(format!(
+            "script reply is not a tagged array: {other:?}"
+        ))),
+    }
+}
+
+/// The i-th item of a reply, or Nil: a short reply must never panic the server.
+fn at(items: &[Value], i: usize) -> &Value {
+    items.get(i).unwrap_or(&Value::Nil)
+}
+
+fn tag(items: &[Value]) -> String {
+    items.first().map(val_str).unwrap_or_default()
+}
+
+/// Encodes a rate-limit policy for the job's `rl` field (see lua/includes/ratelimit.lua).
+pub fn policy_spec(p: &RateLimitPolicy) -> String {
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    format!(
+        "{} {} {} {} {} {}",
+        opt(p.concurrency),
+        opt(p.rate.map(|w| w.limit)),
+        opt(p.rate.map(|w| w.period_ms)),
+        opt(p.throttle.map(|w| w.limit)),
+        opt(p.throttle.map(|w| w.period_ms)),
+        p.on_limit.as_str()
+    )
+}
+
+/// Decodes a policy spec back (for inspection): (concurrency, rate, throttle, on_limit).
+pub fn parse_policy_spec(spec: &str) -> Option<(Option<u64>, Option<Window>, Option<Window>, String)> {
+    let parts: Vec<&str> = spec.split(' ').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let n = |s: &str| s.parse::<u64>().ok();
+    let w = |l: &str, p: &str| {
+        Some(Window {
+            limit: n(l)?,
+            period_ms: n(p)?,
+        })
+    };
+    Some((
+        n(parts[0]),
+        w(parts[1], parts[2]),
+        w(parts[3], parts[4]),
+        parts[5].to_string(),
+    ))
+}
+
+/// Encodes a retry policy for the `backoff` field the Lua `fail` include parses.
+fn backoff_spec(r: &RetryPolicy) -> String {
+    format!(
+        "{} {} {} {} {}",
+        r.strategy.as_str(),
+        r.initial_interval_ms,
+        r.backoff_coefficient,
+        r.max_interval_ms,
+        u8::from(r.jitter)
+    )
+}
+
+impl Store {
+    pub fn new(cfg: StoreConfig) -> Result<Self> {
+        Keys::check_namespace(&cfg.namespace).map_err(StoreError::Config)?;
+        let client = redis::Client::open(cfg.redis_url.as_str())
+            .map_err(|e| StoreError::Config(format!("invalid redis url {:?}: {e}", cfg.redis_url)))?;
+        Ok(Self {
+            client,
+            conns: (0..cfg.pool_size.max(1)).map(|_| OnceCell::new()).collect(),
+            next: AtomicUsize::new(0),
+            keys: Keys::new(&cfg.namespace),
+            scripts: Scripts {
+                enqueue: script(scripts::ENQUEUE),
+                fetch: script(scripts::FETCH),
+                ack: script(scripts::ACK),
+                nack: script(scripts::NACK),
+                heartbeat: script(scripts::HEARTBEAT),
+                cancel: script(scripts::CANCEL),
+                promote: script(scripts::PROMOTE),
+                requeue: script(scripts::REQUEUE),
+                dead_retry: script(scripts::DEAD_RETRY),
+                dead_delete: script(scripts::DEAD_DELETE),
+                set_priority: script(scripts::SET_PRIORITY),
+                rl_override: script(scripts::RL_OVERRIDE),
+            },
+            cfg,
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let cm = self.conns[i]
+            .get_or_try_init(|| async {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(10)))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(1));
+                ConnectionManager::new_with_config(self.client.clone(), cfg).await
+            })
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(cm.clone())
+    }
+
+    /// Runs a script by SHA; `redis::Script` loads it and retries on NOSCRIPT, so `SCRIPT FLUSH` or a
+    /// Redis restart never breaks the server.
+    async fn run(&self, s: &Named, keys: &[String], args: Vec<String>) -> Result<Vec<Value>> {
+        let started = std::time::Instant::now();
+        let mut conn = self.conn().await?;
+        let mut inv = s.script.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
+        let v: Value = inv.invoke_async(&mut conn).await?;
+        metrics::histogram!("ojs_redis_script_duration_seconds", "script" => s.name)
+            .record(started.elapsed().as_secs_f64());
+        reply_items(v)
+    }
+
+    /// Checks Redis and records (or verifies) the key-schema version.
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let existing: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
+        match existing {
+            None => {
+                let _: () = redis::cmd("SET")
+                    .arg(self.keys.schema())
+                    .arg(crate::SCHEMA_VERSION)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(())
+            }
+            Some(v) if v == crate::SCHEMA_VERSION => Ok(()),
+            Some(v) => Err(StoreError::Reply(format!(
+                "key schema version {v} found in Redis, this server speaks {}; see migrations-notes/",
+                crate::SCHEMA_VERSION
+            ))),
+        }
+    }
+
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
+        let mut args = Vec::with_capacity(2 + jobs.len() * 17);
+        args.push(self.keys.prefix().to_string());
+        args.push(jobs.len().to_string());
+        for j in jobs {
+            args.extend([
+                j.id.clone(),
+                j.queue.clone(),
+                j.job_type.clone(),
+                j.rank.to_string(),
+                j.doc.clone(),
+                j.retry.max_attempts.to_string(),
+                backoff_spec(&j.retry),
+                j.retry.on_exhaustion.as_str().to_string(),
+                j.retry.non_retryable_json(),
+                j.timeout_ms.to_string(),
+                j.visibility_ms.to_string(),
+                j.expires_at_ms.to_string(),
+                j.scheduled_at_ms.to_string(),
+                j.delay_ms.to_string(),
+                j.priority.to_string(),
+                j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
+                j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
+            ]);
+        }
+        let items = self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await?;
+        match tag(&items).as_str() {
+            "ok" => Ok(EnqueueOutcome::Created {
+                now_ms: val_i64(at(&items, 1)),
+                states: items.get(2..).unwrap_or_default().iter().map(val_str).collect(),
+            }),
+            "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
+            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+        }
+    }
+
+    /// Claims up to `count` jobs. `queues` are (name, weight); weights only matter for `Weighted`.
+    pub async fn fetch(
+        &self,
+        queues: &[(String, u32)],
+        strategy: Strategy,
+        worker_id: &str,
+        count: u32,
+        visibility_ms: Option<u64>,
+    ) -> Result<(i64, Vec<Claimed>)> {
+        let mut args = vec![
+            self.keys.prefix().to_string(),
+            worker_id.to_string(),
+            count.max(1).to_string(),
+            visibility_ms.unwrap_or(self.cfg.default_visibility_ms).to_string(),
+            self.cfg.retention_ms.to_string(),
+            strategy.as_str().to_string(),
+            match strategy {
+                Strategy::Strict => String::new(),
+                Strategy::Weighted => wrr_key(queues),
+            },
+        ];
+        for (q, w) in queues {
+            args.push(q.clone());
+            args.push(w.to_string());
+        }
+        let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
+        let now = val_i64(at(&items, 1));
+        Ok((
+            now,
+            items
+                .get(2..)
+                .unwrap_or_default()
+                .iter()
+                .map(|v| Claimed { fields: flat_map(v) })
+                .collect(),
+        ))
+    }
+
+    /// Changes the priority of an available or scheduled job: (previous priority, queue).
+    pub async fn set_priority(&self, id: &str, priority: i64, rank: i64) -> Result<Transition<(i64, String)>> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            id.to_string(),
+            priority.to_string(),
+            rank.to_string(),
+        ];
+        let items = self.run(&self.scripts.set_priority, &[self.keys.job(id)], args).await?;
+        Ok(match tag(&items).as_str() {
+            "ok" => Transition::Done((val_i64(at(&items, 2)), val_str(at(&items, 4)))),
+            "not_found" => Transition::NotFound,
+            _ => Transition::WrongState(val_str(at(&items, 1))),
+        })
+    }
+
+    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Applies to jobs as they
+    /// become ready from now on.
+    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<()> {
+        self.set_field(
+            &self.keys.queue_conf(queue),
+            "aging_s",
+            interval_s.map(|s| s.to_string()),
+        )
+        .await
+    }
+
+    /// Sets one hash field, or deletes it for `None`.
+    async fn set_field(&self, key: &str, field: &str, value: Option<String>) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let _: () = match value {
+            Some(v) => {
+                redis::cmd("HSET")
+                    .arg(key)
+                    .arg(field)
+                    .arg(v)
+                    .query_async(&mut conn)
+                    .await?
+            }
+            None => redis::cmd("HDEL").arg(key).arg(field).query_async(&mut conn).await?,
+        };
+        Ok(())
+    }
+
+    pub async fn get_aging(&self, queue: &str) -> Result<Option<u64>> {
+        let mut conn = self.conn().await?;
+        Ok(redis::cmd("HGET")
+            .arg(self.keys.queue_conf(queue))
+            .arg("aging_s")
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// Ready jobs of a queue counted by priority: (priority, count), ascending by priority.
+    pub async fn priority_counts(&self, queue: &str) -> Result<Vec<(i64, u64)>> {
+        let mut conn = self.conn().await?;
+        let m: HashMap<String, i64> = redis::cmd("HGETALL")
+            .arg(self.keys.queue_priorities(queue))
+            .query_async(&mut conn)
+            .await?;
+        let mut v: Vec<(i64, u64)> = m
+            .into_iter()
+            .filter_map(|(p, n)| Some((p.parse().ok()?, u64::try_from(n).ok()?)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    pub async fn ack(&self, id: &str, result: Option<&str>) -> Result<Transition<Acked>> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            id.to_string(),
+            result.unwrap_or("").to_string(),
+            self.cfg.retention_ms.to_string(),
+        ];
+        let items = self.run(&self.scripts.ack, &[self.keys.job(id)], args).await?;
+        Ok(match tag(&items).as_str() {
+            "ok" => Transition::Done(Acked {
+                now_ms: val_i64(at(&items, 1)),
+                attempt: val_i64(at(&items, 2)),
+                queue: val_str(at(&items, 3)),
+                job_type: val_str(at(&items, 4)),
+            }),
+            "not_found" => Transition::NotFound,
+            _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
+        })
+    }
+
+    /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
+    /// the downstream's rate limit (seed §9): the job's key is blocked until then and no attempt is spent.
+    pub async fn nack(
+        &self,
+        id: &str,
+        error_json: &str,
+        match_key: &str,
+        retryable: bool,
+        requeue: bool,
+        rate_limit_until_ms: i64,
+    ) -> Result<Transition<NackResult>> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            id.to_string(),
+            error_json.to_string(),
+            match_key.to_string(),
+            if retryable { "1" } else { "0" }.to_string(),
+            if requeue { "1" } else { "0" }.to_string(),
+            format!("{:.6}", rand_unit()),
+            self.cfg.retention_ms.to_string(),
+            rate_limit_until_ms.to_string(),
+        ];
+        let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
+        Ok(match tag(&items).as_str() {
+            "ok" => {
+                let delay = val_i64(at(&items, 4));
+                Transition::Done(NackResult {
+                    now_ms: val_i64(at(&items, 1)),
+                    state: val_str(at(&items, 2)),
+                    attempt: val_i64(at(&items, 3)),
+                    delay_ms: (delay >= 0).then_some(delay),
+                    max_attempts: val_i64(at(&items, 5)),
+                    queue: val_str(at(&items, 6)),
+                    job_type: val_str(at(&items, 7)),
+                })
+            }
+            "not_found" => Transition::NotFound,
+            _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
+        })
+    }
+
+    pub async fn heartbeat(
+        &self,
+        worker_id: &str,
+        job_ids: &[String],
+        visibility_ms: Option<u64>,
+    ) -> Result<Heartbeat> {
+        let mut args = vec![
+            self.keys.prefix().to_string(),
+            worker_id.to_string(),
+            visibility_ms.unwrap_or(self.cfg.default_visibility_ms).to_string(),
+            (24 * 3600 * 1000u64).to_string(),
+        ];
+        args.extend(job_ids.iter().cloned());
+        let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
+        let signal = val_str(at(&items, 2));
+        let jobs = items
+            .get(3..)
+            .unwrap_or_default()
+            .chunks(3)
+            .map(|c| {
+                let lease = val_i64(&c[2]);
+                (val_str(&c[0]), val_str(&c[1]), (lease >= 0).then_some(lease))
+            })
+            .collect();
+        Ok(Heartbeat {
+            now_ms: val_i64(at(&items, 1)),
+            signal: (!signal.is_empty()).then_some(signal),
+            jobs,
+        })
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<Transition<(i64, String)>> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            id.to_string(),
+            self.cfg.retention_ms.to_string(),
+        ];
+        let items = self.run(&self.scripts.cancel, &[self.keys.job(id)], args).await?;
+        Ok(match tag(&items).as_str() {
+            "ok" => Transition::Done((val_i64(at(&items, 1)), val_str(at(&items, 2)))),
+            "not_found" => Transition::NotFound,
+            _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
+        })
+    }
+
+    /// Moves due scheduled/retryable jobs to ready. Returns (moved, next due time).
+    pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            limit.to_string(),
+            self.cfg.retention_ms.to_string(),
+        ];
+        let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
+        let next = val_i64(at(&items, 2));
+        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next)))
+    }
+
+    /// Takes back jobs whose lease expired. Returns (requeued, failed by timeout or exhaustion).
+    pub async fn requeue_expired(&self, limit: u32) -> Result<(u64, u64)> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            limit.to_string(),
+            format!("{:.6}", rand_unit()),
+            self.cfg.retention_ms.to_string(),
+        ];
+        let items = self.run(&self.scripts.requeue, &[self.keys.active()], args).await?;
+        Ok((val_i64(at(&items, 1)) as u64, val_i64(at(&items, 2)) as u64))
+    }
+
+    pub async fn dead_retry(&self, id: &str) -> Result<bool> {
+        let args = vec![self.keys.prefix().to_string(), id.to_string()];
+        let items = self.run(&self.scripts.dead_retry, &[self.keys.dead()], args).await?;
+        Ok(tag(&items) == "ok")
+    }
+
+    pub async fn dead_delete(&self, id: &str) -> Result<bool> {
+        let args = vec![self.keys.prefix().to_string(), id.to_string()];
+        let items = self.run(&self.scripts.dead_delete, &[self.keys.dead()], args).await?;
+        Ok(tag(&items) == "ok")
+    }
+
+    // ---- reads (no state change, so plain commands) ----
+
+    pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
+        let mut conn = self.conn().await?;
+        let m: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.keys.job(id))
+            .query_async(&mut conn)
+            .await?;
+        Ok((!m.is_empty()).then_some(m))
+    }
+
+    /// Dead-lettered jobs, newest first: (total, page of job hashes).
+    pub async fn dead_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<JobFields>)> {
+        let mut conn = self.conn().await?;
+        let total: u64 = redis::cmd("ZCARD").arg(self.keys.dead()).query_async(&mut conn).await?;
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.dead())
+            .arg(offset)
+            .arg(offset + limit.max(1) - 1)
+            .arg("REV")
+            .query_async(&mut conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HGETALL").arg(self.keys.job(id));
+        }
+        let jobs: Vec<HashMap<String, String>> = if ids.is_empty() {
+            vec![]
+        } else {
+            pipe.query_async(&mut conn).await?
+        };
+        Ok((total, jobs.into_iter().filter(|m| !m.is_empty()).collect()))
+    }
+
+    pub async fn queue_names(&self) -> Result<Vec<String>> {
+        let mut conn = self.conn().await?;
+        let mut names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.keys.queues())
+            .query_async(&mut conn)
+            .await?;
+        names.sort();
+        Ok(names)
+    }
+
+    pub async fn queue_counts(&self, names: &[String]) -> Result<Vec<QueueCounts>> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut conn = self.conn().await?;
+        let mut pipe = redis::pipe();
+        for q in names {
+            pipe.cmd("ZCARD").arg(self.keys.ready(q));
+            pipe.cmd("HGETALL").arg(self.keys.queue_stats(q));
+            pipe.cmd("SISMEMBER").arg(self.keys.paused()).arg(q);
+        }
+        let vals: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let mut out = Vec::with_capacity(names.len());
+        for (q, c) in names.iter().zip(vals.chunks(3)) {
+            let stats = flat_map(&c[1]);
+            let g = |k: &str| stats.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+            out.push(QueueCounts {
+                name: q.clone(),
+                available: val_i64(&c[0]) as u64,
+                active: g("active"),
+                scheduled: g("scheduled"),
+                completed: g("completed"),
+                failed: g("failed"),
+                discarded: g("discarded"),
+                cancelled: g("cancelled"),
+                paused: val_i64(&c[2]) == 1,
+            });
+        }
+        Ok(out)
+    }
+
+    pub async fn is_dead(&self, id: &str) -> Result<bool> {
+        let mut conn = self.conn().await?;
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(self.keys.dead())
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(score.is_some())
+    }
+
+    /// Pausing is one SADD/SREM: FETCH checks P..'paused' inside its script, so a paused queue is
+    /// skipped atomically with every claim.
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd(if paused { "SADD" } else { "SREM" })
+            .arg(self.keys.paused())
+            .arg(queue)
+            .ignore();
+        pipe.cmd("SADD").arg(self.keys.queues()).arg(queue).ignore();
+        pipe.cmd("XADD")
+            .arg(self.keys.events())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(100_000)
+            .arg("*")
+            .arg("type")
+            .arg(if paused { "queue.paused" } else { "queue.resumed" })
+            .arg("job_id")
+            .arg("")
+            .arg("queue")
+            .arg(queue)
+            .arg("job_type")
+            .arg("")
+            .arg("time")
+            .arg(now as u64)
+            .arg("data")
+            .arg("{}")
+            .ignore();
+        let _: () = pipe.query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// The operator's directive for a worker, returned by its next heartbeat (None clears it).
+    pub async fn set_worker_signal(&self, worker_id: &str, signal: Option<&str>) -> Result<()> {
+        self.set_field(&self.keys.worker(worker_id), "signal", signal.map(str::to_owned))
+            .await
+    }
+
+    /// Events strictly after `cursor`, oldest first.
+    pub async fn events_after(&self, cursor: &str, count: usize) -> Result<Vec<(String, JobFields)>> {
+        let mut conn = self.conn().await?;
+        let v: Value = redis::cmd("XRANGE")
+            .arg(self.keys.events())
+            .arg(format!("({cursor}"))
+            .arg("+")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await?;
+        Ok(stream_entries(&v))
+    }
+
+    /// The newest events, newest first.
+    pub async fn events_latest(&self, count: usize) -> Result<Vec<(String, JobFields)>> {
+        let mut conn = self.conn().await?;
+        let v: Value = redis::cmd("XREVRANGE")
+            .arg(self.keys.events())
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await?;
+        Ok(stream_entries(&v))
+    }
+
+    /// Sets (`Some(fields)`) or clears (`None`) the operator override of a key; `expires_at_ms` 0 = never.
+    pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<()> {
+        let mut args = vec![self.keys.prefix().to_string(), key.to_string()];
+        match set {
+            Some((fields, expires)) => {
+                args.push(expires.to_string());
+                for (f, v) in fields {
+                    args.push(f.clone());
+                    args.push(v.clone());
+                }
+            }
+            None => args.push("-1".into()),
+        }
+        self.run(&self.scripts.rl_override, &[self.keys.rl(key, "ovr")], args)
+            .await?;
+        Ok(())
+    }
+
+    /// Everything known about a rate-limit key, read in one pipeline.
+    pub async fn rate_limit_state(&self, key: &str) -> Result<RateLimitState> {
+        let mut conn = self.conn().await?;
+        let now = redis_now_ms(&mut conn).await?;
+        let queues: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.keys.rl(key, "queues"))
+            .query_async(&mut conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(self.keys.rl(key, "policy"));
+        pipe.cmd("HGETALL").arg(self.keys.rl(key, "ovr"));
+        pipe.cmd("PTTL").arg(self.keys.rl(key, "ovr"));
+        pipe.cmd("ZCOUNT")
+            .arg(self.keys.rl(key, "active"))
+            .arg(format!("({now}"))
+            .arg("+inf");
+        pipe.cmd("ZRANGE")
+            .arg(self.keys.rl(key, "win"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+        pipe.cmd("GET").arg(self.keys.rl(key, "tat"));
+        pipe.cmd("GET").arg(self.keys.rl(key, "until"));
+        pipe.cmd("HGETALL").arg(self.keys.rl(key, "state"));
+        pipe.cmd("HGETALL").arg(self.keys.rl(key, "stats"));
+        pipe.cmd("ZSCORE").arg(self.keys.rl_keys()).arg(key);
+        for q in &queues {
+            pipe.cmd("ZCARD").arg(format!("{}q:{q}:lane:{key}", self.keys.prefix()));
+            pipe.cmd("HEXISTS")
+                .arg(format!("{}q:{q}:heads", self.keys.prefix()))
+                .arg(key);
+        }
+        let v: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let s = |i: usize| at(&v, i);
+        let window: Vec<i64> = match s(4) {
+            Value::Array(a) => a.chunks(2).filter_map(|c| c.get(1).map(val_i64)).collect(),
+            _ => vec![],
+        };
+        let mut waiting = 0u64;
+        for i in 0..queues.len() {
+            waiting += val_i64(s(10 + 2 * i)) as u64 + val_i64(s(11 + 2 * i)) as u64;
+        }
+        let ovr = flat_map(s(1));
+        Ok(RateLimitState {
+            now_ms: now,
+            known: !matches!(s(9), Value::Nil),
+            policy: (!matches!(s(0), Value::Nil)).then(|| val_str(s(0))),
+            override_fields: ovr,
+            override_ttl_ms: val_i64(s(2)),
+            active: val_i64(s(3)) as u64,
+            window_starts: window,
+            throttle_tat_ms: (!matches!(s(5), Value::Nil)).then(|| val_i64(s(5))),
+            blocked_until_ms: (!matches!(s(6), Value::Nil)).then(|| val_i64(s(6))),
+            episode: flat_map(s(7)),
+            stats: flat_map(s(8)),
+            waiting,
+        })
+    }
+
+    /// Rate-limit keys in lexicographic order: (total, page).
+    pub async fn rate_limit_keys(&self, offset: u64, limit: u64) -> Result<(u64, Vec<String>)> {
+        let mut conn = self.conn().await?;
+        let total: u64 = redis::cmd("ZCARD")
+            .arg(self.keys.rl_keys())
+            .query_async(&mut conn)
+            .await?;
+        let keys: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.rl_keys())
+            .arg(offset)
+            .arg(offset + limit.max(1) - 1)
+            .query_async(&mut conn)
+            .await?;
+        Ok((total, keys))
+    }
+
+    /// Queue-level limits (`None` clears them). Checked by FETCH before it takes from the queue.
+    pub async fn set_queue_rate_limit(&self, queue: &str, limits: Option<(Option<u64>, Option<Window>)>) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let key = self.keys.queue_conf(queue);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL")
+            .arg(&key)
+            .arg("rl_concurrency")
+            .arg("rl_rate_limit")
+            .arg("rl_rate_period")
+            .ignore();
+        if let Some((conc, rate)) = limits {
+            if let Some(c) = conc {
+                pipe.cmd("HSET").arg(&key).arg("rl_concurrency").arg(c).ignore();
+            }
+            if let Some(w) = rate {
+                pipe.cmd("HSET")
+                    .arg(&key)
+                    .arg("rl_rate_limit")
+                    .arg(w.limit)
+                    .arg("rl_rate_period")
+                    .arg(w.period_ms)
+                    .ignore();
+            }
+        }
+        pipe.cmd("SADD").arg(self.keys.queues()).arg(queue).ignore();
+        let _: () = pipe.query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// (concurrency, rate, active now, starts in the current window).
+    pub async fn queue_rate_limit(&self, queue: &str) -> Result<(Option<u64>, Option<Window>, u64, u64)> {
+        let mut conn = self.conn().await?;
+        let f: Vec<Option<u64>> = redis::cmd("HMGET")
+            .arg(self.keys.queue_conf(queue))
+            .arg("rl_concurrency")
+            .arg("rl_rate_limit")
+            .arg("rl_rate_period")
+            .query_async(&mut conn)
+            .await?;
+        let now = redis_now_ms(&mut conn).await?;
+        let rate = match (f.get(1).copied().flatten(), f.get(2).copied().flatten()) {
+            (Some(limit), Some(period_ms)) => Some(Window { limit, period_ms }),
+            _ => None,
+        };
+        let active: u64 = redis::cmd("ZCOUNT")
+            .arg(format!("{}q:{queue}:rl:active", self.keys.prefix()))
+            .arg(format!("({now}"))
+            .arg("+inf")
+            .query_async(&mut conn)
+            .await?;
+        let in_window: u64 = match rate {
+            Some(w) => {
+                redis::cmd("ZCOUNT")
+                    .arg(format!("{}q:{queue}:rl:win", self.keys.prefix()))
+                    .arg(now - w.period_ms as i64)
+                    .arg("+inf")
+                    .query_async(&mut conn)
+                    .await?
+            }
+            None => 0,
+        };
+        Ok((f.first().copied().flatten(), rate, active, in_window))
+    }
+
+    /// A dedicated connection for blocking reads (XREAD BLOCK must not hold up the shared connections).
+    pub async fn blocking_connection(&self) -> Result<redis::aio::MultiplexedConnection> {
+        Ok(self.client.get_multiplexed_async_connection().await?)
+    }
+
+    /// Waits up to `block_ms` for events after `last` on a dedicated connection; oldest first.
+    pub async fn events_block(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        last: &str,
+        block_ms: u64,
+    ) -> Result<Vec<(String, JobFields)>> {
+        let v: Value = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1000)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(self.keys.events())
+            .arg(last)
+            .query_async(conn)
+            .await?;
+        // Reply: [[stream, [[id, [f, v…]], …]]] (RESP2) or a map (RESP3); nil on timeout.
+        let entries = match &v {
+            Value::Array(streams) => streams.first().and_then(|s| match s {
+                Value::Array(pair) => pair.get(1).cloned(),
+                _ => None,
+            }),
+            Value::Map(m) => m.first().map(|(_, e)| e.clone()),
+            _ => None,
+        };
+        Ok(entries.map(|e| stream_entries(&e)).unwrap_or_default())
+    }
+
+    /// The id of the newest event, or "0-0".
+    pub async fn events_last_id(&self) -> Result<String> {
+        Ok(self
+            .events_latest(1)
+            .await?
+            .first()
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| "0-0".into()))
+    }
+
+    /// A raw connection for read-only helpers (events, inspection) that live in the server crate.
+    pub async fn connection(&self) -> Result<ConnectionManager> {
+        self.conn().await
+    }
+}
+
+/// Redis `TIME` in ms: reads use the same clock as the scripts.
+async fn redis_now_ms(conn: &mut ConnectionManager) -> Result<i64> {
+    let t: Vec<String> = redis::cmd("TIME").query_async(conn).await?;
+    let part = |i: usize| t.get(i).and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+    Ok(part(0) * 1000 + part(1) / 1000)
+}
+
+fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
+    match v {
+        Value::Array(entries) => entries
+            .iter()
+            .filter_map(|e| match e {
+                Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), flat_map(&pair[1]))),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A uniform number in [0, 1) for backoff jitter, passed to the scripts so they stay deterministic.
+fn rand_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}

@@ -1,0 +1,28 @@
+-- dead-delete-1.lua: delete a dead-lettered job for good.
+--
+-- KEYS
+--   KEYS[1] P..'dead'     zset   dead-lettered job ids scored by the time they died (ms)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] id            string job id
+-- RETURNS
+--   {'ok'}
+--   {'not_found'}         the job is not in the dead letter set
+-- COST   O(log n)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   the job leaves P..'dead' and its hash is deleted in the same script
+--@include clock
+--@include emit
+--@include active
+
+local P, id = ARGV[1], ARGV[2]
+if not redis.call('ZSCORE', KEYS[1], id) then return {'not_found'} end
+local jk = P .. 'job:' .. id
+local f = redis.call('HMGET', jk, 'queue', 'type')
+redis.call('ZREM', KEYS[1], id)
+redis.call('DEL', jk)
+if f[1] then
+    emit(P, 'job.deleted', id, f[1], f[2], now_ms(), nil)
+end
+return {'ok'}

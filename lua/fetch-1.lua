@@ -1,0 +1,212 @@
+-- fetch-1.lua: claim up to `count` ready jobs for one worker, from several queues, strict or weighted.
+--
+-- KEYS
+--   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:' (see enqueue-1.lua)
+--   ARGV[2] worker_id     string recorded on the job ('' when the worker gave none)
+--   ARGV[3] count         int    most jobs to claim (>= 1)
+--   ARGV[4] visibility_ms int    lease length for jobs that set no visibility_timeout_ms
+--   ARGV[5] retention_ms  int    how long an expired (discarded) job's hash is kept; 0 = forever
+--   ARGV[6] strategy      'strict': queues in the order given, each drained before the next;
+--                         'weighted': smooth weighted round-robin over the queues that have ready jobs
+--   ARGV[7] wrr_key       string weighted only: suffix of the hash P..'wrr:'..wrr_key holding the
+--                                round-robin state shared by every node for this set of weights
+--   ARGV[8..] pairs       queue name, weight (weight ignored by strict; > 0 for weighted)
+-- RETURNS
+--   {'ok', now_ms, job_1, ..., job_k}   k <= count; job_i is the job hash as a flat field/value array
+-- COST   O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
+--        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
+--        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
+--   never claim one job; attempt is incremented at claim; a job whose expires_at has passed is discarded
+--   instead of claimed (event job.expired); a job whose rate-limit key (or queue limit) is reached
+--   is never claimed: per its on_limit it waits in its parked lane (state stays available), is
+--   rescheduled (scheduled, at the time the limit should allow it) or dropped (discarded,
+--   rate_limit.dropped); the limit check and the slot/window/throttle update are in the same script
+--   as the claim, so no limit can be exceeded by racing fetchers; a queue in P..'paused' is skipped; a queue leaves
+--   P..'ready' in the same script that takes its last ready job. Weighted: over any run of sum(weights)
+--   consecutive claims while every listed queue has ready jobs, queue i is chosen exactly weight_i
+--   times (the smooth round-robin sequence is periodic with that period), and a queue with ready jobs
+--   and weight > 0 is chosen within sum(weights) claims, so it never starves.
+--@include clock
+--@include emit
+--@include ready
+--@include active
+
+local P = ARGV[1]
+local worker = ARGV[2]
+local want = tonumber(ARGV[3])
+local default_vt = tonumber(ARGV[4])
+local retention = tonumber(ARGV[5])
+local strategy = ARGV[6]
+local now = now_ms()
+local reply = {'ok', now}
+local got = 0
+
+local queues, weights = {}, {}
+for i = 8, #ARGV, 2 do
+  queues[#queues + 1] = ARGV[i]
+  weights[#weights + 1] = tonumber(ARGV[i + 1])
+end
+-- One SMISMEMBER against the ready-queue index skips every empty queue without touching it.
+local has_ready = redis.call('SMISMEMBER', P .. 'ready', unpack(queues))
+local live = {}
+for i, q in ipairs(queues) do
+  live[i] = has_ready[i] == 1 and redis.call('SISMEMBER', P .. 'paused', q) == 0
+end
+
+-- Queue-level limits (PUT /admin/queues/{q}/rate-limit), checked before taking anything from a queue.
+local qlimits = {}
+local function queue_blocked(queue)
+  local c = redis.call('HMGET', P .. 'q:' .. queue .. ':conf', 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period')
+  local conc, rlim, rper = tonumber(c[1]), tonumber(c[2]), tonumber(c[3])
+  qlimits[queue] = { conc = conc, rate_limit = rlim, rate_period = rper }
+  if conc and redis.call('ZCOUNT', P .. 'q:' .. queue .. ':rl:active', '(' .. now, '+inf') >= conc then
+    return true
+  end
+  if rlim and rper then
+    local wk = P .. 'q:' .. queue .. ':rl:win'
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - rper)
+    if redis.call('ZCARD', wk) >= rlim then return true end
+  end
+  return false
+end
+
+local function discard_now(jk, id, queue, jtype, code, message, event, data)
+  redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now,
+    'error', '{"code":"' .. code .. '","message":"' .. message .. '"}')
+  redis.call('HDEL', jk, 'member')
+  stat(P, queue, 'discarded', 1)
+  emit(P, event, id, queue, jtype, now, data)
+  finish(jk, retention)
+end
+
+-- claim_one(queue): take the queue's best job that may start and make it active; false when none can.
+-- A job whose rate-limit key is limited parks its lane (ratelimit.lua) and the loop goes on.
+local function claim_one(queue)
+  local rk = P .. 'q:' .. queue .. ':ready'
+  if queue_blocked(queue) then return false end
+  while true do
+    local popped = redis.call('ZPOPMIN', rk)
+    if #popped == 0 then
+      redis.call('SREM', P .. 'ready', queue)
+      return false
+    end
+    local member, score = popped[1], popped[2]
+    local id = member_id(member)
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
+      'attempt')
+    local jtype, key = f[1] or '', f[6]
+    local e, limited = nil, nil
+    if key then
+      redis.call('HDEL', P .. 'q:' .. queue .. ':heads', key)
+      e = rl_effective(P, key, rl_parse(f[7]))
+    end
+    if f[2] and tonumber(f[2]) <= now then
+      not_available(P, queue, f[5])
+      discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
+      if key then lane_open(P, queue, key) end
+    else
+      local strategy, limit, current, wake
+      if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
+      if strategy then
+        -- One rate_limit.exceeded per blocking episode, not one per skipped job.
+        if redis.call('HSETNX', P .. 'rl:' .. key .. ':state', 'blocked_since', now) == 1 then
+          redis.call('HSET', P .. 'rl:' .. key .. ':state', 'strategy', strategy, 'until', wake)
+          redis.call('HINCRBY', P .. 'rl:' .. key .. ':stats', 'exceeded_' .. strategy, 1)
+          emit(P, 'rate_limit.exceeded', id, queue, jtype, now, '{"key":"' .. key .. '","strategy":"' .. strategy
+            .. '","limit":' .. limit .. ',"current":' .. current .. '}')
+        end
+        if e.on_limit == 'drop' then
+          not_available(P, queue, f[5])
+          discard_now(jk, id, queue, jtype, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)',
+            'rate_limit.dropped', '{"key":"' .. key .. '","strategy":"' .. strategy .. '"}')
+          lane_park(P, queue, key, nil, nil, wake)
+        elseif e.on_limit == 'reschedule' and wake > now then
+          not_available(P, queue, f[5])
+          redis.call('HDEL', jk, 'member')
+          redis.call('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
+          redis.call('ZADD', P .. 'scheduled', wake, id)
+          stat(P, queue, 'scheduled', 1)
+          emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. wake .. ',"reason":"rate_limit"}')
+          lane_park(P, queue, key, nil, nil, wake)
+        else
+          lane_park(P, queue, key, member, score, wake)
+        end
+      else
+        not_available(P, queue, f[5])
+        redis.call('HDEL', jk, 'member')
+        local vt = tonumber(f[3]) or default_vt
+        local lease = lease_deadline(now, vt, now, tonumber(f[4]))
+        local attempt = redis.call('HINCRBY', jk, 'attempt', 1)
+        redis.call('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker)
+        redis.call('ZADD', KEYS[1], lease, id)
+        stat(P, queue, 'active', 1)
+        if key then
+          rl_take(P, key, e, id, attempt, lease, now)
+          lane_open(P, queue, key)
+        end
+        local ql = qlimits[queue]
+        if ql.conc or ql.rate_limit then
+          if ql.conc then redis.call('ZADD', P .. 'q:' .. queue .. ':rl:active', lease, id) end
+          if ql.rate_limit and ql.rate_period then
+            redis.call('ZADD', P .. 'q:' .. queue .. ':rl:win', now, id .. ':' .. attempt)
+            redis.call('PEXPIRE', P .. 'q:' .. queue .. ':rl:win', ql.rate_period)
+          end
+          redis.call('HSET', jk, 'qrl', 1)
+        end
+        emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
+        reply[#reply + 1] = redis.call('HGETALL', jk)
+        ready_index_check(P, queue)
+        return true
+      end
+    end
+  end
+end
+
+if strategy == 'weighted' then
+  local sk = P .. 'wrr:' .. ARGV[7]
+  local cw = {}
+  local saved = redis.call('HMGET', sk, unpack(queues))
+  for i = 1, #queues do cw[i] = tonumber(saved[i]) or 0 end
+  while got < want do
+    local total, best = 0, nil
+    for i = 1, #queues do
+      if live[i] then
+        total = total + weights[i]
+        cw[i] = cw[i] + weights[i]
+        if not best or cw[i] > cw[best] then best = i end
+      end
+    end
+    if not best then break end
+    cw[best] = cw[best] - total
+    if claim_one(queues[best]) then
+      got = got + 1
+    else
+      -- The queue ran dry: undo this round as if it had not been eligible, and go again without it.
+      cw[best] = cw[best] + total
+      for i = 1, #queues do
+        if live[i] then cw[i] = cw[i] - weights[i] end
+      end
+      live[best] = false
+    end
+  end
+  local flat = {}
+  for i = 1, #queues do
+    flat[#flat + 1] = queues[i]
+    flat[#flat + 1] = cw[i]
+  end
+  redis.call('HSET', sk, unpack(flat))
+else
+  for i, queue in ipairs(queues) do
+    while got < want and live[i] do
+      if claim_one(queue) then got = got + 1 else live[i] = false end
+    end
+    if got >= want then break end
+  end
+end
+return reply

@@ -1,0 +1,39 @@
+-- Active jobs: P..'active' is a sorted set of job ids scored by lease deadline (ms), across all queues;
+-- the requeue script walks it from the oldest deadline. P..'q:'..queue..':stats' holds, per queue, two
+-- gauges ('active', 'scheduled' = scheduled + retryable) that every script moves in the same script as
+-- the index they mirror, so they cannot drift (the invariant checker verifies this), and cumulative
+-- counters ('completed', 'failed', 'discarded', 'cancelled') that only ever grow.
+
+--@include ratelimit
+
+local function stat(P, queue, field, delta)
+  redis.call('HINCRBY', P .. 'q:' .. queue .. ':stats', field, delta)
+end
+
+-- lease_deadline: a lease lasts visibility_ms but never past the execution timeout.
+local function lease_deadline(now, visibility_ms, started_at, timeout_ms)
+  local d = now + visibility_ms
+  if timeout_ms and timeout_ms > 0 and started_at then
+    local t = started_at + timeout_ms
+    if t < d then d = t end
+  end
+  return d
+end
+
+-- leave_active(P, jk, id, queue, now): the job stops being active (ack, nack, cancel, lease expiry);
+-- its rate-limit slots (key and queue) are released in the same script, so they can never leak.
+local function leave_active(P, jk, id, queue, now)
+  redis.call('ZREM', P .. 'active', id)
+  local f = redis.call('HMGET', jk, 'rl_key', 'qrl')
+  redis.call('HDEL', jk, 'lease_until', 'qrl')
+  stat(P, queue, 'active', -1)
+  if f[1] then rl_release(P, f[1], id, now) end
+  if f[2] then redis.call('ZREM', P .. 'q:' .. queue .. ':rl:active', id) end
+end
+
+-- finish(jk, retention_ms): a terminal job keeps its hash for retention_ms (0 = forever).
+local function finish(jk, retention_ms)
+  if retention_ms > 0 then
+    redis.call('PEXPIRE', jk, retention_ms)
+  end
+end

@@ -1,0 +1,81 @@
+-- fail_job: the retry policy, applied when an attempt failed (NACK, execution timeout, lease expiry).
+-- The attempt that failed is f.attempt (FETCH counted it). Reads nothing; the caller passed the fields.
+--   f        table with queue, type, attempt, max_attempts, backoff, on_exhaustion, non_retryable
+--   err      JSON object text of the error, e.g. {"code":"x","message":"y"}
+--   match    the error's type (or code) for non_retryable_errors patterns
+--   retryable false when the worker says the error is final
+--   jitter_u a uniform random number in [0,1) chosen by the caller (scripts stay deterministic)
+--   retention_ms for discarded jobs that do not go to the dead letter set
+-- Returns state ('retryable' | 'discarded'), delay_ms (or -1).
+-- Backoff ('backoff' field = "<strategy> <initial_ms> <coefficient> <max_ms> <jitter 0|1>"):
+--   exponential: initial * coefficient^(attempt-1); linear: initial * attempt; constant: initial;
+--   capped at max_ms; with jitter the delay is multiplied by 0.5 + jitter_u (so 50%..150%).
+
+local function matches_non_retryable(list_json, match)
+  if not list_json or list_json == '' or not match or match == '' then return false end
+  for _, pat in ipairs(cjson.decode(list_json)) do
+    if pat == match then return true end
+    if string.sub(pat, -1) == '*' then
+      local prefix = string.sub(pat, 1, -2)
+      if string.sub(prefix, -1) == '.' then prefix = string.sub(prefix, 1, -2) end
+      if string.sub(match, 1, string.len(prefix)) == prefix then return true end
+    end
+  end
+  return false
+end
+
+local function backoff_ms(spec, attempt, jitter_u)
+  local strategy, initial, coef, maxms, jitter = string.match(spec or '', '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if not strategy then
+    strategy, initial, coef, maxms, jitter = 'exponential', '1000', '2', '300000', '1'
+  end
+  initial, coef, maxms = tonumber(initial), tonumber(coef), tonumber(maxms)
+  local d
+  if strategy == 'linear' then
+    d = initial * attempt
+  elseif strategy == 'constant' then
+    d = initial
+  else
+    d = initial * (coef ^ (attempt - 1))
+  end
+  if d > maxms then d = maxms end
+  if jitter == '1' then d = d * (0.5 + jitter_u) end
+  return math.floor(d)
+end
+
+local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, retention_ms)
+  local attempt = tonumber(f.attempt) or 0
+  local entry = '{"attempt":' .. attempt .. ',"occurred_at":' .. now .. ',' .. string.sub(err, 2)
+  local history = redis.call('HGET', jk, 'errors')
+  if history then
+    history = string.sub(history, 1, -2) .. ',' .. entry .. ']'
+  else
+    history = '[' .. entry .. ']'
+  end
+  redis.call('HSET', jk, 'error', entry, 'errors', history)
+  stat(P, f.queue, 'failed', 1)
+  local final = (not retryable) or attempt >= (tonumber(f.max_attempts) or 3)
+    or matches_non_retryable(f.non_retryable, match)
+  if not final then
+    local delay = backoff_ms(f.backoff, attempt, jitter_u)
+    redis.call('HSET', jk, 'state', 'retryable', 'scheduled_at', now + delay, 'retry_delay_ms', delay)
+    redis.call('ZADD', P .. 'scheduled', now + delay, id)
+    stat(P, f.queue, 'scheduled', 1)
+    emit(P, 'job.retrying', id, f.queue, f.type, now,
+      '{"attempt":' .. attempt .. ',"delay_ms":' .. delay .. ',"error":' .. err .. '}')
+    return 'retryable', delay
+  end
+  -- A job that ran and failed for good has finished: completed_at marks when (jobs discarded without
+  -- running, expired or dropped by a rate limit, get only discarded_at).
+  redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now, 'completed_at', now)
+  stat(P, f.queue, 'discarded', 1)
+  emit(P, 'job.failed', id, f.queue, f.type, now, '{"attempt":' .. attempt .. ',"error":' .. err .. '}')
+  if f.on_exhaustion == 'dead_letter' then
+    redis.call('ZADD', P .. 'dead', now, id)
+    emit(P, 'job.dead_lettered', id, f.queue, f.type, now, '{}')
+  else
+    emit(P, 'job.discarded', id, f.queue, f.type, now, '{}')
+    finish(jk, retention_ms)
+  end
+  return 'discarded', -1
+end

@@ -1,0 +1,93 @@
+-- Ready sets: P..'q:'..queue..':ready' is a sorted set whose score orders the queue (lower runs first)
+-- and whose member is <sequence><job id>. Equal scores sort by member bytes, so the sequence gives FIFO
+-- within a score. The sequence is two counters in the hash P..'seq': 'lo' counts to SEQ_LO_LIMIT (exact
+-- in a Lua double), then carries into 'hi'. The member spells hi with a one-digit length prefix and lo
+-- with 15 fixed digits, so byte order is numeric order across the carry: FIFO never wraps.
+--
+-- The score is the job's rank, or, when the queue has aging configured (P..'q:'..queue..':conf' field
+-- 'aging_s' = interval in seconds), rank * aging_s + ready_since_s. That orders jobs exactly like the
+-- effective priority rank - age / interval, with no re-scoring: a static score, O(log n) like any other.
+--
+-- P..'ready' is the set of queues that hold at least one ready job (MediaWiki's ready-queue aggregator).
+-- P..'q:'..queue..':pri' counts ready jobs per priority (as the client gave it), for priority-stats.
+--@include ratelimit
+local SEQ_LO_LIMIT = 1000000000000000
+
+local function next_member(P, id)
+  local seq = P .. 'seq'
+  local lo = redis.call('HINCRBY', seq, 'lo', 1)
+  local hi
+  if lo >= SEQ_LO_LIMIT then
+    hi = redis.call('HINCRBY', seq, 'hi', 1)
+    redis.call('HSET', seq, 'lo', 0)
+    lo = 0
+  else
+    hi = tonumber(redis.call('HGET', seq, 'hi') or '0')
+  end
+  local hs = string.format('%d', hi)
+  return string.len(hs) .. hs .. string.format('%015d', lo) .. id
+end
+
+-- The job id is the last 36 bytes of a ready member.
+local function member_id(member)
+  return string.sub(member, -36)
+end
+
+-- ready_score(P, queue, rank, since_ms): the score a job of this rank, ready since since_ms, gets.
+local function ready_score(P, queue, rank, since_ms)
+  local aging = redis.call('HGET', P .. 'q:' .. queue .. ':conf', 'aging_s')
+  if aging then
+    return rank * tonumber(aging) + math.floor(since_ms / 1000)
+  end
+  return rank
+end
+
+-- make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key): make a job available with a fresh
+-- FIFO sequence: into its queue's ready set, or into its rate-limit lane when it has a key (see
+-- ratelimit.lua). The caller sets 'state'. since_ms is when the job (last) became ready to run.
+local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key)
+  local member = next_member(P, id)
+  local score = ready_score(P, queue, rank, since_ms)
+  redis.call('HSET', jk, 'member', member)
+  redis.call('HINCRBY', P .. 'q:' .. queue .. ':pri', priority, 1)
+  if rl_key then
+    if lane_add(P, queue, rl_key, score, member) == 'rebalance' then lane_rebalance(P, queue, rl_key) end
+    return
+  end
+  redis.call('ZADD', P .. 'q:' .. queue .. ':ready', score, member)
+  redis.call('SADD', P .. 'ready', queue)
+end
+
+-- not_available(P, queue, priority): a job stopped being available (claimed, cancelled, dropped…).
+local function not_available(P, queue, priority)
+  local pk = P .. 'q:' .. queue .. ':pri'
+  if redis.call('HINCRBY', pk, priority, -1) <= 0 then
+    redis.call('HDEL', pk, priority)
+  end
+end
+
+-- ready_index_check(P, queue): keep P..'ready' exact after taking from a ready set.
+local function ready_index_check(P, queue)
+  if redis.call('ZCARD', P .. 'q:' .. queue .. ':ready') == 0 then
+    redis.call('SREM', P .. 'ready', queue)
+  end
+end
+
+-- unready(P, jk, queue): take an available job out of wherever it waits (cancel).
+local function unready(P, jk, queue)
+  local f = redis.call('HMGET', jk, 'member', 'priority', 'rl_key')
+  if not f[1] then return end
+  local member, key = f[1], f[3]
+  if key and redis.call('HGET', P .. 'q:' .. queue .. ':heads', key) ~= member then
+    redis.call('ZREM', lane_key(P, queue, key), member)
+  else
+    redis.call('ZREM', P .. 'q:' .. queue .. ':ready', member)
+    if key then
+      redis.call('HDEL', P .. 'q:' .. queue .. ':heads', key)
+      lane_open(P, queue, key)
+    end
+    ready_index_check(P, queue)
+  end
+  redis.call('HDEL', jk, 'member')
+  not_available(P, queue, f[2])
+end

@@ -1,0 +1,73 @@
+-- nack-1.lua: an active job failed; apply its retry policy, or release it untouched (requeue).
+--
+-- KEYS
+--   KEYS[1] P..'job:'..id   hash   the job
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] id            string job id
+--   ARGV[3] error         string JSON object of the error as the worker reported it (non-empty object)
+--   ARGV[4] match         string the error's type (or code), matched against non_retryable_errors
+--   ARGV[5] retryable     '1' or '0' (the worker's verdict)
+--   ARGV[6] requeue       '1': release the job back to available at once, keeping its attempt unspent
+--   ARGV[7] jitter_u      number in [0,1) for backoff jitter
+--   ARGV[8] retention_ms  int    retention of a discarded job's hash; 0 = forever
+--   ARGV[9] rate_limit_until int  ms; when > now the worker reports the downstream is rate-limiting
+--                                (error.rate_limit_until): the job's key is blocked until then and the
+--                                job goes back to waiting without spending the attempt
+-- RETURNS
+--   {'ok', now_ms, state, attempt, delay_ms, max_attempts, queue, type}
+--      state: 'retryable' | 'discarded' | 'available'; delay_ms is -1 unless retryable
+--   {'not_found'}
+--   {'state', state}      the job is not active
+-- COST   O(log n)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   active -> retryable (in P..'scheduled'), discarded (in P..'dead' when on_exhaustion is
+--   dead_letter) or available (requeue or rate_limit_until, in its ready set or lane); the job leaves
+--   P..'active' and gives back its rate-limit slots in the same script
+--@include clock
+--@include emit
+--@include ready
+--@include active
+--@include fail
+
+local P, id, err, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local jk = KEYS[1]
+local r = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
+  'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key')
+if not r[1] then return {'not_found'} end
+if r[1] ~= 'active' then return {'state', r[1]} end
+local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],
+  on_exhaustion = r[7], non_retryable = r[8] }
+local now = now_ms()
+leave_active(P, jk, id, f.queue, now)
+local rl_until = tonumber(ARGV[9])
+if rl_until > now then
+  redis.call('HINCRBY', jk, 'attempt', -1)
+  if r[12] then
+    -- Dynamic back-off (seed §9): block the key, and wait in its lane without spending an attempt.
+    redis.call('SET', P .. 'rl:' .. r[12] .. ':until', rl_until, 'PXAT', rl_until)
+    redis.call('HSET', jk, 'state', 'available')
+    make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
+    emit(P, 'rate_limit.dynamic_adjusted', id, f.queue, f.type, now,
+      '{"key":"' .. r[12] .. '","until":' .. rl_until .. ',"reason":' .. err .. '}')
+    return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
+  end
+  -- No key to block: retry at that time, still without spending the attempt.
+  redis.call('HSET', jk, 'state', 'retryable', 'scheduled_at', rl_until, 'retry_delay_ms', rl_until - now)
+  redis.call('ZADD', P .. 'scheduled', rl_until, id)
+  stat(P, f.queue, 'scheduled', 1)
+  emit(P, 'job.retrying', id, f.queue, f.type, now, '{"delay_ms":' .. (rl_until - now) .. ',"rate_limited":true}')
+  return {'ok', now, 'retryable', tonumber(f.attempt) - 1, rl_until - now, tonumber(f.max_attempts), f.queue, f.type}
+end
+if ARGV[6] == '1' then
+  -- A graceful release: the worker did not run the job to a failure, so the attempt is given back.
+  redis.call('HINCRBY', jk, 'attempt', -1)
+  redis.call('HSET', jk, 'state', 'available')
+  make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
+  emit(P, 'job.released', id, f.queue, f.type, now, nil)
+  return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
+end
+local state, delay = fail_job(P, jk, id, f, err, match, ARGV[5] == '1', now, tonumber(ARGV[7]),
+  tonumber(ARGV[8]))
+return {'ok', now, state, tonumber(f.attempt), delay, tonumber(f.max_attempts), f.queue, f.type}

@@ -1,0 +1,61 @@
+-- promote-1.lua: move due scheduled and retryable jobs into their queues' ready sets.
+--
+-- KEYS
+--   KEYS[1] P..'scheduled'  zset  scheduled and retryable job ids scored by run-at time (ms)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] limit         int    most jobs to move in this call (bounds the script's run time)
+--   ARGV[3] retention_ms  int    retention of a job discarded because its expires_at passed
+-- RETURNS
+--   {'ok', moved, next_due_ms}   next_due_ms is the earliest remaining run-at or lane wake time, or -1
+-- COST   O(k log n) for k moved jobs
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   parked rate-limit lanes whose P..'rl:wake' time passed are re-opened (their best job back in
+--   the ready set; rate_limit.released);
+--   scheduled|retryable -> available (into the ready set with the job's rank and a fresh FIFO
+--   sequence) or discarded when expires_at passed; safe to run from every API pod at once, since
+--   a job is moved only if it is still in P..'scheduled'
+--@include clock
+--@include emit
+--@include ready
+--@include active
+
+local P = ARGV[1]
+local now = now_ms()
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(due) do
+  redis.call('ZREM', KEYS[1], id)
+  local jk = P .. 'job:' .. id
+  local f = redis.call('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key')
+  if f[1] then
+    stat(P, f[1], 'scheduled', -1)
+    if f[4] and tonumber(f[4]) <= now then
+      redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now,
+        'error', '{"code":"expired","message":"expires_at passed before the job started"}')
+      stat(P, f[1], 'discarded', 1)
+      emit(P, 'job.expired', id, f[1], f[2], now, nil)
+      finish(jk, tonumber(ARGV[3]))
+    else
+      redis.call('HSET', jk, 'state', 'available', 'enqueued_at', now)
+      make_ready(P, jk, id, f[1], tonumber(f[3]), f[6], now, f[7])
+      emit(P, 'job.available', id, f[1], f[2], now, '{"from":"' .. f[5] .. '"}')
+    end
+  end
+end
+-- Parked rate-limit lanes whose wake time came: put their best job back in the ready set.
+local wakes = redis.call('ZRANGE', P .. 'rl:wake', '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, m in ipairs(wakes) do
+  redis.call('ZREM', P .. 'rl:wake', m)
+  local queue, key = string.match(m, '^(.-)\n(.*)$')
+  local head = lane_open(P, queue, key)
+  if head then
+    emit(P, 'rate_limit.released', head, queue, '', now, '{"key":"' .. key .. '"}')
+  end
+  redis.call('DEL', P .. 'rl:' .. key .. ':state')
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local nwake = redis.call('ZRANGE', P .. 'rl:wake', 0, 0, 'WITHSCORES')
+local next_due = nxt[2] and tonumber(nxt[2]) or -1
+if nwake[2] and (next_due < 0 or tonumber(nwake[2]) < next_due) then next_due = tonumber(nwake[2]) end
+return {'ok', #due, next_due}

@@ -1,0 +1,60 @@
+-- requeue-1.lua: take back jobs whose lease expired (the worker died, hung or lost its network).
+--
+-- KEYS
+--   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] limit         int    most jobs to take back in this call
+--   ARGV[3] jitter_u      number in [0,1) for backoff jitter
+--   ARGV[4] retention_ms  int    retention of a discarded job's hash; 0 = forever
+-- RETURNS
+--   {'ok', requeued, timed_out}
+-- COST   O(k log n) for k expired leases
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   active -> available when the visibility timeout lapsed: the attempt stays spent, and when it was
+--   the last one the job is exhausted (discarded / dead letter) instead, so a job that kills its
+--   workers cannot loop forever; active -> retryable|discarded through the retry policy when its
+--   execution timeout (started_at + timeout_ms) passed; either way its rate-limit slots are given back
+--   in the same script. Safe to run from every API pod at once.
+--@include clock
+--@include emit
+--@include ready
+--@include active
+--@include fail
+
+local P = ARGV[1]
+local now = now_ms()
+local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local requeued, timed_out = 0, 0
+for _, id in ipairs(expired) do
+  local jk = P .. 'job:' .. id
+  local r = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
+    'on_exhaustion', 'non_retryable', 'rank', 'started_at', 'timeout_ms', 'priority', 'enqueued_at', 'rl_key')
+  if r[1] ~= 'active' then
+    -- Only reachable if the hash vanished (retention on a job that was active): drop the stale entry.
+    redis.call('ZREM', KEYS[1], id)
+  else
+    local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],
+      on_exhaustion = r[7], non_retryable = r[8] }
+    leave_active(P, jk, id, f.queue, now)
+    local started, timeout = tonumber(r[10]), tonumber(r[11])
+    if timeout and timeout > 0 and started and now >= started + timeout then
+      timed_out = timed_out + 1
+      fail_job(P, jk, id, f, '{"code":"timeout","type":"ExecutionTimeout","message":"execution timeout of '
+        .. timeout .. ' ms exceeded","retryable":true}', 'ExecutionTimeout', true, now,
+        tonumber(ARGV[3]), tonumber(ARGV[4]))
+    elseif tonumber(f.attempt) >= (tonumber(f.max_attempts) or 3) then
+      timed_out = timed_out + 1
+      fail_job(P, jk, id, f, '{"code":"visibility_timeout","type":"VisibilityTimeout","message":'
+        .. '"the worker neither acknowledged nor heartbeat the job before its lease expired","retryable":true}',
+        'VisibilityTimeout', true, now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+    else
+      requeued = requeued + 1
+      redis.call('HSET', jk, 'state', 'available')
+      make_ready(P, jk, id, f.queue, tonumber(r[9]), r[12], tonumber(r[13]), r[14])
+      emit(P, 'job.requeued', id, f.queue, f.type, now, '{"reason":"visibility_timeout"}')
+    end
+  end
+end
+return {'ok', requeued, timed_out}

@@ -1,0 +1,34 @@
+-- rl-override-1.lua: set or clear an operator override of a rate-limit key's limits.
+--
+-- KEYS
+--   KEYS[1] P..'rl:'..key..':ovr'   hash   the override (fields concurrency, rate_limit, rate_period,
+--                                          throttle_limit, throttle_period; absent = the jobs' own)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] key           string the rate-limit key
+--   ARGV[3] expires_at    int    ms when the override lapses (0 = never); '-1' clears the override
+--   ARGV[4..] field, value pairs to set
+-- RETURNS
+--   {'ok', now_ms}
+-- COST   O(queues with a lane for the key)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   the override replaces the previous one as a whole; every parked lane of the key is re-opened in
+--   the same script, so a raised (or cleared) limit takes effect at the next FETCH, and a lowered one
+--   re-parks the lane at its next FETCH
+--@include clock
+--@include emit
+--@include ratelimit
+
+local P, key = ARGV[1], ARGV[2]
+local now = now_ms()
+redis.call('DEL', KEYS[1])
+if ARGV[3] ~= '-1' then
+  local pairs_ = {}
+  for i = 4, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+  redis.call('HSET', KEYS[1], 'set_at', now, unpack(pairs_))
+  if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[3])) end
+  redis.call('ZADD', P .. 'rl:keys', 0, key)
+end
+lane_wake_all(P, key, now)
+return {'ok', now}
