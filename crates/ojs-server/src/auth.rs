@@ -1,0 +1,135 @@
+//! Bearer API keys with two scopes. `admin` may call everything; `worker` may call everything except
+//! the operator endpoints (admin routes, rate-limit overrides, dead letter, queue pause/resume, worker
+//! signals). Keys come from `OJS_API_KEYS` (`admin:<key>,worker:<key>,…`) and are compared in constant
+//! time. Health and the manifest stay open for load balancers. With no keys configured the server
+//! refuses to listen on anything but loopback unless `--insecure-no-auth` is given.
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use ojs_core::{ErrorCode, OjsError};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Worker,
+    Admin,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys(pub Vec<(Scope, String)>);
+
+impl ApiKeys {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The scope of a presented key, comparing against every configured key in constant time.
+    pub fn scope_of(&self, presented: &str) -> Option<Scope> {
+        let mut found = None;
+        for (scope, key) in &self.0 {
+            if bool::from(key.as_bytes().ct_eq(presented.as_bytes())) {
+                found = found.max(Some(*scope));
+            }
+        }
+        found
+    }
+}
+
+pub fn parse_keys(s: &str) -> Result<ApiKeys, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (scope, key) = part
+            .split_once(':')
+            .ok_or_else(|| "each API key must be written scope:key, scope being admin or worker".to_string())?;
+        let scope = match scope {
+            "admin" => Scope::Admin,
+            "worker" => Scope::Worker,
+            other => return Err(format!("unknown API key scope {other:?}: use admin or worker")),
+        };
+        if key.len() < 16 {
+            return Err("API keys must be at least 16 characters".into());
+        }
+        out.push((scope, key.to_string()));
+    }
+    Ok(ApiKeys(out))
+}
+
+/// The scope a request needs; None for open endpoints.
+pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
+    // The dashboard page itself is static; every call it makes carries the operator's key.
+    if path == "/ojs/v1/health" || path == "/ojs/manifest" || path == "/" || path == "/ui" || path == "/ui/" {
+        return None;
+    }
+    let admin = path.starts_with("/ojs/v1/admin/")
+        || path.starts_with("/ojs/v1/dead-letter")
+        || (path.starts_with("/ojs/v1/rate-limits/") && method != Method::GET)
+        || (path.starts_with("/ojs/v1/queues/") && (path.ends_with("/pause") || path.ends_with("/resume")))
+        || (path.starts_with("/ojs/v1/workers/") && path.ends_with("/signal"));
+    Some(if admin { Scope::Admin } else { Scope::Worker })
+}
+
+pub async fn middleware(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let keys = &st.config.api_keys;
+    if keys.is_empty() {
+        return next.run(req).await;
+    }
+    let Some(needed) = required_scope(req.method(), req.uri().path()) else {
+        return next.run(req).await;
+    };
+    let presented = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let err = match presented.map(|p| keys.scope_of(p)) {
+        None => OjsError::new(
+            ErrorCode::Unauthorized,
+            "this server requires an API key: Authorization: Bearer <key>",
+        ),
+        Some(None) => OjsError::new(ErrorCode::Unauthorized, "the API key is not valid"),
+        Some(Some(scope)) if scope >= needed => return next.run(req).await,
+        Some(Some(_)) => OjsError::new(
+            ErrorCode::Forbidden,
+            format!("{} {} needs an admin key", req.method(), req.uri().path()),
+        ),
+    };
+    ApiError(err).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes() {
+        let keys = parse_keys("admin:aaaaaaaaaaaaaaaa, worker:wwwwwwwwwwwwwwww").expect("keys");
+        assert_eq!(keys.scope_of("aaaaaaaaaaaaaaaa"), Some(Scope::Admin));
+        assert_eq!(keys.scope_of("wwwwwwwwwwwwwwww"), Some(Scope::Worker));
+        assert_eq!(keys.scope_of("nope"), None);
+        assert!(parse_keys("root:aaaaaaaaaaaaaaaa").is_err());
+        assert!(parse_keys("admin:short").is_err());
+        assert_eq!(
+            required_scope(&Method::POST, "/ojs/v1/workers/fetch"),
+            Some(Scope::Worker)
+        );
+        assert_eq!(
+            required_scope(&Method::POST, "/ojs/v1/queues/q/pause"),
+            Some(Scope::Admin)
+        );
+        assert_eq!(
+            required_scope(&Method::PUT, "/ojs/v1/rate-limits/k"),
+            Some(Scope::Admin)
+        );
+        assert_eq!(
+            required_scope(&Method::GET, "/ojs/v1/rate-limits/k"),
+            Some(Scope::Worker)
+        );
+        assert_eq!(required_scope(&Method::GET, "/ojs/v1/health"), None);
+    }
+}

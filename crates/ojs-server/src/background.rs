@@ -1,0 +1,61 @@
+//! The timers every API node runs: promote due scheduled/retryable jobs, and take back jobs whose
+//! lease expired. Each step is one Lua script that only moves a job that is still where it expects,
+//! so any number of nodes can run them at once without double work or lost jobs.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::state::AppState;
+
+const BATCH: u32 = 1_000;
+
+/// Runs every `tick_ms`, or sooner when a scheduled job or a parked rate-limit lane is due before the
+/// next tick (so a throttle's next start or a delayed job is not late by up to a tick).
+pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
+    let tick = Duration::from_millis(st.config.tick_ms.max(5));
+    let mut failing = false;
+    let mut sleep = tick;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        sleep = tick;
+        match step(&st).await {
+            Ok(Some(due_in_ms)) => {
+                failing = false;
+                sleep = tick.min(Duration::from_millis(due_in_ms.clamp(2, 1_000) as u64));
+            }
+            Ok(None) => failing = false,
+            Err(e) => {
+                // Log once per outage, not once per tick.
+                if !failing {
+                    warn!(error = %e, "background step failed; will keep retrying");
+                }
+                failing = true;
+            }
+        }
+    }
+}
+
+/// One round of both timers; returns how soon (ms) the next scheduled job or lane wake is due.
+async fn step(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
+    let next_due = loop {
+        let (moved, next) = st.store.promote(BATCH).await?;
+        if moved < u64::from(BATCH) {
+            break next;
+        }
+    };
+    loop {
+        let (requeued, failed) = st.store.requeue_expired(BATCH).await?;
+        if requeued + failed < u64::from(BATCH) {
+            break;
+        }
+    }
+    Ok(next_due.map(|due| due - ojs_core::clock::local_now_ms()))
+}

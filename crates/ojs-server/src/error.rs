@@ -1,0 +1,49 @@
+//! The API error: an [`OjsError`] rendered in the OJS error shape with its HTTP status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use ojs_core::{ErrorCode, OjsError};
+use ojs_store::StoreError;
+
+use crate::respond::ojs_json;
+
+#[derive(Debug)]
+pub struct ApiError(pub OjsError);
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<OjsError> for ApiError {
+    fn from(e: OjsError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => {
+                tracing::warn!(error = %m, "redis unavailable");
+                Self(OjsError::new(
+                    ErrorCode::BackendUnavailable,
+                    "the job store (Redis) is unavailable; retry shortly",
+                ))
+            }
+            other => {
+                tracing::error!(error = %other, "store error");
+                Self(OjsError::new(ErrorCode::Internal, format!("internal error: {other}")))
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut res = ojs_json(status, self.0.body(None));
+        if self.0.code == ErrorCode::BackendUnavailable {
+            res.headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        }
+        res
+    }
+}

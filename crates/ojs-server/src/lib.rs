@@ -1,0 +1,215 @@
+//! The OJS HTTP server.
+//!
+//! A request flows: axum router ([`app`]) → a handler in [`routes`] (validates with `ojs-core`) →
+//! one `ojs_store::Store` method → one Lua script in `lua/` → the deployment's Redis keys. Handlers
+//! hold no job state, so any number of nodes can serve one Redis. [`run`] takes its listener and its
+//! shutdown signal as arguments, so tests start real servers on port 0.
+
+pub mod auth;
+pub mod background;
+pub mod config;
+pub mod error;
+pub mod events_hub;
+pub mod metrics;
+pub mod respond;
+pub mod routes;
+pub mod state;
+pub mod ui;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+use ojs_core::envelope::EnvelopeRules;
+use ojs_core::{ErrorCode, OjsError};
+use ojs_store::{Store, StoreConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::Config;
+use error::ApiError;
+pub use state::AppState;
+
+/// Builds the shared state. Connects lazily: a Redis that is down now is retried on each request.
+pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Result<AppState> {
+    let store = Store::new(StoreConfig {
+        redis_url: config.redis_url.clone(),
+        namespace: config.namespace.clone(),
+        default_visibility_ms: config.visibility_timeout_ms,
+        retention_ms: config.retention_secs.saturating_mul(1000),
+        pool_size: config.redis_pool,
+    })?;
+    metrics::install();
+    let rules = EnvelopeRules {
+        priority_model: config.priority_model,
+        ..Default::default()
+    };
+    Ok(AppState(Arc::new(state::Inner {
+        store,
+        config,
+        rules,
+        started: Instant::now(),
+        shutting_down,
+        events: events_hub::channel(),
+    })))
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(info(
+    title = "OJS server on Redis",
+    description = "Open Job Spec over HTTP. Priority follows the project's seed (top-level `priority`, lower runs first, default 2) unless the server runs `--priority-model core`."
+))]
+struct ApiDoc;
+
+/// Every documented API route: each handler's `#[utoipa::path]` both routes it and documents it, so
+/// the OpenAPI document (`GET /ojs/v1/openapi.json`) cannot drift from the router.
+pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
+    utoipa_axum::router::OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
+        .merge(routes::jobs::router())
+        .merge(routes::workers::router())
+        .merge(routes::queues::router())
+        .merge(routes::rate_limits::router())
+        .merge(routes::dead_letter::router())
+        .merge(routes::events::router())
+        .merge(routes::events::stream_router())
+        .merge(routes::system::router())
+        .merge(metrics::router())
+}
+
+/// The OpenAPI document of [`api_router`].
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// The router with every route and the OJS headers.
+pub fn app(st: AppState) -> Router {
+    let limit = st.config.max_body_bytes;
+    let (api_routes, api) = api_router().split_for_parts();
+    let openapi = Arc::new(api);
+    Router::new()
+        .merge(api_routes)
+        .route(
+            "/ojs/v1/openapi.json",
+            axum::routing::get(move || {
+                let doc = openapi.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .merge(ui::router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
+        .layer(middleware::from_fn_with_state(st.clone(), request_timeout))
+        .layer(middleware::from_fn_with_state(st.clone(), auth::middleware))
+        .layer(middleware::from_fn(ojs_headers))
+        .with_state(st)
+}
+
+/// A panic is a bug; the client still gets the OJS error shape, and the node keeps serving.
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("handler panicked");
+    axum::response::IntoResponse::into_response(ApiError(OjsError::new(ErrorCode::Internal, "internal error")))
+}
+
+/// Bounds every request (SSE streams are bounded only until their headers are sent).
+async fn request_timeout(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let limit = Duration::from_millis(st.config.request_timeout_ms.max(1));
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => axum::response::IntoResponse::into_response(ApiError(OjsError::new(
+            ErrorCode::Timeout,
+            format!("the request took longer than {} ms", limit.as_millis()),
+        ))),
+    }
+}
+
+async fn not_found(req: Request) -> ApiError {
+    OjsError::new(
+        ErrorCode::NotFound,
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    )
+    .into()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let e = OjsError::new(
+        ErrorCode::InvalidRequest,
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    );
+    let mut res = axum::response::IntoResponse::into_response(ApiError(e));
+    *res.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    res
+}
+
+/// `OJS-Version` on every response, and `X-Request-Id` echoed (or minted) for correlation.
+async fn ojs_headers(req: Request, next: Next) -> Response {
+    let rid = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let started = Instant::now();
+    let mut res = next.run(req).await;
+    let route = match (method.as_str(), path.as_str()) {
+        ("POST", "/ojs/v1/jobs") => "enqueue",
+        ("POST", "/ojs/v1/jobs/batch") => "enqueue_batch",
+        ("POST", "/ojs/v1/workers/fetch") => "fetch",
+        ("POST", "/ojs/v1/workers/ack") => "ack",
+        ("POST", "/ojs/v1/workers/nack") => "nack",
+        ("POST", "/ojs/v1/workers/heartbeat") => "heartbeat",
+        _ => "other",
+    };
+    ::metrics::histogram!("ojs_http_request_duration_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    let h = res.headers_mut();
+    h.insert("ojs-version", HeaderValue::from_static("1.0"));
+    if let Ok(v) = HeaderValue::from_str(&rid) {
+        h.insert("x-request-id", v);
+    }
+    tracing::debug!(%method, %path, status = res.status().as_u16(), request_id = %rid,
+        elapsed_us = started.elapsed().as_micros() as u64, "request");
+    res
+}
+
+/// Serves until `shutdown` resolves, then stops the timers, stops long-polls, and lets in-flight
+/// requests finish.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let (tx, rx) = watch::channel(false);
+    let st = state(config, rx.clone())?;
+    if let Err(e) = st.store.ping().await {
+        tracing::warn!(error = %e, "redis is not reachable yet; requests answer 503 until it is");
+    }
+    let timers = tokio::spawn(background::run(st.clone(), rx.clone()));
+    let hub = tokio::spawn(events_hub::run(st.clone(), rx));
+    let app = app(st);
+    let tx2 = tx.clone();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new work, finishing in-flight requests");
+        let _ = tx2.send(true);
+    };
+    axum::serve(listener, app).with_graceful_shutdown(signal).await?;
+    let _ = tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), timers).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), hub).await;
+    Ok(())
+}

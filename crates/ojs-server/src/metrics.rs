@@ -1,0 +1,185 @@
+//! Prometheus metrics at `GET /metrics`.
+//!
+//! Two kinds: counters and histograms this node records as it serves (per node, as Prometheus expects:
+//! sum them across pods), and gauges read from Redis at scrape time (the same on every node, since Redis
+//! holds the truth). Label cardinality is bounded: `priority` is the exact value from -20 to 20 and
+//! "other" beyond, and a scrape reports at most [`MAX_QUEUES`] queues and [`MAX_PRIORITIES`] priorities
+//! per queue (the rest summed under priority="other").
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::error::ApiResult;
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub const MAX_QUEUES: usize = 200;
+pub const MAX_PRIORITIES: usize = 20;
+/// Rate-limit keys are user data: a scrape reports the first 100 keys (lexicographic), and a node labels
+/// histogram samples with at most 100 distinct keys, "other" after that.
+pub const MAX_KEYS: usize = 100;
+
+static SEEN_KEYS: std::sync::Mutex<Option<std::collections::HashSet<String>>> = std::sync::Mutex::new(None);
+
+static SEEN_JOBS: std::sync::Mutex<Option<std::collections::HashSet<(String, String)>>> = std::sync::Mutex::new(None);
+
+/// Bounded (queue, type) labels: job types are user data, so a node labels at most 200 distinct
+/// pairs and counts the rest under ("other", "other").
+pub fn job_labels(queue: &str, job_type: &str) -> [(&'static str, String); 2] {
+    let mut seen = SEEN_JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    let set = seen.get_or_insert_with(Default::default);
+    let pair = (queue.to_string(), job_type.to_string());
+    let (q, t) = if set.contains(&pair) || set.len() < 200 {
+        set.insert(pair.clone());
+        pair
+    } else {
+        ("other".to_string(), "other".to_string())
+    };
+    [("queue", q), ("type", t)]
+}
+
+/// Counts a job lifecycle step (`enqueued`, `started`, `completed`, `failed`, `discarded`).
+pub fn job_event(step: &'static str, queue: &str, job_type: &str) {
+    let name = match step {
+        "enqueued" => "ojs_jobs_enqueued_total",
+        "started" => "ojs_jobs_started_total",
+        "completed" => "ojs_jobs_completed_total",
+        "failed" => "ojs_jobs_failed_total",
+        _ => "ojs_jobs_discarded_total",
+    };
+    metrics::counter!(name, &job_labels(queue, job_type)).increment(1);
+}
+
+/// The bounded `key` label for samples this node records.
+pub fn key_label(key: &str) -> String {
+    let mut seen = SEEN_KEYS.lock().unwrap_or_else(|e| e.into_inner());
+    let set = seen.get_or_insert_with(Default::default);
+    if set.contains(key) || set.len() < MAX_KEYS {
+        set.insert(key.to_string());
+        key.to_string()
+    } else {
+        "other".to_string()
+    }
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once (several servers in one test process share it).
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(&[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0])
+            .expect("static buckets")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Another recorder may already be installed by an embedding program; then ours only renders.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+/// The bounded `priority` label.
+pub fn priority_label(p: i64) -> String {
+    if (-20..=20).contains(&p) {
+        p.to_string()
+    } else {
+        "other".to_string()
+    }
+}
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(scrape))
+}
+
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "system",
+    summary = "Prometheus metrics",
+    responses((status = 200, description = "OK"))
+)]
+async fn scrape(State(st): State<AppState>) -> ApiResult<Response> {
+    let mut out = install().render();
+    let mut names = st.store.queue_names().await?;
+    names.truncate(MAX_QUEUES);
+    let counts = st.store.queue_counts(&names).await?;
+    let _ = writeln!(
+        out,
+        "# HELP ojs_queue_depth Jobs in a queue by state (read from Redis at scrape time)."
+    );
+    let _ = writeln!(out, "# TYPE ojs_queue_depth gauge");
+    for c in &counts {
+        for (state, n) in [
+            ("available", c.available),
+            ("active", c.active),
+            ("scheduled", c.scheduled),
+        ] {
+            let _ = writeln!(out, "ojs_queue_depth{{queue=\"{}\",state=\"{state}\"}} {n}", c.name);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP ojs_queue_available_by_priority Available jobs per priority level."
+    );
+    let _ = writeln!(out, "# TYPE ojs_queue_available_by_priority gauge");
+    for q in &names {
+        let per = st.store.priority_counts(q).await?;
+        let mut other = 0u64;
+        for (i, (p, n)) in per.iter().enumerate() {
+            let label = priority_label(*p);
+            if i < MAX_PRIORITIES && label != "other" {
+                let _ = writeln!(
+                    out,
+                    "ojs_queue_available_by_priority{{queue=\"{q}\",priority=\"{label}\"}} {n}"
+                );
+            } else {
+                other += n;
+            }
+        }
+        if other > 0 {
+            let _ = writeln!(
+                out,
+                "ojs_queue_available_by_priority{{queue=\"{q}\",priority=\"other\"}} {other}"
+            );
+        }
+    }
+    let (_, keys) = st.store.rate_limit_keys(0, MAX_KEYS as u64).await?;
+    let mut active = String::new();
+    let mut waiting = String::new();
+    let mut exceeded = String::new();
+    for k in &keys {
+        let s = st.store.rate_limit_state(k).await?;
+        let _ = writeln!(active, "ojs_rate_limit_active{{key=\"{k}\"}} {}", s.active);
+        let _ = writeln!(waiting, "ojs_rate_limit_waiting{{key=\"{k}\"}} {}", s.waiting);
+        for (field, n) in &s.stats {
+            if let Some(strategy) = field.strip_prefix("exceeded_") {
+                let _ = writeln!(
+                    exceeded,
+                    "ojs_rate_limit_exceeded_total{{key=\"{k}\",strategy=\"{strategy}\"}} {n}"
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP ojs_rate_limit_active Jobs holding a concurrency slot of a rate-limit key."
+    );
+    let _ = writeln!(out, "# TYPE ojs_rate_limit_active gauge\n{active}");
+    let _ = writeln!(
+        out,
+        "# HELP ojs_rate_limit_waiting Available jobs of a rate-limit key (waiting in its lanes)."
+    );
+    let _ = writeln!(out, "# TYPE ojs_rate_limit_waiting gauge\n{waiting}");
+    let _ = writeln!(
+        out,
+        "# HELP ojs_rate_limit_exceeded_total Blocking episodes of a rate-limit key, by strategy."
+    );
+    let _ = writeln!(out, "# TYPE ojs_rate_limit_exceeded_total counter\n{exceeded}");
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}

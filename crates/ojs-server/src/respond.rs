@@ -1,0 +1,83 @@
+//! Request bodies in, responses out: the OJS media type both ways, and malformed bodies answered in
+//! the OJS error shape instead of axum's plain-text rejections.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ojs_core::{ErrorCode, OjsError};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
+
+/// A JSON response with the OJS media type.
+pub fn ojs_json(status: StatusCode, body: Value) -> Response {
+    let mut res = (status, axum::Json(body)).into_response();
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_MEDIA_TYPE));
+    res
+}
+
+pub fn ok(body: Value) -> Response {
+    ojs_json(StatusCode::OK, body)
+}
+
+/// A JSON body: `application/openjobspec+json` or `application/json` (or no Content-Type at all).
+pub struct OjsJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let ct = ct
+                .to_str()
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            if !ct.is_empty() && ct != OJS_MEDIA_TYPE && ct != "application/json" && !ct.ends_with("+json") {
+                return Err(OjsError::new(
+                    ErrorCode::UnsupportedMediaType,
+                    format!("Content-Type {ct} is not supported; use {OJS_MEDIA_TYPE} or application/json"),
+                )
+                .into());
+            }
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                OjsError::new(
+                    ErrorCode::PayloadTooLarge,
+                    "request body is larger than the server accepts",
+                )
+            } else {
+                OjsError::new(
+                    ErrorCode::InvalidPayload,
+                    format!("could not read the request body: {e}"),
+                )
+            }
+        })?;
+        let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+            Value::Object(Default::default())
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                OjsError::new(
+                    ErrorCode::InvalidPayload,
+                    format!("request body is not valid JSON: {e}"),
+                )
+            })?
+        };
+        let t = serde_json::from_value(value).map_err(|e| {
+            OjsError::new(
+                ErrorCode::InvalidRequest,
+                format!("request body has the wrong shape: {e}"),
+            )
+        })?;
+        Ok(Self(t))
+    }
+}

@@ -1,0 +1,250 @@
+//! Lifecycle events, read back from the capped Redis stream the scripts write to.
+//! `GET /ojs/v1/events?types=a,b&queues=q&job_id=…&after=<cursor>&limit=N`.
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use ojs_core::{clock, OjsError};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiResult;
+use crate::respond::ok;
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list))
+}
+
+#[derive(Deserialize)]
+struct Filter {
+    types: Option<String>,
+    #[serde(rename = "type")]
+    type_: Option<String>,
+    queues: Option<String>,
+    queue: Option<String>,
+    job_id: Option<String>,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+fn csv(a: &Option<String>, b: &Option<String>) -> Vec<String> {
+    a.iter()
+        .chain(b.iter())
+        .flat_map(|s| s.split(','))
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// One stream entry as the API shows it: the script's fields, `data` merged with the job context.
+pub fn event_json(id: &str, f: &std::collections::HashMap<String, String>) -> Value {
+    let mut data: Map<String, Value> = f
+        .get("data")
+        .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        .and_then(|v| if let Value::Object(m) = v { Some(m) } else { None })
+        .unwrap_or_default();
+    let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+    data.entry("job_id").or_insert(json!(get("job_id")));
+    data.entry("queue").or_insert(json!(get("queue")));
+    data.entry("job_type").or_insert(json!(get("job_type")));
+    let time = get("time").parse::<i64>().map(clock::format_ms).unwrap_or_default();
+    json!({
+        "id": id,
+        "specversion": "1.0",
+        "type": get("type"),
+        "source": "/ojs/v1",
+        "time": time,
+        "subject": get("job_id"),
+        "data": Value::Object(data),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/events",
+    tag = "events",
+    summary = "Lifecycle events (types, queues, job_id, after cursor, limit)",
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn list(State(st): State<AppState>, Query(q): Query<Filter>) -> ApiResult<Response> {
+    let types = csv(&q.types, &q.type_);
+    let queues = csv(&q.queues, &q.queue);
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    if let Some(a) = &q.after {
+        if !a
+            .split('-')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(
+                OjsError::invalid(format!("after must be an event id such as 1700000000000-0; got {a:?}")).into(),
+            );
+        }
+    }
+    let keep = |f: &std::collections::HashMap<String, String>| {
+        (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
+            && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
+            && q.job_id.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
+    };
+    // Scan a bounded window of the stream and filter here: the stream is capped, so this is bounded too.
+    const SCAN: usize = 10_000;
+    let (events, cursor) = match &q.after {
+        Some(after) => {
+            let entries = st.store.events_after(after, SCAN).await?;
+            let mut out = Vec::new();
+            let mut last = after.clone();
+            for (id, f) in &entries {
+                last = id.clone();
+                if keep(f) {
+                    out.push(event_json(id, f));
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            (out, last)
+        }
+        None => {
+            let entries = st.store.events_latest(SCAN).await?;
+            let mut out: Vec<Value> = entries
+                .iter()
+                .filter(|(_, f)| keep(f))
+                .take(limit)
+                .map(|(id, f)| event_json(id, f))
+                .collect();
+            out.reverse();
+            let last = entries
+                .first()
+                .map(|(id, _)| id.clone())
+                .unwrap_or_else(|| "0-0".into());
+            (out, last)
+        }
+    };
+    Ok(ok(json!({ "events": events, "next_cursor": cursor })))
+}
+
+/// Server-Sent Events: `GET /ojs/v1/events/stream` (filters as above), and the per-queue and per-job
+/// variants `GET /ojs/v1/queues/{queue}/events/stream`, `GET /ojs/v1/jobs/{id}/events/stream`. A client
+/// that reconnects with `Last-Event-ID` (or `?after=`) first gets what it missed from the stream, then
+/// live events; a comment line every 15 s keeps proxies from closing the connection.
+pub fn stream_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(stream_all))
+        .routes(routes!(stream_queue))
+        .routes(routes!(stream_job))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/events/stream",
+    tag = "events",
+    summary = "Live events (Server-Sent Events; Last-Event-ID resumes)",
+    responses((status = 200, description = "OK"))
+)]
+async fn stream_all(State(st): State<AppState>, headers: HeaderMap, Query(q): Query<Filter>) -> ApiResult<Response> {
+    sse(st, headers, q).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{queue}/events/stream",
+    tag = "events",
+    summary = "Live events of one queue (SSE)",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn stream_queue(
+    State(st): State<AppState>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    Query(mut q): Query<Filter>,
+) -> ApiResult<Response> {
+    ojs_core::names::check_queue(&queue).map_err(OjsError::invalid)?;
+    q.queues = Some(queue);
+    sse(st, headers, q).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/events/stream",
+    tag = "events",
+    summary = "Live events of one job (SSE)",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn stream_job(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(mut q): Query<Filter>,
+) -> ApiResult<Response> {
+    q.job_id = Some(crate::routes::path_job_id(&id)?.to_string());
+    sse(st, headers, q).await
+}
+
+fn stream_id(id: &str) -> (u64, u64) {
+    let (a, b) = id.split_once('-').unwrap_or((id, "0"));
+    (a.parse().unwrap_or(0), b.parse().unwrap_or(0))
+}
+
+async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures::StreamExt;
+
+    let types = csv(&q.types, &q.type_);
+    let queues = csv(&q.queues, &q.queue);
+    let job = q.job_id.clone();
+    let keep = move |f: &std::collections::HashMap<String, String>| {
+        (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
+            && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
+            && job.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
+    };
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(q.after.clone());
+    // Subscribe before catching up, so nothing falls between the two.
+    let live = tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe());
+    let mut backlog = Vec::new();
+    let mut seen = (0, 0);
+    if let Some(after) = resume.filter(|a| {
+        a.split('-')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    }) {
+        seen = stream_id(&after);
+        for (id, f) in st.store.events_after(&after, 10_000).await? {
+            seen = stream_id(&id);
+            if keep(&f) {
+                backlog.push((id, f));
+            }
+        }
+    }
+    let to_event = |id: &str, f: &std::collections::HashMap<String, String>| {
+        let body = event_json(id, f);
+        Event::default()
+            .id(id)
+            .event(f.get("type").cloned().unwrap_or_default())
+            .data(body.to_string())
+    };
+    let first = futures::stream::iter(
+        backlog
+            .iter()
+            .map(|(id, f)| Ok::<_, std::convert::Infallible>(to_event(id, f)))
+            .collect::<Vec<_>>(),
+    );
+    let rest = live.filter_map(move |e| {
+        let out = match e {
+            Ok(entry) if stream_id(&entry.0) > seen && keep(&entry.1) => Some(Ok(to_event(&entry.0, &entry.1))),
+            // A slow client that fell more than the channel's capacity behind: it resumes with
+            // Last-Event-ID after reconnecting; here we just carry on.
+            _ => None,
+        };
+        async move { out }
+    });
+    Ok(axum::response::IntoResponse::into_response(
+        Sse::new(first.chain(rest)).keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15))),
+    ))
+}

@@ -1,0 +1,201 @@
+//! Queues: list with counts, per-queue stats, pause and resume.
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use ojs_core::duration::{format_iso8601_ms, parse_iso8601_ms};
+use ojs_core::{names, OjsError};
+use ojs_store::QueueCounts;
+use serde_json::{json, Value};
+
+use crate::error::ApiResult;
+use crate::respond::{ok, OjsJson};
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(stats))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .routes(routes!(priority_stats))
+        .routes(routes!(get_aging, put_aging, delete_aging))
+}
+
+fn counts_json(c: &QueueCounts) -> Value {
+    json!({
+        "name": c.name,
+        "status": if c.paused { "paused" } else { "active" },
+        "paused": c.paused,
+        "available": c.available,
+        "active": c.active,
+        "scheduled": c.scheduled,
+        "completed": c.completed,
+        "failed": c.failed,
+        "discarded": c.discarded,
+        "cancelled": c.cancelled,
+    })
+}
+
+fn queue_name(q: &str) -> Result<(), OjsError> {
+    names::check_queue(q).map_err(OjsError::invalid)
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues",
+    tag = "queues",
+    summary = "Every queue with its counts by state",
+    responses((status = 200, description = "OK"))
+)]
+async fn list(State(st): State<AppState>) -> ApiResult<Response> {
+    let names = st.store.queue_names().await?;
+    let counts = st.store.queue_counts(&names).await?;
+    let queues: Vec<Value> = counts.iter().map(counts_json).collect();
+    Ok(ok(json!({ "queues": queues, "pagination": { "total": queues.len() } })))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{queue}/stats",
+    tag = "queues",
+    summary = "One queue's counts by state",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    Ok(ok(json!({ "queue": queue_json(&st, &q).await? })))
+}
+
+/// Ready jobs of the queue by priority (seed §10.3).
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{queue}/priority-stats",
+    tag = "queues",
+    summary = "Ready jobs of a queue by priority",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn priority_stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    let per = st.store.priority_counts(&q).await?;
+    let total: u64 = per.iter().map(|(_, n)| n).sum();
+    let counts: serde_json::Map<String, Value> = per.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
+    Ok(ok(json!({ "queue": q, "counts_by_priority": counts, "total": total })))
+}
+
+fn aging_json(q: &str, interval_s: Option<u64>) -> Value {
+    match interval_s {
+        Some(s) => {
+            json!({ "queue": q, "enabled": true, "interval": format_iso8601_ms(s * 1000), "interval_seconds": s })
+        }
+        None => json!({ "queue": q, "enabled": false }),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{queue}/priority-aging",
+    tag = "queues",
+    summary = "The queue's priority aging setting",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"))
+)]
+async fn get_aging(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    Ok(ok(aging_json(&q, st.store.get_aging(&q).await?)))
+}
+
+#[derive(serde::Deserialize)]
+struct AgingReq {
+    interval: Option<String>,
+    interval_seconds: Option<u64>,
+}
+
+/// Priority aging: a job gains one priority level per `interval` it waits (effective = priority −
+/// age / interval). Applies to jobs as they become ready from now on; the stored priority never changes.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{queue}/priority-aging",
+    tag = "queues",
+    summary = "Turn priority aging on: `{\"interval\": \"PT1M\"}`",
+    params(("queue" = String, Path)),
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn put_aging(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    OjsJson(req): OjsJson<AgingReq>,
+) -> ApiResult<Response> {
+    queue_name(&q)?;
+    let secs = match (req.interval, req.interval_seconds) {
+        (Some(d), None) => parse_iso8601_ms(&d).map_err(|e| OjsError::invalid(format!("interval: {e}")))? / 1000,
+        (None, Some(s)) => s,
+        _ => {
+            return Err(
+                OjsError::invalid("give exactly one of interval (ISO 8601, e.g. PT1M) or interval_seconds").into(),
+            )
+        }
+    };
+    if !(1..=MAX_AGING_SECONDS).contains(&secs) {
+        return Err(OjsError::invalid(format!(
+            "the aging interval must be from 1 second to {MAX_AGING_SECONDS} seconds (so scores stay exact); got {secs}"
+        ))
+        .into());
+    }
+    st.store.set_aging(&q, Some(secs)).await?;
+    Ok(ok(aging_json(&q, Some(secs))))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/queues/{queue}/priority-aging",
+    tag = "queues",
+    summary = "Turn priority aging off",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"))
+)]
+async fn delete_aging(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    st.store.set_aging(&q, None).await?;
+    Ok(ok(aging_json(&q, None)))
+}
+
+/// rank × interval + epoch seconds must stay below 2^53 for every rank up to 2^32: 2^20 s (12 days).
+const MAX_AGING_SECONDS: u64 = 1 << 20;
+
+async fn queue_json(st: &AppState, q: &str) -> ApiResult<Value> {
+    let c = st.store.queue_counts(&[q.to_string()]).await?;
+    Ok(c.first().map(counts_json).unwrap_or(Value::Null))
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues/{queue}/pause",
+    tag = "queues",
+    summary = "Pause a queue (FETCH skips it)",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn pause(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    st.store.set_paused(&q, true).await?;
+    Ok(ok(json!({ "queue": queue_json(&st, &q).await? })))
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues/{queue}/resume",
+    tag = "queues",
+    summary = "Resume a paused queue",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn resume(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    st.store.set_paused(&q, false).await?;
+    Ok(ok(json!({ "queue": queue_json(&st, &q).await? })))
+}

@@ -1,0 +1,315 @@
+//! Rate-limit inspection and overrides (seed §10), and queue-level limits (seed §7.2).
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use ojs_core::clock;
+use ojs_core::duration::format_iso8601_ms;
+use ojs_core::ratelimit::Window;
+use ojs_core::{names, OjsError};
+use ojs_store::{parse_policy_spec, RateLimitState};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiResult;
+use crate::respond::{ok, OjsJson};
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(inspect, put_override, delete_override))
+        .routes(routes!(get_queue, put_queue, delete_queue))
+}
+
+fn check_key(key: &str) -> Result<(), OjsError> {
+    names::check_rate_limit_key(key).map_err(OjsError::invalid)
+}
+
+/// The limits in force: the override's fields over the latest job policy seen for the key.
+fn effective(s: &RateLimitState) -> (Option<u64>, Option<Window>, Option<Window>, String) {
+    let (mut conc, mut rate, mut thr, on) =
+        s.policy
+            .as_deref()
+            .and_then(parse_policy_spec)
+            .unwrap_or((None, None, None, "wait".into()));
+    let o = &s.override_fields;
+    let n = |k: &str| o.get(k).and_then(|v| v.parse::<u64>().ok());
+    if let Some(c) = n("concurrency") {
+        conc = Some(c);
+    }
+    if let (Some(l), Some(p)) = (n("rate_limit"), n("rate_period")) {
+        rate = Some(Window { limit: l, period_ms: p });
+    }
+    if let (Some(l), Some(p)) = (n("throttle_limit"), n("throttle_period")) {
+        thr = Some(Window { limit: l, period_ms: p });
+    }
+    (conc, rate, thr, on)
+}
+
+pub fn state_json(key: &str, s: &RateLimitState) -> Value {
+    let (conc, rate, thr, on_limit) = effective(s);
+    let mut out = Map::new();
+    out.insert("key".into(), json!(key));
+    if let Some(c) = conc {
+        out.insert(
+            "concurrency".into(),
+            json!({ "limit": c, "active": s.active, "available": c.saturating_sub(s.active) }),
+        );
+    }
+    if let Some(w) = rate {
+        let start = s.now_ms - w.period_ms as i64;
+        let in_window: Vec<i64> = s.window_starts.iter().copied().filter(|t| *t > start).collect();
+        let mut r =
+            json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "current_count": in_window.len() });
+        // A sliding window: room opens when the oldest start in it slides out.
+        if let Some(oldest) = in_window.iter().min() {
+            r["window_resets_at"] = json!(clock::format_ms(oldest + w.period_ms as i64));
+        }
+        out.insert("rate".into(), r);
+    }
+    if let Some(w) = thr {
+        let next = s.throttle_tat_ms.unwrap_or(s.now_ms).max(s.now_ms);
+        out.insert("throttle".into(), json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "next_allowed_at": clock::format_ms(next) }));
+    }
+    out.insert("on_limit".into(), json!(on_limit));
+    out.insert("waiting_count".into(), json!(s.waiting));
+    if let Some(since) = s.episode.get("blocked_since").and_then(|v| v.parse::<i64>().ok()) {
+        let until = s
+            .episode
+            .get("until")
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|u| *u > 0);
+        out.insert(
+            "blocked".into(),
+            json!({
+                "reason": s.episode.get("strategy"),
+                "since": clock::format_ms(since),
+                "until": until.map(clock::format_ms),
+            }),
+        );
+    }
+    if let Some(u) = s.blocked_until_ms.filter(|u| *u > s.now_ms) {
+        out.insert("dynamic_until".into(), json!(clock::format_ms(u)));
+    }
+    if !s.override_fields.is_empty() {
+        let mut o: Map<String, Value> = Map::new();
+        if let Some(c) = s.override_fields.get("concurrency") {
+            o.insert("concurrency".into(), json!(c.parse::<u64>().unwrap_or(0)));
+        }
+        if s.override_ttl_ms > 0 {
+            o.insert(
+                "expires_at".into(),
+                json!(clock::format_ms(s.now_ms + s.override_ttl_ms)),
+            );
+        }
+        out.insert("override".into(), Value::Object(o));
+    }
+    let exceeded: Map<String, Value> = s
+        .stats
+        .iter()
+        .filter_map(|(k, v)| {
+            Some((
+                k.strip_prefix("exceeded_")?.to_string(),
+                json!(v.parse::<u64>().unwrap_or(0)),
+            ))
+        })
+        .collect();
+    out.insert("exceeded_total".into(), Value::Object(exceeded));
+    Value::Object(out)
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/rate-limits/{key}",
+    tag = "rate-limits",
+    summary = "One key: limits, active, window use, next throttle slot, waiting, blocked reason and until",
+    params(("key" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn inspect(State(st): State<AppState>, Path(key): Path<String>) -> ApiResult<Response> {
+    check_key(&key)?;
+    let s = st.store.rate_limit_state(&key).await?;
+    if !s.known {
+        return Err(OjsError::not_found("rate-limit key", &key).into());
+    }
+    Ok(ok(state_json(&key, &s)))
+}
+
+#[derive(Deserialize)]
+struct Page {
+    page: Option<u64>,
+    per_page: Option<u64>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/rate-limits",
+    tag = "rate-limits",
+    summary = "Rate-limit keys with their state (paginated: page, per_page)",
+    responses((status = 200, description = "OK"))
+)]
+async fn list(State(st): State<AppState>, Query(p): Query<Page>) -> ApiResult<Response> {
+    let per_page = p.per_page.unwrap_or(20).clamp(1, 100);
+    let page = p.page.unwrap_or(1).max(1);
+    let (total, keys) = st.store.rate_limit_keys((page - 1) * per_page, per_page).await?;
+    let mut items = Vec::with_capacity(keys.len());
+    for k in &keys {
+        items.push(state_json(k, &st.store.rate_limit_state(k).await?));
+    }
+    Ok(ok(
+        json!({ "items": items, "pagination": { "total": total, "page": page, "per_page": per_page } }),
+    ))
+}
+
+fn window_field(v: &Value, field: &str) -> Result<Window, OjsError> {
+    let p = ojs_core::ratelimit::parse(&json!({ "key": "x", field: v }), "", "q")
+        .map_err(|e| OjsError::invalid(e.message.trim_start_matches('.').to_string()))?;
+    Ok(if field == "rate" { p.rate } else { p.throttle }
+        .ok_or_else(|| OjsError::invalid(format!("{field} is invalid")))?)
+}
+
+/// `PUT /rate-limits/{key}` `{"concurrency"?, "rate"?, "throttle"?, "expires_at"?}`: replaces the
+/// key's limits until `expires_at` (e.g. `{"concurrency": 0}` pauses the key during an incident).
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/rate-limits/{key}",
+    tag = "rate-limits",
+    summary = "Override a key's limits until `expires_at` (e.g. `{\"concurrency\": 0}` pauses it)",
+    params(("key" = String, Path)),
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn put_override(
+    State(st): State<AppState>,
+    Path(key): Path<String>,
+    OjsJson(body): OjsJson<Value>,
+) -> ApiResult<Response> {
+    check_key(&key)?;
+    let o = body
+        .as_object()
+        .ok_or_else(|| OjsError::invalid("the override must be a JSON object"))?;
+    let mut fields = Vec::new();
+    if let Some(c) = o.get("concurrency").filter(|v| !v.is_null()) {
+        let c = c
+            .as_u64()
+            .ok_or_else(|| OjsError::invalid(format!("concurrency must be an integer >= 0; got {c}")))?;
+        fields.push(("concurrency".to_string(), c.to_string()));
+    }
+    for (name, lf, pf) in [
+        ("rate", "rate_limit", "rate_period"),
+        ("throttle", "throttle_limit", "throttle_period"),
+    ] {
+        if let Some(v) = o.get(name).filter(|v| !v.is_null()) {
+            let w = window_field(v, name)?;
+            fields.push((lf.to_string(), w.limit.to_string()));
+            fields.push((pf.to_string(), w.period_ms.to_string()));
+        }
+    }
+    if fields.is_empty() {
+        return Err(OjsError::invalid("an override needs at least one of concurrency, rate or throttle").into());
+    }
+    let expires = match o.get("expires_at") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(t)) => {
+            let ms = clock::parse_ms(t)
+                .ok_or_else(|| OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {t:?}")))?;
+            if ms <= clock::local_now_ms() {
+                return Err(OjsError::invalid("expires_at is in the past").into());
+            }
+            ms
+        }
+        Some(v) => return Err(OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {v}")).into()),
+    };
+    st.store.rate_limit_override(&key, Some((&fields, expires))).await?;
+    Ok(ok(state_json(&key, &st.store.rate_limit_state(&key).await?)))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/rate-limits/{key}",
+    tag = "rate-limits",
+    summary = "Lift a key's override",
+    params(("key" = String, Path)),
+    responses((status = 200, description = "OK"))
+)]
+async fn delete_override(State(st): State<AppState>, Path(key): Path<String>) -> ApiResult<Response> {
+    check_key(&key)?;
+    st.store.rate_limit_override(&key, None).await?;
+    Ok(ok(state_json(&key, &st.store.rate_limit_state(&key).await?)))
+}
+
+fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_window: u64) -> Value {
+    json!({
+        "queue": q,
+        "concurrency": conc.map(|c| json!({ "limit": c, "active": active })),
+        "rate": rate.map(|w| json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "current_count": in_window })),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{queue}/rate-limit",
+    tag = "rate-limits",
+    summary = "Queue-level limits",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"))
+)]
+async fn get_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    names::check_queue(&q).map_err(OjsError::invalid)?;
+    let (c, r, a, w) = st.store.queue_rate_limit(&q).await?;
+    Ok(ok(queue_json(&q, c, r, a, w)))
+}
+
+/// Queue-level limits apply to every job of the queue on top of the jobs' own (most restrictive wins).
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{queue}/rate-limit",
+    tag = "rate-limits",
+    summary = "Set queue-level limits: `{concurrency?, rate?}`",
+    params(("queue" = String, Path)),
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn put_queue(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    OjsJson(body): OjsJson<Value>,
+) -> ApiResult<Response> {
+    names::check_queue(&q).map_err(OjsError::invalid)?;
+    let o = body
+        .as_object()
+        .ok_or_else(|| OjsError::invalid("the queue limit must be a JSON object"))?;
+    let conc = match o.get("concurrency").filter(|v| !v.is_null()) {
+        Some(c) => Some(
+            c.as_u64()
+                .ok_or_else(|| OjsError::invalid(format!("concurrency must be an integer >= 0; got {c}")))?,
+        ),
+        None => None,
+    };
+    let rate = match o.get("rate").filter(|v| !v.is_null()) {
+        Some(v) => Some(window_field(v, "rate")?),
+        None => None,
+    };
+    if conc.is_none() && rate.is_none() {
+        return Err(OjsError::invalid("a queue limit needs concurrency, rate or both").into());
+    }
+    st.store.set_queue_rate_limit(&q, Some((conc, rate))).await?;
+    let (c, r, a, w) = st.store.queue_rate_limit(&q).await?;
+    Ok(ok(queue_json(&q, c, r, a, w)))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/queues/{queue}/rate-limit",
+    tag = "rate-limits",
+    summary = "Remove queue-level limits",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"))
+)]
+async fn delete_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    names::check_queue(&q).map_err(OjsError::invalid)?;
+    st.store.set_queue_rate_limit(&q, None).await?;
+    Ok(ok(queue_json(&q, None, None, 0, 0)))
+}

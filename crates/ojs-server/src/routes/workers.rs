@@ -1,0 +1,421 @@
+//! Workers: FETCH, ACK, NACK, heartbeat, and the operator's signals to a worker.
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use ojs_core::job::job_view;
+use ojs_core::{clock, names, OjsError};
+use ojs_store::{Strategy, Transition};
+
+use crate::config::{Weights, MAX_WEIGHT};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiResult;
+use crate::respond::{ok, OjsJson};
+use crate::routes::path_job_id;
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(fetch))
+        .routes(routes!(ack))
+        .routes(routes!(nack))
+        .routes(routes!(heartbeat))
+        .routes(routes!(signal))
+}
+
+/// Worker ids go into events and key names: printable ASCII without quotes, backslashes or braces.
+fn check_worker_id(w: &str) -> Result<(), OjsError> {
+    let ok = w.len() <= 255
+        && w.bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'{' | b'}'));
+    if ok {
+        Ok(())
+    } else {
+        Err(OjsError::invalid(
+            "worker_id must be at most 255 printable ASCII characters without quotes, backslashes or braces",
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+struct FetchReq {
+    /// Queue names, or `{"name", "weight"}` objects for the weighted strategy.
+    #[serde(default)]
+    queues: Option<Vec<Value>>,
+    /// `strict` (default: the server's `--fetch-strategy`) or `weighted`.
+    #[serde(default)]
+    strategy: Option<String>,
+    #[serde(default)]
+    count: Option<u32>,
+    #[serde(default)]
+    worker_id: Option<String>,
+    #[serde(default)]
+    visibility_timeout_ms: Option<u64>,
+    /// Long-poll: wait up to this long for a job when none is ready (off by default, at most 30 s).
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/fetch",
+    tag = "workers",
+    summary = "Claim jobs: `{queues, strategy?, count?, worker_id?, visibility_timeout_ms?, wait_ms?}`",
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn fetch(State(st): State<AppState>, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
+    let strategy = match req.strategy.as_deref() {
+        None => st.config.fetch_strategy,
+        Some("strict") => Strategy::Strict,
+        Some("weighted") => Strategy::Weighted,
+        Some(other) => {
+            return Err(OjsError::invalid(format!("strategy must be \"strict\" or \"weighted\"; got {other:?}")).into())
+        }
+    };
+    let queues = parse_queues(req.queues, &st.config.queue_weights)?;
+    let worker = req.worker_id.unwrap_or_default();
+    check_worker_id(&worker)?;
+    let count = req.count.unwrap_or(1);
+    if count == 0 || count > st.config.max_fetch {
+        return Err(OjsError::invalid(format!("count must be from 1 to {}; got {count}", st.config.max_fetch)).into());
+    }
+    if req.visibility_timeout_ms == Some(0) {
+        return Err(OjsError::invalid("visibility_timeout_ms must be at least 1").into());
+    }
+    let wait = Duration::from_millis(req.wait_ms.unwrap_or(0).min(30_000));
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut shutdown = st.shutting_down.clone();
+    loop {
+        let (_, claimed) = st
+            .store
+            .fetch(&queues, strategy, &worker, count, req.visibility_timeout_ms)
+            .await?;
+        let done = !claimed.is_empty() || tokio::time::Instant::now() >= deadline || *shutdown.borrow();
+        if done {
+            for c in &claimed {
+                record_wait(&c.fields);
+                let g = |k: &str| c.fields.get(k).map(String::as_str).unwrap_or("");
+                crate::metrics::job_event("started", g("queue"), g("type"));
+            }
+            let jobs: Vec<Value> = claimed.iter().map(|c| job_view(&c.fields)).collect();
+            return Ok(ok(json!({ "jobs": jobs })));
+        }
+        // Poll again shortly; a job enqueued meanwhile is picked up within one interval.
+        let pause = Duration::from_millis(50).min(deadline - tokio::time::Instant::now());
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Time from becoming ready to being claimed, by queue and (bounded) priority.
+fn record_wait(f: &std::collections::HashMap<String, String>) {
+    let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok());
+    if let (Some(ready), Some(started)) = (num("enqueued_at"), num("started_at")) {
+        let queue = f.get("queue").cloned().unwrap_or_default();
+        let priority = crate::metrics::priority_label(num("priority").unwrap_or(0));
+        let waited = (started - ready).max(0) as f64 / 1000.0;
+        metrics::histogram!("ojs_job_wait_duration_seconds", "queue" => queue, "priority" => priority).record(waited);
+        if let Some(key) = f.get("rl_key") {
+            // Ready-to-start time of a rate-limited job: includes the time its key held it back.
+            metrics::histogram!("ojs_rate_limit_wait_duration_seconds", "key" => crate::metrics::key_label(key))
+                .record(waited);
+        }
+    }
+}
+
+/// FETCH's `queues`: names or `{name, weight}`; weights default to the server's `--queue-weights`, then 1.
+fn parse_queues(v: Option<Vec<Value>>, defaults: &Weights) -> Result<Vec<(String, u32)>, OjsError> {
+    let v = v.unwrap_or_else(|| vec![json!("default")]);
+    if v.is_empty() || v.len() > 100 {
+        return Err(OjsError::invalid("queues must name from 1 to 100 queues"));
+    }
+    let mut out: Vec<(String, u32)> = Vec::with_capacity(v.len());
+    for (i, item) in v.into_iter().enumerate() {
+        let (name, weight) = match item {
+            Value::String(s) => (s, None),
+            Value::Object(m) => {
+                let name = m
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        OjsError::invalid(format!(
+                            "queues[{i}] must be a queue name or {{\"name\": …, \"weight\": …}}"
+                        ))
+                    })?;
+                let weight = match m.get("weight") {
+                    None | Some(Value::Null) => None,
+                    Some(w) => Some(
+                        w.as_u64()
+                            .filter(|w| (1..=u64::from(MAX_WEIGHT)).contains(w))
+                            .ok_or_else(|| {
+                                OjsError::invalid(format!(
+                                    "queues[{i}].weight must be an integer from 1 to {MAX_WEIGHT}; got {w}"
+                                ))
+                            })? as u32,
+                    ),
+                };
+                (name, weight)
+            }
+            other => {
+                return Err(OjsError::invalid(format!(
+                    "queues[{i}] must be a string or an object; got {other}"
+                )))
+            }
+        };
+        names::check_queue(&name).map_err(|e| OjsError::invalid(format!("queues[{i}]: {e}")))?;
+        if out.iter().any(|(q, _)| *q == name) {
+            return Err(OjsError::invalid(format!("queues[{i}]: {name} is listed twice")));
+        }
+        let w = weight.or_else(|| defaults.get(&name)).unwrap_or(1);
+        out.push((name, w));
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct AckReq {
+    job_id: String,
+    #[serde(default)]
+    result: Option<Value>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/ack",
+    tag = "workers",
+    summary = "An active job succeeded: `{job_id, result?}`",
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
+)]
+async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
+    let id = path_job_id(&req.job_id)?;
+    let result = match req.result {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
+    };
+    match st.store.ack(id, result.as_deref()).await? {
+        Transition::Done(a) => {
+            crate::metrics::job_event("completed", &a.queue, &a.job_type);
+            Ok(ok(json!({
+                "acknowledged": true,
+                "job_id": id,
+                "id": id,
+                "state": "completed",
+                "attempt": a.attempt,
+                "completed_at": clock::format_ms(a.now_ms),
+            })))
+        }
+        Transition::NotFound => Err(OjsError::not_found("job", id).into()),
+        Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "ack").into()),
+    }
+}
+
+#[derive(Deserialize)]
+struct NackReq {
+    job_id: String,
+    #[serde(default)]
+    error: Option<Value>,
+    /// Release the job back to `available` at once without spending the attempt (graceful shutdown).
+    #[serde(default)]
+    requeue: Option<bool>,
+}
+
+/// Normalises the worker's error report: an object with at least `message`; `code`/`type` kept.
+/// Returns (error JSON, match key, retryable, rate_limit_until in ms or 0).
+fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsError> {
+    let mut m = match e {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(Value::String(s)) => {
+            let mut m = Map::new();
+            m.insert("message".into(), Value::String(s));
+            m
+        }
+        Some(v) => {
+            return Err(OjsError::invalid(format!(
+                "error must be an object with code, message and retryable; got {v}"
+            )))
+        }
+    };
+    if !m.get("message").is_some_and(Value::is_string) {
+        m.insert("message".into(), json!("no message given"));
+    }
+    let retryable = match m.get("retryable") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(OjsError::invalid(format!(
+                "error.retryable must be true or false; got {v}"
+            )))
+        }
+    };
+    let match_key = m
+        .get("type")
+        .and_then(Value::as_str)
+        .or_else(|| m.get("code").and_then(Value::as_str))
+        .unwrap_or("")
+        .to_string();
+    if !m.contains_key("type") {
+        if let Some(code) = m.get("code").cloned() {
+            m.insert("type".into(), code);
+        }
+    }
+    let until = match m.get("rate_limit_until") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(t)) => clock::parse_ms(t).ok_or_else(|| {
+            OjsError::invalid(format!(
+                "error.rate_limit_until must be an RFC 3339 timestamp; got {t:?}"
+            ))
+        })?,
+        Some(v) => {
+            return Err(OjsError::invalid(format!(
+                "error.rate_limit_until must be an RFC 3339 timestamp; got {v}"
+            )))
+        }
+    };
+    let text = serde_json::to_string(&Value::Object(m)).map_err(|e| OjsError::invalid(e.to_string()))?;
+    Ok((text, match_key, retryable, until))
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/nack",
+    tag = "workers",
+    summary = "An active job failed: `{job_id, error, requeue?}`; `error.rate_limit_until` blocks its key",
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
+)]
+async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
+    let id = path_job_id(&req.job_id)?;
+    let (err, match_key, retryable, until) = error_record(req.error)?;
+    match st
+        .store
+        .nack(id, &err, &match_key, retryable, req.requeue.unwrap_or(false), until)
+        .await?
+    {
+        Transition::Done(r) => {
+            crate::metrics::job_event("failed", &r.queue, &r.job_type);
+            if r.state == "discarded" {
+                crate::metrics::job_event("discarded", &r.queue, &r.job_type);
+            }
+            let mut body = json!({
+                "job_id": id,
+                "id": id,
+                "state": r.state,
+                "attempt": r.attempt,
+                "max_attempts": r.max_attempts,
+            });
+            if let Some(d) = r.delay_ms {
+                body["retry_delay_ms"] = json!(d);
+                body["next_attempt_at"] = json!(clock::format_ms(r.now_ms + d));
+            }
+            if r.state == "discarded" {
+                body["discarded_at"] = json!(clock::format_ms(r.now_ms));
+                body["completed_at"] = json!(clock::format_ms(r.now_ms));
+            }
+            Ok(ok(body))
+        }
+        Transition::NotFound => Err(OjsError::not_found("job", id).into()),
+        Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "nack").into()),
+    }
+}
+
+#[derive(Deserialize)]
+struct HeartbeatReq {
+    #[serde(default)]
+    worker_id: Option<String>,
+    #[serde(default)]
+    active_jobs: Option<Vec<String>>,
+    #[serde(default)]
+    job_id: Option<String>,
+    #[serde(default)]
+    visibility_timeout_ms: Option<u64>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/heartbeat",
+    tag = "workers",
+    summary = "Extend leases and read the worker state: `{worker_id, active_jobs}`",
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"))
+)]
+async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+    let worker = req.worker_id.unwrap_or_default();
+    check_worker_id(&worker)?;
+    let mut ids = req.active_jobs.unwrap_or_default();
+    ids.extend(req.job_id);
+    ids.retain(|id| names::check_job_id(id).is_ok());
+    let hb = st.store.heartbeat(&worker, &ids, req.visibility_timeout_ms).await?;
+    let state = hb.signal.as_deref().unwrap_or("running");
+    let jobs: Vec<Value> = hb
+        .jobs
+        .iter()
+        .map(|(id, s, lease)| {
+            let mut j = json!({ "job_id": id, "state": s, "extended": lease.is_some() });
+            if let Some(l) = lease {
+                j["visibility_deadline"] = json!(clock::format_ms(*l));
+            }
+            j
+        })
+        .collect();
+    let directives: Vec<Value> = hb
+        .jobs
+        .iter()
+        .filter(|(_, s, _)| s == "cancelled")
+        .map(|(id, _, _)| json!({ "type": "cancel", "job_id": id }))
+        .collect();
+    Ok(ok(json!({
+        "state": state,
+        "jobs": jobs,
+        "directives": directives,
+        "server_time": clock::format_ms(hb.now_ms),
+    })))
+}
+
+#[derive(Deserialize)]
+struct SignalReq {
+    signal: String,
+}
+
+/// Operator control: tell a worker (through its next heartbeat) to stop fetching (`quiet`), to stop
+/// (`terminate`), or to carry on (`running`).
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/{worker_id}/signal",
+    tag = "workers",
+    summary = "Operator: tell a worker `quiet`, `terminate` or `running`",
+    params(("worker_id" = String, Path)),
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn signal(
+    State(st): State<AppState>,
+    Path(worker): Path<String>,
+    OjsJson(req): OjsJson<SignalReq>,
+) -> ApiResult<Response> {
+    check_worker_id(&worker)?;
+    if worker.is_empty() {
+        return Err(OjsError::invalid("worker_id must not be empty").into());
+    }
+    let signal = match req.signal.as_str() {
+        "quiet" | "terminate" => Some(req.signal.as_str()),
+        "running" | "run" => None,
+        other => {
+            return Err(OjsError::invalid(format!("signal must be quiet, terminate or running; got {other:?}")).into())
+        }
+    };
+    st.store.set_worker_signal(&worker, signal).await?;
+    Ok(ok(
+        json!({ "worker_id": worker, "signal": signal.unwrap_or("running") }),
+    ))
+}
