@@ -1,0 +1,243 @@
+//! A small OJS HTTP client: producer calls ([`Client`]), a worker loop ([`Worker`]: fetch, run, ack or
+//! nack, heartbeats, graceful stop), used by the `ojs` CLI, the tests and the benchmarks.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the server: {0}")]
+    Transport(#[from] reqwest::Error),
+    /// The server answered with an OJS error.
+    #[error("{status} {code}: {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+        body: Value,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    api_key: Option<String>,
+}
+
+impl Client {
+    /// `base` is the server's root URL, e.g. `http://127.0.0.1:8080`.
+    pub fn new(base: &str, api_key: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap_or_default();
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            http,
+            api_key,
+        }
+    }
+
+    /// Any request; answers the decoded body of a 2xx, or the OJS error.
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value> {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(k) = &self.api_key {
+            r = r.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/openjobspec+json")
+                .body(b.to_string());
+        }
+        let resp = r.send().await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if (200..300).contains(&status) {
+            Ok(v)
+        } else {
+            Err(ClientError::Api {
+                status,
+                code: v["error"]["code"].as_str().unwrap_or("unknown").to_string(),
+                message: v["error"]["message"].as_str().unwrap_or("").to_string(),
+                body: v,
+            })
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        self.request(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Enqueues one job envelope; returns the created job.
+    pub async fn enqueue(&self, job: &Value) -> Result<Value> {
+        Ok(self.post("/ojs/v1/jobs", job).await?["job"].take())
+    }
+
+    pub async fn enqueue_batch(&self, jobs: &[Value]) -> Result<Vec<Value>> {
+        let v = self.post("/ojs/v1/jobs/batch", &json!({ "jobs": jobs })).await?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub async fn job(&self, id: &str) -> Result<Value> {
+        Ok(self.get(&format!("/ojs/v1/jobs/{id}")).await?["job"].take())
+    }
+
+    pub async fn fetch(&self, queues: &[String], count: u32, worker_id: &str, wait_ms: u64) -> Result<Vec<Value>> {
+        let v = self
+            .post(
+                "/ojs/v1/workers/fetch",
+                &json!({"queues": queues, "count": count, "worker_id": worker_id, "wait_ms": wait_ms}),
+            )
+            .await?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub async fn ack(&self, id: &str, result: Option<Value>) -> Result<Value> {
+        self.post("/ojs/v1/workers/ack", &json!({"job_id": id, "result": result}))
+            .await
+    }
+
+    pub async fn nack(&self, id: &str, error: Value) -> Result<Value> {
+        self.post("/ojs/v1/workers/nack", &json!({"job_id": id, "error": error}))
+            .await
+    }
+
+    /// Returns the worker state the server asks for: `running`, `quiet` or `terminate`.
+    pub async fn heartbeat(&self, worker_id: &str, active: &[String]) -> Result<String> {
+        let v = self
+            .post(
+                "/ojs/v1/workers/heartbeat",
+                &json!({"worker_id": worker_id, "active_jobs": active}),
+            )
+            .await?;
+        Ok(v["state"].as_str().unwrap_or("running").to_string())
+    }
+}
+
+/// What a handler reports when a job fails: the OJS error object (`type`, `message`, `retryable`…).
+pub type JobError = Value;
+
+/// A worker: `concurrency` loops that fetch from `queues`, run the handler, then ack or nack; one
+/// heartbeat loop; stops fetching when [`Worker::stop`] is called (or the server says quiet/terminate)
+/// and returns once in-flight jobs are finished.
+pub struct Worker {
+    client: Client,
+    pub id: String,
+    queues: Vec<String>,
+    concurrency: usize,
+    stop_tx: watch::Sender<bool>,
+}
+
+impl Worker {
+    pub fn new(client: Client, id: &str, queues: &[&str], concurrency: usize) -> Self {
+        Self {
+            client,
+            id: id.to_string(),
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            concurrency: concurrency.max(1),
+            stop_tx: watch::channel(false).0,
+        }
+    }
+
+    /// Asks the worker to stop: no new fetches; in-flight jobs finish and are acked or nacked.
+    pub fn stop(&self) {
+        let _ = self.stop_tx.send(true);
+    }
+
+    /// A handle that stops this worker from another task.
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop_tx.clone()
+    }
+
+    /// Runs until stopped. Returns how many jobs were acked and nacked.
+    pub async fn run<F, Fut>(&self, handler: F) -> (u64, u64)
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Option<Value>, JobError>> + Send,
+    {
+        let handler = Arc::new(handler);
+        let active: Arc<tokio::sync::Mutex<Vec<String>>> = Arc::default();
+        let stop = self.stop_tx.subscribe();
+        let hb = {
+            let (client, id, active, mut stop, stop_tx) = (
+                self.client.clone(),
+                self.id.clone(),
+                active.clone(),
+                stop.clone(),
+                self.stop_tx.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                        _ = stop.changed() => return,
+                    }
+                    let ids = active.lock().await.clone();
+                    if let Ok(state) = client.heartbeat(&id, &ids).await {
+                        if state == "quiet" || state == "terminate" {
+                            let _ = stop_tx.send(true);
+                        }
+                    }
+                }
+            })
+        };
+        let mut loops = Vec::new();
+        for _ in 0..self.concurrency {
+            let (client, id, queues, handler, active, stop) = (
+                self.client.clone(),
+                self.id.clone(),
+                self.queues.clone(),
+                handler.clone(),
+                active.clone(),
+                stop.clone(),
+            );
+            loops.push(tokio::spawn(async move {
+                let (mut acked, mut nacked) = (0u64, 0u64);
+                while !*stop.borrow() {
+                    let jobs = match client.fetch(&queues, 1, &id, 1_000).await {
+                        Ok(j) => j,
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
+                    };
+                    for job in jobs {
+                        let jid = job["id"].as_str().unwrap_or_default().to_string();
+                        active.lock().await.push(jid.clone());
+                        let outcome = handler(job).await;
+                        let sent = match outcome {
+                            Ok(result) => client.ack(&jid, result).await.map(|_| acked += 1),
+                            Err(e) => client.nack(&jid, e).await.map(|_| nacked += 1),
+                        };
+                        if let Err(e) = sent {
+                            tracing::warn!(job = %jid, error = %e, "could not report the job's outcome");
+                        }
+                        active.lock().await.retain(|a| a != &jid);
+                    }
+                }
+                (acked, nacked)
+            }));
+        }
+        let mut totals = (0, 0);
+        for l in loops {
+            if let Ok((a, n)) = l.await {
+                totals.0 += a;
+                totals.1 += n;
+            }
+        }
+        hb.abort();
+        totals
+    }
+}

@@ -1,0 +1,104 @@
+//! The worker loop and the `ojs` CLI against a real server and Redis.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ojs_client::{Client, Worker};
+use ojs_testkit::TestServer;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_processes_everything_and_stops_gracefully() {
+    let s = TestServer::start().await;
+    let c = Client::new(&s.base, None);
+    for i in 0..40 {
+        c.enqueue(&json!({"type": "w.job", "args": [i], "queue": "cw"}))
+            .await
+            .expect("enqueue");
+    }
+    let bad = c
+        .enqueue(&json!({"type": "w.bad", "args": [], "queue": "cw", "options": {"retry": {"max_attempts": 1}}}))
+        .await
+        .expect("enqueue");
+    let worker = Arc::new(Worker::new(c.clone(), "w-test", &["cw"], 4));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (w, s2) = (worker.clone(), seen.clone());
+    let run = tokio::spawn(async move {
+        w.run(move |job| {
+            let seen = s2.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                if job["type"] == "w.bad" {
+                    Err(json!({"type": "Boom", "message": "always fails"}))
+                } else {
+                    Ok(Some(json!({"ok": true})))
+                }
+            }
+        })
+        .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seen.load(Ordering::SeqCst) < 41 {
+        assert!(std::time::Instant::now() < deadline, "worker too slow");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.stop();
+    let (acked, nacked) = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("stops")
+        .expect("join");
+    assert_eq!((acked, nacked), (40, 1));
+    assert_eq!(
+        c.job(bad["id"].as_str().unwrap_or_default()).await.expect("job")["state"],
+        "discarded"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_enqueues_shows_and_lists() {
+    let s = TestServer::start().await;
+    let bin = env!("CARGO_BIN_EXE_ojs");
+    let base = s.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let run = |args: &[&str]| {
+            let o = std::process::Command::new(bin)
+                .arg("--url")
+                .arg(&base)
+                .args(args)
+                .output()
+                .expect("run ojs");
+            assert!(
+                o.status.success(),
+                "ojs {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            String::from_utf8_lossy(&o.stdout).to_string()
+        };
+        let created = run(&[
+            "enqueue",
+            "report.build",
+            "--args",
+            "[1,2]",
+            "--queue",
+            "cli",
+            "--priority",
+            "1",
+        ]);
+        let job: serde_json::Value = serde_json::from_str(&created).expect("json");
+        let id = job["id"].as_str().unwrap_or_default().to_string();
+        let shown = run(&["job", &id]);
+        let stats = run(&["stats"]);
+        (job, shown, stats)
+    })
+    .await
+    .expect("cli");
+    assert_eq!(out.0["priority"], 1);
+    assert!(out.1.contains("report.build"), "{}", out.1);
+    assert!(
+        out.2.lines().any(|l| l.starts_with("cli ") && l.contains(" 1 ")),
+        "{}",
+        out.2
+    );
+}

@@ -1,0 +1,284 @@
+//! The keyspace invariant checker: after any sequence of requests (and any crash between them), every
+//! job is in exactly the one index its state calls for, every index entry points at a job in that
+//! state, and the per-queue gauges equal the index counts.
+
+use std::collections::{HashMap, HashSet};
+
+use redis::AsyncCommands;
+
+async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .expect("SCAN");
+        out.extend(keys);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, f64> {
+    let v: Vec<(String, f64)> = conn.zrange_withscores(key, 0, -1).await.expect("ZRANGE");
+    v.into_iter().collect()
+}
+
+/// Returns every broken invariant in namespace `ns` (empty when all hold).
+pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let p = format!("ojs:{{{ns}}}:");
+    let mut problems = Vec::new();
+
+    let scheduled = zset(&mut conn, &format!("{p}scheduled")).await;
+    let active = zset(&mut conn, &format!("{p}active")).await;
+    let dead = zset(&mut conn, &format!("{p}dead")).await;
+    let ready_index: HashSet<String> = conn.smembers(format!("{p}ready")).await.expect("SMEMBERS");
+
+    // ready sets: queue -> member -> score
+    let mut ready: HashMap<String, HashMap<String, f64>> = HashMap::new();
+    for key in scan(&mut conn, &format!("{p}q:*:ready")).await {
+        let queue = key
+            .trim_start_matches(&format!("{p}q:"))
+            .trim_end_matches(":ready")
+            .to_string();
+        ready.insert(queue, zset(&mut conn, &key).await);
+    }
+    let mut ready_owner: HashMap<String, (String, String, f64)> = HashMap::new(); // id -> (queue, member, score)
+    for (q, members) in &ready {
+        for (m, score) in members {
+            let id = m.get(m.len().saturating_sub(36)..).unwrap_or("").to_string();
+            if let Some(prev) = ready_owner.insert(id.clone(), (q.clone(), m.clone(), *score)) {
+                problems.push(format!("job {id} is ready twice: in {} and {q}", prev.0));
+            }
+        }
+        let indexed = ready_index.contains(q);
+        if members.is_empty() == indexed {
+            problems.push(format!(
+                "queue {q}: ready-index membership {indexed} but {} ready jobs",
+                members.len()
+            ));
+        }
+    }
+    for q in &ready_index {
+        if !ready.contains_key(q) {
+            problems.push(format!("queue {q} is in the ready index but has no ready set"));
+        }
+    }
+
+    // Rate-limit lanes: queue -> key -> members; heads: queue -> key -> member; parked: (queue, key).
+    let mut lane_owner: HashMap<String, (String, String, String, f64)> = HashMap::new(); // id -> (queue, key, member, score)
+    for key in scan(&mut conn, &format!("{p}q:*:lane:*")).await {
+        let rest = key.trim_start_matches(&format!("{p}q:"));
+        let Some((queue, rl_key)) = rest.split_once(":lane:") else {
+            continue;
+        };
+        for (m, score) in zset(&mut conn, &key).await {
+            let id = m.get(m.len().saturating_sub(36)..).unwrap_or("").to_string();
+            if ready_owner.contains_key(&id) {
+                problems.push(format!("job {id} is both in a ready set and in lane {queue}/{rl_key}"));
+            }
+            lane_owner.insert(id, (queue.to_string(), rl_key.to_string(), m, score));
+        }
+    }
+    let mut heads: HashMap<(String, String), String> = HashMap::new();
+    for key in scan(&mut conn, &format!("{p}q:*:heads")).await {
+        let queue = key
+            .trim_start_matches(&format!("{p}q:"))
+            .trim_end_matches(":heads")
+            .to_string();
+        let m: HashMap<String, String> = conn.hgetall(&key).await.expect("HGETALL");
+        for (k, member) in m {
+            let in_ready = ready.get(&queue).is_some_and(|r| r.contains_key(&member));
+            if !in_ready {
+                problems.push(format!("lane head {queue}/{k} = {member} is not in the ready set"));
+            }
+            let parked: bool = conn.hexists(format!("{p}q:{queue}:parked"), &k).await.expect("HEXISTS");
+            if parked {
+                problems.push(format!("lane {queue}/{k} is both open (has a head) and parked"));
+            }
+            heads.insert((queue.clone(), k), member);
+        }
+    }
+
+    let mut gauges: HashMap<String, (i64, i64)> = HashMap::new(); // queue -> (active, scheduled)
+    let mut ready_by_priority: HashMap<(String, String), i64> = HashMap::new();
+    let mut seen = HashSet::new();
+    for key in scan(&mut conn, &format!("{p}job:*")).await {
+        let id = key.trim_start_matches(&format!("{p}job:")).to_string();
+        let f: HashMap<String, String> = conn.hgetall(&key).await.expect("HGETALL");
+        if f.is_empty() {
+            continue;
+        }
+        seen.insert(id.clone());
+        let state = f.get("state").cloned().unwrap_or_default();
+        let queue = f.get("queue").cloned().unwrap_or_default();
+        let rl_key = f.get("rl_key").cloned();
+        if let Some((lq, lk, lm, _)) = lane_owner.get(&id) {
+            if state != "available" || Some(lk) != rl_key.as_ref() || lq != &queue || f.get("member") != Some(lm) {
+                problems.push(format!("job {id} ({state}, key {rl_key:?}) sits in lane {lq}/{lk}"));
+            }
+        }
+        if let (Some(k), Some((_, member, _))) = (&rl_key, ready_owner.get(&id)) {
+            if heads.get(&(queue.clone(), k.clone())) != Some(member) {
+                problems.push(format!(
+                    "job {id} of key {k} is in the ready set but is not its lane's head"
+                ));
+            }
+        }
+        let where_ = (
+            ready_owner.contains_key(&id) || lane_owner.contains_key(&id),
+            scheduled.contains_key(&id),
+            active.contains_key(&id),
+            dead.contains_key(&id),
+        );
+        let expected = match state.as_str() {
+            "available" => (true, false, false, false),
+            "scheduled" | "retryable" => (false, true, false, false),
+            "active" => (false, false, true, false),
+            "completed" | "cancelled" => (false, false, false, false),
+            "discarded" => (false, false, false, where_.3),
+            other => {
+                problems.push(format!("job {id} has unknown state {other:?}"));
+                continue;
+            }
+        };
+        if where_ != expected {
+            problems.push(format!(
+                "job {id} is {state} but indexed as (ready, scheduled, active, dead) = {where_:?}, expected {expected:?}"
+            ));
+        }
+        if state == "available" {
+            let placed = ready_owner
+                .get(&id)
+                .cloned()
+                .or_else(|| lane_owner.get(&id).map(|(q, _, m, sc)| (q.clone(), m.clone(), *sc)));
+            if let Some((q, member, score)) = placed.as_ref() {
+                if q != &queue {
+                    problems.push(format!("job {id} of queue {queue} sits in the ready set of {q}"));
+                }
+                if f.get("member") != Some(member) {
+                    problems.push(format!(
+                        "job {id}: member field {:?} differs from ready member {member}",
+                        f.get("member")
+                    ));
+                }
+                let rank: f64 = f.get("rank").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
+                let aging: Option<f64> = conn.hget(format!("{p}q:{queue}:conf"), "aging_s").await.expect("HGET");
+                let expected = match aging {
+                    Some(a) => {
+                        let since: f64 = f.get("enqueued_at").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
+                        rank * a + (since / 1000.0).floor()
+                    }
+                    None => rank,
+                };
+                if expected != *score {
+                    problems.push(format!(
+                        "job {id}: ready score {score}, expected {expected} (rank {rank}, aging {aging:?})"
+                    ));
+                }
+                *ready_by_priority
+                    .entry((queue.clone(), f.get("priority").cloned().unwrap_or_default()))
+                    .or_default() += 1;
+            }
+        } else if f.contains_key("member") {
+            problems.push(format!("job {id} is {state} but still has a ready member field"));
+        }
+        if state == "active" {
+            let lease: f64 = f.get("lease_until").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
+            if active.get(&id) != Some(&lease) {
+                problems.push(format!(
+                    "job {id}: active score {:?} differs from lease_until {lease}",
+                    active.get(&id)
+                ));
+            }
+        }
+        let g = gauges.entry(queue).or_default();
+        match state.as_str() {
+            "active" => g.0 += 1,
+            "scheduled" | "retryable" => g.1 += 1,
+            _ => {}
+        }
+    }
+    for (name, index) in [("scheduled", &scheduled), ("active", &active), ("dead", &dead)] {
+        for id in index.keys() {
+            if !seen.contains(id) {
+                problems.push(format!("{name} index holds {id}, which has no job hash"));
+            }
+        }
+    }
+    for id in ready_owner.keys().chain(lane_owner.keys()) {
+        if !seen.contains(id) {
+            problems.push(format!("a ready set holds {id}, which has no job hash"));
+        }
+    }
+    for key in scan(&mut conn, &format!("{p}q:*:stats")).await {
+        let queue = key
+            .trim_start_matches(&format!("{p}q:"))
+            .trim_end_matches(":stats")
+            .to_string();
+        let s: HashMap<String, i64> = conn.hgetall(&key).await.expect("HGETALL");
+        let (a, sch) = gauges.get(&queue).copied().unwrap_or_default();
+        let (ga, gs) = (
+            s.get("active").copied().unwrap_or(0),
+            s.get("scheduled").copied().unwrap_or(0),
+        );
+        if (ga, gs) != (a, sch) {
+            problems.push(format!(
+                "queue {queue}: gauges (active, scheduled) = ({ga}, {gs}) but jobs say ({a}, {sch})"
+            ));
+        }
+    }
+    // Rate-limit slots: every slot holder is an active job of that key (no leaked or foreign slot),
+    // and its slot ends with the job's lease.
+    for key in scan(&mut conn, &format!("{p}rl:*:active")).await {
+        let rl_key = key
+            .trim_start_matches(&format!("{p}rl:"))
+            .trim_end_matches(":active")
+            .to_string();
+        for (id, deadline) in zset(&mut conn, &key).await {
+            let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{id}")).await.expect("HGETALL");
+            if f.get("state").map(String::as_str) != Some("active") || f.get("rl_key") != Some(&rl_key) {
+                problems.push(format!(
+                    "rate-limit key {rl_key}: slot held by {id}, which is not an active job of that key"
+                ));
+            } else if f.get("lease_until").and_then(|l| l.parse::<f64>().ok()) != Some(deadline) {
+                problems.push(format!(
+                    "rate-limit key {rl_key}: slot of {id} ends at {deadline}, its lease at {:?}",
+                    f.get("lease_until")
+                ));
+            }
+        }
+    }
+
+    // Per-priority ready counts (priority-stats) equal the ready sets.
+    let mut counted: HashMap<(String, String), i64> = HashMap::new();
+    for key in scan(&mut conn, &format!("{p}q:*:pri")).await {
+        let queue = key
+            .trim_start_matches(&format!("{p}q:"))
+            .trim_end_matches(":pri")
+            .to_string();
+        let m: HashMap<String, i64> = conn.hgetall(&key).await.expect("HGETALL");
+        for (prio, n) in m {
+            counted.insert((queue.clone(), prio), n);
+        }
+    }
+    if counted != ready_by_priority {
+        problems.push(format!(
+            "per-priority ready counts {counted:?} differ from the ready sets {ready_by_priority:?}"
+        ));
+    }
+    problems
+}

@@ -1,0 +1,297 @@
+//! Test support: a real `redis-server` per test binary (or `OJS_TEST_REDIS_URL`), servers under test on
+//! port 0, each in its own namespace so tests never share keys and never flush anything, and the
+//! invariant checker that walks a namespace's keyspace.
+
+pub mod invariants;
+
+use std::net::TcpListener as StdListener;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ojs_server::Config;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub use invariants::check_invariants;
+
+static REDIS: OnceLock<String> = OnceLock::new();
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The Redis every test in this binary uses: `OJS_TEST_REDIS_URL`, or a `redis-server` started on a
+/// free port. A watchdog shell stops that server when the test process exits, however it exits.
+pub fn redis_url() -> String {
+    REDIS
+        .get_or_init(|| {
+            if let Ok(url) = std::env::var("OJS_TEST_REDIS_URL") {
+                return url;
+            }
+            if Command::new("redis-server").arg("--version").output().is_err() {
+                panic!(
+                    "redis-server is not installed. Install it (Debian/Ubuntu: sudo apt-get install -y redis-server) \
+                     or point OJS_TEST_REDIS_URL at a Redis you can use for tests."
+                );
+            }
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!("ojs-test-redis-{port}"));
+            let _ = std::fs::create_dir_all(&dir);
+            let script = format!(
+                "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' --loglevel warning & \
+                 r=$!; while kill -0 {parent} 2>/dev/null && kill -0 $r 2>/dev/null; do sleep 1; done; kill $r 2>/dev/null",
+                dir = dir.display(),
+                parent = std::process::id()
+            );
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start redis-server");
+            let url = format!("redis://127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let up = redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                    .is_ok();
+                if up {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            url
+        })
+        .clone()
+}
+
+/// A fresh namespace name, so each test has a keyspace of its own on the shared Redis.
+pub fn unique_namespace() -> String {
+    format!("t{}", uuid::Uuid::now_v7().simple())
+}
+
+/// An `ojs-server` running inside the test process on a free port.
+pub struct TestServer {
+    pub base: String,
+    pub namespace: String,
+    pub redis_url: String,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+    child: Option<std::process::Child>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts a server; `tune` adjusts the configuration (priority model, timeouts…).
+    pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Self {
+        let redis_url = redis_url();
+        let mut cfg = Config::for_redis(&redis_url);
+        cfg.namespace = unique_namespace();
+        cfg.tick_ms = 20;
+        tune(&mut cfg);
+        Self::start_config(cfg).await
+    }
+
+    /// Starts a server with exactly this configuration (e.g. a second node on the same namespace).
+    pub async fn start_config(cfg: Config) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = oneshot::channel();
+        let namespace = cfg.namespace.clone();
+        let redis_url = cfg.redis_url.clone();
+        let handle = tokio::spawn(async move {
+            let _ = ojs_server::run(listener, cfg, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Self {
+            base,
+            namespace,
+            redis_url,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            handle: Some(handle),
+            child: None,
+        }
+    }
+
+    /// Starts the `ojs-server` binary at `bin` as a separate process (a real second pod) on a free port,
+    /// serving `namespace` on `redis_url`; waits until it answers. Integration tests of the server crate
+    /// get the path from `env!("CARGO_BIN_EXE_ojs-server")`. The process is killed on drop.
+    pub async fn spawn_process(bin: &str, redis_url: &str, namespace: &str, extra_env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.env("OJS_REDIS_URL", redis_url)
+            .env("OJS_LISTEN", format!("127.0.0.1:{port}"))
+            .env("OJS_NAMESPACE", namespace)
+            .env("OJS_TICK_MS", "20")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn ojs-server");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if http
+                .get(format!("{base}/ojs/v1/health"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ojs-server process did not come up on port {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self {
+            base,
+            namespace: namespace.to_string(),
+            redis_url: redis_url.to_string(),
+            http,
+            stop: None,
+            handle: None,
+            child: Some(child),
+        }
+    }
+
+    /// Kills a process-backed server with SIGKILL (no graceful shutdown), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        decode(r).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .patch(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        decode(r).await
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self.http.put(self.url(path)).json(&body).send().await.expect("request");
+        decode(r).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).send().await.expect("request");
+        decode(r).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self.http.delete(self.url(path)).send().await.expect("request");
+        decode(r).await
+    }
+
+    /// Enqueues and returns the job id, asserting success.
+    pub async fn enqueue(&self, body: Value) -> String {
+        let (s, b) = self.post("/ojs/v1/jobs", body).await;
+        assert_eq!(s, 201, "enqueue failed: {b}");
+        b["job"]["id"].as_str().expect("job id").to_string()
+    }
+
+    /// Fetches up to `count` jobs from `queues` and returns them.
+    pub async fn fetch(&self, queues: &[&str], count: u32) -> Vec<Value> {
+        let (s, b) = self
+            .post(
+                "/ojs/v1/workers/fetch",
+                serde_json::json!({"queues": queues, "count": count}),
+            )
+            .await;
+        assert_eq!(s, 200, "fetch failed: {b}");
+        b["jobs"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub async fn ack(&self, id: &str) -> (u16, Value) {
+        self.post("/ojs/v1/workers/ack", serde_json::json!({"job_id": id}))
+            .await
+    }
+
+    /// The invariant checker over this server's namespace; panics with every problem found.
+    pub async fn assert_invariants(&self) {
+        let problems = check_invariants(&self.redis_url, &self.namespace).await;
+        assert!(
+            problems.is_empty(),
+            "keyspace invariants broken:\n  {}",
+            problems.join("\n  ")
+        );
+    }
+
+    /// A plain Redis connection, for tests that look at keys directly.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis_url.as_str())
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection")
+    }
+
+    pub fn key(&self, suffix: &str) -> String {
+        format!("ojs:{{{}}}:{suffix}", self.namespace)
+    }
+
+    /// Stops the server and waits for it (graceful shutdown).
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.kill();
+    }
+}
+
+async fn decode(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
