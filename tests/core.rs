@@ -1,0 +1,603 @@
+//! Every core operation through HTTP against a real Redis, each test in its own namespace, each ending
+//! with the keyspace invariant checker.
+
+use ojs_testkit::TestServer;
+use serde_json::json;
+
+#[tokio::test]
+async fn enqueue_get_and_system_fields() {
+    let s = TestServer::start().await;
+    let r = s
+        .http
+        .post(s.url("/ojs/v1/jobs"))
+        .header("content-type", "application/openjobspec+json")
+        .header("x-request-id", "req-123")
+        .body(r#"{"type":"email.send","args":["a@example.com"],"meta":{"trace_id":"t1"},"x_ext":{"n":1}}"#)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 201);
+    assert_eq!(r.headers()["ojs-version"], "1.0");
+    assert_eq!(r.headers()["x-request-id"], "req-123");
+    assert_eq!(r.headers()["content-type"], "application/openjobspec+json");
+    let b: serde_json::Value = r.json().await.expect("json");
+    let id = b["job"]["id"].as_str().expect("id").to_string();
+    assert!(ojs_core::names::check_job_id(&id).is_ok());
+    assert_eq!(b["job"]["state"], "available");
+    assert_eq!(b["job"]["priority"], 2, "seed default priority");
+    assert_eq!(b["job"]["queue"], "default");
+    assert_eq!(b["job"]["attempt"], 0);
+    assert!(b["job"].get("started_at").is_none());
+
+    let (st, got) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(st, 200);
+    assert_eq!(got["job"]["meta"]["trace_id"], "t1");
+    assert_eq!(got["job"]["x_ext"]["n"], 1, "unknown fields are echoed");
+    assert_eq!(got["job"]["created_at"], b["job"]["created_at"]);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn validation_errors_name_the_field() {
+    let s = TestServer::start().await;
+    let cases = [
+        (json!({"args": []}), "type"),
+        (json!({"type": "Email.Send", "args": []}), "type"),
+        (json!({"type": "a", "args": {}}), "args"),
+        (json!({"type": "a", "args": [], "queue": "Bad Queue"}), "queue"),
+        (
+            json!({"type": "a", "args": [], "id": "550e8400-e29b-41d4-a716-446655440000"}),
+            "id",
+        ),
+        (json!({"type": "a", "args": [], "priority": -1}), "0 to 4294967295"),
+        (json!({"type": "a", "args": [], "priority": 1.5}), "priority"),
+        (
+            json!({"type": "a", "args": [], "options": {"priority": 3}}),
+            "seed priority model",
+        ),
+        (
+            json!({"type": "a", "args": [], "options": {"timeout_ms": -5}}),
+            "options.timeout_ms",
+        ),
+        (
+            json!({"type": "a", "args": [], "options": {"scheduled_at": "tomorrow"}}),
+            "options.scheduled_at",
+        ),
+    ];
+    for (body, needle) in cases {
+        let (st, b) = s.post("/ojs/v1/jobs", body.clone()).await;
+        assert_eq!(st, 400, "{body} -> {b}");
+        assert_eq!(b["error"]["code"], "invalid_request");
+        assert_eq!(b["error"]["retryable"], false);
+        let msg = b["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains(needle), "message {msg:?} should mention {needle:?}");
+    }
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "a", "args": [], "options": {"retry": {"max_attempts": 0}}}),
+        )
+        .await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap_or("").contains("max_attempts"));
+
+    let r = s
+        .http
+        .post(s.url("/ojs/v1/jobs"))
+        .header("content-type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 400);
+    let b: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(b["error"]["code"], "invalid_payload");
+
+    let r = s
+        .http
+        .post(s.url("/ojs/v1/jobs"))
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 415);
+
+    let (st, b) = s.get("/ojs/v1/jobs/not-an-id").await;
+    assert_eq!(st, 404);
+    assert_eq!(b["error"]["code"], "not_found");
+    let (st, _) = s.get("/ojs/v1/nothing-here").await;
+    assert_eq!(st, 404);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn duplicate_id_is_409_and_batch_is_all_or_nothing() {
+    let s = TestServer::start().await;
+    let id = ojs_core::names::new_job_id();
+    s.enqueue(json!({"id": id, "type": "a", "args": []})).await;
+    let (st, b) = s.post("/ojs/v1/jobs", json!({"id": id, "type": "a", "args": []})).await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("duplicate")));
+
+    // The second job of this batch reuses the existing id: nothing of the batch may be written.
+    let fresh = ojs_core::names::new_job_id();
+    let (st, _) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"id": fresh, "type": "a", "args": []}, {"id": id, "type": "a", "args": []}]}),
+        )
+        .await;
+    assert_eq!(st, 409);
+    assert_eq!(s.get(&format!("/ojs/v1/jobs/{fresh}")).await.0, 404, "no partial batch");
+
+    // An invalid job anywhere rejects the batch and says which one.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "a", "args": []}, {"type": "a"}]}),
+        )
+        .await;
+    assert_eq!(st, 400);
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").starts_with("jobs[1]"),
+        "{b}"
+    );
+
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "a", "args": [1], "priority": 5}, {"type": "a", "args": [2], "priority": 0}]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(b["count"], 2);
+    let jobs = s.fetch(&["default"], 10).await;
+    let order: Vec<_> = jobs.iter().map(|j| j["args"][0].as_i64().unwrap_or(-1)).collect();
+    // The first job (priority 2 by default) sits between the batch's priority 0 and priority 5.
+    assert_eq!(order, vec![2, -1, 1]);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn fetch_ack_nack_lifecycle() {
+    let s = TestServer::start().await;
+    let q = "life";
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q,
+            "retry": {"max_attempts": 2, "initial_interval": "PT0.1S", "jitter": false, "on_exhaustion": "dead_letter"}}}))
+        .await;
+    assert!(s.fetch(&["other"], 1).await.is_empty(), "other queues are untouched");
+    let jobs = s.fetch(&[q], 1).await;
+    assert_eq!(jobs[0]["id"], id.as_str());
+    assert_eq!(jobs[0]["state"], "active");
+    assert_eq!(jobs[0]["attempt"], 1);
+    assert!(s.fetch(&[q], 1).await.is_empty(), "an active job is not fetched twice");
+
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"code": "io", "message": "boom", "retryable": true}}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(b["state"], "retryable");
+    assert_eq!(b["retry_delay_ms"], 100);
+    // Not ready before the backoff; ready after it (the promoter runs every 20 ms in tests).
+    assert!(s.fetch(&[q], 1).await.is_empty());
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let jobs = s.fetch(&[q], 1).await;
+    assert_eq!(jobs[0]["attempt"], 2);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"message": "again"}}),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("discarded")));
+    let (_, dl) = s.get("/ojs/v1/dead-letter").await;
+    assert_eq!(dl["jobs"][0]["id"], id.as_str());
+    assert_eq!(dl["jobs"][0]["errors"].as_array().map(Vec::len), Some(2));
+
+    let (st, b) = s.post(&format!("/ojs/v1/dead-letter/{id}/retry"), json!({})).await;
+    assert_eq!(
+        (st, b["job"]["state"].as_str(), b["job"]["attempt"].as_i64()),
+        (200, Some("available"), Some(0))
+    );
+    let jobs = s.fetch(&[q], 1).await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": jobs[0]["id"], "result": {"ok": true}}),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("completed")));
+    let (st, b) = s.ack(&id).await;
+    assert_eq!(
+        (st, b["error"]["code"].as_str()),
+        (409, Some("conflict")),
+        "a second ACK is refused"
+    );
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(job["job"]["result"]["ok"], true);
+    assert!(job["job"].get("error").is_none(), "ACK clears the current error");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn non_retryable_errors_and_dead_letter_delete() {
+    let s = TestServer::start().await;
+    let q = "nre";
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q,
+            "retry": {"max_attempts": 5, "non_retryable_errors": ["Auth.*"], "on_exhaustion": "dead_letter"}}}))
+        .await;
+    s.fetch(&[q], 1).await;
+    let (_, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"type": "Auth.Expired", "message": "x"}}),
+        )
+        .await;
+    assert_eq!(b["state"], "discarded", "a prefix pattern makes the error final");
+    let (st, b) = s.delete(&format!("/ojs/v1/dead-letter/{id}")).await;
+    assert_eq!((st, b["deleted"].as_bool()), (200, Some(true)));
+    assert_eq!(s.get(&format!("/ojs/v1/jobs/{id}")).await.0, 404);
+    assert_eq!(s.delete(&format!("/ojs/v1/dead-letter/{id}")).await.0, 404);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn cancel_in_each_state() {
+    let s = TestServer::start().await;
+    let q = "cancel";
+    let avail = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q}}))
+        .await;
+    let sched = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q, "delay_ms": 60000}}))
+        .await;
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{avail}")).await;
+    assert_eq!((st, b["job"]["state"].as_str()), (200, Some("cancelled")));
+    assert!(b["job"]["cancelled_at"].is_string());
+    let (st, _) = s.delete(&format!("/ojs/v1/jobs/{sched}")).await;
+    assert_eq!(st, 200);
+    let active = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q}}))
+        .await;
+    assert_eq!(
+        s.fetch(&[q], 1).await[0]["id"],
+        active.as_str(),
+        "the cancelled job is skipped"
+    );
+    let (st, _) = s.delete(&format!("/ojs/v1/jobs/{active}")).await;
+    assert_eq!(st, 200);
+    let (_, hb) = s
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w1", "active_jobs": [active]}),
+        )
+        .await;
+    assert_eq!(
+        hb["directives"][0]["type"], "cancel",
+        "the worker learns of the cancel: {hb}"
+    );
+    assert_eq!(s.ack(&active).await.0, 409, "its ACK is refused");
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{avail}")).await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("conflict")));
+    assert_eq!(b["error"]["details"]["state"], "cancelled");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn heartbeat_extends_and_signals() {
+    let s = TestServer::start().await;
+    let q = "hb";
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q, "visibility_timeout_ms": 300}}))
+        .await;
+    let (_, b) = s
+        .post("/ojs/v1/workers/fetch", json!({"queues": [q], "worker_id": "w-1"}))
+        .await;
+    assert_eq!(b["jobs"][0]["worker_id"], "w-1");
+    for _ in 0..4 {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        let (st, hb) = s
+            .post(
+                "/ojs/v1/workers/heartbeat",
+                json!({"worker_id": "w-1", "active_jobs": [id]}),
+            )
+            .await;
+        assert_eq!((st, hb["state"].as_str()), (200, Some("running")));
+        assert_eq!(hb["jobs"][0]["extended"], true);
+    }
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(
+        job["job"]["state"], "active",
+        "600 ms past a 300 ms lease, kept alive by heartbeats"
+    );
+    let (st, _) = s.post("/ojs/v1/workers/w-1/signal", json!({"signal": "quiet"})).await;
+    assert_eq!(st, 200);
+    let (_, hb) = s
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w-1", "active_jobs": [id]}),
+        )
+        .await;
+    assert_eq!(hb["state"], "quiet");
+    let (st, _) = s.post("/ojs/v1/workers/w-1/signal", json!({"signal": "explode"})).await;
+    assert_eq!(st, 400);
+    assert_eq!(s.ack(&id).await.0, 200);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn queues_pause_resume_and_events() {
+    let s = TestServer::start().await;
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "ev"}}))
+        .await;
+    let (st, _) = s.post("/ojs/v1/queues/ev/pause", json!({})).await;
+    assert_eq!(st, 200);
+    assert!(s.fetch(&["ev"], 1).await.is_empty(), "a paused queue is skipped");
+    let (_, qs) = s.get("/ojs/v1/queues").await;
+    let ev = qs["queues"]
+        .as_array()
+        .and_then(|a| a.iter().find(|q| q["name"] == "ev"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (ev["status"].as_str(), ev["available"].as_u64()),
+        (Some("paused"), Some(1))
+    );
+    s.post("/ojs/v1/queues/ev/resume", json!({})).await;
+    s.fetch(&["ev"], 1).await;
+    s.ack(&id).await;
+    let (_, e) = s.get("/ojs/v1/events?types=job.completed&queues=ev").await;
+    assert_eq!(e["events"][0]["type"], "job.completed");
+    assert_eq!(e["events"][0]["data"]["job_id"], id.as_str());
+    assert!(e["events"][0]["data"]["duration_ms"].is_number());
+    let (_, all) = s.get(&format!("/ojs/v1/events?job_id={id}")).await;
+    let types: Vec<_> = all["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(types, ["job.enqueued", "job.started", "job.completed"]);
+    let cursor = all["next_cursor"].as_str().unwrap_or_default().to_string();
+    let (_, after) = s.get(&format!("/ojs/v1/events?after={cursor}")).await;
+    assert!(
+        after["events"].as_array().is_some_and(Vec::is_empty),
+        "nothing after the newest event"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn health_and_manifest() {
+    let s = TestServer::start().await;
+    let (st, h) = s.get("/ojs/v1/health").await;
+    assert_eq!((st, h["status"].as_str()), (200, Some("ok")));
+    let (st, m) = s.get("/ojs/manifest").await;
+    assert_eq!(st, 200);
+    assert_eq!(m["specversion"], "1.0");
+    assert_eq!(m["priority_model"], "seed");
+}
+
+#[tokio::test]
+async fn api_keys_and_scopes() {
+    let admin = "admin-key-0123456789";
+    let worker = "worker-key-0123456789";
+    let s = TestServer::start_with(|c| {
+        c.api_keys = ojs_server::auth::parse_keys(&format!("admin:{admin},worker:{worker}")).expect("keys")
+    })
+    .await;
+    let call = |method: reqwest::Method, path: &str, key: Option<&str>| {
+        let mut r = s
+            .http
+            .request(method, s.url(path))
+            .header("content-type", "application/json")
+            .body("{}");
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        r.send()
+    };
+    assert_eq!(
+        call(reqwest::Method::GET, "/ojs/v1/health", None)
+            .await
+            .expect("send")
+            .status(),
+        200,
+        "health stays open"
+    );
+    let r = call(reqwest::Method::POST, "/ojs/v1/workers/fetch", None)
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.expect("json")["error"]["code"],
+        "unauthorized"
+    );
+    assert_eq!(
+        call(
+            reqwest::Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some("wrong-key-0123456789")
+        )
+        .await
+        .expect("send")
+        .status(),
+        401
+    );
+    assert_eq!(
+        call(reqwest::Method::POST, "/ojs/v1/workers/fetch", Some(worker))
+            .await
+            .expect("send")
+            .status(),
+        200
+    );
+    for path in [
+        "/ojs/v1/queues/q/pause",
+        "/ojs/v1/dead-letter/019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f/retry",
+    ] {
+        let r = call(reqwest::Method::POST, path, Some(worker)).await.expect("send");
+        assert_eq!(r.status(), 403, "{path} with a worker key");
+        assert_eq!(
+            r.json::<serde_json::Value>().await.expect("json")["error"]["code"],
+            "forbidden"
+        );
+    }
+    assert_eq!(
+        call(reqwest::Method::PUT, "/ojs/v1/rate-limits/k", Some(worker))
+            .await
+            .expect("send")
+            .status(),
+        403
+    );
+    assert_eq!(
+        call(reqwest::Method::POST, "/ojs/v1/queues/q/pause", Some(admin))
+            .await
+            .expect("send")
+            .status(),
+        200
+    );
+
+    // Without keys, a non-loopback listen address is refused unless explicitly allowed.
+    let mut open = ojs_server::Config::for_redis("redis://127.0.0.1:1");
+    open.listen = "0.0.0.0:8080".parse().expect("addr");
+    let msg = open.validate().unwrap_err();
+    assert!(msg.contains("OJS_API_KEYS"), "{msg}");
+    open.insecure_no_auth = true;
+    assert!(open.validate().is_ok());
+    open.insecure_no_auth = false;
+    open.listen = "127.0.0.1:8080".parse().expect("addr");
+    assert!(open.validate().is_ok());
+}
+
+/// Reads an SSE response until `needle` appears (or the deadline passes); returns what was read.
+async fn read_sse_until(resp: &mut reqwest::Response, needle: &str) -> String {
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !text.contains(needle) && std::time::Instant::now() < deadline {
+        match tokio::time::timeout(std::time::Duration::from_millis(500), resp.chunk()).await {
+            Ok(Ok(Some(bytes))) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            Ok(_) => break,
+            Err(_) => {}
+        }
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_delivers_events_from_the_other_pod_and_resumes() {
+    let bin = env!("CARGO_BIN_EXE_ojs-server");
+    let redis = ojs_testkit::redis_url();
+    let ns = ojs_testkit::unique_namespace();
+    let a = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
+    let b = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
+    let mut resp = b
+        .http
+        .get(b.url("/ojs/v1/queues/sse/events/stream"))
+        .send()
+        .await
+        .expect("connect");
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap_or("")
+        .starts_with("text/event-stream"));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let other = a
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "elsewhere"}}))
+        .await;
+    let id = a
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "sse"}}))
+        .await;
+    let text = read_sse_until(&mut resp, &id).await;
+    assert!(text.contains("event: job.enqueued"), "{text}");
+    assert!(
+        text.contains(&id),
+        "the event enqueued on pod A reached the client of pod B: {text}"
+    );
+    assert!(!text.contains(&other), "the queue filter holds");
+    // Resume: reconnect with Last-Event-ID and get what happened since.
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .last()
+        .unwrap_or("0-0")
+        .to_string();
+    drop(resp);
+    a.fetch(&["sse"], 1).await;
+    let mut again = b
+        .http
+        .get(b.url(&format!("/ojs/v1/jobs/{id}/events/stream")))
+        .header("last-event-id", &last)
+        .send()
+        .await
+        .expect("reconnect");
+    let text = read_sse_until(&mut again, "job.started").await;
+    assert!(
+        text.contains("event: job.started"),
+        "missed events are replayed: {text}"
+    );
+    assert!(
+        !text.contains("event: job.enqueued"),
+        "nothing before Last-Event-ID: {text}"
+    );
+}
+
+#[tokio::test]
+async fn openapi_document_matches_the_router() {
+    let s = TestServer::start().await;
+    let (st, doc) = s.get("/ojs/v1/openapi.json").await;
+    assert_eq!(st, 200);
+    assert!(
+        doc["openapi"].as_str().unwrap_or("").starts_with("3.1"),
+        "OpenAPI 3.1: {}",
+        doc["openapi"]
+    );
+    let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+    // The document is generated from the handlers that the router serves (utoipa-axum), so it cannot
+    // list a route that does not exist; check it from the outside anyway, and that it covers the API.
+    let mut operations = 0;
+    for (path, item) in &paths {
+        for (method, _) in item.as_object().into_iter().flatten() {
+            operations += 1;
+            let concrete = path
+                .replace("{id}", "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f")
+                .replace("{queue}", "openapi-probe")
+                .replace("{key}", "openapi-probe")
+                .replace("{worker_id}", "openapi-probe");
+            let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            let mut req = s.http.request(m.clone(), s.url(&concrete));
+            if concrete.ends_with("/stream") {
+                // SSE never ends; only the status matters.
+                let r = req.send().await.expect("send");
+                assert_eq!(r.status(), 200, "{method} {path}");
+                continue;
+            }
+            if m != reqwest::Method::GET && m != reqwest::Method::DELETE {
+                req = req.header("content-type", "application/json").body("{}");
+            }
+            let r = req.send().await.expect("send");
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            assert_ne!(status, 405, "{method} {path} is documented but not routed");
+            assert!(
+                !body.contains("no route for"),
+                "{method} {path} is documented but not routed"
+            );
+        }
+    }
+    assert!(operations >= 37, "only {operations} operations documented");
+    for must in [
+        "/ojs/v1/jobs",
+        "/ojs/v1/workers/fetch",
+        "/ojs/v1/rate-limits/{key}",
+        "/ojs/v1/queues/{queue}/priority-stats",
+    ] {
+        assert!(paths.contains_key(must), "{must} missing from the OpenAPI document");
+    }
+}

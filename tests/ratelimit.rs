@@ -1,0 +1,475 @@
+//! Rate limits per the seed, checked from the event stream (its order is the order the scripts ran
+//! in, its times are Redis TIME): limits are never exceeded by 64 racing fetchers on two nodes, slots
+//! come back after worker deaths, limited jobs never block free ones, and every on_limit behaves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ojs_testkit::TestServer;
+use serde_json::{json, Value};
+
+/// Two `ojs-server` processes on one namespace: two pods.
+async fn two_nodes() -> (Arc<TestServer>, Arc<TestServer>) {
+    let bin = env!("CARGO_BIN_EXE_ojs-server");
+    let redis = ojs_testkit::redis_url();
+    let ns = ojs_testkit::unique_namespace();
+    let a = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
+    let b = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
+    (Arc::new(a), Arc::new(b))
+}
+
+/// Every event of the namespace, in stream order: (type, job_id, time ms).
+async fn events(s: &TestServer) -> Vec<(String, String, i64)> {
+    let mut r = s.redis().await;
+    let v: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+        .arg(s.key("events"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut r)
+        .await
+        .expect("XRANGE");
+    v.into_iter()
+        .map(|(_, f)| {
+            (
+                f.get("type").cloned().unwrap_or_default(),
+                f.get("job_id").cloned().unwrap_or_default(),
+                f.get("time").and_then(|t| t.parse().ok()).unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+async fn enqueue_many(s: &TestServer, n: usize, job: Value) -> Vec<String> {
+    let mut ids = Vec::new();
+    let jobs: Vec<Value> = (0..n).map(|_| job.clone()).collect();
+    for chunk in jobs.chunks(500) {
+        let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": chunk })).await;
+        assert_eq!(st, 201, "{b}");
+        ids.extend(
+            b["jobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|j| j["id"].as_str().map(str::to_owned)),
+        );
+    }
+    ids
+}
+
+/// 64 workers over two nodes fetch from `queue` and ack after `hold`, until `total` jobs are done.
+async fn run_workers(
+    nodes: [Arc<TestServer>; 2],
+    queue: &'static str,
+    total: usize,
+    hold: Duration,
+    deadline: Duration,
+) {
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..64 {
+        let s = nodes[w % 2].clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            while done.load(std::sync::atomic::Ordering::SeqCst) < total && started.elapsed() < deadline {
+                let (_, b) = s
+                    .post(
+                        "/ojs/v1/workers/fetch",
+                        json!({"queues": [queue], "worker_id": format!("w{w}")}),
+                    )
+                    .await;
+                let Some(id) = b["jobs"][0]["id"].as_str().map(str::to_owned) else {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                };
+                tokio::time::sleep(hold).await;
+                assert_eq!(s.ack(&id).await.0, 200);
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("worker");
+    }
+    assert_eq!(
+        done.load(std::sync::atomic::Ordering::SeqCst),
+        total,
+        "not every job ran before the deadline"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_is_never_exceeded_across_two_nodes() {
+    let (a, b) = two_nodes().await;
+    let ids = enqueue_many(
+        &a,
+        120,
+        json!({"type": "a", "args": [], "options": {"queue": "rlc"},
+        "rate_limit": {"key": "conc-key", "concurrency": 3}}),
+    )
+    .await;
+    run_workers(
+        [a.clone(), b.clone()],
+        "rlc",
+        120,
+        Duration::from_millis(5),
+        Duration::from_secs(30),
+    )
+    .await;
+    let mine: std::collections::HashSet<_> = ids.iter().collect();
+    let (mut active, mut max) = (0i64, 0i64);
+    for (t, id, _) in events(&a).await {
+        if !mine.contains(&id) {
+            continue;
+        }
+        match t.as_str() {
+            "job.started" => active += 1,
+            "job.completed" => active -= 1,
+            _ => {}
+        }
+        max = max.max(active);
+    }
+    assert_eq!(
+        max, 3,
+        "at most 3 active at any point of the script order, and the limit was reached"
+    );
+    let (_, state) = a.get("/ojs/v1/rate-limits/conc-key").await;
+    assert_eq!(state["concurrency"], json!({"limit": 3, "active": 0, "available": 3}));
+    a.assert_invariants().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sliding_window_and_throttle_hold_under_racing_fetchers() {
+    let (a, b) = two_nodes().await;
+    let win = enqueue_many(
+        &a,
+        20,
+        json!({"type": "a", "args": [], "options": {"queue": "rlw"},
+        "rate_limit": {"key": "win-key", "rate": {"limit": 5, "period": "PT0.5S"}}}),
+    )
+    .await;
+    run_workers(
+        [a.clone(), b.clone()],
+        "rlw",
+        20,
+        Duration::ZERO,
+        Duration::from_secs(10),
+    )
+    .await;
+    let win: std::collections::HashSet<_> = win.iter().collect();
+    let starts: Vec<i64> = events(&a)
+        .await
+        .into_iter()
+        .filter(|(t, id, _)| t == "job.started" && win.contains(id))
+        .map(|(_, _, ms)| ms)
+        .collect();
+    assert_eq!(starts.len(), 20);
+    for (i, t) in starts.iter().enumerate() {
+        let in_window = starts[..=i].iter().filter(|s| **s > t - 500).count();
+        assert!(in_window <= 5, "{in_window} starts in the 500 ms before {t}");
+    }
+
+    let thr = enqueue_many(
+        &a,
+        12,
+        json!({"type": "a", "args": [], "options": {"queue": "rlt"},
+        "rate_limit": {"key": "thr-key", "throttle": {"limit": 4, "period": "PT1S"}}}),
+    )
+    .await;
+    run_workers(
+        [a.clone(), b.clone()],
+        "rlt",
+        12,
+        Duration::ZERO,
+        Duration::from_secs(10),
+    )
+    .await;
+    let thr: std::collections::HashSet<_> = thr.iter().collect();
+    let starts: Vec<i64> = events(&a)
+        .await
+        .into_iter()
+        .filter(|(t, id, _)| t == "job.started" && thr.contains(id))
+        .map(|(_, _, ms)| ms)
+        .collect();
+    let gaps: Vec<i64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    // period/limit = 250 ms: no two starts closer than 225 ms, and the typical gap within 10% of 250.
+    assert!(
+        gaps.iter().all(|g| *g >= 225),
+        "throttle gaps {gaps:?} closer than 90% of 250 ms"
+    );
+    let mut sorted = gaps.clone();
+    sorted.sort();
+    let median = sorted[sorted.len() / 2];
+    assert!(
+        (225..=275).contains(&median),
+        "throttle gaps {gaps:?}: median {median} not within 10% of 250 ms"
+    );
+    a.assert_invariants().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slots_come_back_after_200_worker_deaths() {
+    let s = TestServer::start().await;
+    let ids = enqueue_many(
+        &s,
+        200,
+        json!({"type": "a", "args": [], "options": {"queue": "rld", "visibility_timeout_ms": 100,
+        "retry": {"max_attempts": 10}}, "rate_limit": {"key": "death-key", "concurrency": 5}}),
+    )
+    .await;
+    // 200 claims by workers that die (never ack, never heartbeat).
+    let mut deaths = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while deaths < 200 {
+        assert!(Instant::now() < deadline, "only {deaths} claims: slots leaked");
+        let got = s.fetch(&["rld"], 5).await;
+        deaths += got.len();
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // Then healthy workers finish every job.
+    let mut done = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while done.len() < ids.len() {
+        assert!(Instant::now() < deadline, "{} of 200 done: slots leaked", done.len());
+        let got = s.fetch(&["rld"], 5).await;
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for j in got {
+            let id = j["id"].as_str().unwrap_or_default().to_string();
+            assert_eq!(s.ack(&id).await.0, 200);
+            done.insert(id);
+        }
+    }
+    let (_, state) = s.get("/ojs/v1/rate-limits/death-key").await;
+    assert_eq!(state["concurrency"]["active"], 0, "no slot drifted: {state}");
+    let mut r = s.redis().await;
+    let left: i64 = redis::cmd("ZCARD")
+        .arg(s.key("rl:death-key:active"))
+        .query_async(&mut r)
+        .await
+        .expect("ZCARD");
+    assert_eq!(left, 0, "no slot entry left behind");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_limited_job_never_blocks_a_free_lower_priority_one() {
+    let s = TestServer::start().await;
+    let limited: Vec<String> = {
+        let mut v = Vec::new();
+        for _ in 0..50 {
+            v.push(
+                s.enqueue(
+                    json!({"type": "a", "args": [], "priority": 0, "options": {"queue": "skip"},
+                "rate_limit": {"key": "busy-key", "concurrency": 1}}),
+                )
+                .await,
+            );
+        }
+        v
+    };
+    let free = s
+        .enqueue(json!({"type": "a", "args": [], "priority": 5, "options": {"queue": "skip"}}))
+        .await;
+    let first = s.fetch(&["skip"], 1).await;
+    assert_eq!(first[0]["id"], limited[0].as_str(), "priority first");
+    let second = s.fetch(&["skip"], 1).await;
+    assert_eq!(
+        second[0]["id"],
+        free.as_str(),
+        "the free job runs while busy-key is at its limit"
+    );
+    assert!(s.fetch(&["skip"], 1).await.is_empty());
+    let (_, state) = s.get("/ojs/v1/rate-limits/busy-key").await;
+    assert_eq!(state["waiting_count"], 49);
+    assert_eq!(state["blocked"]["reason"], "concurrency");
+    // Releasing the slot re-admits the next limited job at once.
+    assert_eq!(s.ack(&limited[0]).await.0, 200);
+    assert_eq!(s.fetch(&["skip"], 1).await[0]["id"], limited[1].as_str());
+    // Several blocked fetches make one rate_limit.exceeded per episode, not one per skip.
+    for _ in 0..5 {
+        s.fetch(&["skip"], 1).await;
+    }
+    let exceeded = events(&s)
+        .await
+        .iter()
+        .filter(|(t, _, _)| t == "rate_limit.exceeded")
+        .count();
+    assert_eq!(exceeded, 2, "two blocking episodes");
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for line in [
+        "ojs_rate_limit_active{key=\"busy-key\"} 1",
+        "ojs_rate_limit_waiting{key=\"busy-key\"} 48",
+        "ojs_rate_limit_exceeded_total{key=\"busy-key\",strategy=\"concurrency\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
+    }
+    assert!(metrics.contains("ojs_rate_limit_wait_duration_seconds_bucket{key=\"busy-key\""));
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn reschedule_and_drop() {
+    let s = TestServer::start().await;
+    let a = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "rs"},
+        "rate_limit": {"key": "rs-key", "rate": {"limit": 1, "period": "PT2S"}, "on_limit": "reschedule"}}))
+        .await;
+    let b = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "rs"},
+        "rate_limit": {"key": "rs-key", "rate": {"limit": 1, "period": "PT2S"}, "on_limit": "reschedule"}}))
+        .await;
+    assert_eq!(s.fetch(&["rs"], 1).await[0]["id"], a.as_str());
+    assert!(s.fetch(&["rs"], 1).await.is_empty());
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{b}")).await;
+    assert_eq!(
+        job["job"]["state"], "scheduled",
+        "rescheduled to when the window allows: {job}"
+    );
+    let (_, started) = s.get(&format!("/ojs/v1/jobs/{a}")).await;
+    let due = ojs_core::clock::parse_ms(job["job"]["scheduled_at"].as_str().unwrap_or("")).unwrap_or(0);
+    let began = ojs_core::clock::parse_ms(started["job"]["started_at"].as_str().unwrap_or("")).unwrap_or(0);
+    assert_eq!(
+        due - began,
+        2000,
+        "scheduled exactly when the first start leaves the window"
+    );
+
+    let d1 = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "dr"},
+        "rate_limit": {"key": "dr-key", "rate": {"limit": 1, "period": "PT10S"}, "on_limit": "drop"}}))
+        .await;
+    let d2 = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "dr"},
+        "rate_limit": {"key": "dr-key", "rate": {"limit": 1, "period": "PT10S"}, "on_limit": "drop"}}))
+        .await;
+    assert_eq!(s.fetch(&["dr"], 1).await[0]["id"], d1.as_str());
+    assert!(s.fetch(&["dr"], 1).await.is_empty());
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{d2}")).await;
+    assert_eq!(job["job"]["state"], "discarded");
+    assert_eq!(job["job"]["error"]["code"], "rate_limited");
+    let (_, ev) = s
+        .get(&format!("/ojs/v1/events?types=rate_limit.dropped&job_id={d2}"))
+        .await;
+    assert_eq!(ev["events"][0]["data"]["key"], "dr-key");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn rate_limit_until_blocks_the_key_and_spends_no_attempt() {
+    let s = TestServer::start().await;
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "dyn"},
+        "rate_limit": {"key": "stripe", "concurrency": 10}}))
+        .await;
+    let other = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "dyn"},
+        "rate_limit": {"key": "stripe", "concurrency": 10}}))
+        .await;
+    assert_eq!(s.fetch(&["dyn"], 1).await[0]["attempt"], 1);
+    let until = ojs_core::clock::format_ms(ojs_core::clock::local_now_ms() + 400);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"type": "RateLimitExceeded",
+        "message": "429 from Stripe", "rate_limit_until": until}}),
+        )
+        .await;
+    assert_eq!(
+        (st, b["state"].as_str(), b["attempt"].as_i64()),
+        (200, Some("available"), Some(0)),
+        "{b}"
+    );
+    assert!(
+        s.fetch(&["dyn"], 5).await.is_empty(),
+        "the key is blocked until rate_limit_until"
+    );
+    let (_, state) = s.get("/ojs/v1/rate-limits/stripe").await;
+    assert!(state["dynamic_until"].is_string(), "{state}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let got = s.fetch(&["dyn"], 5).await;
+    let ids: Vec<_> = got.iter().filter_map(|j| j["id"].as_str()).collect();
+    assert!(ids.contains(&id.as_str()) && ids.contains(&other.as_str()), "{ids:?}");
+    let again = got.iter().find(|j| j["id"] == id.as_str()).cloned().unwrap_or_default();
+    assert_eq!(again["attempt"], 1, "the 429 did not spend an attempt");
+    let (_, ev) = s.get("/ojs/v1/events?types=rate_limit.dynamic_adjusted").await;
+    assert_eq!(ev["events"][0]["data"]["key"], "stripe");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn overrides_queue_limits_inspection_and_validation() {
+    let s = TestServer::start().await;
+    s.enqueue(
+        json!({"type": "a", "args": [], "options": {"queue": "ov"}, "rate_limit": {"key": "ov-key", "concurrency": 5}}),
+    )
+    .await;
+    let (st, b) = s.put("/ojs/v1/rate-limits/ov-key", json!({"concurrency": 0})).await;
+    assert_eq!(st, 200, "{b}");
+    assert!(s.fetch(&["ov"], 1).await.is_empty(), "concurrency 0 pauses the key");
+    let (_, b) = s.get("/ojs/v1/rate-limits/ov-key").await;
+    assert_eq!(b["concurrency"]["limit"], 0);
+    s.delete("/ojs/v1/rate-limits/ov-key").await;
+    assert_eq!(
+        s.fetch(&["ov"], 1).await.len(),
+        1,
+        "clearing the override re-admits at once"
+    );
+    let (_, list) = s.get("/ojs/v1/rate-limits?per_page=10").await;
+    assert_eq!(list["pagination"]["total"], 1);
+    assert_eq!(list["items"][0]["key"], "ov-key");
+    assert_eq!(s.get("/ojs/v1/rate-limits/never-seen").await.0, 404);
+
+    let (st, _) = s
+        .put("/ojs/v1/admin/queues/ql/rate-limit", json!({"concurrency": 1}))
+        .await;
+    assert_eq!(st, 200);
+    let j1 = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "ql"}}))
+        .await;
+    s.enqueue(json!({"type": "a", "args": [], "options": {"queue": "ql"}}))
+        .await;
+    assert_eq!(
+        s.fetch(&["ql"], 5).await.len(),
+        1,
+        "the queue limit holds for jobs without their own limits"
+    );
+    assert!(s.fetch(&["ql"], 5).await.is_empty());
+    s.ack(&j1).await;
+    assert_eq!(s.fetch(&["ql"], 5).await.len(), 1);
+    let (_, q) = s.get("/ojs/v1/admin/queues/ql/rate-limit").await;
+    assert_eq!(q["concurrency"]["limit"], 1);
+
+    for (body, needle) in [
+        (json!({"rate_limit": {"concurrency": 1}}), "rate_limit.key"),
+        (
+            json!({"rate_limit": {"key": "k", "rate": {"limit": 0, "period": "PT1S"}}}),
+            "rate_limit.rate.limit",
+        ),
+        (
+            json!({"options": {"rate_limit": {"key": "k", "on_limit": "nope", "concurrency": 1}}}),
+            "options.rate_limit.on_limit",
+        ),
+    ] {
+        let mut job = json!({"type": "a", "args": []});
+        for (k, v) in body.as_object().into_iter().flatten() {
+            job[k] = v.clone();
+        }
+        let (st, b) = s.post("/ojs/v1/jobs", job).await;
+        assert_eq!(st, 400);
+        assert!(b["error"]["message"].as_str().unwrap_or("").contains(needle), "{b}");
+    }
+    s.assert_invariants().await;
+}
