@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Side by side with BullMQ on one fresh redis-server: ours (through HTTP) and BullMQ (directly on Redis),
+# alternately (A B A B …), FLUSHALL between runs, then a table of medians and ratios.
+#   benches/compare.sh [rounds=3] [jobs=20000]
+# Installs what it needs: redis-server (apt), BullMQ (npm, pinned in benches/peers/bullmq).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/ensure-redis.sh
+ensure_redis_server
+rounds="${1:-3}"
+jobs="${2:-20000}"
+(cd benches/peers/bullmq && [ -d node_modules/bullmq ] || npm install --no-audit --no-fund --silent)
+cargo build --release --quiet -p ojs-server -p ojs-bench
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rport=$(free_port); hport=$(free_port); work=$(mktemp -d)
+cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning & rpid=$!
+redis_url="redis://127.0.0.1:$rport"
+OJS_REDIS_URL="$redis_url" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn ./target/release/ojs-server >"$work/server.log" 2>&1 & spid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/ojs/v1/health" >/dev/null && break; sleep 0.1; done
+
+results="$work/results.jsonl"
+for round in $(seq "$rounds"); do
+  for scenario in add bulk process latency; do
+    n=$jobs; [ "$scenario" = latency ] && n=$((jobs / 10))
+    redis-cli -p "$rport" FLUSHALL >/dev/null
+    ./target/release/http_load "http://127.0.0.1:$hport" "$redis_url" "$scenario" "$n" >>"$results"
+    redis-cli -p "$rport" FLUSHALL >/dev/null
+    node benches/peers/bullmq/bench.mjs "$redis_url" "$scenario" "$n" >>"$results"
+  done
+  echo ">> round $round of $rounds done" >&2
+done
+
+python3 - "$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+def med(peer, sc, key):
+    v = [r[key] for r in rows if r["peer"] == peer and r["scenario"] == sc and r.get(key) is not None]
+    return statistics.median(v) if v else float("nan")
+print("| scenario | ours (median) | BullMQ (median) | ratio | Redis CPU µs/job ours | BullMQ | ratio |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for sc in ["add", "bulk", "process", "latency"]:
+    o, b = med("ojs", sc, "jobs_per_s"), med("bullmq", sc, "jobs_per_s")
+    jobs = next(r["jobs"] for r in rows if r["scenario"] == sc)
+    oc, bc = med("ojs", sc, "redis_cpu_us") / jobs, med("bullmq", sc, "redis_cpu_us") / jobs
+    print(f"| {sc} | {o:,.0f} jobs/s | {b:,.0f} jobs/s | {o/b:.2f}x | {oc:.1f} | {bc:.1f} | {oc/bc:.2f}x |")
+for k in ["fetched_p50_ms", "fetched_p99_ms", "acked_p50_ms", "acked_p99_ms"]:
+    print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med('bullmq','latency',k):.1f} ms | | | | |")
+mo, mb = med("ojs", "process", "memory_per_queued_job"), med("bullmq", "process", "memory_per_queued_job")
+print(f"| Redis memory per queued job | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | |")
+PY

@@ -1,0 +1,206 @@
+//! Our side of benches/compare.sh: the BullMQ peer's scenarios, through an ojs-server's HTTP API with
+//! keep-alive connections, measured against the Redis the server uses. One JSON line per run:
+//!   http_load <server-url> <redis-url> <scenario> <jobs>
+//! scenarios: add (one job per request, 64 in flight), bulk (batches of 1000), process (pre-load jobs
+//! with priorities 0..9, then 50 concurrent workers fetch one and ack it, as a real worker does),
+//! latency (500 jobs/s; enqueue -> fetched and enqueue -> acked, p50/p99).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ojs_bench::{redis_cpu_us, redis_memory};
+use rand::Rng;
+use serde_json::{json, Value};
+
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
+    let r = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await?;
+    let status = r.status();
+    let v: Value = r.json().await?;
+    anyhow::ensure!(status.is_success(), "{url}: {status} {v}");
+    Ok(v)
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    anyhow::ensure!(
+        args.len() == 5,
+        "usage: http_load <server-url> <redis-url> <add|bulk|process|latency> <jobs>"
+    );
+    let (base, redis_url, scenario, jobs) = (
+        args[1].clone(),
+        args[2].clone(),
+        args[3].clone(),
+        args[4].parse::<usize>()?,
+    );
+    let http = reqwest::Client::builder().pool_max_idle_per_host(128).build()?;
+    let mut probe = redis::Client::open(redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let jobs_url = format!("{base}/ojs/v1/jobs");
+    let mut extra = json!({});
+    let c0;
+    let t0;
+    match scenario.as_str() {
+        "add" => {
+            c0 = redis_cpu_us(&mut probe).await?;
+            t0 = Instant::now();
+            let next = Arc::new(AtomicUsize::new(0));
+            let mut tasks = Vec::new();
+            for _ in 0..64 {
+                let (http, url, next) = (http.clone(), jobs_url.clone(), next.clone());
+                tasks.push(tokio::spawn(async move {
+                    while next.fetch_add(1, Ordering::Relaxed) < jobs {
+                        post(&http, &url, &json!({"type": "noop", "args": [1], "queue": "bench"})).await?;
+                    }
+                    anyhow::Ok(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+        }
+        "bulk" => {
+            c0 = redis_cpu_us(&mut probe).await?;
+            t0 = Instant::now();
+            let url = format!("{base}/ojs/v1/jobs/batch");
+            let mut i = 0;
+            while i < jobs {
+                let n = (jobs - i).min(1000);
+                let batch: Vec<Value> = (0..n)
+                    .map(|k| json!({"type": "noop", "args": [i + k], "queue": "bench"}))
+                    .collect();
+                post(&http, &url, &json!({ "jobs": batch })).await?;
+                i += n;
+            }
+        }
+        "process" => {
+            let m0 = redis_memory(&mut probe).await?;
+            let url = format!("{base}/ojs/v1/jobs/batch");
+            let mut i = 0;
+            let mut rng = rand::rng();
+            while i < jobs {
+                let n = (jobs - i).min(1000);
+                let batch: Vec<Value> = (0..n)
+                    .map(|k| json!({"type": "noop", "args": [i + k], "queue": "bench", "priority": rng.random_range(0..10)}))
+                    .collect();
+                post(&http, &url, &json!({ "jobs": batch })).await?;
+                i += n;
+            }
+            extra["memory_per_queued_job"] =
+                json!((redis_memory(&mut probe).await?.saturating_sub(m0)) as f64 / jobs as f64);
+            c0 = redis_cpu_us(&mut probe).await?;
+            t0 = Instant::now();
+            let done = Arc::new(AtomicUsize::new(0));
+            let mut tasks = Vec::new();
+            for w in 0..50 {
+                let (http, base, done) = (http.clone(), base.clone(), done.clone());
+                tasks.push(tokio::spawn(async move {
+                    let fetch = format!("{base}/ojs/v1/workers/fetch");
+                    let ack = format!("{base}/ojs/v1/workers/ack");
+                    while done.load(Ordering::Relaxed) < jobs {
+                        let got = post(
+                            &http,
+                            &fetch,
+                            &json!({"queues": ["bench"], "worker_id": format!("w{w}")}),
+                        )
+                        .await?;
+                        let Some(id) = got["jobs"][0]["id"].as_str() else {
+                            continue;
+                        };
+                        post(&http, &ack, &json!({"job_id": id})).await?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    anyhow::Ok(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+        }
+        "latency" => {
+            c0 = redis_cpu_us(&mut probe).await?;
+            t0 = Instant::now();
+            let sent: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> = Arc::default();
+            let fetched: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
+            let acked: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
+            let mut workers = Vec::new();
+            for w in 0..50 {
+                let (http, base, sent, fetched, acked) =
+                    (http.clone(), base.clone(), sent.clone(), fetched.clone(), acked.clone());
+                workers.push(tokio::spawn(async move {
+                    let fetch = format!("{base}/ojs/v1/workers/fetch");
+                    let ack = format!("{base}/ojs/v1/workers/ack");
+                    while acked.lock().map(|a| a.len()).unwrap_or(jobs) < jobs {
+                        let got = post(
+                            &http,
+                            &fetch,
+                            &json!({"queues": ["bench"], "worker_id": format!("w{w}"), "wait_ms": 200}),
+                        )
+                        .await?;
+                        let Some(id) = got["jobs"][0]["id"].as_str().map(str::to_owned) else {
+                            continue;
+                        };
+                        let start = sent.lock().ok().and_then(|s| s.get(&id).copied());
+                        if let Some(s) = start {
+                            if let Ok(mut f) = fetched.lock() {
+                                f.push(s.elapsed().as_secs_f64() * 1000.0);
+                            }
+                        }
+                        post(&http, &ack, &json!({"job_id": id})).await?;
+                        if let (Some(s), Ok(mut a)) = (start, acked.lock()) {
+                            a.push(s.elapsed().as_secs_f64() * 1000.0);
+                        }
+                    }
+                    anyhow::Ok(())
+                }));
+            }
+            let interval = Duration::from_millis(2);
+            let start = Instant::now();
+            for i in 0..jobs {
+                let due = start + interval * i as u32;
+                tokio::time::sleep_until(due.into()).await;
+                let id = ojs_core::names::new_job_id();
+                if let Ok(mut s) = sent.lock() {
+                    s.insert(id.clone(), Instant::now());
+                }
+                post(
+                    &http,
+                    &jobs_url,
+                    &json!({"id": id, "type": "noop", "args": [i], "queue": "bench"}),
+                )
+                .await?;
+            }
+            for w in workers {
+                w.await??;
+            }
+            let mut f = fetched.lock().map(|v| v.clone()).unwrap_or_default();
+            let mut a = acked.lock().map(|v| v.clone()).unwrap_or_default();
+            extra = json!({"fetched_p50_ms": pct(&mut f, 0.5), "fetched_p99_ms": pct(&mut f, 0.99),
+                "acked_p50_ms": pct(&mut a, 0.5), "acked_p99_ms": pct(&mut a, 0.99)});
+        }
+        other => anyhow::bail!("unknown scenario {other}"),
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = redis_cpu_us(&mut probe).await? - c0;
+    let mut out = json!({"peer": "ojs", "scenario": scenario, "jobs": jobs, "seconds": seconds,
+        "redis_cpu_us": cpu, "jobs_per_s": jobs as f64 / seconds});
+    if let (Value::Object(o), Value::Object(e)) = (&mut out, extra) {
+        o.extend(e);
+    }
+    println!("{out}");
+    Ok(())
+}
