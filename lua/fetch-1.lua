@@ -12,9 +12,14 @@
 --                         'weighted': smooth weighted round-robin over the queues that have ready jobs
 --   ARGV[7] wrr_key       string weighted only: suffix of the hash P..'wrr:'..wrr_key holding the
 --                                round-robin state shared by every node for this set of weights
---   ARGV[8..] pairs       queue name, weight (weight ignored by strict; > 0 for weighted)
+--   ARGV[8] ack_id        string ack-and-fetch-next: acknowledge this active job first, as ack-1.lua
+--                                does ('' for a plain fetch); nothing is claimed when the ack is refused
+--   ARGV[9] ack_result    string the ack's JSON result, or '' for none
+--   ARGV[10..] pairs      queue name, weight (weight ignored by strict; > 0 for weighted)
 -- RETURNS
---   {'ok', now_ms, job_1, ..., job_k}   k <= count; job_i is the job hash as a flat field/value array
+--   {'ok', now_ms, ack, job_1, ..., job_k}   k <= count; job_i is the job hash as a flat field/value
+--                                            array; ack is '' (no ack asked) or ack_job's reply (see
+--                                            includes/ack.lua); when that reply is not 'ok', k = 0
 -- COST   O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
 --        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds
@@ -35,6 +40,7 @@
 --@include emit
 --@include ready
 --@include active
+--@include ack
 
 local P = ARGV[1]
 local worker = ARGV[2]
@@ -43,11 +49,17 @@ local default_vt = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
 local strategy = ARGV[6]
 local now = now_ms()
-local reply = {'ok', now}
+local reply = {'ok', now, ''}
 local got = 0
 
+if ARGV[8] ~= '' then
+  local acked = ack_job(P, P .. 'job:' .. ARGV[8], ARGV[8], ARGV[9], retention, now)
+  reply[3] = acked
+  if acked[1] ~= 'ok' then return reply end
+end
+
 local queues, weights = {}, {}
-for i = 8, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   queues[#queues + 1] = ARGV[i]
   weights[#weights + 1] = tonumber(ARGV[i + 1])
 end

@@ -184,7 +184,7 @@ async fn fetch_ack_nack_lifecycle() {
     assert_eq!(b["retry_delay_ms"], 100);
     // Not ready before the backoff; ready after it (the promoter runs every 20 ms in tests).
     assert!(s.fetch(&[q], 1).await.is_empty());
-    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    s.wait_state(&id, "available", std::time::Duration::from_secs(5)).await;
     let jobs = s.fetch(&[q], 1).await;
     assert_eq!(jobs[0]["attempt"], 2);
     let (st, b) = s
@@ -293,14 +293,14 @@ async fn heartbeat_extends_and_signals() {
     let s = TestServer::start().await;
     let q = "hb";
     let id = s
-        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q, "visibility_timeout_ms": 300}}))
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q, "visibility_timeout_ms": 1000}}))
         .await;
     let (_, b) = s
         .post("/ojs/v1/workers/fetch", json!({"queues": [q], "worker_id": "w-1"}))
         .await;
     assert_eq!(b["jobs"][0]["worker_id"], "w-1");
     for _ in 0..4 {
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(350)).await;
         let (st, hb) = s
             .post(
                 "/ojs/v1/workers/heartbeat",
@@ -313,7 +313,7 @@ async fn heartbeat_extends_and_signals() {
     let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
     assert_eq!(
         job["job"]["state"], "active",
-        "600 ms past a 300 ms lease, kept alive by heartbeats"
+        "1.4 s past a 1 s lease, kept alive by heartbeats"
     );
     let (st, _) = s.post("/ojs/v1/workers/w-1/signal", json!({"signal": "quiet"})).await;
     assert_eq!(st, 200);
@@ -600,4 +600,63 @@ async fn openapi_document_matches_the_router() {
     ] {
         assert!(paths.contains_key(must), "{must} missing from the OpenAPI document");
     }
+}
+
+#[tokio::test]
+async fn ack_and_fetch_next_claims_in_the_same_call_and_claims_nothing_when_refused() {
+    let s = TestServer::start().await;
+    let q = "afn";
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            s.enqueue(json!({"type": "a", "args": [i], "options": {"queue": q}}))
+                .await,
+        );
+    }
+    let first = s.fetch(&[q], 1).await;
+    assert_eq!(first[0]["id"], ids[0].as_str());
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": ids[0], "result": {"ok": 1}, "fetch": {"queues": [q], "count": 1, "worker_id": "w-9"}}),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("completed")), "{b}");
+    assert_eq!(b["jobs"].as_array().map(Vec::len), Some(1), "{b}");
+    assert_eq!(b["jobs"][0]["id"], ids[1].as_str(), "FIFO: the next job comes back");
+    assert_eq!(b["jobs"][0]["state"], "active");
+    assert_eq!(b["jobs"][0]["worker_id"], "w-9");
+    let (_, done) = s.get(&format!("/ojs/v1/jobs/{}", ids[0])).await;
+    assert_eq!(done["job"]["result"]["ok"], 1);
+    // Acking a job twice is refused, and the refused call claims nothing: the third job stays available.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": ids[0], "fetch": {"queues": [q]}}),
+        )
+        .await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("conflict")), "{b}");
+    let (_, third) = s.get(&format!("/ojs/v1/jobs/{}", ids[2])).await;
+    assert_eq!(third["job"]["state"], "available");
+    // A bad fetch part is a 400 and acks nothing.
+    let (st, _) = s
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": ids[1], "fetch": {"queues": [q], "count": 0}}),
+        )
+        .await;
+    assert_eq!(st, 400);
+    let (_, second) = s.get(&format!("/ojs/v1/jobs/{}", ids[1])).await;
+    assert_eq!(second["job"]["state"], "active");
+    // Nothing left to claim: the ack succeeds with an empty `jobs`.
+    assert_eq!(s.fetch(&[q], 1).await[0]["id"], ids[2].as_str());
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": ids[1], "fetch": {"queues": [q]}}),
+        )
+        .await;
+    assert_eq!((st, b["jobs"].as_array().map(Vec::len)), (200, Some(0)), "{b}");
+    assert_eq!(s.ack(&ids[2]).await.0, 200);
+    s.assert_invariants().await;
 }

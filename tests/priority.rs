@@ -72,7 +72,9 @@ async fn ten_thousand_jobs_dispatch_in_priority_then_readiness_order() {
         priority_of.insert(id.clone(), p);
         promoted.insert(id);
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    for id in &promoted {
+        s.wait_state(id, "available", Duration::from_secs(10)).await;
+    }
     // Phase B: 4,900 more: 10,000 jobs in all.
     let mut ids_b = Vec::new();
     for c in 0..5 {
@@ -213,7 +215,7 @@ async fn patch_moves_available_and_scheduled_jobs_and_refuses_the_rest() {
         .0,
         404
     );
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    s.wait_state(&sched, "available", Duration::from_secs(5)).await;
     let next = s.fetch(&[q], 1).await;
     assert_eq!(
         next[0]["id"],

@@ -398,8 +398,13 @@ async fn rate_limit_until_blocks_the_key_and_spends_no_attempt() {
     );
     let (_, state) = s.get("/ojs/v1/rate-limits/stripe").await;
     assert!(state["dynamic_until"].is_string(), "{state}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let got = s.fetch(&["dyn"], 5).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "the key never reopened: {got:?}");
+        got.extend(s.fetch(&["dyn"], 5).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let ids: Vec<_> = got.iter().filter_map(|j| j["id"].as_str()).collect();
     assert!(ids.contains(&id.as_str()) && ids.contains(&other.as_str()), "{ids:?}");
     let again = got.iter().find(|j| j["id"] == id.as_str()).cloned().unwrap_or_default();

@@ -90,10 +90,8 @@ async fn a_job_that_keeps_killing_workers_is_exhausted_not_looped() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
-    assert_eq!(job["job"]["state"], "discarded");
-    assert_eq!(job["job"]["error"]["code"], "visibility_timeout");
+    let job = s.wait_state(&id, "discarded", Duration::from_secs(5)).await;
+    assert_eq!(job["error"]["code"], "visibility_timeout");
     s.assert_invariants().await;
 }
 
@@ -113,10 +111,8 @@ async fn execution_timeout_fails_the_attempt() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         s.post("/ojs/v1/workers/heartbeat", json!({"active_jobs": [id]})).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
-    assert_eq!(job["job"]["state"], "retryable", "{job}");
-    assert_eq!(job["job"]["error"]["code"], "timeout");
+    let job = s.wait_state(&id, "retryable", Duration::from_secs(5)).await;
+    assert_eq!(job["error"]["code"], "timeout");
     s.assert_invariants().await;
 }
 

@@ -2,7 +2,8 @@
 //! keep-alive connections, measured against the Redis the server uses. One JSON line per run:
 //!   http_load <server-url> <redis-url> <scenario> <jobs>
 //! scenarios: add (one job per request, 64 in flight), bulk (batches of 1000), process (pre-load jobs
-//! with priorities 0..9, then 50 concurrent workers fetch one and ack it, as a real worker does),
+//! with priorities 0..9, then 50 concurrent workers each fetch one job, then ack it and claim the next
+//! in the same request, as the ojs-client Worker does),
 //! latency (500 jobs/s; enqueue -> fetched and enqueue -> acked, p50/p99).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -111,18 +112,20 @@ async fn main() -> anyhow::Result<()> {
                 tasks.push(tokio::spawn(async move {
                     let fetch = format!("{base}/ojs/v1/workers/fetch");
                     let ack = format!("{base}/ojs/v1/workers/ack");
+                    let next_req = json!({"queues": ["bench"], "worker_id": format!("w{w}")});
+                    // As the ojs-client Worker does: fetch when idle, then ack each job together with
+                    // the claim of the next one (ack-and-fetch-next), one request per job.
+                    let mut current: Option<String> = None;
                     while done.load(Ordering::Relaxed) < jobs {
-                        let got = post(
-                            &http,
-                            &fetch,
-                            &json!({"queues": ["bench"], "worker_id": format!("w{w}")}),
-                        )
-                        .await?;
-                        let Some(id) = got["jobs"][0]["id"].as_str() else {
-                            continue;
+                        let got = match current.take() {
+                            None => post(&http, &fetch, &next_req).await?,
+                            Some(id) => {
+                                let r = post(&http, &ack, &json!({"job_id": id, "fetch": next_req})).await?;
+                                done.fetch_add(1, Ordering::Relaxed);
+                                r
+                            }
                         };
-                        post(&http, &ack, &json!({"job_id": id})).await?;
-                        done.fetch_add(1, Ordering::Relaxed);
+                        current = got["jobs"][0]["id"].as_str().map(str::to_owned);
                     }
                     anyhow::Ok(())
                 }));

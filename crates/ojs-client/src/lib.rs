@@ -109,6 +109,27 @@ impl Client {
             .await
     }
 
+    /// Ack-and-fetch-next: acks `id` and claims up to `count` jobs in the same request (and the same
+    /// Redis script); returns the claimed jobs. When the ack is refused, nothing is claimed.
+    pub async fn ack_and_fetch(
+        &self,
+        id: &str,
+        result: Option<Value>,
+        queues: &[String],
+        count: u32,
+        worker_id: &str,
+        wait_ms: u64,
+    ) -> Result<Vec<Value>> {
+        let v = self
+            .post(
+                "/ojs/v1/workers/ack",
+                &json!({"job_id": id, "result": result,
+                    "fetch": {"queues": queues, "count": count, "worker_id": worker_id, "wait_ms": wait_ms}}),
+            )
+            .await?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
     pub async fn nack(&self, id: &str, error: Value) -> Result<Value> {
         self.post("/ojs/v1/workers/nack", &json!({"job_id": id, "error": error}))
             .await
@@ -205,19 +226,34 @@ impl Worker {
             );
             loops.push(tokio::spawn(async move {
                 let (mut acked, mut nacked) = (0u64, 0u64);
-                while !*stop.borrow() {
-                    let jobs = match client.fetch(&queues, 1, &id, 1_000).await {
-                        Ok(j) => j,
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                            continue;
+                // Jobs claimed by the last ack-and-fetch-next, run before fetching again.
+                let mut next: Vec<Value> = Vec::new();
+                while !*stop.borrow() || !next.is_empty() {
+                    let jobs = if next.is_empty() {
+                        match client.fetch(&queues, 1, &id, 1_000).await {
+                            Ok(j) => j,
+                            Err(_) => {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                continue;
+                            }
                         }
+                    } else {
+                        std::mem::take(&mut next)
                     };
                     for job in jobs {
                         let jid = job["id"].as_str().unwrap_or_default().to_string();
                         active.lock().await.push(jid.clone());
                         let outcome = handler(job).await;
                         let sent = match outcome {
+                            // A successful job is acked together with the claim of the next one:
+                            // one request per job while there is work.
+                            Ok(result) if !*stop.borrow() => client
+                                .ack_and_fetch(&jid, result, &queues, 1, &id, 1_000)
+                                .await
+                                .map(|more| {
+                                    acked += 1;
+                                    next.extend(more);
+                                }),
                             Ok(result) => client.ack(&jid, result).await.map(|_| acked += 1),
                             Err(e) => client.nack(&jid, e).await.map(|_| nacked += 1),
                         };

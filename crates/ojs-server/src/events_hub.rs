@@ -1,6 +1,7 @@
 //! Live events: one task per node tails the Redis event stream (XREAD BLOCK on its own connection) and
 //! fans entries out to this node's SSE clients. Every node tails the same stream, so a client connected
-//! to any pod sees every event, whichever pod's request caused it.
+//! to any pod sees every event, whichever pod's request caused it. The same tail wakes this node's
+//! waiting long-polls (see `wake`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +45,11 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
                 Ok(entries) => {
                     for (id, fields) in entries {
                         last = id.clone();
+                        if fields.get("type").is_some_and(|t| crate::wake::makes_ready(t)) {
+                            if let Some(q) = fields.get("queue") {
+                                st.wake.wake(q);
+                            }
+                        }
                         // No receiver is fine: nobody is listening on this node.
                         let _ = st.events.send(Arc::new((id, fields)));
                     }

@@ -15,6 +15,7 @@ pub mod respond;
 pub mod routes;
 pub mod state;
 pub mod ui;
+pub mod wake;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         started: Instant::now(),
         shutting_down,
         events: events_hub::channel(),
+        wake: wake::ReadyWake::default(),
     })))
 }
 

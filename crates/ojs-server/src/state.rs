@@ -22,6 +22,8 @@ pub struct Inner {
     pub shutting_down: watch::Receiver<bool>,
     /// This node's fan-out of the Redis event stream to its SSE clients (see `events_hub`).
     pub events: tokio::sync::broadcast::Sender<crate::events_hub::Entry>,
+    /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
+    pub wake: crate::wake::ReadyWake,
 }
 
 impl std::ops::Deref for AppState {

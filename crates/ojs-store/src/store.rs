@@ -446,6 +446,49 @@ impl Store {
         count: u32,
         visibility_ms: Option<u64>,
     ) -> Result<(i64, Vec<Claimed>)> {
+        let (now, _, claimed) = self
+            .fetch_script(None, queues, strategy, worker_id, count, visibility_ms)
+            .await?;
+        Ok((now, claimed))
+    }
+
+    /// Ack-and-fetch-next: acknowledges `ack_id` and, when that succeeds, claims up to `count` jobs, in
+    /// one script (one round trip and one script call per job for a busy worker). Nothing is claimed
+    /// when the ack is refused.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn ack_and_fetch(
+        &self,
+        ack_id: &str,
+        result: Option<&str>,
+        queues: &[(String, u32)],
+        strategy: Strategy,
+        worker_id: &str,
+        count: u32,
+        visibility_ms: Option<u64>,
+    ) -> Result<(Transition<Acked>, Vec<Claimed>)> {
+        let (_, acked, claimed) = self
+            .fetch_script(
+                Some((ack_id, result.unwrap_or(""))),
+                queues,
+                strategy,
+                worker_id,
+                count,
+                visibility_ms,
+            )
+            .await?;
+        Ok((acked.unwrap_or(Transition::NotFound), claimed))
+    }
+
+    async fn fetch_script(
+        &self,
+        ack: Option<(&str, &str)>,
+        queues: &[(String, u32)],
+        strategy: Strategy,
+        worker_id: &str,
+        count: u32,
+        visibility_ms: Option<u64>,
+    ) -> Result<(i64, Option<Transition<Acked>>, Vec<Claimed>)> {
+        let (ack_id, ack_result) = ack.unwrap_or(("", ""));
         let mut args = vec![
             self.keys.prefix().to_string(),
             worker_id.to_string(),
@@ -457,6 +500,8 @@ impl Store {
                 Strategy::Strict => String::new(),
                 Strategy::Weighted => wrr_key(queues),
             },
+            ack_id.to_string(),
+            ack_result.to_string(),
         ];
         for (q, w) in queues {
             args.push(q.clone());
@@ -464,10 +509,15 @@ impl Store {
         }
         let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
         let now = val_i64(at(&items, 1));
+        let acked = match at(&items, 2) {
+            redis::Value::Array(a) => Some(acked(a)),
+            _ => None,
+        };
         Ok((
             now,
+            acked,
             items
-                .get(2..)
+                .get(3..)
                 .unwrap_or_default()
                 .iter()
                 .map(|v| Claimed { fields: flat_map(v) })
@@ -552,16 +602,7 @@ impl Store {
             self.cfg.retention_ms.to_string(),
         ];
         let items = self.run(&self.scripts.ack, &[self.keys.job(id)], args).await?;
-        Ok(match tag(&items).as_str() {
-            "ok" => Transition::Done(Acked {
-                now_ms: val_i64(at(&items, 1)),
-                attempt: val_i64(at(&items, 2)),
-                queue: val_str(at(&items, 3)),
-                job_type: val_str(at(&items, 4)),
-            }),
-            "not_found" => Transition::NotFound,
-            _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
-        })
+        Ok(acked(&items))
     }
 
     /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
@@ -1048,6 +1089,20 @@ impl Store {
     /// A raw connection for read-only helpers (events, inspection) that live in the server crate.
     pub async fn connection(&self) -> Result<ConnectionManager> {
         self.conn().await
+    }
+}
+
+/// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.
+fn acked(items: &[redis::Value]) -> Transition<Acked> {
+    match tag(items).as_str() {
+        "ok" => Transition::Done(Acked {
+            now_ms: val_i64(at(items, 1)),
+            attempt: val_i64(at(items, 2)),
+            queue: val_str(at(items, 3)),
+            job_type: val_str(at(items, 4)),
+        }),
+        "not_found" => Transition::NotFound,
+        _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
     }
 }
 

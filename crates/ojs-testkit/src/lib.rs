@@ -242,6 +242,24 @@ impl TestServer {
         b["jobs"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Polls `GET /jobs/{id}` until the job is in `state`, or panics after `within`. Tests wait
+    /// for background transitions (promotion, lease expiry) this way instead of sleeping a fixed
+    /// time, so a loaded machine slows them down without failing them.
+    pub async fn wait_state(&self, id: &str, state: &str, within: std::time::Duration) -> Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let (_, b) = self.get(&format!("/ojs/v1/jobs/{id}")).await;
+            if b["job"]["state"] == state {
+                return b["job"].clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {id} not {state} within {within:?}: {b}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     pub async fn ack(&self, id: &str) -> (u16, Value) {
         self.post("/ojs/v1/workers/ack", serde_json::json!({"job_id": id}))
             .await

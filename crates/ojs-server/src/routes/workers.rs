@@ -70,49 +70,96 @@ struct FetchReq {
     responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
 async fn fetch(State(st): State<AppState>, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
-    let strategy = match req.strategy.as_deref() {
-        None => st.config.fetch_strategy,
-        Some("strict") => Strategy::Strict,
-        Some("weighted") => Strategy::Weighted,
-        Some(other) => {
-            return Err(OjsError::invalid(format!("strategy must be \"strict\" or \"weighted\"; got {other:?}")).into())
+    let p = FetchParams::new(&st, req)?;
+    let jobs = claim_loop(&st, &p).await?;
+    Ok(ok(json!({ "jobs": jobs })))
+}
+
+/// A validated FETCH (also the `fetch` part of an ack-and-fetch-next ACK).
+struct FetchParams {
+    queues: Vec<(String, u32)>,
+    strategy: Strategy,
+    worker: String,
+    count: u32,
+    visibility_ms: Option<u64>,
+    wait: Duration,
+}
+
+impl FetchParams {
+    fn new(st: &AppState, req: FetchReq) -> Result<Self, OjsError> {
+        let strategy = match req.strategy.as_deref() {
+            None => st.config.fetch_strategy,
+            Some("strict") => Strategy::Strict,
+            Some("weighted") => Strategy::Weighted,
+            Some(other) => {
+                return Err(OjsError::invalid(format!(
+                    "strategy must be \"strict\" or \"weighted\"; got {other:?}"
+                )))
+            }
+        };
+        let queues = parse_queues(req.queues, &st.config.queue_weights)?;
+        let worker = req.worker_id.unwrap_or_default();
+        check_worker_id(&worker)?;
+        let count = req.count.unwrap_or(1);
+        if count == 0 || count > st.config.max_fetch {
+            return Err(OjsError::invalid(format!(
+                "count must be from 1 to {}; got {count}",
+                st.config.max_fetch
+            )));
         }
-    };
-    let queues = parse_queues(req.queues, &st.config.queue_weights)?;
-    let worker = req.worker_id.unwrap_or_default();
-    check_worker_id(&worker)?;
-    let count = req.count.unwrap_or(1);
-    if count == 0 || count > st.config.max_fetch {
-        return Err(OjsError::invalid(format!("count must be from 1 to {}; got {count}", st.config.max_fetch)).into());
+        if req.visibility_timeout_ms == Some(0) {
+            return Err(OjsError::invalid("visibility_timeout_ms must be at least 1"));
+        }
+        let wait = Duration::from_millis(req.wait_ms.unwrap_or(0).min(30_000));
+        Ok(Self {
+            queues,
+            strategy,
+            worker,
+            count,
+            visibility_ms: req.visibility_timeout_ms,
+            wait,
+        })
     }
-    if req.visibility_timeout_ms == Some(0) {
-        return Err(OjsError::invalid("visibility_timeout_ms must be at least 1").into());
-    }
-    let wait = Duration::from_millis(req.wait_ms.unwrap_or(0).min(30_000));
-    let deadline = tokio::time::Instant::now() + wait;
+}
+
+/// Claims jobs, long-polling up to `p.wait` when none is ready.
+async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<Value>> {
+    let deadline = tokio::time::Instant::now() + p.wait;
     let mut shutdown = st.shutting_down.clone();
+    let notifiers: Vec<_> = if p.wait.is_zero() {
+        Vec::new()
+    } else {
+        p.queues.iter().map(|(q, _)| st.wake.notifier(q)).collect()
+    };
     loop {
         let (_, claimed) = st
             .store
-            .fetch(&queues, strategy, &worker, count, req.visibility_timeout_ms)
+            .fetch(&p.queues, p.strategy, &p.worker, p.count, p.visibility_ms)
             .await?;
         let done = !claimed.is_empty() || tokio::time::Instant::now() >= deadline || *shutdown.borrow();
         if done {
-            for c in &claimed {
-                record_wait(&c.fields);
-                let g = |k: &str| c.fields.get(k).map(String::as_str).unwrap_or("");
-                crate::metrics::job_event("started", g("queue"), g("type"));
-            }
-            let jobs: Vec<Value> = claimed.iter().map(|c| job_view(&c.fields)).collect();
-            return Ok(ok(json!({ "jobs": jobs })));
+            return Ok(claimed_view(&claimed));
         }
-        // Poll again shortly; a job enqueued meanwhile is picked up within one interval.
-        let pause = Duration::from_millis(50).min(deadline - tokio::time::Instant::now());
+        // Wait for a job of one of these queues to become available (any node's enqueue wakes us
+        // through the events hub), re-checking now and then for transitions that emit no such event.
+        let pause = crate::wake::RECHECK.min(deadline - tokio::time::Instant::now());
+        let woken = futures::future::select_all(notifiers.iter().map(|n| Box::pin(n.notified())));
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
+            _ = woken => {}
             _ = shutdown.changed() => {}
         }
     }
+}
+
+/// Records the claim metrics and renders the claimed jobs.
+fn claimed_view(claimed: &[ojs_store::Claimed]) -> Vec<Value> {
+    for c in claimed {
+        record_wait(&c.fields);
+        let g = |k: &str| c.fields.get(k).map(String::as_str).unwrap_or("");
+        crate::metrics::job_event("started", g("queue"), g("type"));
+    }
+    claimed.iter().map(|c| job_view(&c.fields)).collect()
 }
 
 /// Time from becoming ready to being claimed, by queue and (bounded) priority.
@@ -186,13 +233,17 @@ struct AckReq {
     job_id: String,
     #[serde(default)]
     result: Option<Value>,
+    /// Ack-and-fetch-next: a FETCH request (`queues`, `count`, `wait_ms`…) run in the same script as
+    /// the ACK, so a busy worker spends one request per job; the claimed jobs come back in `jobs`.
+    #[serde(default)]
+    fetch: Option<FetchReq>,
 }
 
 #[utoipa::path(
     post,
     path = "/ojs/v1/workers/ack",
     tag = "workers",
-    summary = "An active job succeeded: `{job_id, result?}`",
+    summary = "An active job succeeded: `{job_id, result?, fetch?}`; with `fetch` (a FETCH request) the next jobs come back in `jobs`",
     request_body = serde_json::Value,
     responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
 )]
@@ -202,17 +253,42 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
     };
-    match st.store.ack(id, result.as_deref()).await? {
+    let next = req.fetch.map(|f| FetchParams::new(&st, f)).transpose()?;
+    let (acked, claimed) = match &next {
+        None => (st.store.ack(id, result.as_deref()).await?, Vec::new()),
+        Some(p) => {
+            st.store
+                .ack_and_fetch(
+                    id,
+                    result.as_deref(),
+                    &p.queues,
+                    p.strategy,
+                    &p.worker,
+                    p.count,
+                    p.visibility_ms,
+                )
+                .await?
+        }
+    };
+    match acked {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
-            Ok(ok(json!({
+            let mut body = json!({
                 "acknowledged": true,
                 "job_id": id,
                 "id": id,
                 "state": "completed",
                 "attempt": a.attempt,
                 "completed_at": clock::format_ms(a.now_ms),
-            })))
+            });
+            if let Some(p) = next {
+                body["jobs"] = Value::Array(if claimed.is_empty() && !p.wait.is_zero() {
+                    claim_loop(&st, &p).await?
+                } else {
+                    claimed_view(&claimed)
+                });
+            }
+            Ok(ok(body))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
         Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "ack").into()),

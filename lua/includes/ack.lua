@@ -1,0 +1,23 @@
+-- ack_job(P, jk, id, result, retention_ms, now): an active job succeeded (ack-1.lua, and fetch-1.lua when
+-- a worker acks its last job and asks for the next one in the same call). Returns the script reply:
+--   {'ok', now_ms, attempt, queue, type} | {'not_found'} | {'state', state}
+-- active -> completed only; the current 'error' is cleared ('errors' history stays); the job leaves
+-- P..'active', the queue's active counter and its rate-limit slots (re-opening parked lanes) at once; an
+-- ACK for a job already taken back (lease lapsed and requeued) is refused, never applied twice.
+--@include emit
+--@include active
+
+local function ack_job(P, jk, id, result, retention_ms, now)
+  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at')
+  if not f[1] then return {'not_found'} end
+  if f[1] ~= 'active' then return {'state', f[1]} end
+  leave_active(P, jk, id, f[2], now)
+  redis.call('HSET', jk, 'state', 'completed', 'completed_at', now)
+  redis.call('HDEL', jk, 'error')
+  if result ~= '' then redis.call('HSET', jk, 'result', result) end
+  stat(P, f[2], 'completed', 1)
+  emit(P, 'job.completed', id, f[2], f[3], now,
+    '{"attempt":' .. f[4] .. ',"duration_ms":' .. (now - (tonumber(f[5]) or now)) .. '}')
+  finish(jk, retention_ms)
+  return {'ok', now, tonumber(f[4]), f[2], f[3]}
+end
