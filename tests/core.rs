@@ -660,3 +660,65 @@ async fn ack_and_fetch_next_claims_in_the_same_call_and_claims_nothing_when_refu
     assert_eq!(s.ack(&ids[2]).await.0, 200);
     s.assert_invariants().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_single_enqueues_are_coalesced_yet_each_stands_alone() {
+    let s = std::sync::Arc::new(TestServer::start().await);
+    let q = "coal";
+    let existing = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q}}))
+        .await;
+    let twice = ojs_core::names::new_job_id();
+    // 64 requests at once: 61 new jobs, one id sent twice, one id that already exists.
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let s = s.clone();
+        let id = match i {
+            0 | 1 => twice.clone(),
+            2 => existing.clone(),
+            _ => ojs_core::names::new_job_id(),
+        };
+        tasks.push(tokio::spawn(async move {
+            let (st, b) = s
+                .post(
+                    "/ojs/v1/jobs",
+                    json!({"id": id, "type": "a", "args": [i], "priority": i % 5, "options": {"queue": q}}),
+                )
+                .await;
+            (id, st, b)
+        }));
+    }
+    let mut created = std::collections::HashSet::new();
+    let mut conflicts = 0;
+    for t in tasks {
+        let (id, st, b) = t.await.expect("task");
+        match st {
+            201 => {
+                assert_eq!(b["job"]["id"], id.as_str());
+                assert_eq!(b["job"]["state"], "available");
+                assert!(created.insert(id), "one id created twice");
+            }
+            409 => {
+                assert_eq!(b["error"]["code"], "duplicate", "{b}");
+                conflicts += 1;
+            }
+            other => panic!("enqueue answered {other}: {b}"),
+        }
+    }
+    assert_eq!(
+        (created.len(), conflicts),
+        (62, 2),
+        "a duplicate fails only its own request"
+    );
+    created.insert(existing);
+    // Every created job is there once, in priority order, FIFO within a priority.
+    let got = s.fetch(&[q], 100).await;
+    let ids: std::collections::HashSet<String> = got
+        .iter()
+        .map(|j| j["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!((got.len(), ids), (63, created));
+    let pris: Vec<i64> = got.iter().map(|j| j["priority"].as_i64().unwrap_or(-1)).collect();
+    assert!(pris.windows(2).all(|w| w[0] <= w[1]), "{pris:?}");
+    s.assert_invariants().await;
+}

@@ -158,6 +158,40 @@ async fn fifo_holds_across_the_sequence_carry() {
         .map(|j| j["id"].as_str().unwrap_or_default().to_string())
         .collect();
     assert_eq!(out, ids, "FIFO across the carry");
+    // A batch reserves its sequence numbers in one block; one that would cross the carry falls back
+    // to one number per job and carries in the middle of the batch, still in batch order.
+    let _: () = redis::cmd("HSET")
+        .arg(s.key("seq"))
+        .arg("lo")
+        .arg(999_999_999_999_995i64)
+        .query_async(&mut r)
+        .await
+        .expect("HSET");
+    let batch: Vec<Value> = (0..10)
+        .map(|i| json!({"type": "a", "args": [i], "options": {"queue": "wrap2"}}))
+        .collect();
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": batch })).await;
+    assert_eq!(st, 201, "{b}");
+    let ids: Vec<String> = b["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| j["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let hi: i64 = redis::cmd("HGET")
+        .arg(s.key("seq"))
+        .arg("hi")
+        .query_async(&mut r)
+        .await
+        .expect("HGET");
+    assert_eq!(hi, 2, "the batch carried");
+    let out: Vec<String> = s
+        .fetch(&["wrap2"], 20)
+        .await
+        .iter()
+        .map(|j| j["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(out, ids, "FIFO across a carry inside one batch");
     s.assert_invariants().await;
 }
 

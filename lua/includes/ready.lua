@@ -13,6 +13,11 @@
 --@include ratelimit
 local SEQ_LO_LIMIT = 1000000000000000
 
+local function seq_member(hi, lo, id)
+  local hs = string.format('%d', hi)
+  return string.len(hs) .. hs .. string.format('%015d', lo) .. id
+end
+
 local function next_member(P, id)
   local seq = P .. 'seq'
   local lo = redis.call('HINCRBY', seq, 'lo', 1)
@@ -24,8 +29,20 @@ local function next_member(P, id)
   else
     hi = tonumber(redis.call('HGET', seq, 'hi') or '0')
   end
-  local hs = string.format('%d', hi)
-  return string.len(hs) .. hs .. string.format('%015d', lo) .. id
+  return seq_member(hi, lo, id)
+end
+
+-- seq_block(P, n): reserves n consecutive sequence numbers in one call for a batch; returns hi and the
+-- first lo, or nil when the block would reach the carry (the caller then takes next_member per job,
+-- which carries). seq_member(hi, lo, id) spells the member exactly as next_member does.
+local function seq_block(P, n)
+  local seq = P .. 'seq'
+  local lo = redis.call('HINCRBY', seq, 'lo', n)
+  if lo >= SEQ_LO_LIMIT then
+    redis.call('HINCRBY', seq, 'lo', -n)
+    return nil
+  end
+  return tonumber(redis.call('HGET', seq, 'hi') or '0'), lo - n + 1
 end
 
 -- The job id is the last 36 bytes of a ready member.
@@ -44,9 +61,10 @@ end
 
 -- make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key): make a job available with a fresh
 -- FIFO sequence: into its queue's ready set, or into its rate-limit lane when it has a key (see
--- ratelimit.lua). The caller sets 'state'. since_ms is when the job (last) became ready to run.
-local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key)
-  local member = next_member(P, id)
+-- ratelimit.lua). The caller sets 'state'. since_ms is when the job (last) became ready to run. member
+-- is nil (take the next sequence) or one from seq_block.
+local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, member)
+  member = member or next_member(P, id)
   local score = ready_score(P, queue, rank, since_ms)
   redis.call('HSET', jk, 'member', member)
   redis.call('HINCRBY', P .. 'q:' .. queue .. ':pri', priority, 1)

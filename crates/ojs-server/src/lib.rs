@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod background;
+pub mod coalesce;
 pub mod config;
 pub mod error;
 pub mod events_hub;
@@ -51,13 +52,14 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         ..Default::default()
     };
     Ok(AppState(Arc::new(state::Inner {
-        store,
+        store: Arc::new(store),
         config,
         rules,
         started: Instant::now(),
         shutting_down,
         events: events_hub::channel(),
         wake: wake::ReadyWake::default(),
+        coalescer: Default::default(),
     })))
 }
 

@@ -14,7 +14,7 @@ use crate::config::Config;
 pub struct AppState(pub Arc<Inner>);
 
 pub struct Inner {
-    pub store: Store,
+    pub store: Arc<Store>,
     pub config: Config,
     pub rules: EnvelopeRules,
     pub started: Instant,
@@ -24,6 +24,16 @@ pub struct Inner {
     pub events: tokio::sync::broadcast::Sender<crate::events_hub::Entry>,
     /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
     pub wake: crate::wake::ReadyWake,
+    /// Coalesces this node's concurrent single enqueues into shared script calls (see `coalesce`);
+    /// started on first use, inside the runtime.
+    pub coalescer: std::sync::OnceLock<crate::coalesce::Coalescer>,
+}
+
+impl Inner {
+    pub fn coalescer(&self) -> &crate::coalesce::Coalescer {
+        self.coalescer
+            .get_or_init(|| crate::coalesce::Coalescer::start(Arc::clone(&self.store), self.config.max_batch.min(256)))
+    }
 }
 
 impl std::ops::Deref for AppState {

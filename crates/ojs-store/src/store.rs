@@ -13,7 +13,7 @@ use crate::scripts::{self, ScriptSource};
 
 /// What can go wrong talking to Redis. Expected outcomes (not found, wrong state, duplicate) are not
 /// errors: they are variants of each operation's outcome type.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Redis cannot be reached (connection refused, timed out, pool exhausted). Maps to 503.
     #[error("redis is unavailable: {0}")]
@@ -401,10 +401,37 @@ impl Store {
         }
     }
 
+    /// Enqueues a batch, all or nothing: any duplicate id and nothing is written.
     pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
-        let mut args = Vec::with_capacity(2 + jobs.len() * 17);
+        let items = self.enqueue_script(jobs, "all").await?;
+        match tag(&items).as_str() {
+            "ok" => Ok(EnqueueOutcome::Created {
+                now_ms: val_i64(at(&items, 1)),
+                states: items.get(2..).unwrap_or_default().iter().map(val_str).collect(),
+            }),
+            "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
+            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+        }
+    }
+
+    /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): returns
+    /// Redis time and each job's state, `duplicate` for a job whose id already existed.
+    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<(i64, Vec<String>)> {
+        let items = self.enqueue_script(jobs, "each").await?;
+        match tag(&items).as_str() {
+            "ok" => Ok((
+                val_i64(at(&items, 1)),
+                items.get(2..).unwrap_or_default().iter().map(val_str).collect(),
+            )),
+            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+        }
+    }
+
+    async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
+        let mut args = Vec::with_capacity(3 + jobs.len() * 17);
         args.push(self.keys.prefix().to_string());
         args.push(jobs.len().to_string());
+        args.push(mode.to_string());
         for j in jobs {
             args.extend([
                 j.id.clone(),
@@ -426,15 +453,7 @@ impl Store {
                 j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
             ]);
         }
-        let items = self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await?;
-        match tag(&items).as_str() {
-            "ok" => Ok(EnqueueOutcome::Created {
-                now_ms: val_i64(at(&items, 1)),
-                states: items.get(2..).unwrap_or_default().iter().map(val_str).collect(),
-            }),
-            "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
-            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
-        }
+        self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
     /// Claims up to `count` jobs. `queues` are (name, weight); weights only matter for `Weighted`.

@@ -57,13 +57,13 @@ async fn store_jobs(st: &AppState, jobs: &[NewJob]) -> ApiResult<(i64, Vec<Strin
             }
             Ok((now_ms, states))
         }
-        EnqueueOutcome::Duplicate(id) => Err(OjsError::new(
-            ErrorCode::Duplicate,
-            format!("a job with id {id} already exists"),
-        )
-        .with_details(json!({ "job_id": id }))
-        .into()),
+        EnqueueOutcome::Duplicate(id) => Err(duplicate(&id).into()),
     }
+}
+
+fn duplicate(id: &str) -> OjsError {
+    OjsError::new(ErrorCode::Duplicate, format!("a job with id {id} already exists"))
+        .with_details(json!({ "job_id": id }))
 }
 
 #[utoipa::path(
@@ -76,8 +76,13 @@ async fn store_jobs(st: &AppState, jobs: &[NewJob]) -> ApiResult<(i64, Vec<Strin
 )]
 async fn enqueue(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
     let job = envelope::parse(body, &st.rules)?;
-    let (now, states) = store_jobs(&st, std::slice::from_ref(&job)).await?;
-    let view = created_view(&job, now, &states[0]);
+    // Concurrent single enqueues on this node share one script call (see `coalesce`).
+    let (now, state) = st.coalescer().enqueue(job.clone()).await?;
+    if state == "duplicate" {
+        return Err(duplicate(&job.id).into());
+    }
+    crate::metrics::job_event("enqueued", &job.queue, &job.job_type);
+    let view = created_view(&job, now, &state);
     let mut res = ojs_json(StatusCode::CREATED, json!({ "job": view }));
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);

@@ -1,0 +1,83 @@
+//! Coalesced single enqueues. Concurrent `POST /jobs` requests arriving at one node share one enqueue
+//! script call: a request hands its validated job to this node's coalescer and waits for its own
+//! outcome. The coalescer keeps at most `IN_FLIGHT` script calls running; while they run, new jobs
+//! queue up and go together in the next call (up to the batch limit). An idle node adds no delay: a
+//! lone request is sent at once, as a batch of one.
+//!
+//! Each job in a coalesced call stands alone (the script's `each` mode): a duplicate id fails only its
+//! own request. Nothing is acknowledged to a client before the script that wrote its job has returned,
+//! so a crash loses only requests that were never answered, exactly as without coalescing.
+
+use std::sync::Arc;
+
+use ojs_core::job::NewJob;
+use ojs_store::{Store, StoreError};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// Script calls in flight per node; more requests than this wait and are batched.
+const IN_FLIGHT: usize = 4;
+
+/// What one coalesced job's request gets back: Redis time and the job's state (`available`,
+/// `scheduled` or `duplicate`).
+pub type Outcome = Result<(i64, String), StoreError>;
+
+struct Pending {
+    job: NewJob,
+    reply: oneshot::Sender<Outcome>,
+}
+
+pub struct Coalescer {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Coalescer {
+    /// Starts the coalescing task (it ends when the coalescer is dropped). Must run inside a runtime.
+    pub fn start(store: Arc<Store>, max_batch: usize) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        let max_batch = max_batch.max(1);
+        tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+            loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(first) = rx.recv().await else { return };
+                let mut batch = vec![first];
+                while batch.len() < max_batch {
+                    match rx.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let (jobs, replies): (Vec<NewJob>, Vec<_>) = batch.into_iter().map(|p| (p.job, p.reply)).unzip();
+                    metrics::histogram!("ojs_enqueue_coalesced_batch_size").record(jobs.len() as f64);
+                    match store.enqueue_each(&jobs).await {
+                        Ok((now, states)) => {
+                            for (i, reply) in replies.into_iter().enumerate() {
+                                let state = states.get(i).cloned().unwrap_or_default();
+                                let _ = reply.send(Ok((now, state)));
+                            }
+                        }
+                        Err(e) => {
+                            for reply in replies {
+                                let _ = reply.send(Err(e.clone()));
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Self { tx }
+    }
+
+    /// Enqueues one job through the next coalesced script call.
+    pub async fn enqueue(&self, job: NewJob) -> Outcome {
+        let (reply, rx) = oneshot::channel();
+        let gone = || StoreError::Unavailable("the enqueue coalescer stopped".into());
+        self.tx.send(Pending { job, reply }).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}
