@@ -154,8 +154,9 @@ local function claim_one(queue)
         redis.call('HDEL', jk, 'member')
         local vt = tonumber(f[3]) or default_vt
         local lease = lease_deadline(now, vt, now, tonumber(f[4]))
-        local attempt = redis.call('HINCRBY', jk, 'attempt', 1)
-        redis.call('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker)
+        local attempt = (tonumber(f[8]) or 0) + 1
+        redis.call('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker,
+          'attempt', attempt)
         redis.call('ZADD', KEYS[1], lease, id)
         stat(P, queue, 'active', 1)
         if key then

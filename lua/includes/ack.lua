@@ -8,13 +8,15 @@
 --@include active
 
 local function ack_job(P, jk, id, result, retention_ms, now)
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at')
+  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at', 'rl_key', 'qrl')
   if not f[1] then return {'not_found'} end
   if f[1] ~= 'active' then return {'state', f[1]} end
-  leave_active(P, jk, id, f[2], now)
-  redis.call('HSET', jk, 'state', 'completed', 'completed_at', now)
-  redis.call('HDEL', jk, 'error')
-  if result ~= '' then redis.call('HSET', jk, 'result', result) end
+  leave_active(P, jk, id, f[2], now, {f[6], f[7]}, 'error')
+  if result ~= '' then
+    redis.call('HSET', jk, 'state', 'completed', 'completed_at', now, 'result', result)
+  else
+    redis.call('HSET', jk, 'state', 'completed', 'completed_at', now)
+  end
   stat(P, f[2], 'completed', 1)
   emit(P, 'job.completed', id, f[2], f[3], now,
     '{"attempt":' .. f[4] .. ',"duration_ms":' .. (now - (tonumber(f[5]) or now)) .. '}')

@@ -20,12 +20,18 @@ local function lease_deadline(now, visibility_ms, started_at, timeout_ms)
   return d
 end
 
--- leave_active(P, jk, id, queue, now): the job stops being active (ack, nack, cancel, lease expiry);
--- its rate-limit slots (key and queue) are released in the same script, so they can never leak.
-local function leave_active(P, jk, id, queue, now)
+-- leave_active(P, jk, id, queue, now, pre, also_del): the job stops being active (ack, nack, cancel,
+-- lease expiry); its rate-limit slots (key and queue) are released in the same script, so they can never
+-- leak. pre is nil, or {rl_key, qrl} when the caller already read those fields (saves a call); also_del
+-- is nil or one more field to delete from the job hash in the same HDEL.
+local function leave_active(P, jk, id, queue, now, pre, also_del)
   redis.call('ZREM', P .. 'active', id)
-  local f = redis.call('HMGET', jk, 'rl_key', 'qrl')
-  redis.call('HDEL', jk, 'lease_until', 'qrl')
+  local f = pre or redis.call('HMGET', jk, 'rl_key', 'qrl')
+  if also_del then
+    redis.call('HDEL', jk, 'lease_until', 'qrl', also_del)
+  else
+    redis.call('HDEL', jk, 'lease_until', 'qrl')
+  end
   stat(P, queue, 'active', -1)
   if f[1] then rl_release(P, f[1], id, now) end
   if f[2] then redis.call('ZREM', P .. 'q:' .. queue .. ':rl:active', id) end
