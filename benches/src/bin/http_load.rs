@@ -14,9 +14,6 @@ use ojs_bench::{redis_cpu_us, redis_memory};
 use rand::Rng;
 use serde_json::{json, Value};
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 async fn post(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
     let r = http
         .post(url)

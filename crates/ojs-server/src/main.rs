@@ -4,11 +4,6 @@ use clap::Parser;
 use ojs_server::Config;
 use tracing_subscriber::EnvFilter;
 
-// mimalloc instead of glibc's malloc: allocation was a quarter of the server's CPU per request under
-// load (perf, benches/RESULTS.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
