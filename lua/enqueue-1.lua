@@ -7,13 +7,14 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'; every other key is built from it and shares
 --                                its cluster hash tag, so the script touches one slot
---   ARGV[2] n             int    number of jobs; then 17 fields per job, starting at ARGV[4]:
+--   ARGV[2] n             int    number of jobs; then 18 fields per job, starting at ARGV[4]:
 --   ARGV[3] mode          'all' (any duplicate id: nothing is written) | 'each' (per job)
 --     +0 id (UUIDv7)  +1 queue  +2 type  +3 rank (lower runs first)  +4 doc (job JSON without system fields)
 --     +5 max_attempts  +6 backoff spec  +7 on_exhaustion  +8 non_retryable (JSON array or '')
 --     +9 timeout_ms (0 none)  +10 visibility_ms (0 server default)  +11 expires_at ms (0 none)
 --     +12 scheduled_at ms (0 none)  +13 delay_ms (0 none)  +14 priority as the client gave it
 --     +15 rate-limit key ('' none)  +16 rate-limit policy (see includes/ratelimit.lua; '' none)
+--     +17 expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
 -- RETURNS
 --   {'ok', now_ms, state_1, ..., state_n}   state_i is 'available', 'scheduled', or ('each' only)
 --                                            'duplicate' when a job with that id already exists
@@ -26,7 +27,8 @@
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or
 --   P..'scheduled' (scheduled); FIFO within a priority follows the order of the batch; 'all' writes no
---   job unless every id in the batch is new
+--   job unless every id in the batch is new; a job with a rate-limit key makes its policy the key's
+--   (newest wins; parked lanes of the key re-open when the limits change: includes/ratelimit.lua)
 --@include clock
 --@include emit
 --@include ready
@@ -35,7 +37,7 @@
 local P = ARGV[1]
 local n = tonumber(ARGV[2])
 local each = ARGV[3] == 'each'
-local STRIDE = 17
+local STRIDE = 18
 local BASE = 4
 
 if not each then
@@ -99,12 +101,13 @@ for i = 0, n - 1 do
     opt(h, 'non_retryable', ARGV[b + 8], '')
     opt(h, 'timeout_ms', ARGV[b + 9], '0')
     opt(h, 'visibility_ms', ARGV[b + 10], '0')
-    opt(h, 'expires_at', ARGV[b + 11], '0')
+    local expires_in = tonumber(ARGV[b + 17])
+    opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + 11], '0')
     if rl_key then
       opt(h, 'rl_key', rl_key, '')
       opt(h, 'rl', ARGV[b + 16], '')
       redis.call('ZADD', P .. 'rl:keys', 0, rl_key)
-      redis.call('SET', P .. 'rl:' .. rl_key .. ':policy', ARGV[b + 16])
+      rl_register(P, rl_key, ARGV[b + 16], now)
     end
     if run_at > now then
       opt(h, 'state', 'scheduled', '')
@@ -127,7 +130,7 @@ for i = 0, n - 1 do
       opt(h, 'member', member, '')
       redis.call('HSET', jk, unpack(h))
       local r = c.ready
-      r[#r + 1] = c.aging and (rank * c.aging + math.floor(now / 1000)) or rank
+      r[#r + 1] = aging_score(c.aging, rank, now)
       r[#r + 1] = member
       c.pri[priority] = (c.pri[priority] or 0) + 1
       emit(P, 'job.enqueued', id, queue, jtype, now, nil)

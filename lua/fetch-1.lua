@@ -15,18 +15,27 @@
 --   ARGV[8] ack_id        string ack-and-fetch-next: acknowledge this active job first, as ack-1.lua
 --                                does ('' for a plain fetch); nothing is claimed when the ack is refused
 --   ARGV[9] ack_result    string the ack's JSON result, or '' for none
---   ARGV[10..] pairs      queue name, weight (weight ignored by strict; > 0 for weighted)
+--   ARGV[10] ack_lease    string the claim the ack acts for: lease id, attempt, worker id ('' = not
+--   ARGV[11] ack_attempt  string   named; see includes/lease.lua): an ack for a claim the job no longer
+--   ARGV[12] ack_worker   string   holds is refused ('lease_lost') and nothing is claimed
+--   ARGV[13..] pairs      queue name, weight (weight ignored by strict; > 0 for weighted)
 -- RETURNS
 --   {'ok', now_ms, ack, job_1, ..., job_k}   k <= count; job_i is the job hash as a flat field/value
---                                            array; ack is '' (no ack asked) or ack_job's reply (see
+--                                            array (with 'claims', the lease id, and 'lease_ms');
+--                                            ack is '' (no ack asked) or ack_job's reply (see
 --                                            includes/ack.lua); when that reply is not 'ok', k = 0
 -- COST   O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
 --        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
---        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds
+--        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
+--        at most MAX_DISCARDS jobs (expired, or dropped by on_limit) are discarded per call: a queue
+--        with more stops there and later FETCHes go on
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
---   never claim one job; attempt is incremented at claim; a job whose expires_at has passed is discarded
+--   never claim one job; attempt is incremented at claim, and so is 'claims', the lease id, which
+--   nothing ever gives back (includes/lease.lua); the lease length chosen is kept in 'lease_ms' for
+--   heartbeats; a key's limits are its registry policy (the newest job's, see ratelimit.lua) under
+--   any override, and on_limit is the job's own; a job whose expires_at has passed is discarded
 --   instead of claimed (event job.expired); a job whose rate-limit key (or queue limit) is reached
 --   is never claimed: per its on_limit it waits in its parked lane (state stays available), is
 --   rescheduled (scheduled, at the time the limit should allow it) or dropped (discarded,
@@ -42,6 +51,7 @@
 --@include active
 --@include ack
 
+local MAX_DISCARDS = 100
 local P = ARGV[1]
 local worker = ARGV[2]
 local want = tonumber(ARGV[3])
@@ -53,13 +63,14 @@ local reply = {'ok', now, ''}
 local got = 0
 
 if ARGV[8] ~= '' then
-  local acked = ack_job(P, P .. 'job:' .. ARGV[8], ARGV[8], ARGV[9], retention, now)
+  local acked = ack_job(P, P .. 'job:' .. ARGV[8], ARGV[8], ARGV[9], retention, now,
+    { lease = ARGV[10], attempt = ARGV[11], worker = ARGV[12] })
   reply[3] = acked
   if acked[1] ~= 'ok' then return reply end
 end
 
 local queues, weights = {}, {}
-for i = 10, #ARGV, 2 do
+for i = 13, #ARGV, 2 do
   queues[#queues + 1] = ARGV[i]
   weights[#weights + 1] = tonumber(ARGV[i + 1])
 end
@@ -87,6 +98,7 @@ local function queue_blocked(queue)
   return false
 end
 
+local discards = 0
 local function discard_now(jk, id, queue, jtype, code, message, event, data)
   redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now,
     'error', '{"code":"' .. code .. '","message":"' .. message .. '"}')
@@ -94,6 +106,7 @@ local function discard_now(jk, id, queue, jtype, code, message, event, data)
   stat(P, queue, 'discarded', 1)
   emit(P, event, id, queue, jtype, now, data)
   finish(jk, retention)
+  discards = discards + 1
 end
 
 -- claim_one(queue): take the queue's best job that may start and make it active; false when none can.
@@ -102,6 +115,8 @@ local function claim_one(queue)
   local rk = P .. 'q:' .. queue .. ':ready'
   if queue_blocked(queue) then return false end
   while true do
+    -- Bounded work per call: past MAX_DISCARDS the rest waits for the next FETCH.
+    if discards >= MAX_DISCARDS then return false end
     local popped = redis.call('ZPOPMIN', rk)
     if #popped == 0 then
       redis.call('SREM', P .. 'ready', queue)
@@ -111,12 +126,12 @@ local function claim_one(queue)
     local id = member_id(member)
     local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
-      'attempt')
+      'attempt', 'claims')
     local jtype, key = f[1] or '', f[6]
     local e, limited = nil, nil
     if key then
       redis.call('HDEL', P .. 'q:' .. queue .. ':heads', key)
-      e = rl_effective(P, key, rl_parse(f[7]))
+      e = rl_effective(P, key, rl_policy(P, key, f[7]))
     end
     if f[2] and tonumber(f[2]) <= now then
       not_available(P, queue, f[5])
@@ -137,7 +152,10 @@ local function claim_one(queue)
           not_available(P, queue, f[5])
           discard_now(jk, id, queue, jtype, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)',
             'rate_limit.dropped', '{"key":"' .. key .. '","strategy":"' .. strategy .. '"}')
-          lane_park(P, queue, key, nil, nil, wake)
+          -- A dropped job does not park its lane: the next job of the lane faces the limit under its
+          -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
+          lane_open(P, queue, key)
+          if wake >= 0 then redis.call('ZADD', P .. 'rl:wake', wake, queue .. '\n' .. key) end
         elseif e.on_limit == 'reschedule' and wake > now then
           not_available(P, queue, f[5])
           redis.call('HDEL', jk, 'member')
@@ -155,19 +173,20 @@ local function claim_one(queue)
         local vt = tonumber(f[3]) or default_vt
         local lease = lease_deadline(now, vt, now, tonumber(f[4]))
         local attempt = (tonumber(f[8]) or 0) + 1
+        local claim = (tonumber(f[9]) or 0) + 1
         redis.call('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker,
-          'attempt', attempt)
+          'attempt', attempt, 'claims', claim, 'lease_ms', vt)
         redis.call('ZADD', KEYS[1], lease, id)
         stat(P, queue, 'active', 1)
         if key then
-          rl_take(P, key, e, id, attempt, lease, now)
+          rl_take(P, key, e, id, claim, lease, now)
           lane_open(P, queue, key)
         end
         local ql = qlimits[queue]
         if ql.conc or ql.rate_limit then
           if ql.conc then redis.call('ZADD', P .. 'q:' .. queue .. ':rl:active', lease, id) end
           if ql.rate_limit and ql.rate_period then
-            redis.call('ZADD', P .. 'q:' .. queue .. ':rl:win', now, id .. ':' .. attempt)
+            redis.call('ZADD', P .. 'q:' .. queue .. ':rl:win', now, id .. ':' .. claim)
             redis.call('PEXPIRE', P .. 'q:' .. queue .. ':rl:win', ql.rate_period)
           end
           redis.call('HSET', jk, 'qrl', 1)

@@ -5,40 +5,51 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] worker_id     string the worker ('' when anonymous: no worker record is kept)
---   ARGV[3] visibility_ms int    lease extension for jobs that set no visibility_timeout_ms
---   ARGV[4] worker_ttl_ms int    how long the worker record outlives its last heartbeat
---   ARGV[5..] job ids     string the jobs the worker says it is running
+--   ARGV[3] extend_ms     int    lease extension the heartbeat asks for; 0 = the lease length chosen
+--                                when the job was claimed (its 'lease_ms')
+--   ARGV[4] default_ms    int    extension for a job claimed before claims recorded 'lease_ms'
+--   ARGV[5] worker_ttl_ms int    how long the worker record outlives its last heartbeat
+--   ARGV[6..] pairs       job id, lease id ('' = not named): the jobs the worker says it is running
 -- RETURNS
 --   {'ok', now_ms, signal, id_1, state_1, lease_1, ...}
 --      signal is the operator's directive for this worker ('' = run on, 'quiet', 'terminate');
---      state_i is the job's state ('missing' if gone); lease_i the new deadline or -1 if not extended
+--      state_i is the job's state ('missing' if gone); lease_i the new deadline, or -1 when the lease
+--      was not extended: the worker no longer holds the job and should stop it
 -- COST   O(log n) per job
 -- CLOCK  Redis TIME
 -- INVARIANTS
---   only an active job held by this worker (or by no named worker) is extended, together with its
---   rate-limit slots; a lease never outlives the job's execution timeout (started_at + timeout_ms)
+--   only an active job held by this claim is extended, together with its rate-limit slots: the named
+--   lease must be the job's current one (includes/lease.lua), and a heartbeat naming no lease must
+--   come from the job's worker (or either side anonymous); a lease that already lapsed is never
+--   revived (its slots were already counted free; the reaper takes the job back); a lease never
+--   outlives the job's execution timeout (started_at + timeout_ms)
 --@include clock
 --@include active
+--@include lease
 
 local P, worker = ARGV[1], ARGV[2]
-local default_vt = tonumber(ARGV[3])
+local extend_ms, default_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 local signal = ''
 if worker ~= '' then
   local wk = P .. 'worker:' .. worker
   signal = redis.call('HGET', wk, 'signal') or ''
-  redis.call('HSET', wk, 'last_seen', now, 'active_jobs', #ARGV - 4)
-  redis.call('PEXPIRE', wk, tonumber(ARGV[4]))
+  redis.call('HSET', wk, 'last_seen', now, 'active_jobs', (#ARGV - 5) / 2)
+  redis.call('PEXPIRE', wk, tonumber(ARGV[5]))
 end
 local reply = {'ok', now, signal}
-for i = 5, #ARGV do
-  local id = ARGV[i]
+for i = 6, #ARGV, 2 do
+  local id, lease_id = ARGV[i], ARGV[i + 1]
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'state', 'worker_id', 'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
-    'queue')
+  local f = redis.call('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
+    'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms')
   local lease = -1
-  if f[1] == 'active' and (worker == '' or f[2] == '' or f[2] == worker) then
-    lease = lease_deadline(now, tonumber(f[3]) or default_vt, tonumber(f[4]), tonumber(f[5]))
+  local held = f[1] == 'active' and tonumber(f[9] or '0') > now
+    and not lease_refusal({ state = f[1], claims = f[10], attempt = f[11], worker = f[2] },
+      { lease = lease_id, attempt = '', worker = worker })
+  if held then
+    local len = extend_ms > 0 and extend_ms or tonumber(f[3]) or tonumber(f[12]) or default_ms
+    lease = lease_deadline(now, len, tonumber(f[4]), tonumber(f[5]))
     redis.call('HSET', jk, 'lease_until', lease)
     redis.call('ZADD', KEYS[1], lease, id)
     -- Rate-limit slots are leases too: they follow the job's lease.

@@ -14,28 +14,37 @@
 --   ARGV[9] rate_limit_until int  ms; when > now the worker reports the downstream is rate-limiting
 --                                (error.rate_limit_until): the job's key is blocked until then and the
 --                                job goes back to waiting without spending the attempt
+--   ARGV[10] lease_id     string the claim the worker acts for ('' = not named; see includes/lease.lua)
+--   ARGV[11] attempt      string the attempt the worker was given ('' = not named)
+--   ARGV[12] worker_id    string the worker ('' = not named)
 -- RETURNS
 --   {'ok', now_ms, state, attempt, delay_ms, max_attempts, queue, type}
 --      state: 'retryable' | 'discarded' | 'available'; delay_ms is -1 unless retryable
 --   {'not_found'}
 --   {'state', state}      the job is not active
+--   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
 -- COST   O(log n)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   active -> retryable (in P..'scheduled'), discarded (in P..'dead' when on_exhaustion is
 --   dead_letter) or available (requeue or rate_limit_until, in its ready set or lane); the job leaves
---   P..'active' and gives back its rate-limit slots in the same script
+--   P..'active' and gives back its rate-limit slots in the same script; a NACK from a fenced-off claim
+--   changes nothing
 --@include clock
 --@include emit
 --@include ready
 --@include active
 --@include fail
+--@include lease
 
 local P, id, err, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local jk = KEYS[1]
 local r = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
-  'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key')
+  'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id')
 if not r[1] then return {'not_found'} end
+local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker = r[14] },
+  { lease = ARGV[10], attempt = ARGV[11], worker = ARGV[12] })
+if refused then return refused end
 if r[1] ~= 'active' then return {'state', r[1]} end
 local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],
   on_exhaustion = r[7], non_retryable = r[8] }

@@ -22,6 +22,18 @@
 --
 -- A job's policy is its 'rl' field: "<concurrency> <rate_limit> <rate_period_ms> <throttle_limit>
 -- <throttle_period_ms> <on_limit>", '-' for an absent limit.
+--
+-- Mixed policies on one key. A key's limits are ONE policy, its registry P..'rl:'..K..':policy': the
+-- policy of the newest job enqueued with K (rl_register), with an operator override on top, field by
+-- field (rl_effective). Every job of K is limited by it, whichever job heads a lane, and
+-- GET /rate-limits/K shows exactly it. on_limit stays the job's own: it says what happens to that job.
+-- An enqueue that changes the limits re-opens K's parked lanes, so a key paused by one job's
+-- `concurrency: 0` runs again as soon as a later job of K says otherwise (or an override does).
+--
+-- Every parked lane has a way out: a wake time in P..'rl:wake' (window, throttle, dynamic block,
+-- earliest lease deadline, override expiry), a slot release, an override set or lifted, or a change
+-- of the key's policy. A lane parked with none of these (wake -1) is one whose effective concurrency
+-- is 0 with no holder: it waits for the override or the policy that lifts the pause.
 --@include emit
 
 local function rl_parse(spec)
@@ -31,7 +43,17 @@ local function rl_parse(spec)
     throttle_limit = tonumber(tl), throttle_period = tonumber(tp), on_limit = on }
 end
 
--- The limits in force for key K: the operator's override, field by field, over the job's own policy.
+-- rl_policy(P, key, job_spec): the key's registry policy with the job's own on_limit (the job's whole
+-- policy when the key has no registry yet, as for jobs enqueued before registries existed).
+local function rl_policy(P, key, job_spec)
+  local job = rl_parse(job_spec)
+  local reg = rl_parse(redis.call('GET', P .. 'rl:' .. key .. ':policy'))
+  if not reg then return job end
+  if job then reg.on_limit = job.on_limit end
+  return reg
+end
+
+-- The limits in force for key K: the operator's override, field by field, over the key's policy.
 local function rl_effective(P, key, pol)
   local o = redis.call('HMGET', P .. 'rl:' .. key .. ':ovr', 'concurrency', 'rate_limit', 'rate_period',
     'throttle_limit', 'throttle_period')
@@ -43,56 +65,80 @@ local function rl_effective(P, key, pol)
   return e
 end
 
+-- Throttle state P..'rl:'..K..':tat' = "<next allowed ms> <interval ms> <last start ms>" (GCRA with no
+-- burst). The interval that computed it is kept so that when the key's throttle changes (a policy
+-- change, an override set, lifted or expired) the next start is re-derived from the new interval:
+-- the previous allowed time + the new interval, never closer than 90% of it to the last start. A
+-- bare number (older data) is taken as the next allowed time.
+local THROTTLE_KEEP_MS = 86400000
+local function throttle_allowed(base, interval)
+  local v = redis.call('GET', base .. ':tat')
+  if not v then return 0 end
+  local nxt, iv, last = string.match(v, '^(%S+) (%S+) (%S+)$')
+  if not nxt then return tonumber(v) or 0 end
+  nxt, iv, last = tonumber(nxt), tonumber(iv), tonumber(last)
+  if iv == interval then return nxt end
+  return math.max(nxt - iv + interval, last + math.floor(interval * 0.9))
+end
+
+local function throttle_interval(e)
+  return math.floor(e.throttle_period / e.throttle_limit)
+end
+
 -- rl_check: may one more job of key K start now under limits e?
 -- Returns nil when it may; else strategy, limit, current, wake_at (ms, or -1 for "when released").
+-- An override that expires before wake_at brings wake_at forward: its expiry changes the limits.
 local function rl_check(P, key, e, now)
   local base = P .. 'rl:' .. key
+  local strategy, limit, current, wake
   local until_ms = tonumber(redis.call('GET', base .. ':until') or '0')
-  if until_ms > now then return 'dynamic', 0, 0, until_ms end
-  if e.conc then
+  if until_ms > now then
+    strategy, limit, current, wake = 'dynamic', 0, 0, until_ms
+  end
+  if not strategy and e.conc then
     local active = redis.call('ZCOUNT', base .. ':active', '(' .. now, '+inf')
     if active >= e.conc then
       local first = redis.call('ZRANGE', base .. ':active', '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-      local wake = -1
-      if first[2] then wake = tonumber(first[2]) end
-      local ovr_ttl = redis.call('PTTL', base .. ':ovr')
-      if ovr_ttl > 0 and (wake < 0 or now + ovr_ttl < wake) then wake = now + ovr_ttl end
-      return 'concurrency', e.conc, active, wake
+      strategy, limit, current, wake = 'concurrency', e.conc, active, first[2] and tonumber(first[2]) or -1
     end
   end
-  if e.rate_limit and e.rate_period then
+  if not strategy and e.rate_limit and e.rate_period then
     local wk = base .. ':win'
     redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - e.rate_period)
     local n = redis.call('ZCARD', wk)
     if n >= e.rate_limit then
       local oldest = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
-      return 'rate', e.rate_limit, n, tonumber(oldest[2]) + e.rate_period
+      strategy, limit, current, wake = 'rate', e.rate_limit, n, tonumber(oldest[2]) + e.rate_period
     end
   end
-  if e.throttle_limit and e.throttle_period then
-    local tat = tonumber(redis.call('GET', base .. ':tat') or '0')
-    if tat > now then return 'throttle', e.throttle_limit, 1, tat end
+  if not strategy and e.throttle_limit and e.throttle_period then
+    local allowed = throttle_allowed(base, throttle_interval(e))
+    if allowed > now then strategy, limit, current, wake = 'throttle', e.throttle_limit, 1, allowed end
   end
-  return nil
+  if not strategy then return nil end
+  local ovr_ttl = redis.call('PTTL', base .. ':ovr')
+  if ovr_ttl > 0 and (wake < 0 or now + ovr_ttl < wake) then wake = now + ovr_ttl end
+  return strategy, limit, current, wake
 end
 
--- rl_take: job id starts under key K with limits e; its slot lasts until `lease`.
-local function rl_take(P, key, e, id, attempt, lease, now)
+-- rl_take: job id starts under key K with limits e, as claim number `claim` (its lease id); its slot
+-- lasts until `lease`. The window entry is id:claim, unique per start: a give-back of the attempt
+-- (requeue, rate_limit_until, dead-letter retry) can never make a later start overwrite this one.
+local function rl_take(P, key, e, id, claim, lease, now)
   local base = P .. 'rl:' .. key
   if e.conc then
     redis.call('ZADD', base .. ':active', lease, id)
   end
   if e.rate_limit and e.rate_period then
-    redis.call('ZADD', base .. ':win', now, id .. ':' .. attempt)
+    redis.call('ZADD', base .. ':win', now, id .. ':' .. claim)
     redis.call('PEXPIRE', base .. ':win', e.rate_period)
   end
   if e.throttle_limit and e.throttle_period then
     -- Next start at the previous allowed time + interval, so a start that came a little late (waiting
     -- for a FETCH) does not push every later one back; but never closer than 90% of the interval.
-    local interval = math.floor(e.throttle_period / e.throttle_limit)
-    local tat = tonumber(redis.call('GET', base .. ':tat') or '0')
-    local nxt = math.max(tat + interval, now + math.floor(interval * 0.9))
-    redis.call('SET', base .. ':tat', nxt, 'PX', interval + 1000)
+    local interval = throttle_interval(e)
+    local nxt = math.max(throttle_allowed(base, interval) + interval, now + math.floor(interval * 0.9))
+    redis.call('SET', base .. ':tat', nxt .. ' ' .. interval .. ' ' .. now, 'PX', interval + THROTTLE_KEEP_MS)
   end
 end
 
@@ -173,4 +219,16 @@ local function rl_release(P, key, id, now)
   if redis.call('ZREM', P .. 'rl:' .. key .. ':active', id) == 1 then
     lane_wake_all(P, key, now)
   end
+end
+
+-- rl_register(P, key, spec, now): a job with policy `spec` was enqueued with key K: its policy becomes
+-- the key's (newest wins). When the limits change, K's parked lanes re-open so that FETCH judges them
+-- by the new limits (a stricter policy re-parks them at the next FETCH).
+local function rl_limits_part(spec)
+  return spec and (string.match(spec, '^(.*) %S+$') or spec)
+end
+
+local function rl_register(P, key, spec, now)
+  local old = redis.call('SET', P .. 'rl:' .. key .. ':policy', spec, 'GET')
+  if old and rl_limits_part(old) ~= rl_limits_part(spec) then lane_wake_all(P, key, now) end
 end

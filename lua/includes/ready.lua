@@ -50,13 +50,19 @@ local function member_id(member)
   return string.sub(member, -36)
 end
 
+-- aging_score(aging_s, rank, since_ms): THE score formula. aging_s nil (aging off): the rank; else
+-- rank * aging_s + ready-since in whole seconds, which orders like rank - age / aging_s.
+local function aging_score(aging_s, rank, since_ms)
+  if aging_s then
+    return rank * aging_s + math.floor(since_ms / 1000)
+  end
+  return rank
+end
+
 -- ready_score(P, queue, rank, since_ms): the score a job of this rank, ready since since_ms, gets.
 local function ready_score(P, queue, rank, since_ms)
   local aging = redis.call('HGET', P .. 'q:' .. queue .. ':conf', 'aging_s')
-  if aging then
-    return rank * tonumber(aging) + math.floor(since_ms / 1000)
-  end
-  return rank
+  return aging_score(aging and tonumber(aging), rank, since_ms)
 end
 
 -- make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key): make a job available with a fresh

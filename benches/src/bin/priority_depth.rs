@@ -51,7 +51,7 @@ async fn cycles(store: &Store, template: &NewJob, queue: &[(String, u32)], n: us
                 .get("doc")
                 .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok());
             let id = id.and_then(|d| d["id"].as_str().map(str::to_owned)).unwrap_or_default();
-            match store.ack(&id, None).await? {
+            match store.ack(&id, &ojs_store::ClaimRef::default(), None).await? {
                 Transition::Done(_) => {}
                 other => anyhow::bail!("ack failed: {other:?}"),
             }

@@ -31,7 +31,7 @@ async fn cycles(store: &Store, free: &NewJob, q: &[(String, u32)], n: usize) -> 
         store.enqueue(std::slice::from_ref(&j)).await?;
         let (_, claimed) = store.fetch(q, Strategy::Strict, "bench", 1, None).await?;
         anyhow::ensure!(claimed.len() == 1, "the free job was not fetched");
-        match store.ack(&j.id, None).await? {
+        match store.ack(&j.id, &ojs_store::ClaimRef::default(), None).await? {
             Transition::Done(_) => {}
             other => anyhow::bail!("fetched something else than the free job: {other:?}"),
         }

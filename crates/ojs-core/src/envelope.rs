@@ -279,7 +279,14 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
     .flatten()
     .next()
     .unwrap_or(0);
-    let expires_at_ms = opt_time(&options, "expires_at", "options.expires_at")?.unwrap_or(0);
+    // A relative expiry ("+PT5S") is resolved by the enqueue script, on the clock that stamps the job.
+    let (expires_at_ms, expires_in_ms) = match options.get("expires_at") {
+        Some(Value::String(rel)) if rel.starts_with('+') => (
+            0,
+            parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("options.expires_at: {e}")))?,
+        ),
+        _ => (opt_time(&options, "expires_at", "options.expires_at")?.unwrap_or(0), 0),
+    };
     if let Some(tags) = options.get("tags").filter(|t| !t.is_null()) {
         let ok = tags.as_array().is_some_and(|a| a.iter().all(Value::is_string));
         if !ok {
@@ -318,6 +325,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         timeout_ms,
         visibility_ms,
         expires_at_ms,
+        expires_in_ms,
         scheduled_at_ms,
         delay_ms,
         rate_limit,

@@ -20,6 +20,9 @@ pub enum ErrorCode {
     Duplicate,
     /// The job is in a state that does not allow the operation (`details.state` says which). 409.
     Conflict,
+    /// ACK, NACK or heartbeat named a claim (lease id, attempt, worker) that the job no longer holds:
+    /// its lease lapsed and it was taken back or handed to another worker. Nothing changed. 409.
+    LeaseLost,
     /// Missing or wrong API key. 401.
     Unauthorized,
     /// The key is valid but lacks the scope. 403.
@@ -44,7 +47,7 @@ impl ErrorCode {
             Self::Unauthorized => 401,
             Self::Forbidden => 403,
             Self::NotFound => 404,
-            Self::Duplicate | Self::Conflict => 409,
+            Self::Duplicate | Self::Conflict | Self::LeaseLost => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::Internal => 500,
@@ -61,6 +64,7 @@ impl ErrorCode {
             Self::NotFound => "not_found",
             Self::Duplicate => "duplicate",
             Self::Conflict => "conflict",
+            Self::LeaseLost => "lease_lost",
             Self::Unauthorized => "unauthorized",
             Self::Forbidden => "forbidden",
             Self::PayloadTooLarge => "payload_too_large",
@@ -76,7 +80,7 @@ impl ErrorCode {
         match self {
             Self::InvalidPayload | Self::InvalidRequest | Self::Unprocessable => "validation_error",
             Self::NotFound => "not_found_error",
-            Self::Duplicate | Self::Conflict => "conflict_error",
+            Self::Duplicate | Self::Conflict | Self::LeaseLost => "conflict_error",
             Self::Unauthorized | Self::Forbidden => "auth_error",
             Self::PayloadTooLarge | Self::UnsupportedMediaType => "request_error",
             Self::BackendUnavailable | Self::Timeout | Self::Internal => "server_error",
@@ -95,6 +99,7 @@ impl ErrorCode {
             Self::NotFound => "Check the id; finished jobs are kept only for the server's retention period.",
             Self::Duplicate => "Use a new id, or GET the existing job.",
             Self::Conflict => "GET the job to see its current state; the operation is not allowed in it.",
+            Self::LeaseLost => "Stop working on this job: your lease lapsed and the job was taken back or given to another worker.",
             Self::Unauthorized => "Send Authorization: Bearer <api key>.",
             Self::Forbidden => "Use a key with the admin scope for this endpoint.",
             Self::PayloadTooLarge => "Send a smaller body, or split the batch.",
@@ -141,6 +146,14 @@ impl OjsError {
         Self::new(
             ErrorCode::Conflict,
             format!("job {id} is {state}; {op} is not allowed in that state"),
+        )
+        .with_details(json!({ "job_id": id, "state": state }))
+    }
+    /// The request acted for a claim of the job that has ended (lease fencing).
+    pub fn lease_lost(id: &str, state: &str, op: &str) -> Self {
+        Self::new(
+            ErrorCode::LeaseLost,
+            format!("{op} refused: the lease you hold on job {id} was lost (the job is {state} under a newer claim or no claim at all)"),
         )
         .with_details(json!({ "job_id": id, "state": state }))
     }

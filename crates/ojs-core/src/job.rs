@@ -131,7 +131,10 @@ pub struct NewJob {
     pub retry: RetryPolicy,
     pub timeout_ms: u64,
     pub visibility_ms: u64,
+    /// Absolute expiry (epoch ms), 0 for none.
     pub expires_at_ms: i64,
+    /// Relative expiry (`"+PT5S"`), resolved by the enqueue script on Redis' clock; 0 for none.
+    pub expires_in_ms: u64,
     pub scheduled_at_ms: i64,
     pub delay_ms: u64,
     /// The job's rate-limit policy (seed: top-level `rate_limit`, or `options.rate_limit`).
@@ -188,6 +191,11 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
     }
     if let Some(ms) = int("lease_until") {
         obj.insert("visibility_deadline".into(), json!(clock::format_ms(ms)));
+        // The claim's identity for ACK, NACK and heartbeat (lua/includes/lease.lua); a job is only
+        // leased while active.
+        if let Some(claims) = get("claims") {
+            obj.insert("lease_id".into(), json!(claims));
+        }
     }
     if let Some(v) = get("result").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
         obj.insert("result".into(), v);

@@ -38,7 +38,7 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
         }
         loop {
             let read = tokio::select! {
-                r = st.store.events_block(&mut conn, &last, 1000) => r,
+                r = st.store.events_block(&mut conn, &last, ojs_store::EVENTS_BLOCK_MS) => r,
                 _ = shutdown.changed() => return,
             };
             match read {

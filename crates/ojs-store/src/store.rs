@@ -38,6 +38,9 @@ impl From<redis::RedisError> for StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// How long one blocking read of the event tail waits for new events.
+pub const EVENTS_BLOCK_MS: u64 = 1_000;
+
 /// A job hash as stored: field -> value.
 pub type JobFields = HashMap<String, String>;
 
@@ -65,6 +68,7 @@ struct Scripts {
     dead_retry: Named,
     dead_delete: Named,
     set_priority: Named,
+    set_aging: Named,
     rl_override: Named,
 }
 
@@ -150,6 +154,39 @@ pub enum Transition<T> {
     NotFound,
     /// The job exists but is in this state, which does not allow the operation.
     WrongState(String),
+    /// The request named a claim (lease id, attempt or worker) that the job no longer holds; the job
+    /// is in this state now and nothing changed (lua/includes/lease.lua).
+    LeaseLost(String),
+}
+
+/// The claim a worker says it acts for in ACK, NACK and heartbeat (lua/includes/lease.lua). All `None`
+/// acts on whoever holds the job now, which is what the official SDKs send.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub lease_id: Option<String>,
+    pub attempt: Option<i64>,
+    pub worker_id: Option<String>,
+}
+
+impl ClaimRef {
+    /// The three script arguments: lease id, attempt, worker id ('' = not named).
+    fn args(&self) -> [String; 3] {
+        [
+            self.lease_id.clone().unwrap_or_default(),
+            self.attempt.map(|a| a.to_string()).unwrap_or_default(),
+            self.worker_id.clone().unwrap_or_default(),
+        ]
+    }
+}
+
+/// A script reply for a job transition: `ok` → `done(items)`, else the shared refusal tags.
+fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
+    match tag(items).as_str() {
+        "ok" => Transition::Done(done(items)),
+        "not_found" => Transition::NotFound,
+        "lease_lost" => Transition::LeaseLost(items.get(1).map(val_str).unwrap_or_default()),
+        _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
+    }
 }
 
 #[derive(Debug)]
@@ -331,6 +368,7 @@ impl Store {
                 dead_retry: script(scripts::DEAD_RETRY),
                 dead_delete: script(scripts::DEAD_DELETE),
                 set_priority: script(scripts::SET_PRIORITY),
+                set_aging: script(scripts::SET_AGING),
                 rl_override: script(scripts::RL_OVERRIDE),
             },
             cfg,
@@ -428,7 +466,7 @@ impl Store {
     }
 
     async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        let mut args = Vec::with_capacity(3 + jobs.len() * 17);
+        let mut args = Vec::with_capacity(3 + jobs.len() * 18);
         args.push(self.keys.prefix().to_string());
         args.push(jobs.len().to_string());
         args.push(mode.to_string());
@@ -451,6 +489,7 @@ impl Store {
                 j.priority.to_string(),
                 j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
                 j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
+                j.expires_in_ms.to_string(),
             ]);
         }
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
@@ -478,6 +517,7 @@ impl Store {
     pub async fn ack_and_fetch(
         &self,
         ack_id: &str,
+        claim: &ClaimRef,
         result: Option<&str>,
         queues: &[(String, u32)],
         strategy: Strategy,
@@ -487,7 +527,7 @@ impl Store {
     ) -> Result<(Transition<Acked>, Vec<Claimed>)> {
         let (_, acked, claimed) = self
             .fetch_script(
-                Some((ack_id, result.unwrap_or(""))),
+                Some((ack_id, claim, result.unwrap_or(""))),
                 queues,
                 strategy,
                 worker_id,
@@ -500,14 +540,15 @@ impl Store {
 
     async fn fetch_script(
         &self,
-        ack: Option<(&str, &str)>,
+        ack: Option<(&str, &ClaimRef, &str)>,
         queues: &[(String, u32)],
         strategy: Strategy,
         worker_id: &str,
         count: u32,
         visibility_ms: Option<u64>,
     ) -> Result<(i64, Option<Transition<Acked>>, Vec<Claimed>)> {
-        let (ack_id, ack_result) = ack.unwrap_or(("", ""));
+        let none = ClaimRef::default();
+        let (ack_id, ack_claim, ack_result) = ack.unwrap_or(("", &none, ""));
         let mut args = vec![
             self.keys.prefix().to_string(),
             worker_id.to_string(),
@@ -522,6 +563,7 @@ impl Store {
             ack_id.to_string(),
             ack_result.to_string(),
         ];
+        args.extend(ack_claim.args());
         for (q, w) in queues {
             args.push(q.clone());
             args.push(w.to_string());
@@ -553,22 +595,25 @@ impl Store {
             rank.to_string(),
         ];
         let items = self.run(&self.scripts.set_priority, &[self.keys.job(id)], args).await?;
-        Ok(match tag(&items).as_str() {
-            "ok" => Transition::Done((val_i64(at(&items, 2)), val_str(at(&items, 4)))),
-            "not_found" => Transition::NotFound,
-            _ => Transition::WrongState(val_str(at(&items, 1))),
-        })
+        Ok(transition(&items, |i| (val_i64(at(i, 2)), val_str(at(i, 4)))))
     }
 
-    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Applies to jobs as they
-    /// become ready from now on.
-    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<()> {
-        self.set_field(
-            &self.keys.queue_conf(queue),
-            "aging_s",
-            interval_s.map(|s| s.to_string()),
-        )
-        .await
+    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the
+    /// queue is re-scored under the new setting in the same script; returns how many were.
+    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<u64> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            queue.to_string(),
+            interval_s.map(|s| s.to_string()).unwrap_or_default(),
+        ];
+        let items = self
+            .run(
+                &self.scripts.set_aging,
+                &[self.keys.queue_conf(queue), self.keys.ready(queue)],
+                args,
+            )
+            .await?;
+        Ok(val_i64(at(&items, 1)).max(0) as u64)
     }
 
     /// Sets one hash field, or deletes it for `None`.
@@ -613,29 +658,32 @@ impl Store {
         Ok(v)
     }
 
-    pub async fn ack(&self, id: &str, result: Option<&str>) -> Result<Transition<Acked>> {
-        let args = vec![
+    pub async fn ack(&self, id: &str, claim: &ClaimRef, result: Option<&str>) -> Result<Transition<Acked>> {
+        let mut args = vec![
             self.keys.prefix().to_string(),
             id.to_string(),
             result.unwrap_or("").to_string(),
             self.cfg.retention_ms.to_string(),
         ];
+        args.extend(claim.args());
         let items = self.run(&self.scripts.ack, &[self.keys.job(id)], args).await?;
         Ok(acked(&items))
     }
 
     /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
     /// the downstream's rate limit (seed §9): the job's key is blocked until then and no attempt is spent.
+    #[allow(clippy::too_many_arguments)]
     pub async fn nack(
         &self,
         id: &str,
+        claim: &ClaimRef,
         error_json: &str,
         match_key: &str,
         retryable: bool,
         requeue: bool,
         rate_limit_until_ms: i64,
     ) -> Result<Transition<NackResult>> {
-        let args = vec![
+        let mut args = vec![
             self.keys.prefix().to_string(),
             id.to_string(),
             error_json.to_string(),
@@ -646,38 +694,42 @@ impl Store {
             self.cfg.retention_ms.to_string(),
             rate_limit_until_ms.to_string(),
         ];
+        args.extend(claim.args());
         let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
-        Ok(match tag(&items).as_str() {
-            "ok" => {
-                let delay = val_i64(at(&items, 4));
-                Transition::Done(NackResult {
-                    now_ms: val_i64(at(&items, 1)),
-                    state: val_str(at(&items, 2)),
-                    attempt: val_i64(at(&items, 3)),
-                    delay_ms: (delay >= 0).then_some(delay),
-                    max_attempts: val_i64(at(&items, 5)),
-                    queue: val_str(at(&items, 6)),
-                    job_type: val_str(at(&items, 7)),
-                })
+        Ok(transition(&items, |i| {
+            let delay = val_i64(at(i, 4));
+            NackResult {
+                now_ms: val_i64(at(i, 1)),
+                state: val_str(at(i, 2)),
+                attempt: val_i64(at(i, 3)),
+                delay_ms: (delay >= 0).then_some(delay),
+                max_attempts: val_i64(at(i, 5)),
+                queue: val_str(at(i, 6)),
+                job_type: val_str(at(i, 7)),
             }
-            "not_found" => Transition::NotFound,
-            _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
-        })
+        }))
     }
 
+    /// Extends the leases of `jobs` (id, lease id if the worker named one) held by this worker, by
+    /// `extend_ms` or else by the lease length chosen when each was claimed. A lapsed lease is never
+    /// revived: such a job comes back with no new deadline (the worker lost it).
     pub async fn heartbeat(
         &self,
         worker_id: &str,
-        job_ids: &[String],
-        visibility_ms: Option<u64>,
+        jobs: &[(String, Option<String>)],
+        extend_ms: Option<u64>,
     ) -> Result<Heartbeat> {
         let mut args = vec![
             self.keys.prefix().to_string(),
             worker_id.to_string(),
-            visibility_ms.unwrap_or(self.cfg.default_visibility_ms).to_string(),
+            extend_ms.unwrap_or(0).to_string(),
+            self.cfg.default_visibility_ms.to_string(),
             (24 * 3600 * 1000u64).to_string(),
         ];
-        args.extend(job_ids.iter().cloned());
+        for (id, lease) in jobs {
+            args.push(id.clone());
+            args.push(lease.clone().unwrap_or_default());
+        }
         let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
         let signal = val_str(at(&items, 2));
         let jobs = items
@@ -703,11 +755,7 @@ impl Store {
             self.cfg.retention_ms.to_string(),
         ];
         let items = self.run(&self.scripts.cancel, &[self.keys.job(id)], args).await?;
-        Ok(match tag(&items).as_str() {
-            "ok" => Transition::Done((val_i64(at(&items, 1)), val_str(at(&items, 2)))),
-            "not_found" => Transition::NotFound,
-            _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
-        })
+        Ok(transition(&items, |i| (val_i64(at(i, 1)), val_str(at(i, 2)))))
     }
 
     /// Moves due scheduled/retryable jobs to ready. Returns (moved, next due time).
@@ -1061,9 +1109,21 @@ impl Store {
         Ok((f.first().copied().flatten(), rate, active, in_window))
     }
 
-    /// A dedicated connection for blocking reads (XREAD BLOCK must not hold up the shared connections).
+    /// A dedicated connection for the event tail's blocking reads (XREAD BLOCK must not hold up the
+    /// shared connections). Its response timeout outlasts a whole [`EVENTS_BLOCK_MS`] read (redis-rs'
+    /// default of 500 ms would drop an idle tail twice a second), and it is named
+    /// `ojs-events:<namespace>` so that `CLIENT LIST` shows which pod tails what.
     pub async fn blocking_connection(&self) -> Result<redis::aio::MultiplexedConnection> {
-        Ok(self.client.get_multiplexed_async_connection().await?)
+        let cfg = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_millis(EVENTS_BLOCK_MS + 5_000)));
+        let mut conn = self.client.get_multiplexed_async_connection_with_config(&cfg).await?;
+        let _: () = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(format!("ojs-events:{}", self.cfg.namespace))
+            .query_async(&mut conn)
+            .await?;
+        Ok(conn)
     }
 
     /// Waits up to `block_ms` for events after `last` on a dedicated connection; oldest first.
@@ -1113,16 +1173,12 @@ impl Store {
 
 /// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.
 fn acked(items: &[redis::Value]) -> Transition<Acked> {
-    match tag(items).as_str() {
-        "ok" => Transition::Done(Acked {
-            now_ms: val_i64(at(items, 1)),
-            attempt: val_i64(at(items, 2)),
-            queue: val_str(at(items, 3)),
-            job_type: val_str(at(items, 4)),
-        }),
-        "not_found" => Transition::NotFound,
-        _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
-    }
+    transition(items, |i| Acked {
+        now_ms: val_i64(at(i, 1)),
+        attempt: val_i64(at(i, 2)),
+        queue: val_str(at(i, 3)),
+        job_type: val_str(at(i, 4)),
+    })
 }
 
 /// Redis `TIME` in ms: reads use the same clock as the scripts.

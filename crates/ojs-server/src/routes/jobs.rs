@@ -45,6 +45,8 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
     }
     if j.expires_at_ms > 0 {
         f.insert("expires_at".into(), j.expires_at_ms.to_string());
+    } else if j.expires_in_ms > 0 {
+        f.insert("expires_at".into(), (now_ms + j.expires_in_ms as i64).to_string());
     }
     job_view(&f)
 }
@@ -207,7 +209,9 @@ async fn update(
             ))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
-        Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "changing the priority").into()),
+        Transition::WrongState(s) | Transition::LeaseLost(s) => {
+            Err(OjsError::conflict_state(id, &s, "changing the priority").into())
+        }
     }
 }
 
@@ -248,6 +252,6 @@ async fn cancel(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult
             Ok(ok(json!({ "job": job_view(&f) })))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
-        Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "cancel").into()),
+        Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::conflict_state(id, &s, "cancel").into()),
     }
 }

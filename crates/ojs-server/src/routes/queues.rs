@@ -146,8 +146,10 @@ async fn put_aging(
         ))
         .into());
     }
-    st.store.set_aging(&q, Some(secs)).await?;
-    Ok(ok(aging_json(&q, Some(secs))))
+    let rescored = st.store.set_aging(&q, Some(secs)).await?;
+    let mut body = aging_json(&q, Some(secs));
+    body["rescored"] = json!(rescored);
+    Ok(ok(body))
 }
 
 #[utoipa::path(
@@ -160,8 +162,10 @@ async fn put_aging(
 )]
 async fn delete_aging(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    st.store.set_aging(&q, None).await?;
-    Ok(ok(aging_json(&q, None)))
+    let rescored = st.store.set_aging(&q, None).await?;
+    let mut body = aging_json(&q, None);
+    body["rescored"] = json!(rescored);
+    Ok(ok(body))
 }
 
 /// rank × interval + epoch seconds must stay below 2^53 for every rank up to 2^32: 2^20 s (12 days).

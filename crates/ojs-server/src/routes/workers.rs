@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use ojs_core::job::job_view;
 use ojs_core::{clock, names, OjsError};
-use ojs_store::{Strategy, Transition};
+use ojs_store::{ClaimRef, Strategy, Transition};
 
 use crate::config::{Weights, MAX_WEIGHT};
 use serde::Deserialize;
@@ -228,9 +228,75 @@ fn parse_queues(v: Option<Vec<Value>>, defaults: &Weights) -> Result<Vec<(String
     Ok(out)
 }
 
+/// The claim an ACK or NACK acts for (lua/includes/lease.lua): the `lease_id` FETCH returned, or the
+/// `attempt` (and `worker_id`) it was given, or `worker_id` alone. Naming none acts on whoever holds
+/// the job now, which cannot tell a stale worker from the current one (the official SDKs send none).
+#[derive(Deserialize, Default)]
+struct ClaimFields {
+    #[serde(default)]
+    lease_id: Option<Value>,
+    #[serde(default)]
+    attempt: Option<Value>,
+    #[serde(default)]
+    worker_id: Option<String>,
+}
+
+impl ClaimFields {
+    fn into_ref(self) -> Result<ClaimRef, OjsError> {
+        if let Some(w) = &self.worker_id {
+            check_worker_id(w)?;
+        }
+        let attempt = match self.attempt {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_i64()
+                    .filter(|a| *a >= 1)
+                    .ok_or_else(|| OjsError::invalid(format!("attempt must be an integer >= 1; got {v}")))?,
+            ),
+        };
+        Ok(ClaimRef {
+            lease_id: lease_id(self.lease_id, "lease_id")?,
+            attempt,
+            worker_id: self.worker_id.filter(|w| !w.is_empty()),
+        })
+    }
+}
+
+/// A lease id as FETCH gave it (a string of digits), also accepted as a JSON integer.
+fn lease_id(v: Option<Value>, field: &str) -> Result<Option<String>, OjsError> {
+    let s = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => s,
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.to_string(),
+        Some(v) => {
+            return Err(OjsError::invalid(format!(
+                "{field} must be the lease_id string FETCH returned; got {v}"
+            )))
+        }
+    };
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(OjsError::invalid(format!(
+            "{field} must be the lease_id string FETCH returned (digits); got {s:?}"
+        )));
+    }
+    Ok(Some(s))
+}
+
+/// The answer to an ACK or NACK the store refused.
+fn refused<T>(t: Transition<T>, id: &str, op: &str) -> OjsError {
+    match t {
+        Transition::NotFound => OjsError::not_found("job", id),
+        Transition::LeaseLost(s) => OjsError::lease_lost(id, &s, op),
+        Transition::WrongState(s) => OjsError::conflict_state(id, &s, op),
+        Transition::Done(_) => OjsError::new(ojs_core::error::ErrorCode::Internal, "refused a done transition"),
+    }
+}
+
 #[derive(Deserialize)]
 struct AckReq {
     job_id: String,
+    #[serde(flatten)]
+    claim: ClaimFields,
     #[serde(default)]
     result: Option<Value>,
     /// Ack-and-fetch-next: a FETCH request (`queues`, `count`, `wait_ms`…) run in the same script as
@@ -253,13 +319,15 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
     };
+    let claim = req.claim.into_ref()?;
     let next = req.fetch.map(|f| FetchParams::new(&st, f)).transpose()?;
     let (acked, claimed) = match &next {
-        None => (st.store.ack(id, result.as_deref()).await?, Vec::new()),
+        None => (st.store.ack(id, &claim, result.as_deref()).await?, Vec::new()),
         Some(p) => {
             st.store
                 .ack_and_fetch(
                     id,
+                    &claim,
                     result.as_deref(),
                     &p.queues,
                     p.strategy,
@@ -290,14 +358,15 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
             }
             Ok(ok(body))
         }
-        Transition::NotFound => Err(OjsError::not_found("job", id).into()),
-        Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "ack").into()),
+        other => Err(refused(other, id, "ack").into()),
     }
 }
 
 #[derive(Deserialize)]
 struct NackReq {
     job_id: String,
+    #[serde(flatten)]
+    claim: ClaimFields,
     #[serde(default)]
     error: Option<Value>,
     /// Release the job back to `available` at once without spending the attempt (graceful shutdown).
@@ -373,9 +442,18 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
 async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
     let id = path_job_id(&req.job_id)?;
     let (err, match_key, retryable, until) = error_record(req.error)?;
+    let claim = req.claim.into_ref()?;
     match st
         .store
-        .nack(id, &err, &match_key, retryable, req.requeue.unwrap_or(false), until)
+        .nack(
+            id,
+            &claim,
+            &err,
+            &match_key,
+            retryable,
+            req.requeue.unwrap_or(false),
+            until,
+        )
         .await?
     {
         Transition::Done(r) => {
@@ -400,46 +478,123 @@ async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> Api
             }
             Ok(ok(body))
         }
-        Transition::NotFound => Err(OjsError::not_found("job", id).into()),
-        Transition::WrongState(s) => Err(OjsError::conflict_state(id, &s, "nack").into()),
+        other => Err(refused(other, id, "nack").into()),
     }
 }
 
+/// A heartbeat in any shape an official OJS SDK sends: JavaScript and Go send `active_jobs` as a count
+/// with the ids in `active_job_ids`; Python and Rust send `active_jobs` as ids; Ruby sends `job_ids` and
+/// may omit `worker_id`. Entries may also be `{"job_id", "lease_id"}` objects (ojs-client sends those,
+/// so a stale worker's heartbeat cannot extend another worker's claim).
 #[derive(Deserialize)]
 struct HeartbeatReq {
     #[serde(default)]
     worker_id: Option<String>,
     #[serde(default)]
-    active_jobs: Option<Vec<String>>,
+    active_jobs: Option<Value>,
+    #[serde(default)]
+    active_job_ids: Option<Value>,
+    #[serde(default)]
+    job_ids: Option<Value>,
     #[serde(default)]
     job_id: Option<String>,
     #[serde(default)]
+    lease_id: Option<Value>,
+    #[serde(default)]
     visibility_timeout_ms: Option<u64>,
+}
+
+/// Most jobs one heartbeat may name.
+const MAX_HEARTBEAT_JOBS: usize = 10_000;
+
+impl HeartbeatReq {
+    /// The (job id, lease id) pairs the heartbeat names, each once, in the order given.
+    fn jobs(self) -> Result<Vec<(String, Option<String>)>, OjsError> {
+        let mut out: Vec<(String, Option<String>)> = Vec::new();
+        let mut add = |id: String, lease: Option<String>| {
+            if names::check_job_id(&id).is_ok() && !out.iter().any(|(j, _)| *j == id) {
+                out.push((id, lease));
+            }
+        };
+        for (field, v) in [
+            ("active_jobs", self.active_jobs),
+            ("active_job_ids", self.active_job_ids),
+            ("job_ids", self.job_ids),
+        ] {
+            let items = match v {
+                None | Some(Value::Null) => continue,
+                // The JavaScript and Go SDKs' count of running jobs; the ids come in active_job_ids.
+                Some(Value::Number(n)) if field == "active_jobs" && n.as_u64().is_some() => continue,
+                Some(Value::Array(items)) => items,
+                Some(other) => {
+                    return Err(OjsError::invalid(format!(
+                        "{field} must be an array of job ids or {{\"job_id\", \"lease_id\"}} objects{}; got {other}",
+                        if field == "active_jobs" { ", or a count" } else { "" }
+                    )))
+                }
+            };
+            if items.len() > MAX_HEARTBEAT_JOBS {
+                return Err(OjsError::invalid(format!(
+                    "{field} names {} jobs; at most {MAX_HEARTBEAT_JOBS} per heartbeat",
+                    items.len()
+                )));
+            }
+            for (i, item) in items.into_iter().enumerate() {
+                match item {
+                    Value::String(id) => add(id, None),
+                    Value::Object(mut m) => {
+                        let id = m
+                            .remove("job_id")
+                            .or_else(|| m.remove("id"))
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .ok_or_else(|| OjsError::invalid(format!("{field}[{i}] must have a job_id")))?;
+                        add(id, lease_id(m.remove("lease_id"), &format!("{field}[{i}].lease_id"))?);
+                    }
+                    other => {
+                        return Err(OjsError::invalid(format!(
+                            "{field}[{i}] must be a job id or a {{\"job_id\", \"lease_id\"}} object; got {other}"
+                        )))
+                    }
+                }
+            }
+        }
+        if let Some(id) = self.job_id {
+            add(id, lease_id(self.lease_id, "lease_id")?);
+        }
+        Ok(out)
+    }
 }
 
 #[utoipa::path(
     post,
     path = "/ojs/v1/workers/heartbeat",
     tag = "workers",
-    summary = "Extend leases and read the worker state: `{worker_id, active_jobs}`",
+    summary = "Extend leases and read the worker state: `{worker_id?, active_jobs | active_job_ids | job_ids, visibility_timeout_ms?}`; `lost_jobs` lists the jobs whose lease is gone",
     request_body = serde_json::Value,
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
 async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
-    let worker = req.worker_id.unwrap_or_default();
+    let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
-    let mut ids = req.active_jobs.unwrap_or_default();
-    ids.extend(req.job_id);
-    ids.retain(|id| names::check_job_id(id).is_ok());
-    let hb = st.store.heartbeat(&worker, &ids, req.visibility_timeout_ms).await?;
+    if req.visibility_timeout_ms == Some(0) {
+        return Err(OjsError::invalid("visibility_timeout_ms must be at least 1").into());
+    }
+    let extend = req.visibility_timeout_ms;
+    let jobs = req.jobs()?;
+    let hb = st.store.heartbeat(&worker, &jobs, extend).await?;
     let state = hb.signal.as_deref().unwrap_or("running");
+    let mut lost = Vec::new();
     let jobs: Vec<Value> = hb
         .jobs
         .iter()
         .map(|(id, s, lease)| {
             let mut j = json!({ "job_id": id, "state": s, "extended": lease.is_some() });
-            if let Some(l) = lease {
-                j["visibility_deadline"] = json!(clock::format_ms(*l));
+            match lease {
+                Some(l) => j["visibility_deadline"] = json!(clock::format_ms(*l)),
+                None => {
+                    j["lease_lost"] = json!(true);
+                    lost.push(json!(id));
+                }
             }
             j
         })
@@ -453,6 +608,7 @@ async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatRe
     Ok(ok(json!({
         "state": state,
         "jobs": jobs,
+        "lost_jobs": lost,
         "directives": directives,
         "server_time": clock::format_ms(hb.now_ms),
     })))
