@@ -7,7 +7,9 @@
 --   ARGV[2] limit         int    most jobs to move in this call (bounds the script's run time)
 --   ARGV[3] retention_ms  int    retention of a job discarded because its expires_at passed
 -- RETURNS
---   {'ok', moved, next_due_ms}   next_due_ms is the earliest remaining run-at or lane wake time, or -1
+--   {'ok', moved, next_due_ms, now_ms}   next_due_ms is the earliest remaining run-at or lane wake
+--                                         time, or -1; now_ms is Redis TIME, so a caller can tell how
+--                                         far away next_due_ms is without consulting its own clock
 -- COST   O(k log n) for k moved jobs
 -- CLOCK  Redis TIME
 -- INVARIANTS
@@ -58,4 +60,4 @@ local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local nwake = redis.call('ZRANGE', P .. 'rl:wake', 0, 0, 'WITHSCORES')
 local next_due = nxt[2] and tonumber(nxt[2]) or -1
 if nwake[2] and (next_due < 0 or tonumber(nwake[2]) < next_due) then next_due = tonumber(nwake[2]) end
-return {'ok', #due, next_due}
+return {'ok', #due, next_due, now}

@@ -10,6 +10,7 @@
 --   ARGV[4..] field, value pairs to set
 -- RETURNS
 --   {'ok', now_ms}
+--   {'past', now_ms}      expires_at is not after Redis TIME: nothing was changed
 -- COST   O(queues with a lane for the key)
 -- CLOCK  Redis TIME
 -- INVARIANTS
@@ -22,6 +23,8 @@
 
 local P, key = ARGV[1], ARGV[2]
 local now = now_ms()
+local expires = tonumber(ARGV[3])
+if expires > 0 and expires <= now then return {'past', now} end
 redis.call('DEL', KEYS[1])
 if ARGV[3] ~= '-1' then
   local pairs_ = {}

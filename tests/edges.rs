@@ -159,17 +159,20 @@ async fn a_lapsed_lease_holder_cannot_release_a_limited_slot_twice() {
 async fn every_official_sdk_heartbeat_shape_extends_the_lease() {
     let s = TestServer::start().await;
     let shapes: Vec<(&str, Box<dyn Fn(&str) -> Value>)> = vec![
-        // JavaScript and Go: a count plus the ids.
+        // JavaScript SDK 0.4 (src/worker.ts sendHeartbeat), and Go's count-plus-ids: its whole body.
         (
             "js",
-            Box::new(|id: &str| json!({"worker_id": "w-js", "active_jobs": 1, "active_job_ids": [id]})),
+            Box::new(|id: &str| {
+                json!({"worker_id": "w-js", "state": "running", "active_jobs": 1, "active_job_ids": [id],
+                    "hostname": "unknown", "pid": 4242, "queues": ["hb-js"], "concurrency": 10, "labels": []})
+            }),
         ),
-        // Ruby: job_ids, no worker_id.
+        // Ruby SDK (lib/ojs/worker.rb send_heartbeat): job_ids only, no worker_id.
         ("ruby", Box::new(|id: &str| json!({"job_ids": [id]}))),
-        // Python and Rust: active_jobs as ids.
+        // Python and Rust SDKs: active_jobs as ids (Rust also sends visibility_timeout_ms: null).
         (
             "py",
-            Box::new(|id: &str| json!({"worker_id": "w-py", "active_jobs": [id]})),
+            Box::new(|id: &str| json!({"worker_id": "w-py", "active_jobs": [id], "visibility_timeout_ms": null})),
         ),
     ];
     for (name, body) in shapes {

@@ -104,16 +104,24 @@ impl Client {
         Ok(v["jobs"].as_array().cloned().unwrap_or_default())
     }
 
-    pub async fn ack(&self, id: &str, result: Option<Value>) -> Result<Value> {
-        self.post("/ojs/v1/workers/ack", &json!({"job_id": id, "result": result}))
-            .await
+    /// Acks job `id` for the claim `lease_id` (the `lease_id` FETCH returned on the job): if the lease
+    /// was lost meanwhile (it lapsed and the job went to another worker), the server answers 409
+    /// `lease_lost` and changes nothing. `None` acts on whoever holds the job now.
+    pub async fn ack(&self, id: &str, lease_id: Option<&str>, result: Option<Value>) -> Result<Value> {
+        self.post(
+            "/ojs/v1/workers/ack",
+            &json!({"job_id": id, "lease_id": lease_id, "result": result}),
+        )
+        .await
     }
 
     /// Ack-and-fetch-next: acks `id` and claims up to `count` jobs in the same request (and the same
     /// Redis script); returns the claimed jobs. When the ack is refused, nothing is claimed.
+    #[allow(clippy::too_many_arguments)]
     pub async fn ack_and_fetch(
         &self,
         id: &str,
+        lease_id: Option<&str>,
         result: Option<Value>,
         queues: &[String],
         count: u32,
@@ -123,41 +131,69 @@ impl Client {
         let v = self
             .post(
                 "/ojs/v1/workers/ack",
-                &json!({"job_id": id, "result": result,
+                &json!({"job_id": id, "lease_id": lease_id, "result": result,
                     "fetch": {"queues": queues, "count": count, "worker_id": worker_id, "wait_ms": wait_ms}}),
             )
             .await?;
         Ok(v["jobs"].as_array().cloned().unwrap_or_default())
     }
 
-    pub async fn nack(&self, id: &str, error: Value) -> Result<Value> {
-        self.post("/ojs/v1/workers/nack", &json!({"job_id": id, "error": error}))
-            .await
+    /// Reports a failure of job `id` for the claim `lease_id` (see [`Client::ack`]).
+    pub async fn nack(&self, id: &str, lease_id: Option<&str>, error: Value) -> Result<Value> {
+        self.post(
+            "/ojs/v1/workers/nack",
+            &json!({"job_id": id, "lease_id": lease_id, "error": error}),
+        )
+        .await
     }
 
-    /// Returns the worker state the server asks for: `running`, `quiet` or `terminate`.
-    pub async fn heartbeat(&self, worker_id: &str, active: &[String]) -> Result<String> {
+    /// Extends the leases of `active` (job id, lease id). Returns the worker state the server asks for
+    /// (`running`, `quiet` or `terminate`) and the jobs whose lease is lost: stop working on those.
+    pub async fn heartbeat(
+        &self,
+        worker_id: &str,
+        active: &[(String, Option<String>)],
+    ) -> Result<(String, Vec<String>)> {
+        let jobs: Vec<Value> = active
+            .iter()
+            .map(|(id, lease)| json!({"job_id": id, "lease_id": lease}))
+            .collect();
         let v = self
             .post(
                 "/ojs/v1/workers/heartbeat",
-                &json!({"worker_id": worker_id, "active_jobs": active}),
+                &json!({"worker_id": worker_id, "active_jobs": jobs}),
             )
             .await?;
-        Ok(v["state"].as_str().unwrap_or("running").to_string())
+        let lost = v["lost_jobs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|j| j.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        Ok((v["state"].as_str().unwrap_or("running").to_string(), lost))
     }
 }
 
 /// What a handler reports when a job fails: the OJS error object (`type`, `message`, `retryable`…).
 pub type JobError = Value;
 
+/// A job this worker runs: its lease (sent with every ACK, NACK and heartbeat) and the signal that
+/// tells its loop the lease was lost.
+struct Held {
+    id: String,
+    lease_id: Option<String>,
+    lost: Arc<tokio::sync::Notify>,
+}
+
 /// A worker: `concurrency` loops that fetch from `queues`, run the handler, then ack or nack; one
 /// heartbeat loop; stops fetching when [`Worker::stop`] is called (or the server says quiet/terminate)
-/// and returns once in-flight jobs are finished.
+/// and returns once in-flight jobs are finished. Every ACK, NACK and heartbeat names the job's lease,
+/// so a worker whose lease lapsed can never complete or fail a job another worker now runs; when a
+/// heartbeat reports a lease lost, the handler's future is dropped and nothing is reported.
 pub struct Worker {
     client: Client,
     pub id: String,
     queues: Vec<String>,
     concurrency: usize,
+    heartbeat_every: Duration,
     stop_tx: watch::Sender<bool>,
 }
 
@@ -168,8 +204,15 @@ impl Worker {
             id: id.to_string(),
             queues: queues.iter().map(|q| q.to_string()).collect(),
             concurrency: concurrency.max(1),
+            heartbeat_every: Duration::from_secs(5),
             stop_tx: watch::channel(false).0,
         }
+    }
+
+    /// How often the worker heartbeats its jobs (default 5 s); keep it well under the lease length.
+    pub fn heartbeat_every(mut self, every: Duration) -> Self {
+        self.heartbeat_every = every.max(Duration::from_millis(10));
+        self
     }
 
     /// Asks the worker to stop: no new fetches; in-flight jobs finish and are acked or nacked.
@@ -189,9 +232,10 @@ impl Worker {
         Fut: Future<Output = std::result::Result<Option<Value>, JobError>> + Send,
     {
         let handler = Arc::new(handler);
-        let active: Arc<tokio::sync::Mutex<Vec<String>>> = Arc::default();
+        let active: Arc<tokio::sync::Mutex<Vec<Held>>> = Arc::default();
         let stop = self.stop_tx.subscribe();
         let hb = {
+            let every = self.heartbeat_every;
             let (client, id, active, mut stop, stop_tx) = (
                 self.client.clone(),
                 self.id.clone(),
@@ -202,13 +246,21 @@ impl Worker {
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                        _ = tokio::time::sleep(every) => {}
                         _ = stop.changed() => return,
                     }
-                    let ids = active.lock().await.clone();
-                    if let Ok(state) = client.heartbeat(&id, &ids).await {
+                    let held: Vec<(String, Option<String>)> = active
+                        .lock()
+                        .await
+                        .iter()
+                        .map(|h| (h.id.clone(), h.lease_id.clone()))
+                        .collect();
+                    if let Ok((state, lost)) = client.heartbeat(&id, &held).await {
                         if state == "quiet" || state == "terminate" {
                             let _ = stop_tx.send(true);
+                        }
+                        for h in active.lock().await.iter().filter(|h| lost.contains(&h.id)) {
+                            h.lost.notify_one();
                         }
                     }
                 }
@@ -242,25 +294,39 @@ impl Worker {
                     };
                     for job in jobs {
                         let jid = job["id"].as_str().unwrap_or_default().to_string();
-                        active.lock().await.push(jid.clone());
-                        let outcome = handler(job).await;
+                        let lease = job["lease_id"].as_str().map(str::to_owned);
+                        let lost = Arc::new(tokio::sync::Notify::new());
+                        active.lock().await.push(Held {
+                            id: jid.clone(),
+                            lease_id: lease.clone(),
+                            lost: lost.clone(),
+                        });
+                        let outcome = tokio::select! {
+                            o = handler(job) => Some(o),
+                            _ = lost.notified() => None,
+                        };
+                        let lease = lease.as_deref();
                         let sent = match outcome {
+                            None => {
+                                tracing::warn!(job = %jid, "lease lost (the job went back to the queue): stopped it");
+                                Ok(())
+                            }
                             // A successful job is acked together with the claim of the next one:
                             // one request per job while there is work.
-                            Ok(result) if !*stop.borrow() => client
-                                .ack_and_fetch(&jid, result, &queues, 1, &id, 1_000)
+                            Some(Ok(result)) if !*stop.borrow() => client
+                                .ack_and_fetch(&jid, lease, result, &queues, 1, &id, 1_000)
                                 .await
                                 .map(|more| {
                                     acked += 1;
                                     next.extend(more);
                                 }),
-                            Ok(result) => client.ack(&jid, result).await.map(|_| acked += 1),
-                            Err(e) => client.nack(&jid, e).await.map(|_| nacked += 1),
+                            Some(Ok(result)) => client.ack(&jid, lease, result).await.map(|_| acked += 1),
+                            Some(Err(e)) => client.nack(&jid, lease, e).await.map(|_| nacked += 1),
                         };
                         if let Err(e) = sent {
                             tracing::warn!(job = %jid, error = %e, "could not report the job's outcome");
                         }
-                        active.lock().await.retain(|a| a != &jid);
+                        active.lock().await.retain(|a| a.id != jid);
                     }
                 }
                 (acked, nacked)

@@ -102,3 +102,69 @@ async fn the_cli_enqueues_shows_and_lists() {
         out.2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_lost_its_lease_stops_the_job_and_reports_nothing() {
+    // Leases of 400 ms and heartbeats every 1.5 s: the lease lapses between two heartbeats, the
+    // reaper takes the job back, and another worker claims it.
+    let s = TestServer::start_with(|c| c.visibility_timeout_ms = 400).await;
+    let c = Client::new(&s.base, None);
+    let job = c
+        .enqueue(&json!({"type": "slow", "args": [], "queue": "lost"}))
+        .await
+        .expect("enqueue");
+    let id = job["id"].as_str().unwrap_or_default().to_string();
+    let worker = Arc::new(Worker::new(c.clone(), "w-slow", &["lost"], 1).heartbeat_every(Duration::from_millis(1500)));
+    let started = Arc::new(AtomicUsize::new(0));
+    let (w, st) = (worker.clone(), started.clone());
+    let run = tokio::spawn(async move {
+        w.run(move |_| {
+            let st = st.clone();
+            async move {
+                st.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(Some(json!({"by": "w-slow"})))
+            }
+        })
+        .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while started.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the worker never started the job");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let other = loop {
+        // A long lease for this claim, so the job stays with w-other.
+        let got = c
+            .post(
+                "/ojs/v1/workers/fetch",
+                &json!({"queues": ["lost"], "worker_id": "w-other", "visibility_timeout_ms": 30_000}),
+            )
+            .await
+            .expect("fetch");
+        if let Some(j) = got["jobs"].as_array().and_then(|a| a.first()).cloned() {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "the lapsed job never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(other["id"], id.as_str());
+    assert_eq!(other["attempt"], 2);
+    // w-slow's next heartbeat learns the lease is lost and drops the job; stopping it then returns
+    // at once (it is not waiting 30 s for the handler) and it acked and nacked nothing.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    worker.stop();
+    let (acked, nacked) = tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .expect("the lost job was stopped")
+        .expect("join");
+    assert_eq!((acked, nacked, started.load(Ordering::SeqCst)), (0, 0, 1));
+    let held = c.job(&id).await.expect("job");
+    assert_eq!(
+        (held["state"].as_str(), held["worker_id"].as_str()),
+        (Some("active"), Some("w-other"))
+    );
+    c.ack(&id, other["lease_id"].as_str(), None)
+        .await
+        .expect("the current holder acks");
+}

@@ -43,11 +43,11 @@ fn opt_u64(o: &Map<String, Value>, key: &str, field: &str, min: u64) -> Result<O
 fn opt_time(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<i64>, OjsError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
-        // "+PT2S": relative to now (the conformance suite's form). The scheduled_at form is turned
-        // into a delay measured on Redis' clock before this is called; here it is the local clock.
-        Some(Value::String(s)) if s.starts_with('+') => parse_iso8601_ms(&s[1..])
-            .map(|ms| Some(clock::local_now_ms() + ms as i64))
-            .map_err(|e| invalid(format!("{field}: {e}"))),
+        // Relative times ("+PT2S", the conformance suite's form) never reach here: the callers turn
+        // them into durations that the enqueue script adds to Redis' clock, never to this pod's.
+        Some(Value::String(s)) if s.starts_with('+') => {
+            Err(invalid(format!("{field} cannot be relative here; got {s:?}")))
+        }
         Some(Value::String(s)) => clock::parse_ms(s).map(Some).ok_or_else(|| {
             invalid(format!(
                 "{field} must be an RFC 3339 timestamp such as 2026-02-13T12:00:00Z; got {s:?}"
@@ -252,12 +252,18 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
     let visibility_ms = opt_u64(&options, "visibility_timeout_ms", "options.visibility_timeout_ms", 1)?.unwrap_or(0);
     let mut delay_ms = opt_u64(&options, "delay_ms", "options.delay_ms", 0)?.unwrap_or(0);
     // A relative schedule ("+PT5S") becomes a delay, so it is measured on Redis' clock like every schedule.
-    for key in ["scheduled_at", "delay_until"] {
-        if let Some(Value::String(rel)) = options
-            .get(key)
-            .filter(|v| v.as_str().is_some_and(|s| s.starts_with('+')))
-        {
-            let ms = parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("options.{key}: {e}")))?;
+    let relative = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .filter(|s| s.starts_with('+'))
+            .map(str::to_owned)
+    };
+    for (field, rel) in [
+        ("options.scheduled_at", relative(options.get("scheduled_at"))),
+        ("options.delay_until", relative(options.get("delay_until"))),
+        ("scheduled_at", relative(doc.get("scheduled_at"))),
+    ] {
+        if let Some(rel) = rel {
+            let ms = parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("{field}: {e}")))?;
             delay_ms = delay_ms.max(ms);
         }
     }
@@ -273,7 +279,10 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
     let scheduled_at_ms = [
         opt_time(&abs_opts, "scheduled_at", "options.scheduled_at")?,
         opt_time(&abs_opts, "delay_until", "options.delay_until")?,
-        opt_time(&doc, "scheduled_at", "scheduled_at")?,
+        match relative(doc.get("scheduled_at")) {
+            Some(_) => None,
+            None => opt_time(&doc, "scheduled_at", "scheduled_at")?,
+        },
     ]
     .into_iter()
     .flatten()

@@ -43,7 +43,8 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// One round of both timers; returns how soon (ms) the next scheduled job or lane wake is due.
+/// One round of both timers; returns how soon (ms, measured on Redis' clock) the next scheduled job or
+/// lane wake is due.
 async fn step(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
     let next_due = loop {
         let (moved, next) = st.store.promote(BATCH).await?;
@@ -57,5 +58,6 @@ async fn step(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
             break;
         }
     }
-    Ok(next_due.map(|due| due - ojs_core::clock::local_now_ms()))
+    // Both ends of the interval come from Redis TIME: a pod whose clock is off sleeps just as long.
+    Ok(next_due)
 }

@@ -69,7 +69,9 @@ struct Scripts {
     dead_delete: Named,
     set_priority: Named,
     set_aging: Named,
+    queue_limit: Named,
     rl_override: Named,
+    rl_inspect: Named,
 }
 
 /// A script and its operation name (the metric label).
@@ -217,25 +219,34 @@ pub struct Heartbeat {
     pub jobs: Vec<(String, String, Option<i64>)>,
 }
 
-/// A rate-limit key as Redis holds it (see `Store::rate_limit_state`).
+/// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
+/// same Lua functions as FETCH).
 #[derive(Debug, Default, Clone)]
 pub struct RateLimitState {
     pub now_ms: i64,
     /// The key has been seen (a job used it, or an override was set).
     pub known: bool,
-    /// The policy spec of the latest job enqueued with this key.
-    pub policy: Option<String>,
+    /// The limits FETCH applies: the key's policy (its newest job's) with the override on top.
+    pub concurrency: Option<u64>,
+    pub rate: Option<Window>,
+    pub throttle: Option<Window>,
+    /// The newest job's on_limit (each job keeps its own).
+    pub on_limit: String,
+    pub active: u64,
+    /// Starts in the current sliding window, and the oldest of them.
+    pub window_count: u64,
+    pub window_oldest_ms: Option<i64>,
+    /// When the throttle next allows a start (never before now).
+    pub throttle_next_ms: Option<i64>,
+    /// A dynamic block (`rate_limit_until`) still in force.
+    pub dynamic_until_ms: Option<i64>,
+    pub waiting: u64,
     pub override_fields: JobFields,
     pub override_ttl_ms: i64,
-    pub active: u64,
-    pub window_starts: Vec<i64>,
-    pub throttle_tat_ms: Option<i64>,
-    pub blocked_until_ms: Option<i64>,
     /// The current blocking episode: `blocked_since`, `strategy`, `until`.
     pub episode: JobFields,
     /// `exceeded_<strategy>` counters.
     pub stats: JobFields,
-    pub waiting: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -313,27 +324,6 @@ pub fn policy_spec(p: &RateLimitPolicy) -> String {
     )
 }
 
-/// Decodes a policy spec back (for inspection): (concurrency, rate, throttle, on_limit).
-pub fn parse_policy_spec(spec: &str) -> Option<(Option<u64>, Option<Window>, Option<Window>, String)> {
-    let parts: Vec<&str> = spec.split(' ').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    let n = |s: &str| s.parse::<u64>().ok();
-    let w = |l: &str, p: &str| {
-        Some(Window {
-            limit: n(l)?,
-            period_ms: n(p)?,
-        })
-    };
-    Some((
-        n(parts[0]),
-        w(parts[1], parts[2]),
-        w(parts[3], parts[4]),
-        parts[5].to_string(),
-    ))
-}
-
 /// Encodes a retry policy for the `backoff` field the Lua `fail` include parses.
 fn backoff_spec(r: &RetryPolicy) -> String {
     format!(
@@ -369,7 +359,9 @@ impl Store {
                 dead_delete: script(scripts::DEAD_DELETE),
                 set_priority: script(scripts::SET_PRIORITY),
                 set_aging: script(scripts::SET_AGING),
+                queue_limit: script(scripts::QUEUE_LIMIT),
                 rl_override: script(scripts::RL_OVERRIDE),
+                rl_inspect: script(scripts::RL_INSPECT),
             },
             cfg,
         })
@@ -758,7 +750,8 @@ impl Store {
         Ok(transition(&items, |i| (val_i64(at(i, 1)), val_str(at(i, 2)))))
     }
 
-    /// Moves due scheduled/retryable jobs to ready. Returns (moved, next due time).
+    /// Moves due scheduled/retryable jobs to ready. Returns (moved, how many ms until the next due job
+    /// or lane wake, by Redis' clock).
     pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
         let args = vec![
             self.keys.prefix().to_string(),
@@ -766,8 +759,8 @@ impl Store {
             self.cfg.retention_ms.to_string(),
         ];
         let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
-        let next = val_i64(at(&items, 2));
-        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next)))
+        let (next, now) = (val_i64(at(&items, 2)), val_i64(at(&items, 3)));
+        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next - now)))
     }
 
     /// Takes back jobs whose lease expired. Returns (requeued, failed by timeout or exhaustion).
@@ -952,7 +945,8 @@ impl Store {
     }
 
     /// Sets (`Some(fields)`) or clears (`None`) the operator override of a key; `expires_at_ms` 0 = never.
-    pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<()> {
+    /// Returns false (and changes nothing) when the expiry is not after Redis' clock.
+    pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<bool> {
         let mut args = vec![self.keys.prefix().to_string(), key.to_string()];
         match set {
             Some((fields, expires)) => {
@@ -964,67 +958,48 @@ impl Store {
             }
             None => args.push("-1".into()),
         }
-        self.run(&self.scripts.rl_override, &[self.keys.rl(key, "ovr")], args)
+        let items = self
+            .run(&self.scripts.rl_override, &[self.keys.rl(key, "ovr")], args)
             .await?;
-        Ok(())
+        Ok(tag(&items) == "ok")
     }
 
-    /// Everything known about a rate-limit key, read in one pipeline.
+    /// A rate-limit key as FETCH sees it now, in one read-only script.
     pub async fn rate_limit_state(&self, key: &str) -> Result<RateLimitState> {
-        let mut conn = self.conn().await?;
-        let now = redis_now_ms(&mut conn).await?;
-        let queues: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(self.keys.rl(key, "queues"))
-            .query_async(&mut conn)
+        let args = vec![self.keys.prefix().to_string(), key.to_string()];
+        let items = self
+            .run(&self.scripts.rl_inspect, &[self.keys.rl(key, "policy")], args)
             .await?;
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET").arg(self.keys.rl(key, "policy"));
-        pipe.cmd("HGETALL").arg(self.keys.rl(key, "ovr"));
-        pipe.cmd("PTTL").arg(self.keys.rl(key, "ovr"));
-        pipe.cmd("ZCOUNT")
-            .arg(self.keys.rl(key, "active"))
-            .arg(format!("({now}"))
-            .arg("+inf");
-        pipe.cmd("ZRANGE")
-            .arg(self.keys.rl(key, "win"))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES");
-        pipe.cmd("GET").arg(self.keys.rl(key, "tat"));
-        pipe.cmd("GET").arg(self.keys.rl(key, "until"));
-        pipe.cmd("HGETALL").arg(self.keys.rl(key, "state"));
-        pipe.cmd("HGETALL").arg(self.keys.rl(key, "stats"));
-        pipe.cmd("ZSCORE").arg(self.keys.rl_keys()).arg(key);
-        for q in &queues {
-            pipe.cmd("ZCARD").arg(format!("{}q:{q}:lane:{key}", self.keys.prefix()));
-            pipe.cmd("HEXISTS")
-                .arg(format!("{}q:{q}:heads", self.keys.prefix()))
-                .arg(key);
-        }
-        let v: Vec<Value> = pipe.query_async(&mut conn).await?;
-        let s = |i: usize| at(&v, i);
-        let window: Vec<i64> = match s(4) {
-            Value::Array(a) => a.chunks(2).filter_map(|c| c.get(1).map(val_i64)).collect(),
-            _ => vec![],
+        let list = |i: usize| match at(&items, i) {
+            Value::Array(a) => a.clone(),
+            _ => Vec::new(),
         };
-        let mut waiting = 0u64;
-        for i in 0..queues.len() {
-            waiting += val_i64(s(10 + 2 * i)) as u64 + val_i64(s(11 + 2 * i)) as u64;
-        }
-        let ovr = flat_map(s(1));
+        let (limits, state) = (list(3), list(4));
+        let num = |v: &[Value], i: usize| val_str(at(v, i)).parse::<u64>().ok();
+        let opt = |v: &[Value], i: usize| Some(val_i64(at(v, i))).filter(|n| *n >= 0);
+        let window = |l: usize, p: usize| {
+            Some(Window {
+                limit: num(&limits, l)?,
+                period_ms: num(&limits, p)?,
+            })
+        };
         Ok(RateLimitState {
-            now_ms: now,
-            known: !matches!(s(9), Value::Nil),
-            policy: (!matches!(s(0), Value::Nil)).then(|| val_str(s(0))),
-            override_fields: ovr,
-            override_ttl_ms: val_i64(s(2)),
-            active: val_i64(s(3)) as u64,
-            window_starts: window,
-            throttle_tat_ms: (!matches!(s(5), Value::Nil)).then(|| val_i64(s(5))),
-            blocked_until_ms: (!matches!(s(6), Value::Nil)).then(|| val_i64(s(6))),
-            episode: flat_map(s(7)),
-            stats: flat_map(s(8)),
-            waiting,
+            now_ms: val_i64(at(&items, 1)),
+            known: val_i64(at(&items, 2)) == 1,
+            concurrency: num(&limits, 0),
+            rate: window(1, 2),
+            throttle: window(3, 4),
+            on_limit: val_str(at(&limits, 5)),
+            active: val_i64(at(&state, 0)).max(0) as u64,
+            window_count: val_i64(at(&state, 1)).max(0) as u64,
+            window_oldest_ms: opt(&state, 2),
+            throttle_next_ms: opt(&state, 3),
+            dynamic_until_ms: opt(&state, 4),
+            waiting: val_i64(at(&state, 5)).max(0) as u64,
+            override_ttl_ms: val_i64(at(&state, 6)),
+            override_fields: flat_map(at(&items, 5)),
+            episode: flat_map(at(&items, 6)),
+            stats: flat_map(at(&items, 7)),
         })
     }
 
@@ -1044,33 +1019,20 @@ impl Store {
         Ok((total, keys))
     }
 
-    /// Queue-level limits (`None` clears them). Checked by FETCH before it takes from the queue.
+    /// Queue-level limits (`None` clears them), replaced in one script. Checked by FETCH before it
+    /// takes from the queue.
     pub async fn set_queue_rate_limit(&self, queue: &str, limits: Option<(Option<u64>, Option<Window>)>) -> Result<()> {
-        let mut conn = self.conn().await?;
-        let key = self.keys.queue_conf(queue);
-        let mut pipe = redis::pipe();
-        pipe.cmd("HDEL")
-            .arg(&key)
-            .arg("rl_concurrency")
-            .arg("rl_rate_limit")
-            .arg("rl_rate_period")
-            .ignore();
-        if let Some((conc, rate)) = limits {
-            if let Some(c) = conc {
-                pipe.cmd("HSET").arg(&key).arg("rl_concurrency").arg(c).ignore();
-            }
-            if let Some(w) = rate {
-                pipe.cmd("HSET")
-                    .arg(&key)
-                    .arg("rl_rate_limit")
-                    .arg(w.limit)
-                    .arg("rl_rate_period")
-                    .arg(w.period_ms)
-                    .ignore();
-            }
-        }
-        pipe.cmd("SADD").arg(self.keys.queues()).arg(queue).ignore();
-        let _: () = pipe.query_async(&mut conn).await?;
+        let (conc, rate) = limits.unwrap_or((None, None));
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let args = vec![
+            self.keys.prefix().to_string(),
+            queue.to_string(),
+            opt(conc),
+            opt(rate.map(|w| w.limit)),
+            opt(rate.map(|w| w.period_ms)),
+        ];
+        self.run(&self.scripts.queue_limit, &[self.keys.queue_conf(queue)], args)
+            .await?;
         Ok(())
     }
 

@@ -204,6 +204,16 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
                     active.get(&id)
                 ));
             }
+            // Lease fencing (lua/includes/lease.lua): every claim got a lease id that is never given
+            // back, so an active job's claim count is at least its attempt, and the claim recorded
+            // the lease length heartbeats extend by.
+            let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok());
+            match (num("claims"), num("attempt"), num("lease_ms")) {
+                (Some(c), Some(a), Some(l)) if c >= 1 && c >= a && l >= 1 => {}
+                (c, a, l) => problems.push(format!(
+                    "job {id} is active with claims {c:?}, attempt {a:?}, lease_ms {l:?}: a claim must set claims >= max(1, attempt) and lease_ms"
+                )),
+            }
         }
         let g = gauges.entry(queue).or_default();
         match state.as_str() {

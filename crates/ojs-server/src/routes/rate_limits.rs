@@ -6,7 +6,7 @@ use ojs_core::clock;
 use ojs_core::duration::format_iso8601_ms;
 use ojs_core::ratelimit::Window;
 use ojs_core::{names, OjsError};
-use ojs_store::{parse_policy_spec, RateLimitState};
+use ojs_store::RateLimitState;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -27,29 +27,8 @@ fn check_key(key: &str) -> Result<(), OjsError> {
     names::check_rate_limit_key(key).map_err(OjsError::invalid)
 }
 
-/// The limits in force: the override's fields over the latest job policy seen for the key.
-fn effective(s: &RateLimitState) -> (Option<u64>, Option<Window>, Option<Window>, String) {
-    let (mut conc, mut rate, mut thr, on) =
-        s.policy
-            .as_deref()
-            .and_then(parse_policy_spec)
-            .unwrap_or((None, None, None, "wait".into()));
-    let o = &s.override_fields;
-    let n = |k: &str| o.get(k).and_then(|v| v.parse::<u64>().ok());
-    if let Some(c) = n("concurrency") {
-        conc = Some(c);
-    }
-    if let (Some(l), Some(p)) = (n("rate_limit"), n("rate_period")) {
-        rate = Some(Window { limit: l, period_ms: p });
-    }
-    if let (Some(l), Some(p)) = (n("throttle_limit"), n("throttle_period")) {
-        thr = Some(Window { limit: l, period_ms: p });
-    }
-    (conc, rate, thr, on)
-}
-
 pub fn state_json(key: &str, s: &RateLimitState) -> Value {
-    let (conc, rate, thr, on_limit) = effective(s);
+    let (conc, rate, thr, on_limit) = (s.concurrency, s.rate, s.throttle, &s.on_limit);
     let mut out = Map::new();
     out.insert("key".into(), json!(key));
     if let Some(c) = conc {
@@ -59,18 +38,16 @@ pub fn state_json(key: &str, s: &RateLimitState) -> Value {
         );
     }
     if let Some(w) = rate {
-        let start = s.now_ms - w.period_ms as i64;
-        let in_window: Vec<i64> = s.window_starts.iter().copied().filter(|t| *t > start).collect();
         let mut r =
-            json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "current_count": in_window.len() });
+            json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "current_count": s.window_count });
         // A sliding window: room opens when the oldest start in it slides out.
-        if let Some(oldest) = in_window.iter().min() {
+        if let Some(oldest) = s.window_oldest_ms {
             r["window_resets_at"] = json!(clock::format_ms(oldest + w.period_ms as i64));
         }
         out.insert("rate".into(), r);
     }
     if let Some(w) = thr {
-        let next = s.throttle_tat_ms.unwrap_or(s.now_ms).max(s.now_ms);
+        let next = s.throttle_next_ms.unwrap_or(s.now_ms);
         out.insert("throttle".into(), json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "next_allowed_at": clock::format_ms(next) }));
     }
     out.insert("on_limit".into(), json!(on_limit));
@@ -90,7 +67,7 @@ pub fn state_json(key: &str, s: &RateLimitState) -> Value {
             }),
         );
     }
-    if let Some(u) = s.blocked_until_ms.filter(|u| *u > s.now_ms) {
+    if let Some(u) = s.dynamic_until_ms {
         out.insert("dynamic_until".into(), json!(clock::format_ms(u)));
     }
     if !s.override_fields.is_empty() {
@@ -212,17 +189,13 @@ async fn put_override(
     }
     let expires = match o.get("expires_at") {
         None | Some(Value::Null) => 0,
-        Some(Value::String(t)) => {
-            let ms = clock::parse_ms(t)
-                .ok_or_else(|| OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {t:?}")))?;
-            if ms <= clock::local_now_ms() {
-                return Err(OjsError::invalid("expires_at is in the past").into());
-            }
-            ms
-        }
+        Some(Value::String(t)) => clock::parse_ms(t)
+            .ok_or_else(|| OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {t:?}")))?,
         Some(v) => return Err(OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {v}")).into()),
     };
-    st.store.rate_limit_override(&key, Some((&fields, expires))).await?;
+    if !st.store.rate_limit_override(&key, Some((&fields, expires))).await? {
+        return Err(OjsError::invalid("expires_at is in the past (by the server's clock)").into());
+    }
     Ok(ok(state_json(&key, &st.store.rate_limit_state(&key).await?)))
 }
 

@@ -1,0 +1,54 @@
+-- rl-inspect-1.lua: what FETCH would apply to a rate-limit key now, and its live state (read only).
+--
+-- KEYS
+--   KEYS[1] P..'rl:'..key..':policy'   string   the key's registry policy (includes/ratelimit.lua)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] key           string the rate-limit key
+-- RETURNS
+--   {'ok', now_ms, known, limits, state, override, episode, stats}
+--     known     1 when the key was ever used (P..'rl:keys'), else 0
+--     limits    {concurrency, rate_limit, rate_period_ms, throttle_limit, throttle_period_ms, on_limit}
+--               the effective limits FETCH applies (rl_effective over rl_policy), '' where absent
+--     state     {active, window_count, window_oldest_ms, throttle_next_ms, dynamic_until_ms, waiting,
+--               override_ttl_ms}: -1 where there is nothing (no window entry, no throttle state…)
+--     override, episode, stats   flat field/value arrays of P..'rl:'..key..':ovr', ':state', ':stats'
+-- COST   O(queues with a lane for the key + log n)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   reads only; the limits are computed by the same functions as fetch-1.lua's, so inspection shows
+--   exactly what FETCH applies
+--@include clock
+--@include ratelimit
+
+local P, key = ARGV[1], ARGV[2]
+local base = P .. 'rl:' .. key
+local now = now_ms()
+local known = redis.call('ZSCORE', P .. 'rl:keys', key) and 1 or 0
+local e = rl_effective(P, key, rl_policy(P, key, nil) or { on_limit = 'wait' })
+local function opt(v) return v and tostring(v) or '' end
+local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
+  e.on_limit or 'wait' }
+
+local active = redis.call('ZCOUNT', base .. ':active', '(' .. now, '+inf')
+local wcount, woldest = 0, -1
+if e.rate_limit and e.rate_period then
+  wcount = redis.call('ZCOUNT', base .. ':win', '(' .. (now - e.rate_period), '+inf')
+  local first = redis.call('ZRANGE', base .. ':win', '(' .. (now - e.rate_period), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
+    'WITHSCORES')
+  if first[2] then woldest = tonumber(first[2]) end
+end
+local tnext = -1
+if e.throttle_limit and e.throttle_period then
+  tnext = math.max(throttle_allowed(base, throttle_interval(e)), now)
+end
+local until_ms = tonumber(redis.call('GET', base .. ':until') or '-1')
+if until_ms <= now then until_ms = -1 end
+local waiting = 0
+for _, queue in ipairs(redis.call('SMEMBERS', base .. ':queues')) do
+  waiting = waiting + redis.call('ZCARD', lane_key(P, queue, key))
+    + redis.call('HEXISTS', P .. 'q:' .. queue .. ':heads', key)
+end
+local state = { active, wcount, woldest, tnext, until_ms, waiting, redis.call('PTTL', base .. ':ovr') }
+return {'ok', now, known, limits, state, redis.call('HGETALL', base .. ':ovr'),
+  redis.call('HGETALL', base .. ':state'), redis.call('HGETALL', base .. ':stats')}
