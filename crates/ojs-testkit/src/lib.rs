@@ -73,6 +73,92 @@ pub fn redis_url() -> String {
         .clone()
 }
 
+/// A `redis-server` of one test's own, for tests that crash Redis: append-only file on with
+/// `appendfsync always` (an acknowledged write survives a SIGKILL), no RDB snapshots, data in `dir`.
+/// [`AofRedis::kill`] sends SIGKILL; [`AofRedis::restart`] starts it again on the same port and dir, so
+/// the AOF replays and clients reconnect to the same URL. Killed on drop, and by a watchdog shell if the
+/// test process dies first.
+pub struct AofRedis {
+    pub port: u16,
+    pub dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl AofRedis {
+    /// Starts one on a free port with its data in `dir` (created if missing); waits until it answers.
+    pub async fn start(dir: &std::path::Path) -> Self {
+        std::fs::create_dir_all(dir).expect("create the redis dir");
+        let mut r = Self {
+            port: free_port(),
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        r.restart().await;
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, as a crash or an OOM kill would: no shutdown save, no goodbye to clients.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills it if it runs, starts it on the same port and dir, and waits until it answers PING (which
+    /// it does only once the AOF is loaded).
+    pub async fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--loglevel", "warning"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let watchdog = format!(
+            "while kill -0 {parent} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -9 {pid} 2>/dev/null",
+            parent = std::process::id(),
+            pid = child.id()
+        );
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(watchdog)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn();
+        self.child = Some(child);
+        let client = redis::Client::open(self.url()).expect("redis url");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not come back on port {}",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for AofRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A fresh namespace name, so each test has a keyspace of its own on the shared Redis.
 pub fn unique_namespace() -> String {
     format!("t{}", uuid::Uuid::now_v7().simple())
