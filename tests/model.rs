@@ -1,0 +1,1298 @@
+//! Model-based test: random sequences of operations against two `ojs-server` processes sharing one
+//! namespace. Every answer and every job's state is compared with a small reference model after each
+//! step, and the keyspace invariants are checked after each sequence.
+//!
+//! The model describes the lease contract: every claim gets a fresh `lease_id`; ACK/NACK naming a lease
+//! (or an `attempt`, with or without `worker_id`) the job no longer holds is 409 `lease_lost` and changes
+//! nothing; ACK/NACK naming nothing act on the current holder, else 409 `conflict`; a heartbeat without
+//! `visibility_timeout_ms` extends by FETCH's lease length and lists what it did not extend in
+//! `lost_jobs`; a key's limits are the policy of the newest job enqueued with it, with an operator
+//! override on top.
+//!
+//! `OJS_MODEL_LEGACY=1` runs the same sequences against a server from before that contract, to check the
+//! harness itself: leases and lease identities are ignored, each key keeps the policy of its first job,
+//! and heartbeats name their lease length.
+//!
+//! `PROPTEST_CASES` overrides the number of cases, `OJS_MODEL_SEED` fixes the random seed (printed at
+//! the start, so a failure can be replayed), `OJS_MODEL_TRACE=1` prints every case's steps.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use ojs_core::clock::{local_now_ms, parse_ms};
+use ojs_testkit::TestServer;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use serde_json::{json, Value};
+
+/// FETCH's lease. Long enough that a slow step never lets one lapse unplanned (the harness also
+/// re-heartbeats leases older than KEEPALIVE_AFTER), short enough that a clock advance is cheap.
+const LEASE_MS: i64 = 1000;
+const KEEPALIVE_AFTER: Duration = Duration::from_millis(400);
+/// A heartbeat lease that outlives any case: such jobs must survive clock advances.
+const LONG_MS: i64 = 60_000;
+/// Clock advances cost real time; more than two per sequence add little.
+const MAX_ADVANCES: usize = 2;
+const SETTLE: Duration = Duration::from_secs(10);
+
+const QUEUES: [&str; 2] = ["qa", "qb"];
+const KEYS: [&str; 2] = ["k1", "k2"];
+const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
+
+// ---------------------------------------------------------------------------------------------------
+// Operations
+
+/// Which job an operation names. Resolved against the model when the step runs, so that ACKs and NACKs
+/// mostly hit jobs that are (or were) active instead of missing them at random.
+#[derive(Clone, Debug)]
+enum JobRef {
+    Unknown,
+    Any(usize),
+    Active(usize),
+    Claimed(usize),
+}
+
+#[derive(Clone, Debug)]
+enum WorkerSel {
+    Omit,
+    OfClaim,
+    Other(usize),
+}
+
+/// How an ACK/NACK identifies the claim it answers for. `back` counts claims of the job from the
+/// newest (0) to older ones (stale).
+#[derive(Clone, Debug)]
+enum Ident {
+    None,
+    Lease { back: usize },
+    Attempt { back: usize, worker: WorkerSel },
+}
+
+/// A job to enqueue: `limit` is (key, concurrency); a `slow_retry` job waits an hour before a retry;
+/// a `delayed` one is scheduled an hour ahead.
+#[derive(Clone, Debug)]
+struct NewJob {
+    queue: usize,
+    priority: Option<u32>,
+    limit: Option<(usize, u32)>,
+    max_attempts: Option<u32>,
+    slow_retry: bool,
+    delayed: bool,
+}
+
+/// A worker's heartbeat: it names the jobs the model says it holds, plus maybe one more (`extra`);
+/// `objects` sends `{job_id, lease_id}` entries (with an older lease for `extra` when `stale`); `long`
+/// asks for a lease that outlives the case.
+#[derive(Clone, Debug)]
+struct Beat {
+    worker: usize,
+    extra: Option<JobRef>,
+    objects: bool,
+    stale: bool,
+    long: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue {
+        node: usize,
+        job: NewJob,
+    },
+    Fetch {
+        node: usize,
+        worker: usize,
+        queues: Vec<usize>,
+    },
+    Ack {
+        node: usize,
+        job: JobRef,
+        ident: Ident,
+        fetch_next: Option<(usize, Vec<usize>)>,
+    },
+    Nack {
+        node: usize,
+        job: JobRef,
+        ident: Ident,
+        requeue: bool,
+    },
+    Heartbeat {
+        node: usize,
+        beat: Beat,
+    },
+    Cancel {
+        node: usize,
+        job: JobRef,
+    },
+    Patch {
+        node: usize,
+        job: JobRef,
+        priority: u32,
+    },
+    SetOverride {
+        node: usize,
+        key: usize,
+        concurrency: u32,
+    },
+    LiftOverride {
+        node: usize,
+        key: usize,
+    },
+    Advance,
+}
+
+fn job_ref() -> impl Strategy<Value = JobRef> {
+    prop_oneof![
+        1 => Just(JobRef::Unknown),
+        4 => any::<u8>().prop_map(|n| JobRef::Any(n as usize)),
+        6 => any::<u8>().prop_map(|n| JobRef::Active(n as usize)),
+        3 => any::<u8>().prop_map(|n| JobRef::Claimed(n as usize)),
+    ]
+}
+
+fn ident() -> impl Strategy<Value = Ident> {
+    prop_oneof![
+        3 => Just(Ident::None),
+        4 => Just(Ident::Lease { back: 0 }),
+        3 => Just(Ident::Lease { back: 1 }),
+        1 => (0..2usize).prop_map(|back| Ident::Attempt { back, worker: WorkerSel::Omit }),
+        2 => (0..2usize).prop_map(|back| Ident::Attempt { back, worker: WorkerSel::OfClaim }),
+        1 => (0..3usize).prop_map(|w| Ident::Attempt { back: 0, worker: WorkerSel::Other(w) }),
+    ]
+}
+
+fn queues() -> impl Strategy<Value = Vec<usize>> {
+    prop_oneof![
+        2 => (0..2usize).prop_map(|q| vec![q]),
+        1 => Just(vec![0, 1]),
+        1 => Just(vec![1, 0]),
+    ]
+}
+
+fn enqueue() -> impl Strategy<Value = Op> {
+    (
+        0..2usize,
+        0..2usize,
+        proptest::option::of(0..5u32),
+        proptest::option::weighted(0.5, (0..2usize, 0..3u32)),
+        proptest::option::of(1..4u32),
+        proptest::bool::weighted(0.3),
+        proptest::bool::weighted(0.1),
+    )
+        .prop_map(
+            |(node, queue, priority, limit, max_attempts, slow_retry, delayed)| Op::Enqueue {
+                node,
+                job: NewJob {
+                    queue,
+                    priority,
+                    limit,
+                    max_attempts,
+                    slow_retry,
+                    delayed,
+                },
+            },
+        )
+}
+
+/// A few enqueues first, so that most of a sequence has work to claim.
+fn sequence() -> impl Strategy<Value = Vec<Op>> {
+    (
+        proptest::collection::vec(enqueue(), 3..=6),
+        proptest::collection::vec(op(), 20..=34),
+    )
+        .prop_map(|(mut a, b)| {
+            a.extend(b);
+            a
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => enqueue(),
+        7 => (0..2usize, 0..3usize, queues()).prop_map(|(node, worker, queues)| Op::Fetch { node, worker, queues }),
+        3 => (0..2usize, job_ref(), ident(), proptest::option::weighted(0.2, (0..3usize, queues())))
+            .prop_map(|(node, job, ident, fetch_next)| Op::Ack { node, job, ident, fetch_next }),
+        3 => (0..2usize, job_ref(), ident(), proptest::bool::weighted(0.3))
+            .prop_map(|(node, job, ident, requeue)| Op::Nack { node, job, ident, requeue }),
+        2 => (
+            0..2usize,
+            0..3usize,
+            proptest::option::of(job_ref()),
+            any::<bool>(),
+            any::<bool>(),
+            proptest::bool::weighted(0.3),
+        )
+            .prop_map(|(node, worker, extra, objects, stale, long)| Op::Heartbeat {
+                node,
+                beat: Beat { worker, extra, objects, stale, long },
+            }),
+        1 => (0..2usize, job_ref()).prop_map(|(node, job)| Op::Cancel { node, job }),
+        1 => (0..2usize, job_ref(), 0..5u32).prop_map(|(node, job, priority)| Op::Patch { node, job, priority }),
+        1 => (0..2usize, 0..2usize, 0..3u32)
+            .prop_map(|(node, key, concurrency)| Op::SetOverride { node, key, concurrency }),
+        1 => (0..2usize, 0..2usize).prop_map(|(node, key)| Op::LiftOverride { node, key }),
+        1 => Just(Op::Advance),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The reference model
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum St {
+    Available,
+    Scheduled,
+    Active,
+    Retryable,
+    Completed,
+    Cancelled,
+    Discarded,
+}
+
+impl St {
+    fn as_str(self) -> &'static str {
+        match self {
+            St::Available => "available",
+            St::Scheduled => "scheduled",
+            St::Active => "active",
+            St::Retryable => "retryable",
+            St::Completed => "completed",
+            St::Cancelled => "cancelled",
+            St::Discarded => "discarded",
+        }
+    }
+}
+
+struct Claim {
+    lease_id: Option<String>,
+    attempt: u32,
+    worker: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Lease {
+    long: bool,
+    /// When the request that granted or last extended the lease was sent: the server's deadline is at
+    /// least this plus the lease length, which is what the keep-alive needs.
+    sent: Instant,
+}
+
+struct MJob {
+    id: String,
+    queue: usize,
+    priority: u32,
+    key: Option<usize>,
+    max_attempts: u32,
+    slow_retry: bool,
+    state: St,
+    attempt: u32,
+    /// FIFO position within a priority: every time a job becomes available it goes to the back.
+    seq: u64,
+    holder: Option<usize>,
+    lease: Option<Lease>,
+    claims: Vec<Claim>,
+}
+
+/// The identity an ACK/NACK carried.
+#[derive(Default, Debug)]
+struct Sent {
+    lease: Option<String>,
+    attempt: Option<u32>,
+    worker: Option<usize>,
+}
+
+impl Sent {
+    fn is_empty(&self) -> bool {
+        self.lease.is_none() && self.attempt.is_none() && self.worker.is_none()
+    }
+}
+
+struct Model {
+    legacy: bool,
+    jobs: Vec<MJob>,
+    next_seq: u64,
+    /// The policy (concurrency) of the newest job enqueued with each key.
+    policy: [Option<u32>; 2],
+    overrides: [Option<u32>; 2],
+    leases_seen: HashSet<String>,
+}
+
+impl Model {
+    fn limit(&self, k: usize) -> Option<u32> {
+        self.overrides[k].or(self.policy[k])
+    }
+
+    fn active_of(&self, k: usize) -> u32 {
+        self.jobs
+            .iter()
+            .filter(|j| j.state == St::Active && j.key == Some(k))
+            .count() as u32
+    }
+
+    fn make_available(&mut self, i: usize) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let j = &mut self.jobs[i];
+        j.state = St::Available;
+        j.seq = seq;
+        j.holder = None;
+        j.lease = None;
+    }
+
+    fn finish(&mut self, i: usize, st: St) {
+        let j = &mut self.jobs[i];
+        j.state = st;
+        j.holder = None;
+        j.lease = None;
+    }
+
+    /// Queues in the order given; within a queue priority then FIFO, skipping jobs whose key is at its
+    /// concurrency limit (a limited job never blocks a free one behind it).
+    fn predict_fetch(&self, queues: &[usize]) -> Option<usize> {
+        for &q in queues {
+            let mut ready: Vec<usize> = (0..self.jobs.len())
+                .filter(|&i| self.jobs[i].state == St::Available && self.jobs[i].queue == q)
+                .collect();
+            ready.sort_by_key(|&i| (self.jobs[i].priority, self.jobs[i].seq));
+            let free = ready.into_iter().find(|&i| match self.jobs[i].key {
+                None => true,
+                Some(k) => self.limit(k).is_none_or(|l| self.active_of(k) < l),
+            });
+            if free.is_some() {
+                return free;
+            }
+        }
+        None
+    }
+
+    fn resolve(&self, r: &JobRef) -> Option<usize> {
+        let n = self.jobs.len();
+        if n == 0 {
+            return None;
+        }
+        let among = |pred: &dyn Fn(&MJob) -> bool, k: usize| {
+            let v: Vec<usize> = (0..n).filter(|&i| pred(&self.jobs[i])).collect();
+            if v.is_empty() {
+                k % n
+            } else {
+                v[k % v.len()]
+            }
+        };
+        match r {
+            JobRef::Unknown => None,
+            JobRef::Any(k) => Some(k % n),
+            JobRef::Active(k) => Some(among(&|j| j.state == St::Active, *k)),
+            JobRef::Claimed(k) => Some(among(&|j| !j.claims.is_empty(), *k)),
+        }
+    }
+
+    fn identity(&self, i: usize, ident: &Ident) -> Sent {
+        let claims = &self.jobs[i].claims;
+        let claim = |back: usize| claims.len().checked_sub(back + 1).map(|c| &claims[c]);
+        match ident {
+            Ident::None => Sent::default(),
+            Ident::Lease { back } => Sent {
+                lease: claim(*back).and_then(|c| c.lease_id.clone()),
+                ..Sent::default()
+            },
+            Ident::Attempt { back, worker } => match claim(*back) {
+                None => Sent::default(),
+                Some(c) => Sent {
+                    lease: None,
+                    attempt: Some(c.attempt),
+                    worker: match worker {
+                        WorkerSel::Omit => None,
+                        WorkerSel::OfClaim => Some(c.worker),
+                        WorkerSel::Other(w) => Some(*w),
+                    },
+                },
+            },
+        }
+    }
+
+    /// May an ACK/NACK carrying `sent` act on job i? Err is the 409's error code.
+    fn admit(&self, i: usize, sent: &Sent) -> Result<(), &'static str> {
+        let j = &self.jobs[i];
+        let active = j.state == St::Active;
+        // The server before the contract ignores the identity fields.
+        if self.legacy || sent.is_empty() {
+            return if active { Ok(()) } else { Err("conflict") };
+        }
+        if !active {
+            return Err("lease_lost");
+        }
+        let current = j.claims.last().and_then(|c| c.lease_id.as_ref());
+        let lost = sent.lease.as_ref().is_some_and(|l| Some(l) != current)
+            || sent.attempt.is_some_and(|a| a != j.attempt)
+            || sent.worker.is_some_and(|w| Some(w) != j.holder);
+        if lost {
+            Err("lease_lost")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The harness
+
+macro_rules! check {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+struct Harness {
+    nodes: [TestServer; 2],
+    redis: redis::aio::MultiplexedConnection,
+    m: Model,
+    advances: usize,
+    trace: Vec<String>,
+}
+
+fn code(b: &Value) -> &str {
+    b["error"]["code"].as_str().unwrap_or("")
+}
+
+fn unknown_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+impl Harness {
+    async fn start(legacy: bool) -> Self {
+        let bin = env!("CARGO_BIN_EXE_ojs-server");
+        let redis_url = ojs_testkit::redis_url();
+        // A fresh namespace per case keeps cases (and shrinking runs) independent.
+        let ns = ojs_testkit::unique_namespace();
+        let a = TestServer::spawn_process(bin, &redis_url, &ns, &[]).await;
+        let b = TestServer::spawn_process(bin, &redis_url, &ns, &[]).await;
+        let redis = a.redis().await;
+        Self {
+            nodes: [a, b],
+            redis,
+            m: Model {
+                legacy,
+                jobs: Vec::new(),
+                next_seq: 0,
+                policy: [None; 2],
+                overrides: [None; 2],
+                leases_seen: HashSet::new(),
+            },
+            advances: 0,
+            trace: Vec::new(),
+        }
+    }
+
+    fn label(&self, i: usize) -> String {
+        format!("#{i}")
+    }
+
+    fn id_of(&self, target: Option<usize>) -> String {
+        target.map_or_else(unknown_id, |i| self.m.jobs[i].id.clone())
+    }
+
+    async fn run(&mut self, ops: &[Op]) -> Result<(), String> {
+        for (n, op) in ops.iter().enumerate() {
+            if !matches!(op, Op::Advance) {
+                self.keepalive(false)
+                    .await
+                    .map_err(|e| self.fail(n, "keep-alive heartbeat", &e))?;
+            }
+            let what = self.step(op).await.map_err(|e| self.fail(n, &format!("{op:?}"), &e))?;
+            self.trace.push(format!("{n:>2} {op:?} => {what}"));
+            self.sweep()
+                .await
+                .map_err(|e| self.fail(n, &format!("{op:?} (state sweep)"), &e))?;
+        }
+        let end = ops.len();
+        self.keepalive(true)
+            .await
+            .map_err(|e| self.fail(end, "final keep-alive", &e))?;
+        self.final_sweep()
+            .await
+            .map_err(|e| self.fail(end, "final API sweep", &e))?;
+        self.quiesce().await;
+        let ns = self.nodes[0].namespace.clone();
+        let problems = ojs_testkit::check_invariants(&self.nodes[0].redis_url, &ns).await;
+        check!(
+            problems.is_empty(),
+            "{}",
+            self.fail(
+                end,
+                "invariants",
+                &format!("keyspace invariants broken:\n  {}", problems.join("\n  "))
+            )
+        );
+        Ok(())
+    }
+
+    fn fail(&self, n: usize, what: &str, e: &str) -> String {
+        let jobs: Vec<String> = self
+            .m
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                format!(
+                    "#{i} {} q={} p={} key={:?} state={} attempt={}/{} holder={:?}",
+                    j.id,
+                    QUEUES[j.queue],
+                    j.priority,
+                    j.key.map(|k| KEYS[k]),
+                    j.state.as_str(),
+                    j.attempt,
+                    j.max_attempts,
+                    j.holder.map(|w| WORKERS[w])
+                )
+            })
+            .collect();
+        format!(
+            "step {n} ({what}): {e}\n-- steps so far:\n{}\n-- model before the step:\n{}",
+            self.trace.join("\n"),
+            jobs.join("\n")
+        )
+    }
+
+    async fn step(&mut self, op: &Op) -> Result<String, String> {
+        match op.clone() {
+            Op::Enqueue { node, job } => self.enqueue(node, job).await,
+            Op::Fetch { node, worker, queues } => {
+                let body = self.fetch_body(worker, &queues);
+                let predicted = self.m.predict_fetch(&queues);
+                let sent = Instant::now();
+                let (s, b) = self.nodes[node].post("/ojs/v1/workers/fetch", body).await;
+                check!(s == 200, "FETCH answered {s}: {b}");
+                self.expect_claim(predicted, &b["jobs"], worker, sent)
+            }
+            Op::Ack {
+                node,
+                job,
+                ident,
+                fetch_next,
+            } => self.ack(node, &job, &ident, fetch_next).await,
+            Op::Nack {
+                node,
+                job,
+                ident,
+                requeue,
+            } => self.nack(node, &job, &ident, requeue).await,
+            Op::Heartbeat { node, beat } => {
+                let (worker, objects) = (beat.worker, beat.objects);
+                let mut entries: Vec<(usize, Option<String>)> = Vec::new();
+                let lease_of = |j: &MJob, back: usize| {
+                    j.claims
+                        .len()
+                        .checked_sub(back + 1)
+                        .and_then(|c| j.claims[c].lease_id.clone())
+                };
+                for (i, j) in self.m.jobs.iter().enumerate() {
+                    if j.state == St::Active && j.holder == Some(worker) {
+                        entries.push((i, if objects { lease_of(j, 0) } else { None }));
+                    }
+                }
+                if let Some(i) = beat.extra.and_then(|r| self.m.resolve(&r)) {
+                    if !entries.iter().any(|(e, _)| *e == i) {
+                        let j = &self.m.jobs[i];
+                        let lease = if !objects {
+                            None
+                        } else if beat.stale && j.claims.len() >= 2 {
+                            lease_of(j, 1)
+                        } else {
+                            lease_of(j, 0)
+                        };
+                        entries.push((i, lease));
+                    }
+                }
+                self.heartbeat(node, worker, entries, beat.long).await
+            }
+            Op::Cancel { node, job } => {
+                let target = self.m.resolve(&job);
+                let id = self.id_of(target);
+                let (s, b) = self.nodes[node].delete(&format!("/ojs/v1/jobs/{id}")).await;
+                let Some(i) = target else {
+                    check!(s == 404 && code(&b) == "not_found", "cancel of an unknown job: {s} {b}");
+                    return Ok("404".into());
+                };
+                let st = self.m.jobs[i].state;
+                if matches!(st, St::Available | St::Scheduled | St::Retryable | St::Active) {
+                    check!(
+                        s == 200 && b["job"]["state"] == "cancelled",
+                        "cancel of {} ({}) should be 200 cancelled: {s} {b}",
+                        self.label(i),
+                        st.as_str()
+                    );
+                    self.m.finish(i, St::Cancelled);
+                    Ok(format!("{} cancelled", self.label(i)))
+                } else {
+                    check!(
+                        s == 409 && code(&b) == "conflict",
+                        "cancel of {} ({}) should be 409 conflict: {s} {b}",
+                        self.label(i),
+                        st.as_str()
+                    );
+                    Ok(format!("{} 409", self.label(i)))
+                }
+            }
+            Op::Patch { node, job, priority } => {
+                let target = self.m.resolve(&job);
+                let id = self.id_of(target);
+                let (s, b) = self.nodes[node]
+                    .patch(&format!("/ojs/v1/jobs/{id}"), json!({ "priority": priority }))
+                    .await;
+                let Some(i) = target else {
+                    check!(s == 404 && code(&b) == "not_found", "PATCH of an unknown job: {s} {b}");
+                    return Ok("404".into());
+                };
+                let j = &self.m.jobs[i];
+                if matches!(j.state, St::Available | St::Scheduled) {
+                    check!(
+                        s == 200 && b["priority"] == priority && b["previous_priority"] == j.priority,
+                        "PATCH of {} ({}, priority {}) to {priority}: {s} {b}",
+                        self.label(i),
+                        j.state.as_str(),
+                        j.priority
+                    );
+                    // The job keeps its FIFO position: only the score changes.
+                    self.m.jobs[i].priority = priority;
+                    Ok(format!("{} priority {priority}", self.label(i)))
+                } else {
+                    check!(
+                        s == 409 && code(&b) == "conflict",
+                        "PATCH of {} ({}) should be 409 conflict: {s} {b}",
+                        self.label(i),
+                        j.state.as_str()
+                    );
+                    Ok(format!("{} 409", self.label(i)))
+                }
+            }
+            Op::SetOverride { node, key, concurrency } => {
+                let (s, b) = self.nodes[node]
+                    .put(
+                        &format!("/ojs/v1/rate-limits/{}", KEYS[key]),
+                        json!({ "concurrency": concurrency }),
+                    )
+                    .await;
+                check!(
+                    s == 200 && b["concurrency"]["limit"] == concurrency,
+                    "override {}={concurrency}: {s} {b}",
+                    KEYS[key]
+                );
+                self.m.overrides[key] = Some(concurrency);
+                Ok(format!("{} override {concurrency}", KEYS[key]))
+            }
+            Op::LiftOverride { node, key } => {
+                let (s, b) = self.nodes[node]
+                    .delete(&format!("/ojs/v1/rate-limits/{}", KEYS[key]))
+                    .await;
+                check!(s == 200, "lifting the override of {}: {s} {b}", KEYS[key]);
+                self.m.overrides[key] = None;
+                if let Some(p) = self.m.policy[key] {
+                    check!(
+                        b["concurrency"]["limit"] == p,
+                        "after lifting the override {} should show its policy's concurrency {p}: {b}",
+                        KEYS[key]
+                    );
+                }
+                Ok(format!("{} override lifted", KEYS[key]))
+            }
+            Op::Advance => self.advance().await,
+        }
+    }
+
+    async fn enqueue(&mut self, node: usize, job: NewJob) -> Result<String, String> {
+        let mut body = json!({"type": "t", "args": [], "queue": QUEUES[job.queue]});
+        if let Some(p) = job.priority {
+            body["priority"] = json!(p);
+        }
+        // A fast retry comes back within milliseconds (the harness waits for it); a slow one stays
+        // retryable for the whole case. Either way no retry timing is left to chance.
+        let mut retry = json!({"initial_interval": if job.slow_retry { "PT1H" } else { "PT0.01S" }, "jitter": false});
+        if let Some(m) = job.max_attempts {
+            retry["max_attempts"] = json!(m);
+        }
+        let mut options = json!({ "retry": retry });
+        if job.delayed {
+            options["delay_ms"] = json!(3_600_000);
+        }
+        body["options"] = options;
+        let key = match job.limit {
+            None => None,
+            Some((k, c)) => {
+                // Before the contract each job enforced its own policy; keeping one policy per key makes
+                // the two agree, so the harness can still be checked against such a server.
+                let c = if self.m.legacy {
+                    *self.m.policy[k].get_or_insert(c)
+                } else {
+                    c
+                };
+                body["rate_limit"] = json!({"key": KEYS[k], "concurrency": c});
+                Some((k, c))
+            }
+        };
+        let (s, b) = self.nodes[node].post("/ojs/v1/jobs", body).await;
+        let want_state = if job.delayed { St::Scheduled } else { St::Available };
+        let want_priority = job.priority.unwrap_or(2);
+        check!(
+            s == 201 && b["job"]["state"] == want_state.as_str() && b["job"]["priority"] == want_priority,
+            "enqueue: want 201 {} priority {want_priority}: {s} {b}",
+            want_state.as_str()
+        );
+        let id = b["job"]["id"].as_str().unwrap_or_default().to_string();
+        check!(!id.is_empty(), "enqueue answered no id: {b}");
+        let i = self.m.jobs.len();
+        self.m.jobs.push(MJob {
+            id,
+            queue: job.queue,
+            priority: want_priority,
+            key: key.map(|(k, _)| k),
+            max_attempts: job.max_attempts.unwrap_or(3),
+            slow_retry: job.slow_retry,
+            state: want_state,
+            attempt: 0,
+            seq: 0,
+            holder: None,
+            lease: None,
+            claims: Vec::new(),
+        });
+        if let Some((k, c)) = key {
+            self.m.policy[k] = Some(c);
+        }
+        if !job.delayed {
+            self.m.make_available(i);
+        }
+        Ok(format!("{} {}", self.label(i), want_state.as_str()))
+    }
+
+    fn fetch_body(&self, worker: usize, queues: &[usize]) -> Value {
+        let names: Vec<&str> = queues.iter().map(|&q| QUEUES[q]).collect();
+        json!({"queues": names, "worker_id": WORKERS[worker], "count": 1, "visibility_timeout_ms": LEASE_MS})
+    }
+
+    fn expect_claim(
+        &mut self,
+        predicted: Option<usize>,
+        jobs: &Value,
+        worker: usize,
+        sent: Instant,
+    ) -> Result<String, String> {
+        let got = jobs.as_array().cloned().unwrap_or_default();
+        let ids: Vec<&str> = got.iter().map(|j| j["id"].as_str().unwrap_or("?")).collect();
+        let Some(i) = predicted else {
+            check!(
+                got.is_empty(),
+                "FETCH: the model expects no job; the server gave {ids:?}"
+            );
+            return Ok("no job".into());
+        };
+        let label = self.label(i);
+        let j = &self.m.jobs[i];
+        check!(
+            got.len() == 1 && ids[0] == j.id,
+            "FETCH: the model expects {label} ({}); the server gave {ids:?}",
+            j.id
+        );
+        let job = &got[0];
+        check!(
+            job["state"] == "active" && job["attempt"] == j.attempt + 1,
+            "FETCH of {label}: want active, attempt {}: {job}",
+            j.attempt + 1
+        );
+        let lease_id = job["lease_id"].as_str().map(str::to_owned);
+        if !self.m.legacy {
+            let Some(l) = lease_id.as_deref().filter(|l| !l.is_empty()) else {
+                return Err(format!("FETCH of {label}: the claim carries no lease_id: {job}"));
+            };
+            check!(
+                self.m.leases_seen.insert(l.to_string()),
+                "FETCH of {label}: lease_id {l} was already used by an earlier claim"
+            );
+        }
+        let j = &mut self.m.jobs[i];
+        j.state = St::Active;
+        j.attempt += 1;
+        j.holder = Some(worker);
+        j.lease = Some(Lease { long: false, sent });
+        j.claims.push(Claim {
+            lease_id,
+            attempt: j.attempt,
+            worker,
+        });
+        Ok(format!(
+            "{label} claimed by {} (attempt {})",
+            WORKERS[worker], j.attempt
+        ))
+    }
+
+    fn identity_body(body: &mut Value, sent: &Sent) {
+        if let Some(l) = &sent.lease {
+            body["lease_id"] = json!(l);
+        }
+        if let Some(a) = sent.attempt {
+            body["attempt"] = json!(a);
+        }
+        if let Some(w) = sent.worker {
+            body["worker_id"] = json!(WORKERS[w]);
+        }
+    }
+
+    async fn ack(
+        &mut self,
+        node: usize,
+        job: &JobRef,
+        ident: &Ident,
+        fetch_next: Option<(usize, Vec<usize>)>,
+    ) -> Result<String, String> {
+        let target = self.m.resolve(job);
+        let id = self.id_of(target);
+        let mut body = json!({"job_id": id, "result": {"ok": true}});
+        let sent = target.map(|i| self.m.identity(i, ident)).unwrap_or_default();
+        Self::identity_body(&mut body, &sent);
+        if let Some((w, qs)) = &fetch_next {
+            body["fetch"] = self.fetch_body(*w, qs);
+        }
+        let at = Instant::now();
+        let (s, b) = self.nodes[node].post("/ojs/v1/workers/ack", body).await;
+        let Some(i) = target else {
+            check!(s == 404 && code(&b) == "not_found", "ACK of an unknown job: {s} {b}");
+            return Ok("404".into());
+        };
+        let label = self.label(i);
+        match self.m.admit(i, &sent) {
+            Err(c) => {
+                check!(
+                    s == 409 && code(&b) == c,
+                    "ACK of {label} ({}) with {sent:?}: want 409 {c}: {s} {b}",
+                    self.m.jobs[i].state.as_str()
+                );
+                // A refused ACK claims nothing, even with a fetch part.
+                check!(b.get("jobs").is_none(), "a refused ACK claimed jobs: {b}");
+                Ok(format!("{label} 409 {c}"))
+            }
+            Ok(()) => {
+                let attempt = self.m.jobs[i].attempt;
+                check!(
+                    s == 200 && b["state"] == "completed" && b["attempt"] == attempt,
+                    "ACK of {label} with {sent:?}: want 200 completed, attempt {attempt}: {s} {b}"
+                );
+                self.m.finish(i, St::Completed);
+                let mut what = format!("{label} completed");
+                if let Some((w, qs)) = fetch_next {
+                    let predicted = self.m.predict_fetch(&qs);
+                    what += &format!("; next: {}", self.expect_claim(predicted, &b["jobs"], w, at)?);
+                }
+                Ok(what)
+            }
+        }
+    }
+
+    async fn nack(&mut self, node: usize, job: &JobRef, ident: &Ident, requeue: bool) -> Result<String, String> {
+        let target = self.m.resolve(job);
+        let id = self.id_of(target);
+        let mut body = json!({"job_id": id, "error": {"message": "x"}});
+        if requeue {
+            body["requeue"] = json!(true);
+        }
+        let sent = target.map(|i| self.m.identity(i, ident)).unwrap_or_default();
+        Self::identity_body(&mut body, &sent);
+        let (s, b) = self.nodes[node].post("/ojs/v1/workers/nack", body).await;
+        let Some(i) = target else {
+            check!(s == 404 && code(&b) == "not_found", "NACK of an unknown job: {s} {b}");
+            return Ok("404".into());
+        };
+        let label = self.label(i);
+        if let Err(c) = self.m.admit(i, &sent) {
+            check!(
+                s == 409 && code(&b) == c,
+                "NACK of {label} ({}) with {sent:?}: want 409 {c}: {s} {b}",
+                self.m.jobs[i].state.as_str()
+            );
+            return Ok(format!("{label} 409 {c}"));
+        }
+        let j = &self.m.jobs[i];
+        let (want, attempt) = if requeue {
+            (St::Available, j.attempt - 1)
+        } else if j.attempt >= j.max_attempts {
+            (St::Discarded, j.attempt)
+        } else {
+            (St::Retryable, j.attempt)
+        };
+        check!(
+            s == 200 && b["state"] == want.as_str() && b["attempt"] == attempt,
+            "NACK of {label} (requeue {requeue}, attempt {}/{}) with {sent:?}: want 200 {} attempt {attempt}: {s} {b}",
+            j.attempt,
+            j.max_attempts,
+            want.as_str()
+        );
+        let slow = j.slow_retry;
+        match want {
+            St::Available => {
+                self.m.jobs[i].attempt = attempt;
+                self.m.make_available(i);
+            }
+            St::Retryable if !slow => {
+                // When the retry comes due is the server's timer, so the harness waits for it here,
+                // before anything else can be ordered against it.
+                let id = self.m.jobs[i].id.clone();
+                let st = self.wait_not(&[id], "retryable", true).await?;
+                check!(
+                    st[0] == "available",
+                    "{label} left retryable for {} instead of available",
+                    st[0]
+                );
+                self.m.make_available(i);
+            }
+            st => self.m.finish(i, st),
+        }
+        Ok(format!("{label} {}", want.as_str()))
+    }
+
+    async fn heartbeat(
+        &mut self,
+        node: usize,
+        worker: usize,
+        entries: Vec<(usize, Option<String>)>,
+        long: bool,
+    ) -> Result<String, String> {
+        let legacy = self.m.legacy;
+        let active_jobs: Vec<Value> = entries
+            .iter()
+            .map(|(i, lease)| {
+                let id = &self.m.jobs[*i].id;
+                match lease.as_ref().filter(|_| !legacy) {
+                    Some(l) => json!({"job_id": id, "lease_id": l}),
+                    None => json!(id),
+                }
+            })
+            .collect();
+        let mut body = json!({"worker_id": WORKERS[worker], "active_jobs": active_jobs});
+        if long {
+            body["visibility_timeout_ms"] = json!(LONG_MS);
+        } else if legacy {
+            // Before the contract a heartbeat without a length extended by the server default (30 s).
+            body["visibility_timeout_ms"] = json!(LEASE_MS);
+        }
+        let sent = Instant::now();
+        let (s, b) = self.nodes[node].post("/ojs/v1/workers/heartbeat", body).await;
+        check!(s == 200, "heartbeat answered {s}: {b}");
+        let reply: HashMap<&str, &Value> = b["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|j| Some((j["job_id"].as_str()?, j)))
+            .collect();
+        check!(
+            reply.len() == entries.len(),
+            "heartbeat: {} jobs sent, reply {b}",
+            entries.len()
+        );
+        let mut extended = Vec::new();
+        let mut lost = Vec::new();
+        let mut cancelled = Vec::new();
+        for (i, lease) in &entries {
+            let j = &self.m.jobs[*i];
+            let current = j.claims.last().and_then(|c| c.lease_id.as_ref());
+            let ext = j.state == St::Active
+                && j.holder == Some(worker)
+                && (legacy || lease.is_none() || lease.as_ref() == current);
+            let r = reply.get(j.id.as_str()).copied().unwrap_or(&Value::Null);
+            check!(
+                r["state"] == j.state.as_str() && r["extended"] == ext,
+                "heartbeat by {} naming {} (lease {lease:?}): want state {}, extended {ext}: {r}",
+                WORKERS[worker],
+                self.label(*i),
+                j.state.as_str()
+            );
+            if ext {
+                extended.push(*i);
+            } else {
+                lost.push(j.id.clone());
+            }
+            if j.state == St::Cancelled {
+                cancelled.push(j.id.clone());
+            }
+        }
+        if !legacy {
+            let mut got: Vec<String> = b["lost_jobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            got.sort();
+            lost.sort();
+            check!(got == lost, "heartbeat lost_jobs: want {lost:?}: {b}");
+        }
+        let mut directives: Vec<String> = b["directives"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["type"] == "cancel")
+            .filter_map(|d| d["job_id"].as_str().map(str::to_owned))
+            .collect();
+        directives.sort();
+        cancelled.sort();
+        check!(
+            directives == cancelled,
+            "heartbeat cancel directives: want {cancelled:?}: {b}"
+        );
+        for &i in &extended {
+            self.m.jobs[i].lease = Some(Lease { long, sent });
+        }
+        let labels: Vec<String> = extended.iter().map(|&i| self.label(i)).collect();
+        Ok(format!("extended {labels:?}"))
+    }
+
+    /// Re-heartbeats short leases older than KEEPALIVE_AFTER (all of them when `all`), so that a slow
+    /// machine never lets a lease lapse outside a planned clock advance.
+    async fn keepalive(&mut self, all: bool) -> Result<(), String> {
+        for (w, name) in WORKERS.iter().enumerate() {
+            let entries: Vec<(usize, Option<String>)> = (0..self.m.jobs.len())
+                .filter(|&i| {
+                    let j = &self.m.jobs[i];
+                    j.state == St::Active
+                        && j.holder == Some(w)
+                        && j.lease
+                            .is_some_and(|l| !l.long && (all || l.sent.elapsed() > KEEPALIVE_AFTER))
+                })
+                .map(|i| (i, self.m.jobs[i].claims.last().and_then(|c| c.lease_id.clone())))
+                .collect();
+            if !entries.is_empty() {
+                let what = self.heartbeat(0, w, entries, false).await?;
+                self.trace.push(format!("   keep-alive {name} => {what}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets every short lease lapse, waits for the reaper, and applies what it must have done.
+    async fn advance(&mut self) -> Result<String, String> {
+        let active: Vec<usize> = (0..self.m.jobs.len())
+            .filter(|&i| self.m.jobs[i].state == St::Active)
+            .collect();
+        let short: Vec<usize> = active
+            .iter()
+            .copied()
+            .filter(|&i| self.m.jobs[i].lease.is_some_and(|l| !l.long))
+            .collect();
+        if self.advances >= MAX_ADVANCES || short.is_empty() {
+            return Ok("skipped".into());
+        }
+        self.advances += 1;
+        // The reaper takes lapsed leases in deadline order (ties by id), and each goes to the back of
+        // its priority: the deadlines fix the FIFO order of the requeued jobs.
+        let now = local_now_ms();
+        let mut deadline = HashMap::new();
+        for &i in &active {
+            let id = self.m.jobs[i].id.clone();
+            let (_, b) = self.nodes[i % 2].get(&format!("/ojs/v1/jobs/{id}")).await;
+            let d = b["job"]["visibility_deadline"].as_str().and_then(parse_ms);
+            let Some(d) = d else {
+                return Err(format!("active {} shows no visibility_deadline: {b}", self.label(i)));
+            };
+            if short.contains(&i) {
+                check!(
+                    d <= now + LEASE_MS + 250,
+                    "{} holds its lease until {} ms from now: more than FETCH's lease of {LEASE_MS} ms",
+                    self.label(i),
+                    d - now
+                );
+            } else {
+                check!(
+                    d > now + LONG_MS / 2,
+                    "{} was extended by {LONG_MS} ms but its lease ends {} ms from now",
+                    self.label(i),
+                    d - now
+                );
+            }
+            deadline.insert(i, d);
+        }
+        let until = short.iter().map(|i| deadline[i]).max().unwrap_or(now) + 150;
+        let wait = (until - local_now_ms()).max(0) as u64;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let ids: Vec<String> = short.iter().map(|&i| self.m.jobs[i].id.clone()).collect();
+        self.wait_not(&ids, "active", false).await?;
+        let mut order = short.clone();
+        order.sort_by(|a, b| (deadline[a], &self.m.jobs[*a].id).cmp(&(deadline[b], &self.m.jobs[*b].id)));
+        for &i in &order {
+            if self.m.jobs[i].attempt >= self.m.jobs[i].max_attempts {
+                self.m.finish(i, St::Discarded);
+            } else {
+                self.m.make_available(i);
+            }
+        }
+        let labels: Vec<String> = order.iter().map(|&i| self.label(i)).collect();
+        Ok(format!("leases lapsed: {labels:?}"))
+    }
+
+    async fn states(
+        &mut self,
+        ids: &[String],
+    ) -> Result<Vec<(Option<String>, Option<String>, Option<String>)>, String> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HMGET")
+                .arg(self.nodes[0].key(&format!("job:{id}")))
+                .arg("state")
+                .arg("attempt")
+                .arg("priority");
+        }
+        pipe.query_async(&mut self.redis)
+            .await
+            .map_err(|e| format!("redis: {e}"))
+    }
+
+    /// Waits until none of `ids` is in `state` (background timers move them), returns their states.
+    /// With `keep`, other leases are kept alive meanwhile: a slow timer must not let them lapse.
+    async fn wait_not(&mut self, ids: &[String], state: &str, keep: bool) -> Result<Vec<String>, String> {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            if keep {
+                self.keepalive(false).await?;
+            }
+            let now: Vec<String> = self
+                .states(ids)
+                .await?
+                .into_iter()
+                .map(|(s, _, _)| s.unwrap_or_else(|| "missing".into()))
+                .collect();
+            if now.iter().all(|s| s != state) {
+                return Ok(now);
+            }
+            check!(
+                Instant::now() < deadline,
+                "jobs {ids:?} still {state} after {SETTLE:?}: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Every job's state, attempt and priority, straight from Redis in one round trip (cheap enough to
+    /// run after every step), and each key's limit and active count as GET /rate-limits shows them.
+    async fn sweep(&mut self) -> Result<(), String> {
+        let ids: Vec<String> = self.m.jobs.iter().map(|j| j.id.clone()).collect();
+        let rows = self.states(&ids).await?;
+        for (i, (st, attempt, priority)) in rows.into_iter().enumerate() {
+            let j = &self.m.jobs[i];
+            let got = (
+                st.unwrap_or_default(),
+                attempt.and_then(|a| a.parse::<u32>().ok()).unwrap_or(0),
+                priority.and_then(|p| p.parse::<u32>().ok()).unwrap_or(u32::MAX),
+            );
+            check!(
+                got == (j.state.as_str().to_string(), j.attempt, j.priority),
+                "{} is (state, attempt, priority) {got:?}; the model says ({}, {}, {})",
+                self.label(i),
+                j.state.as_str(),
+                j.attempt,
+                j.priority
+            );
+        }
+        for (k, name) in KEYS.iter().enumerate() {
+            let Some(limit) = self.m.limit(k).filter(|_| self.m.policy[k].is_some()) else {
+                continue;
+            };
+            let (s, b) = self.nodes[k % 2].get(&format!("/ojs/v1/rate-limits/{name}")).await;
+            let active = self.m.active_of(k);
+            check!(
+                s == 200 && b["concurrency"]["limit"] == limit && b["concurrency"]["active"] == active,
+                "GET /rate-limits/{name}: the model says limit {limit}, active {active}: {s} {b}"
+            );
+        }
+        Ok(())
+    }
+
+    /// The same comparison through the API, on both nodes.
+    async fn final_sweep(&mut self) -> Result<(), String> {
+        for (i, j) in self.m.jobs.iter().enumerate() {
+            let (s, b) = self.nodes[i % 2].get(&format!("/ojs/v1/jobs/{}", j.id)).await;
+            check!(
+                s == 200
+                    && b["job"]["state"] == j.state.as_str()
+                    && b["job"]["attempt"] == j.attempt
+                    && b["job"]["priority"] == j.priority,
+                "GET {}: the model says {}, attempt {}, priority {}: {s} {b}",
+                self.label(i),
+                j.state.as_str(),
+                j.attempt,
+                j.priority
+            );
+        }
+        Ok(())
+    }
+
+    /// The invariant checker reads many keys one after another, so no timer may change the keyspace
+    /// while it runs: waits until nothing (lease, due job, rate-limit wake-up) is due in the next
+    /// 400 ms. Leases were just extended, so this only ever waits for stale wake-ups.
+    async fn quiesce(&mut self) {
+        let deadline = Instant::now() + SETTLE;
+        while Instant::now() < deadline {
+            let mut next = i64::MAX;
+            for key in ["active", "scheduled", "rl:wake"] {
+                let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                    .arg(self.nodes[0].key(key))
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES")
+                    .query_async(&mut self.redis)
+                    .await
+                    .unwrap_or_default();
+                if let Some((_, s)) = first.first() {
+                    next = next.min(*s as i64);
+                }
+            }
+            let now = local_now_ms();
+            if next > now + 400 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis((next - now).max(0) as u64 + 80)).await;
+        }
+    }
+}
+
+#[test]
+fn two_nodes_agree_with_the_model() {
+    let legacy = std::env::var("OJS_MODEL_LEGACY").is_ok_and(|v| v == "1");
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let seed = std::env::var("OJS_MODEL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u64);
+    eprintln!("model test: {cases} cases, OJS_MODEL_SEED={seed}, legacy={legacy}");
+    let config = Config {
+        cases,
+        // Each run of a sequence starts two processes and may sleep through clock advances: shrinking
+        // is worth a few tries only.
+        max_shrink_iters: 16,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    };
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&sequence(), |ops| {
+        rt.block_on(async {
+            let mut h = Harness::start(legacy).await;
+            let r = h.run(&ops).await;
+            if std::env::var("OJS_MODEL_TRACE").is_ok() {
+                eprintln!("-- case:\n{}", h.trace.join("\n"));
+            }
+            r
+        })
+        .map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => {}
+        // The reason carries the shrunk sequence's steps up to the failure, with what each did.
+        Err(TestError::Fail(why, _)) => {
+            panic!("the servers disagree with the model (OJS_MODEL_SEED={seed}):\n{why}")
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
