@@ -16,7 +16,7 @@
 //! `PROPTEST_CASES` overrides the number of cases, `OJS_MODEL_SEED` fixes the random seed (printed at
 //! the start, so a failure can be replayed), `OJS_MODEL_TRACE=1` prints every case's steps.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ojs_core::clock::{local_now_ms, parse_ms};
@@ -313,7 +313,6 @@ struct Model {
     /// The policy (concurrency) of the newest job enqueued with each key.
     policy: [Option<u32>; 2],
     overrides: [Option<u32>; 2],
-    leases_seen: HashSet<String>,
 }
 
 impl Model {
@@ -477,7 +476,6 @@ impl Harness {
                 next_seq: 0,
                 policy: [None; 2],
                 overrides: [None; 2],
-                leases_seen: HashSet::new(),
             },
             advances: 0,
             trace: Vec::new(),
@@ -803,9 +801,10 @@ impl Harness {
             let Some(l) = lease_id.as_deref().filter(|l| !l.is_empty()) else {
                 return Err(format!("FETCH of {label}: the claim carries no lease_id: {job}"));
             };
+            // Opaque: only unique among the claims of one job.
             check!(
-                self.m.leases_seen.insert(l.to_string()),
-                "FETCH of {label}: lease_id {l} was already used by an earlier claim"
+                !j.claims.iter().any(|c| c.lease_id.as_deref() == Some(l)),
+                "FETCH of {label}: lease_id {l} was already used by an earlier claim of the job"
             );
         }
         let j = &mut self.m.jobs[i];
