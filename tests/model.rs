@@ -9,6 +9,14 @@
 //! `lost_jobs`; a key's limits are the policy of the newest job enqueued with it, with an operator
 //! override on top.
 //!
+//! Where timing decides, the harness waits instead of guessing, so no assertion depends on how fast the
+//! machine is: a retry that comes due in milliseconds is awaited until it is available again before the
+//! next step; a clock advance sleeps past every short lease and polls until the reaper took them all.
+//! So the window in which a lease lapsed but was not yet reaped (where the contract still accepts
+//! ACK/NACK, and a heartbeat must not revive it) is not exercised here. Only `on_limit: wait` is
+//! generated: with `drop` or `reschedule`, which job meets a full key depends on when the timer re-opens
+//! a parked lane.
+//!
 //! `OJS_MODEL_LEGACY=1` runs the same sequences against a server from before that contract, to check the
 //! harness itself: leases and lease identities are ignored, each key keeps the policy of its first job,
 //! and heartbeats name their lease length.
