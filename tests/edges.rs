@@ -573,3 +573,25 @@ async fn queue_limit_updates_are_atomic_with_fetch() {
         "nobody acked, so exactly one job may be active under concurrency 1"
     );
 }
+
+#[tokio::test]
+async fn the_timer_measures_the_next_due_job_on_redis_time() {
+    // promote answers how far away the next due job is by Redis' clock, so a pod whose own clock is off
+    // sleeps exactly as long as one whose clock is right (it used to subtract its own clock from
+    // Redis' deadline).
+    let s = TestServer::start_with(|c| c.tick_ms = 60_000).await;
+    s.enqueue(json!({"type": "t", "args": [], "queue": "timer", "options": {"scheduled_at": "+PT5S"}}))
+        .await;
+    let store = ojs_store::Store::new(ojs_store::StoreConfig {
+        redis_url: s.redis_url.clone(),
+        namespace: s.namespace.clone(),
+        default_visibility_ms: 30_000,
+        retention_ms: 0,
+        pool_size: 1,
+    })
+    .expect("store");
+    let (moved, due_in) = store.promote(10).await.expect("promote");
+    assert_eq!(moved, 0);
+    let due_in = due_in.expect("a job is due");
+    assert!((4_000..=5_000).contains(&due_in), "due in {due_in} ms by Redis' clock");
+}

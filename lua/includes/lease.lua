@@ -13,14 +13,13 @@
 -- lease_refusal(f, want): nil when the request may act on the job, else the reply {'lease_lost', state}.
 --   f    table: state, claims, attempt, worker (the job's fields as stored; nil when absent)
 --   want table: lease, attempt, worker (strings; '' = not named)
+-- Every part the request names must match: a lease id is a small per-job counter, not a secret, so a
+-- request naming another worker than the holder is refused even with the right lease id.
 local function lease_refusal(f, want)
   if want.lease == '' and want.attempt == '' and want.worker == '' then return nil end
   local lost = {'lease_lost', f.state or 'missing'}
   if f.state ~= 'active' then return lost end
-  if want.lease ~= '' then
-    if (f.claims or '0') ~= want.lease then return lost end
-    return nil
-  end
+  if want.lease ~= '' and (f.claims or '0') ~= want.lease then return lost end
   if want.attempt ~= '' and (f.attempt or '0') ~= want.attempt then return lost end
   if want.worker ~= '' and f.worker and f.worker ~= '' and f.worker ~= want.worker then return lost end
   return nil

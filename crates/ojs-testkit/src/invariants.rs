@@ -35,8 +35,11 @@ async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMa
 /// Returns every broken invariant in namespace `ns` (empty when all hold).
 pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     let client = redis::Client::open(redis_url).expect("redis url");
+    // redis-rs' default 500 ms response timeout is too short for a full keyspace walk on a loaded
+    // machine; a slow answer is not a broken invariant.
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(Some(std::time::Duration::from_secs(30)));
     let mut conn = client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&cfg)
         .await
         .expect("redis connection");
     let p = format!("ojs:{{{ns}}}:");

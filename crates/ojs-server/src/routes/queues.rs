@@ -115,7 +115,7 @@ struct AgingReq {
 }
 
 /// Priority aging: a job gains one priority level per `interval` it waits (effective = priority −
-/// age / interval). Applies to jobs as they become ready from now on; the stored priority never changes.
+/// age / interval). Waiting jobs are re-scored under the new setting; the stored priority never changes.
 #[utoipa::path(
     put,
     path = "/ojs/v1/admin/queues/{queue}/priority-aging",
