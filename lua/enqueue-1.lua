@@ -16,10 +16,16 @@
 --     +15 rate-limit key ('' none)  +16 rate-limit policy (see includes/ratelimit.lua; '' none)
 --     +17 expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
 -- RETURNS
---   {'ok', now_ms, state_1, ..., state_n}   state_i is 'available', 'scheduled', or ('each' only)
---                                            'duplicate' when a job with that id already exists
+--   {'ok', now_ms, states, pressure}
+--      states   {state_1, ..., state_n}: 'available', 'scheduled', or ('each' only) 'duplicate' when
+--               a job with that id already exists, 'full' when its queue is at its depth bound
+--      pressure {queue, depth, bound, warning_threshold, strategy, ...} for each bounded queue the
+--               call touched, depth counted after the call
 --   {'duplicate', id}                        'all' only: that id exists (or repeats in the batch);
 --                                            nothing was written
+--   {'full', queue, depth, bound, strategy}  'all' only: the batch would take that queue past its
+--                                            depth bound; no job was written (one
+--                                            backpressure.rejected event was)
 -- COST   O(log n) per job; per job three calls (EXISTS, HSET, XADD), the rest once per batch and
 --        queue: one ZADD of all the queue's ready entries, one sequence reservation, the per-priority
 --        counts, the index SADDs (rate-limited jobs go through their lane one by one)
@@ -27,7 +33,10 @@
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or
 --   P..'scheduled' (scheduled); FIFO within a priority follows the order of the batch; 'all' writes no
---   job unless every id in the batch is new; a job with a rate-limit key makes its policy the key's
+--   job unless every id in the batch is new and every bounded queue has room for all of the batch's
+--   jobs; a queue's depth (available + scheduled + retryable: P..'q:'..Q..':pri' summed plus the
+--   'scheduled' gauge) never passes its bound (P..'q:'..Q..':conf' bp_max_depth), because the check and
+--   the writes are one script; a job with a rate-limit key makes its policy the key's
 --   (newest wins; parked lanes of the key re-open when the limits change: includes/ratelimit.lua)
 --@include clock
 --@include emit
@@ -52,19 +61,50 @@ if not each then
 end
 
 local now = now_ms()
-local reply = {'ok', now}
+local states, pressure = {}, {}
+local reply = {'ok', now, states, pressure}
 
--- Per queue, what the batch adds: ready (score, member) pairs, per-priority counts, scheduled count.
+-- Per queue, what the batch adds: ready (score, member) pairs, per-priority counts, scheduled count;
+-- and, for a queue with a depth bound, its depth as the batch goes.
 local qs, order = {}, {}
 local function qinfo(queue)
   local c = qs[queue]
   if not c then
-    local aging = redis.call('HGET', P .. 'q:' .. queue .. ':conf', 'aging_s')
-    c = { aging = aging and tonumber(aging), ready = {}, pri = {}, sched = 0 }
+    local conf = redis.call('HMGET', P .. 'q:' .. queue .. ':conf', 'aging_s', 'bp_max_depth', 'bp_warn',
+      'bp_strategy')
+    c = { aging = conf[1] and tonumber(conf[1]), ready = {}, pri = {}, sched = 0, bound = tonumber(conf[2]),
+      warn = conf[3] or '0.8', strategy = conf[4] or 'reject' }
+    if c.bound then
+      local depth = tonumber(redis.call('HGET', P .. 'q:' .. queue .. ':stats', 'scheduled') or '0')
+      for _, v in ipairs(redis.call('HVALS', P .. 'q:' .. queue .. ':pri')) do depth = depth + tonumber(v) end
+      c.depth = depth
+    end
     qs[queue] = c
     order[#order + 1] = queue
   end
   return c
+end
+
+local function reject(queue, c, jtype)
+  emit(P, 'backpressure.rejected', '', queue, jtype, now,
+    '{"queue":"' .. queue .. '","depth":' .. c.depth .. ',"bound":' .. c.bound .. '}')
+end
+
+-- All or nothing: every bounded queue must have room for all of the batch's jobs before any is written.
+if not each then
+  local adds = {}
+  for i = 0, n - 1 do
+    local queue = ARGV[BASE + i * STRIDE + 1]
+    adds[queue] = (adds[queue] or 0) + 1
+  end
+  for i = 0, n - 1 do
+    local queue = ARGV[BASE + i * STRIDE + 1]
+    local c = qinfo(queue)
+    if c.bound and c.depth + adds[queue] > c.bound then
+      reject(queue, c, ARGV[BASE + i * STRIDE + 2])
+      return {'full', queue, c.depth, c.bound, c.strategy}
+    end
+  end
 end
 
 -- opt(h, field, v, none): append field = v to the HSET arguments h unless v is the "none" value.
@@ -86,10 +126,14 @@ for i = 0, n - 1 do
   if hi then
     member = seq_member(hi, lo + i, id)
   end
+  local c = qinfo(queue)
   if each and redis.call('EXISTS', jk) == 1 then
-    reply[#reply + 1] = 'duplicate'
+    states[#states + 1] = 'duplicate'
+  elseif each and c.bound and c.depth >= c.bound then
+    reject(queue, c, jtype)
+    states[#states + 1] = 'full'
   else
-    local c = qinfo(queue)
+    if c.bound then c.depth = c.depth + 1 end
     local run_at = tonumber(ARGV[b + 12])
     local delay = tonumber(ARGV[b + 13])
     if delay > 0 and now + delay > run_at then run_at = now + delay end
@@ -116,14 +160,14 @@ for i = 0, n - 1 do
       redis.call('ZADD', P .. 'scheduled', run_at, id)
       c.sched = c.sched + 1
       emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. run_at .. '}')
-      reply[#reply + 1] = 'scheduled'
+      states[#states + 1] = 'scheduled'
     elseif rl_key then
       -- Through its lane, one by one (lane heads, parking: see ratelimit.lua).
       opt(h, 'state', 'available', '')
       redis.call('HSET', jk, unpack(h))
       make_ready(P, jk, id, queue, rank, priority, now, rl_key, member)
       emit(P, 'job.enqueued', id, queue, jtype, now, nil)
-      reply[#reply + 1] = 'available'
+      states[#states + 1] = 'available'
     else
       member = member or next_member(P, id)
       opt(h, 'state', 'available', '')
@@ -134,7 +178,7 @@ for i = 0, n - 1 do
       r[#r + 1] = member
       c.pri[priority] = (c.pri[priority] or 0) + 1
       emit(P, 'job.enqueued', id, queue, jtype, now, nil)
-      reply[#reply + 1] = 'available'
+      states[#states + 1] = 'available'
     end
   end
 end
@@ -156,5 +200,12 @@ for _, queue in ipairs(order) do
     end
   end
   if c.sched > 0 then stat(P, queue, 'scheduled', c.sched) end
+  if c.bound then
+    pressure[#pressure + 1] = queue
+    pressure[#pressure + 1] = c.depth
+    pressure[#pressure + 1] = c.bound
+    pressure[#pressure + 1] = c.warn
+    pressure[#pressure + 1] = c.strategy
+  end
 end
 return reply

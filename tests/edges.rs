@@ -595,3 +595,155 @@ async fn the_timer_measures_the_next_due_job_on_redis_time() {
     let due_in = due_in.expect("a job is due");
     assert!((4_000..=5_000).contains(&due_in), "due in {due_in} ms by Redis' clock");
 }
+
+// ---- backpressure (rate-limiting seed §13.1, ojs-backpressure) -----------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bounded_queue_never_passes_its_depth_even_under_racing_producers() {
+    let s = std::sync::Arc::new(TestServer::start().await);
+    let q = "bp-race";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/config"),
+            json!({"backpressure": {"max_depth": 25, "strategy": "reject", "warning_threshold": 0.8}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    // 8 producers race 10 single enqueues each (coalesced into shared script calls) plus a batch.
+    let mut tasks = Vec::new();
+    for p in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut codes = Vec::new();
+            for i in 0..10 {
+                let r = s
+                    .http
+                    .post(s.url("/ojs/v1/jobs"))
+                    .json(&json!({"type": "t", "args": [p, i], "queue": q}))
+                    .send()
+                    .await
+                    .expect("request");
+                let h = |n: &str| r.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                let (depth, bound, pressure, retry) = (
+                    h("x-ojs-queue-depth"),
+                    h("x-ojs-queue-bound"),
+                    h("x-ojs-queue-pressure"),
+                    h("retry-after"),
+                );
+                let status = r.status().as_u16();
+                let body: Value = r.json().await.unwrap_or_default();
+                if status == 429 {
+                    assert_eq!(body["error"]["code"], "QUEUE_FULL", "{body}");
+                    assert!(retry.is_some() && depth.is_some() && bound.as_deref() == Some("25"));
+                } else {
+                    assert_eq!(status, 201, "{body}");
+                    // Warning headers exactly when the queue is at least 80% full.
+                    let d: u64 = depth.as_deref().and_then(|d| d.parse().ok()).unwrap_or(0);
+                    assert_eq!(pressure.is_some(), d >= 20, "depth {d}: {pressure:?}");
+                }
+                codes.push(status);
+            }
+            codes
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        accepted += t.await.expect("producer").iter().filter(|c| **c == 201).count();
+    }
+    assert_eq!(accepted, 25, "exactly the bound is accepted");
+    // A batch is all or nothing: no room for even one job, so none is written.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "t", "args": [], "queue": q}]}),
+        )
+        .await;
+    assert_eq!((st, b["error"]["code"].as_str()), (429, Some("QUEUE_FULL")), "{b}");
+    let (_, stats) = s.get(&format!("/ojs/v1/queues/{q}/stats")).await;
+    assert_eq!(
+        (stats["stats"]["depth"].as_u64(), stats["stats"]["max_depth"].as_u64()),
+        (Some(25), Some(25)),
+        "{stats}"
+    );
+    // Taking jobs out makes room again; scheduled jobs count as depth too.
+    s.fetch(&[q], 2).await;
+    let (st, _) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": q, "options": {"delay_ms": 60_000}}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, _) = s
+        .post("/ojs/v1/jobs", json!({"type": "t", "args": [], "queue": q}))
+        .await;
+    assert_eq!(st, 201);
+    let (st, _) = s
+        .post("/ojs/v1/jobs", json!({"type": "t", "args": [], "queue": q}))
+        .await;
+    assert_eq!(st, 429);
+    let (_, ev) = s.get("/ojs/v1/events?types=backpressure.rejected").await;
+    assert!(ev["events"].as_array().is_some_and(|e| !e.is_empty()), "{ev}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_blocking_queue_holds_the_producer_until_there_is_room() {
+    let s = TestServer::start().await;
+    let q = "bp-block";
+    let (st, _) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/config"),
+            json!({"backpressure": {"max_depth": 1, "strategy": "block"}}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    s.enqueue(json!({"type": "t", "args": [], "queue": q})).await;
+    // Without OJS-Block-Timeout a blocking queue still refuses at once.
+    let (st, _) = s
+        .post("/ojs/v1/jobs", json!({"type": "t", "args": [], "queue": q}))
+        .await;
+    assert_eq!(st, 429);
+    let waiting = {
+        let (http, url) = (s.http.clone(), s.url("/ojs/v1/jobs"));
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .header("ojs-block-timeout", "5")
+                .json(&json!({"type": "t", "args": [], "queue": q}))
+                .send()
+                .await
+                .expect("request");
+            r.status().as_u16()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "held while the queue is full");
+    assert_eq!(s.fetch(&[q], 1).await.len(), 1);
+    assert_eq!(
+        waiting.await.expect("producer"),
+        201,
+        "accepted once a job left the queue"
+    );
+    // Settings the server does not have are refused, not ignored.
+    for (body, code) in [
+        (
+            json!({"backpressure": {"max_depth": 5, "strategy": "drop_oldest"}}),
+            422,
+        ),
+        (json!({"backpressure": {"max_depth": 5, "max_size_bytes": 1024}}), 422),
+        (json!({"backpressure": {"max_depth": -1}}), 400),
+        (json!({"backpressure": {"max_depth": 5, "warning_threshold": 2}}), 400),
+        (json!({"rate_limit": {}}), 400),
+    ] {
+        let (st, b) = s.put(&format!("/ojs/v1/admin/queues/{q}/config"), body.clone()).await;
+        assert_eq!(st, code, "{body} -> {b}");
+    }
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/config"),
+            json!({"backpressure": null}),
+        )
+        .await;
+    assert_eq!((st, b["backpressure"].is_null()), (200, true), "{b}");
+}

@@ -11,15 +11,15 @@
 use std::sync::Arc;
 
 use ojs_core::job::NewJob;
-use ojs_store::{Store, StoreError};
+use ojs_store::{Pressure, Store, StoreError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Script calls in flight per node; more requests than this wait and are batched.
 const IN_FLIGHT: usize = 4;
 
-/// What one coalesced job's request gets back: Redis time and the job's state (`available`,
-/// `scheduled` or `duplicate`).
-pub type Outcome = Result<(i64, String), StoreError>;
+/// What one coalesced job's request gets back: Redis time, the job's state (`available`,
+/// `scheduled`, `duplicate` or `full`) and its queue's pressure when the queue has a depth bound.
+pub type Outcome = Result<(i64, String, Option<Pressure>), StoreError>;
 
 struct Pending {
     job: NewJob,
@@ -55,10 +55,11 @@ impl Coalescer {
                     let (jobs, replies): (Vec<NewJob>, Vec<_>) = batch.into_iter().map(|p| (p.job, p.reply)).unzip();
                     metrics::histogram!("ojs_enqueue_coalesced_batch_size").record(jobs.len() as f64);
                     match store.enqueue_each(&jobs).await {
-                        Ok((now, states)) => {
-                            for (i, reply) in replies.into_iter().enumerate() {
+                        Ok((now, states, pressure)) => {
+                            for (i, (reply, job)) in replies.into_iter().zip(&jobs).enumerate() {
                                 let state = states.get(i).cloned().unwrap_or_default();
-                                let _ = reply.send(Ok((now, state)));
+                                let p = pressure.iter().find(|p| p.queue == job.queue).cloned();
+                                let _ = reply.send(Ok((now, state, p)));
                             }
                         }
                         Err(e) => {

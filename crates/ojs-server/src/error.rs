@@ -40,9 +40,18 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut res = ojs_json(status, self.0.body(None));
-        if self.0.code == ErrorCode::BackendUnavailable {
+        if matches!(self.0.code, ErrorCode::BackendUnavailable | ErrorCode::QueueFull) {
             res.headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        }
+        if self.0.code == ErrorCode::QueueFull {
+            // ojs-backpressure §7.2: the depth and bound travel as headers too.
+            let d = self.0.details.clone().unwrap_or_default();
+            for (header, field) in [("x-ojs-queue-depth", "depth"), ("x-ojs-queue-bound", "bound")] {
+                if let Some(v) = d[field].as_u64().and_then(|v| v.to_string().parse().ok()) {
+                    res.headers_mut().insert(header, v);
+                }
+            }
         }
         res
     }

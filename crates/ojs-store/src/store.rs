@@ -69,7 +69,7 @@ struct Scripts {
     dead_delete: Named,
     set_priority: Named,
     set_aging: Named,
-    queue_limit: Named,
+    queue_conf: Named,
     rl_override: Named,
     rl_inspect: Named,
 }
@@ -105,12 +105,74 @@ pub struct Store {
 
 #[derive(Debug)]
 pub enum EnqueueOutcome {
-    /// `states[i]` is `available` or `scheduled` for the i-th job.
+    /// `states[i]` is `available` or `scheduled` for the i-th job; `pressure` has each bounded queue
+    /// the batch touched.
     Created {
         now_ms: i64,
         states: Vec<String>,
+        pressure: Vec<Pressure>,
     },
     Duplicate(String),
+    /// The batch would take this queue past its depth bound; nothing was written.
+    Full(Pressure),
+}
+
+/// A queue with a depth bound (backpressure), as an enqueue left it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pressure {
+    pub queue: String,
+    /// Available + scheduled + retryable jobs of the queue.
+    pub depth: u64,
+    pub bound: u64,
+    /// Above depth / bound = this, successful enqueues carry warning headers.
+    pub warning_threshold: f64,
+    /// `reject` or `block` (the server waits for room up to the request's OJS-Block-Timeout).
+    pub strategy: String,
+}
+
+impl Pressure {
+    pub fn ratio(&self) -> f64 {
+        if self.bound == 0 {
+            1.0
+        } else {
+            self.depth as f64 / self.bound as f64
+        }
+    }
+}
+
+/// A queue's depth bound (ojs-backpressure §6), stored as P q:<queue>:conf bp_* fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backpressure {
+    pub max_depth: u64,
+    /// `reject` or `block`.
+    pub strategy: String,
+    pub warning_threshold: f64,
+}
+
+const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
+
+fn pressures(v: &Value) -> Vec<Pressure> {
+    match v {
+        Value::Array(a) => a
+            .chunks(5)
+            .filter(|c| c.len() == 5)
+            .map(|c| Pressure {
+                queue: val_str(&c[0]),
+                depth: val_i64(&c[1]).max(0) as u64,
+                bound: val_i64(&c[2]).max(0) as u64,
+                warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
+                strategy: val_str(&c[4]),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(a) => a.iter().map(val_str).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// How FETCH chooses among several queues.
@@ -359,7 +421,7 @@ impl Store {
                 dead_delete: script(scripts::DEAD_DELETE),
                 set_priority: script(scripts::SET_PRIORITY),
                 set_aging: script(scripts::SET_AGING),
-                queue_limit: script(scripts::QUEUE_LIMIT),
+                queue_conf: script(scripts::QUEUE_CONF),
                 rl_override: script(scripts::RL_OVERRIDE),
                 rl_inspect: script(scripts::RL_INSPECT),
             },
@@ -437,22 +499,28 @@ impl Store {
         match tag(&items).as_str() {
             "ok" => Ok(EnqueueOutcome::Created {
                 now_ms: val_i64(at(&items, 1)),
-                states: items.get(2..).unwrap_or_default().iter().map(val_str).collect(),
+                states: strings(at(&items, 2)),
+                pressure: pressures(at(&items, 3)),
             }),
             "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
+            "full" => Ok(EnqueueOutcome::Full(Pressure {
+                queue: val_str(at(&items, 1)),
+                depth: val_i64(at(&items, 2)).max(0) as u64,
+                bound: val_i64(at(&items, 3)).max(0) as u64,
+                warning_threshold: 1.0,
+                strategy: val_str(at(&items, 4)),
+            })),
             t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
         }
     }
 
     /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): returns
-    /// Redis time and each job's state, `duplicate` for a job whose id already existed.
-    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<(i64, Vec<String>)> {
+    /// Redis time, each job's state (`duplicate` for a job whose id already existed, `full` for one
+    /// whose queue is at its depth bound) and the bounded queues' pressure.
+    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<(i64, Vec<String>, Vec<Pressure>)> {
         let items = self.enqueue_script(jobs, "each").await?;
         match tag(&items).as_str() {
-            "ok" => Ok((
-                val_i64(at(&items, 1)),
-                items.get(2..).unwrap_or_default().iter().map(val_str).collect(),
-            )),
+            "ok" => Ok((val_i64(at(&items, 1)), strings(at(&items, 2)), pressures(at(&items, 3)))),
             t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
         }
     }
@@ -838,7 +906,8 @@ impl Store {
         let mut conn = self.conn().await?;
         let mut pipe = redis::pipe();
         for q in names {
-            pipe.cmd("ZCARD").arg(self.keys.ready(q));
+            // Available = every waiting job, rate-limit lanes included: the per-priority counts.
+            pipe.cmd("HVALS").arg(self.keys.queue_priorities(q));
             pipe.cmd("HGETALL").arg(self.keys.queue_stats(q));
             pipe.cmd("SISMEMBER").arg(self.keys.paused()).arg(q);
         }
@@ -849,7 +918,10 @@ impl Store {
             let g = |k: &str| stats.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
             out.push(QueueCounts {
                 name: q.clone(),
-                available: val_i64(&c[0]) as u64,
+                available: match &c[0] {
+                    Value::Array(v) => v.iter().map(|n| val_i64(n).max(0) as u64).sum(),
+                    _ => 0,
+                },
                 active: g("active"),
                 scheduled: g("scheduled"),
                 completed: g("completed"),
@@ -1019,21 +1091,67 @@ impl Store {
         Ok((total, keys))
     }
 
+    /// Replaces a group of a queue's settings in one script: every field of `group` is removed, then
+    /// `values` are written (empty = the group is cleared).
+    async fn set_queue_conf(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Result<()> {
+        let mut args = vec![
+            self.keys.prefix().to_string(),
+            queue.to_string(),
+            group.len().to_string(),
+        ];
+        args.extend(group.iter().map(|f| f.to_string()));
+        for (f, v) in values {
+            args.push(f.to_string());
+            args.push(v.clone());
+        }
+        self.run(&self.scripts.queue_conf, &[self.keys.queue_conf(queue)], args)
+            .await?;
+        Ok(())
+    }
+
     /// Queue-level limits (`None` clears them), replaced in one script. Checked by FETCH before it
     /// takes from the queue.
     pub async fn set_queue_rate_limit(&self, queue: &str, limits: Option<(Option<u64>, Option<Window>)>) -> Result<()> {
         let (conc, rate) = limits.unwrap_or((None, None));
-        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-        let args = vec![
-            self.keys.prefix().to_string(),
-            queue.to_string(),
-            opt(conc),
-            opt(rate.map(|w| w.limit)),
-            opt(rate.map(|w| w.period_ms)),
-        ];
-        self.run(&self.scripts.queue_limit, &[self.keys.queue_conf(queue)], args)
+        let mut values = Vec::new();
+        if let Some(c) = conc {
+            values.push(("rl_concurrency", c.to_string()));
+        }
+        if let Some(w) = rate {
+            values.push(("rl_rate_limit", w.limit.to_string()));
+            values.push(("rl_rate_period", w.period_ms.to_string()));
+        }
+        self.set_queue_conf(queue, &["rl_concurrency", "rl_rate_limit", "rl_rate_period"], &values)
+            .await
+    }
+
+    /// A queue's depth bound (backpressure; `None` makes it unbounded), checked by the enqueue script.
+    pub async fn set_backpressure(&self, queue: &str, bp: Option<&Backpressure>) -> Result<()> {
+        let values = bp
+            .map(|b| {
+                vec![
+                    ("bp_max_depth", b.max_depth.to_string()),
+                    ("bp_strategy", b.strategy.clone()),
+                    ("bp_warn", b.warning_threshold.to_string()),
+                ]
+            })
+            .unwrap_or_default();
+        self.set_queue_conf(queue, &BACKPRESSURE_FIELDS, &values).await
+    }
+
+    pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {
+        let mut conn = self.conn().await?;
+        let f: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.keys.queue_conf(queue))
+            .arg(&BACKPRESSURE_FIELDS[..])
+            .query_async(&mut conn)
             .await?;
-        Ok(())
+        let get = |i: usize| f.get(i).cloned().flatten();
+        Ok(get(0).and_then(|d| d.parse().ok()).map(|max_depth| Backpressure {
+            max_depth,
+            strategy: get(1).unwrap_or_else(|| "reject".into()),
+            warning_threshold: get(2).and_then(|w| w.parse().ok()).unwrap_or(0.8),
+        }))
     }
 
     /// (concurrency, rate, active now, starts in the current window).

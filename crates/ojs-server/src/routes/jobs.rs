@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use ojs_core::envelope;
 use ojs_core::job::{job_view, NewJob};
 use ojs_core::{ErrorCode, OjsError};
-use ojs_store::{EnqueueOutcome, Transition};
+use ojs_store::{EnqueueOutcome, Pressure, Transition};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -51,15 +51,78 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
     job_view(&f)
 }
 
-async fn store_jobs(st: &AppState, jobs: &[NewJob]) -> ApiResult<(i64, Vec<String>)> {
-    match st.store.enqueue(jobs).await? {
-        EnqueueOutcome::Created { now_ms, states } => {
-            for j in jobs {
-                crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
+async fn store_jobs(
+    st: &AppState,
+    jobs: &[NewJob],
+    block: Option<tokio::time::Instant>,
+) -> ApiResult<(i64, Vec<String>, Vec<Pressure>)> {
+    loop {
+        match st.store.enqueue(jobs).await? {
+            EnqueueOutcome::Created {
+                now_ms,
+                states,
+                pressure,
+            } => {
+                for j in jobs {
+                    crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
+                }
+                return Ok((now_ms, states, pressure));
             }
-            Ok((now_ms, states))
+            EnqueueOutcome::Duplicate(id) => return Err(duplicate(&id).into()),
+            EnqueueOutcome::Full(p) => wait_for_room(&p, block).await?,
         }
-        EnqueueOutcome::Duplicate(id) => Err(duplicate(&id).into()),
+    }
+}
+
+/// Most a producer may ask to be held waiting for room (`OJS-Block-Timeout`).
+const MAX_BLOCK_SECS: u64 = 30;
+/// How often a blocked enqueue looks for room again.
+const BLOCK_RECHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The deadline of a producer that is willing to wait for room in a full queue whose strategy is
+/// `block` (ojs-backpressure §5.2: the `OJS-Block-Timeout` header, in seconds; absent or 0 = no wait).
+fn block_deadline(headers: &HeaderMap) -> Result<Option<tokio::time::Instant>, OjsError> {
+    let Some(v) = headers.get("ojs-block-timeout") else {
+        return Ok(None);
+    };
+    let secs = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|s| *s <= MAX_BLOCK_SECS)
+        .ok_or_else(|| {
+            OjsError::invalid(format!(
+                "the OJS-Block-Timeout header must be whole seconds from 0 to {MAX_BLOCK_SECS}"
+            ))
+        })?;
+    Ok((secs > 0).then(|| tokio::time::Instant::now() + std::time::Duration::from_secs(secs)))
+}
+
+/// A full queue: wait a moment when its strategy is `block` and the producer's deadline allows (the
+/// caller then tries again), else refuse with 429 QUEUE_FULL.
+async fn wait_for_room(p: &Pressure, block: Option<tokio::time::Instant>) -> Result<(), OjsError> {
+    match block {
+        Some(deadline) if p.strategy == "block" && tokio::time::Instant::now() + BLOCK_RECHECK < deadline => {
+            tokio::time::sleep(BLOCK_RECHECK).await;
+            Ok(())
+        }
+        _ => Err(OjsError::queue_full(&p.queue, p.depth, p.bound)),
+    }
+}
+
+/// ojs-backpressure §7.3: above the warning threshold, a successful enqueue says how full the queue is.
+fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
+    let Some(p) = p.filter(|p| p.ratio() >= p.warning_threshold) else {
+        return;
+    };
+    for (h, v) in [
+        ("x-ojs-queue-depth", p.depth.to_string()),
+        ("x-ojs-queue-bound", p.bound.to_string()),
+        ("x-ojs-queue-pressure", format!("{:.2}", p.ratio())),
+    ] {
+        if let Ok(v) = v.parse() {
+            res.headers_mut().insert(h, v);
+        }
     }
 }
 
@@ -76,10 +139,17 @@ fn duplicate(id: &str) -> OjsError {
     request_body = serde_json::Value,
     responses((status = 201, description = "Created"), (status = 400, description = "Invalid request (OJS error)"), (status = 409, description = "Conflict (OJS error)"), (status = 413, description = "Too large (OJS error)"), (status = 503, description = "Redis unavailable (OJS error)"))
 )]
-async fn enqueue(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
+async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
     let job = envelope::parse(body, &st.rules)?;
+    let block = block_deadline(&headers)?;
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
-    let (now, state) = st.coalescer().enqueue(job.clone()).await?;
+    let (now, state, pressure) = loop {
+        let (now, state, pressure) = st.coalescer().enqueue(job.clone()).await?;
+        match (state.as_str(), &pressure) {
+            ("full", Some(p)) => wait_for_room(p, block).await?,
+            _ => break (now, state, pressure),
+        }
+    };
     if state == "duplicate" {
         return Err(duplicate(&job.id).into());
     }
@@ -89,6 +159,7 @@ async fn enqueue(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> A
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);
     }
+    pressure_headers(&mut res, pressure.as_ref());
     // A rate-limited job says which limit it joined: the key, and its tightest per-period limit.
     if let Some(rl) = &job.rate_limit {
         let limit = rl
@@ -120,7 +191,12 @@ struct Batch {
     request_body = serde_json::Value,
     responses((status = 201, description = "Created"), (status = 400, description = "Invalid request (OJS error)"), (status = 409, description = "Conflict (OJS error)"), (status = 413, description = "Too large (OJS error)"), (status = 503, description = "Redis unavailable (OJS error)"))
 )]
-async fn enqueue_batch(State(st): State<AppState>, OjsJson(body): OjsJson<Batch>) -> ApiResult<Response> {
+async fn enqueue_batch(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    OjsJson(body): OjsJson<Batch>,
+) -> ApiResult<Response> {
+    let block = block_deadline(&headers)?;
     if body.jobs.is_empty() {
         return Err(OjsError::invalid("jobs must contain at least one job").into());
     }
@@ -151,12 +227,12 @@ async fn enqueue_batch(State(st): State<AppState>, OjsJson(body): OjsJson<Batch>
         )
         .into());
     }
-    let (now, states) = store_jobs(&st, &jobs).await?;
+    let (now, states, pressure) = store_jobs(&st, &jobs, block).await?;
     let views: Vec<Value> = jobs.iter().zip(&states).map(|(j, s)| created_view(j, now, s)).collect();
-    Ok(ojs_json(
-        StatusCode::CREATED,
-        json!({ "jobs": views, "count": views.len() }),
-    ))
+    let mut res = ojs_json(StatusCode::CREATED, json!({ "jobs": views, "count": views.len() }));
+    // The fullest bounded queue the batch went to speaks for it.
+    pressure_headers(&mut res, pressure.iter().max_by(|a, b| a.ratio().total_cmp(&b.ratio())));
+    Ok(res)
 }
 
 #[utoipa::path(

@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use ojs_core::duration::{format_iso8601_ms, parse_iso8601_ms};
 use ojs_core::{names, OjsError};
-use ojs_store::QueueCounts;
+use ojs_store::{Backpressure, QueueCounts};
 use serde_json::{json, Value};
 
 use crate::error::ApiResult;
@@ -21,6 +21,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(resume))
         .routes(routes!(priority_stats))
         .routes(routes!(get_aging, put_aging, delete_aging))
+        .routes(routes!(get_config, put_config))
 }
 
 fn counts_json(c: &QueueCounts) -> Value {
@@ -35,6 +36,8 @@ fn counts_json(c: &QueueCounts) -> Value {
         "failed": c.failed,
         "discarded": c.discarded,
         "cancelled": c.cancelled,
+        // ojs-backpressure: the jobs that count against a depth bound (available + scheduled + retryable).
+        "depth": c.available + c.scheduled,
     })
 }
 
@@ -66,7 +69,125 @@ async fn list(State(st): State<AppState>) -> ApiResult<Response> {
 )]
 async fn stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    Ok(ok(json!({ "queue": queue_json(&st, &q).await? })))
+    let counts = queue_json(&st, &q).await?;
+    let bp = st.store.backpressure(&q).await?;
+    let depth = counts["depth"].as_u64().unwrap_or(0);
+    let mut stats = json!({ "queue": q, "depth": depth });
+    if let Some(b) = bp {
+        stats["max_depth"] = json!(b.max_depth);
+        stats["pressure"] = json!(depth as f64 / b.max_depth.max(1) as f64);
+    }
+    Ok(ok(json!({ "queue": counts, "stats": stats })))
+}
+
+fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {
+    json!({
+        "queue": q,
+        "backpressure": bp.map(|b| json!({
+            "max_depth": b.max_depth,
+            "strategy": b.strategy,
+            "warning_threshold": b.warning_threshold,
+        })),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{queue}/config",
+    tag = "queues",
+    summary = "A queue's configuration: its backpressure bound",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn get_config(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    Ok(ok(config_json(&q, st.store.backpressure(&q).await?.as_ref())))
+}
+
+/// `{"backpressure": {"max_depth", "strategy"?, "warning_threshold"?}}` (ojs-backpressure §6.2);
+/// `max_depth` 0 or `"backpressure": null` makes the queue unbounded.
+fn parse_backpressure(body: &Value) -> Result<Option<Backpressure>, OjsError> {
+    let o = body
+        .as_object()
+        .ok_or_else(|| OjsError::invalid("the queue configuration must be a JSON object"))?;
+    if let Some(k) = o.keys().find(|k| *k != "backpressure") {
+        return Err(OjsError::invalid(format!(
+            "{k} cannot be configured here: this endpoint sets backpressure (rate limits: PUT /ojs/v1/admin/queues/{{queue}}/rate-limit, aging: PUT …/priority-aging)"
+        )));
+    }
+    let bp = match o.get("backpressure") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(bp)) => bp,
+        Some(v) => return Err(OjsError::invalid(format!("backpressure must be an object; got {v}"))),
+    };
+    for (k, v) in bp {
+        match k.as_str() {
+            "max_depth" | "strategy" | "warning_threshold" => {}
+            "max_size_bytes" if v.as_u64() == Some(0) || v.is_null() => {}
+            "max_size_bytes" => {
+                return Err(OjsError::unprocessable(
+                    "backpressure.max_size_bytes is not supported by this server; bound the queue by max_depth",
+                ))
+            }
+            other => {
+                return Err(OjsError::invalid(format!(
+                    "backpressure.{other} is not a backpressure setting"
+                )))
+            }
+        }
+    }
+    let max_depth = match bp.get("max_depth") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| OjsError::invalid(format!("backpressure.max_depth must be an integer >= 0; got {v}")))?,
+    };
+    let strategy =
+        match bp.get("strategy") {
+            None | Some(Value::Null) => "reject".to_string(),
+            Some(Value::String(s)) if s == "reject" || s == "block" => s.clone(),
+            Some(Value::String(s)) if s == "drop_oldest" => return Err(OjsError::unprocessable(
+                "backpressure.strategy drop_oldest is not supported (it discards accepted jobs); use reject or block",
+            )),
+            Some(v) => {
+                return Err(OjsError::invalid(format!(
+                    "backpressure.strategy must be \"reject\" or \"block\"; got {v}"
+                )))
+            }
+        };
+    let warning_threshold = match bp.get("warning_threshold") {
+        None | Some(Value::Null) => 0.8,
+        Some(v) => v.as_f64().filter(|w| (0.0..=1.0).contains(w)).ok_or_else(|| {
+            OjsError::invalid(format!(
+                "backpressure.warning_threshold must be a number from 0 to 1; got {v}"
+            ))
+        })?,
+    };
+    Ok((max_depth > 0).then_some(Backpressure {
+        max_depth,
+        strategy,
+        warning_threshold,
+    }))
+}
+
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{queue}/config",
+    tag = "queues",
+    summary = "Bound a queue: `{\"backpressure\": {\"max_depth\", \"strategy\": \"reject\"|\"block\", \"warning_threshold\"}}`",
+    params(("queue" = String, Path)),
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"), (status = 422, description = "Unsupported setting (OJS error)"))
+)]
+async fn put_config(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    OjsJson(body): OjsJson<Value>,
+) -> ApiResult<Response> {
+    queue_name(&q)?;
+    let bp = parse_backpressure(&body)?;
+    st.store.set_backpressure(&q, bp.as_ref()).await?;
+    Ok(ok(config_json(&q, bp.as_ref())))
 }
 
 /// Ready jobs of the queue by priority (seed §10.3).

@@ -68,7 +68,7 @@ async fn manifest(State(st): State<AppState>) -> Response {
         "backend": "redis",
         "conformance_level": 1,
         "priority_model": st.config.priority_model.as_str(),
-        "extensions": ["dead-letter", "events", "queue-pause"],
+        "extensions": ["backpressure", "dead-letter", "events", "priority", "queue-pause", "rate-limiting"],
         "endpoints": {
             "base": "/ojs/v1",
         },

@@ -1,0 +1,30 @@
+-- queue-conf-1.lua: replace a group of a queue's settings in one step (queue-level rate limits,
+-- backpressure bounds).
+--
+-- KEYS
+--   KEYS[1] P..'q:'..queue..':conf'   hash   per-queue settings (rl_* read by fetch-1.lua before it
+--                                           takes from Q; bp_* read by enqueue-1.lua)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] queue         string the queue
+--   ARGV[3] n             int    how many field names follow: the group being replaced
+--   ARGV[4..3+n] fields   string the group's fields, all removed first
+--   ARGV[4+n..] pairs     field, value: the group's new values (none = the group is cleared)
+-- RETURNS
+--   {'ok'}
+-- COST   O(fields)
+-- CLOCK  none
+-- INVARIANTS
+--   the old values of the group are replaced by the new ones in one script, so no FETCH or enqueue
+--   runs between the removal and the write and sees the queue without its settings
+--   (P..'q:'..queue..':rl:active' and ':rl:win' are counters, not settings: they stay)
+
+local conf = KEYS[1]
+local n = tonumber(ARGV[3])
+local fields, pairs_ = {}, {}
+for i = 4, 3 + n do fields[#fields + 1] = ARGV[i] end
+for i = 4 + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+if #fields > 0 then redis.call('HDEL', conf, unpack(fields)) end
+if #pairs_ > 0 then redis.call('HSET', conf, unpack(pairs_)) end
+redis.call('SADD', ARGV[1] .. 'queues', ARGV[2])
+return {'ok'}
