@@ -30,7 +30,7 @@ local function opt(v) return v and tostring(v) or '' end
 local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
   e.on_limit or 'wait' }
 
-local active = redis.call('ZCOUNT', base .. ':active', '(' .. now, '+inf')
+local active = rl_active(P, key, now)
 local wcount, woldest = 0, -1
 if e.rate_limit and e.rate_period then
   wcount = redis.call('ZCOUNT', base .. ':win', '(' .. (now - e.rate_period), '+inf')
@@ -44,11 +44,7 @@ if e.throttle_limit and e.throttle_period then
 end
 local until_ms = tonumber(redis.call('GET', base .. ':until') or '-1')
 if until_ms <= now then until_ms = -1 end
-local waiting = 0
-for _, queue in ipairs(redis.call('SMEMBERS', base .. ':queues')) do
-  waiting = waiting + redis.call('ZCARD', lane_key(P, queue, key))
-    + redis.call('HEXISTS', P .. 'q:' .. queue .. ':heads', key)
-end
+local waiting = rl_waiting(P, key)
 local state = { active, wcount, woldest, tnext, until_ms, waiting, redis.call('PTTL', base .. ':ovr') }
 return {'ok', now, known, limits, state, redis.call('HGETALL', base .. ':ovr'),
   redis.call('HGETALL', base .. ':state'), redis.call('HGETALL', base .. ':stats')}

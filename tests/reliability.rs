@@ -177,7 +177,7 @@ async fn redis_down_answers_503_and_recovers() {
         .map(|a| a.port())
         .expect("port");
     let start = || {
-        std::process::Command::new("redis-server")
+        std::process::Command::new(ojs_testkit::redis_server_bin())
             .args([
                 "--port",
                 &port.to_string(),

@@ -145,6 +145,21 @@ end
 -- lane helpers -------------------------------------------------------------------------------------
 local function lane_key(P, queue, key) return P .. 'q:' .. queue .. ':lane:' .. key end
 
+-- rl_active(P, key, now): jobs holding an unexpired concurrency slot of K.
+local function rl_active(P, key, now)
+  return redis.call('ZCOUNT', P .. 'rl:' .. key .. ':active', '(' .. now, '+inf')
+end
+
+-- rl_waiting(P, key): available jobs of K, in its lanes and as their heads, across its queues.
+local function rl_waiting(P, key)
+  local waiting = 0
+  for _, queue in ipairs(redis.call('SMEMBERS', P .. 'rl:' .. key .. ':queues')) do
+    waiting = waiting + redis.call('ZCARD', lane_key(P, queue, key))
+      + redis.call('HEXISTS', P .. 'q:' .. queue .. ':heads', key)
+  end
+  return waiting
+end
+
 -- lane_open(P, queue, key): move the lane's best job into the ready set, if it has none there.
 -- Returns the head's job id, or nil when the lane is empty or already open.
 local function lane_open(P, queue, key)

@@ -4,7 +4,9 @@
 //! sum them across pods), and gauges read from Redis at scrape time (the same on every node, since Redis
 //! holds the truth). Label cardinality is bounded: `priority` is the exact value from -20 to 20 and
 //! "other" beyond, and a scrape reports at most [`MAX_QUEUES`] queues and [`MAX_PRIORITIES`] priorities
-//! per queue (the rest summed under priority="other").
+//! per queue (the rest summed under priority="other"). A scrape costs Redis a fixed number of round
+//! trips however many queues and keys there are: the queue names, one pipeline of queue counts, one
+//! pipeline of per-priority counts, and one script call for the rate-limit keys (`rl-gauges-1.lua`).
 
 use std::fmt::Write as _;
 use std::sync::OnceLock;
@@ -128,8 +130,7 @@ async fn scrape(State(st): State<AppState>) -> ApiResult<Response> {
         "# HELP ojs_queue_available_by_priority Available jobs per priority level."
     );
     let _ = writeln!(out, "# TYPE ojs_queue_available_by_priority gauge");
-    for q in &names {
-        let per = st.store.priority_counts(q).await?;
+    for (q, per) in names.iter().zip(st.store.priority_counts_of(&names).await?) {
         let mut other = 0u64;
         for (i, (p, n)) in per.iter().enumerate() {
             let label = priority_label(*p);
@@ -149,12 +150,11 @@ async fn scrape(State(st): State<AppState>) -> ApiResult<Response> {
             );
         }
     }
-    let (_, keys) = st.store.rate_limit_keys(0, MAX_KEYS as u64).await?;
     let mut active = String::new();
     let mut waiting = String::new();
     let mut exceeded = String::new();
-    for k in &keys {
-        let s = st.store.rate_limit_state(k).await?;
+    for s in st.store.rate_limit_gauges(MAX_KEYS).await? {
+        let k = &s.key;
         let _ = writeln!(active, "ojs_rate_limit_active{{key=\"{k}\"}} {}", s.active);
         let _ = writeln!(waiting, "ojs_rate_limit_waiting{{key=\"{k}\"}} {}", s.waiting);
         for (field, n) in &s.stats {

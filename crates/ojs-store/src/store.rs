@@ -72,6 +72,7 @@ struct Scripts {
     queue_conf: Named,
     rl_override: Named,
     rl_inspect: Named,
+    rl_gauges: Named,
 }
 
 /// A script and its operation name (the metric label).
@@ -311,6 +312,16 @@ pub struct RateLimitState {
     pub stats: JobFields,
 }
 
+/// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
+#[derive(Debug, Default, Clone)]
+pub struct RateLimitGauges {
+    pub key: String,
+    pub active: u64,
+    pub waiting: u64,
+    /// `exceeded_<strategy>` counters.
+    pub stats: JobFields,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct QueueCounts {
     pub name: String,
@@ -424,6 +435,7 @@ impl Store {
                 queue_conf: script(scripts::QUEUE_CONF),
                 rl_override: script(scripts::RL_OVERRIDE),
                 rl_inspect: script(scripts::RL_INSPECT),
+                rl_gauges: script(scripts::RL_GAUGES),
             },
             cfg,
         })
@@ -704,18 +716,55 @@ impl Store {
 
     /// Ready jobs of a queue counted by priority: (priority, count), ascending by priority.
     pub async fn priority_counts(&self, queue: &str) -> Result<Vec<(i64, u64)>> {
+        Ok(self
+            .priority_counts_of(&[queue.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// [`Store::priority_counts`] of many queues in one pipeline (one round trip).
+    pub async fn priority_counts_of(&self, queues: &[String]) -> Result<Vec<Vec<(i64, u64)>>> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut conn = self.conn().await?;
-        let m: HashMap<String, i64> = redis::cmd("HGETALL")
-            .arg(self.keys.queue_priorities(queue))
-            .query_async(&mut conn)
-            .await?;
-        let mut v: Vec<(i64, u64)> = m
+        let mut pipe = redis::pipe();
+        for q in queues {
+            pipe.cmd("HGETALL").arg(self.keys.queue_priorities(q));
+        }
+        let maps: Vec<HashMap<String, i64>> = pipe.query_async(&mut conn).await?;
+        Ok(maps
             .into_iter()
-            .filter_map(|(p, n)| Some((p.parse().ok()?, u64::try_from(n).ok()?)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        v.sort();
-        Ok(v)
+            .map(|m| {
+                let mut v: Vec<(i64, u64)> = m
+                    .into_iter()
+                    .filter_map(|(p, n)| Some((p.parse().ok()?, u64::try_from(n).ok()?)))
+                    .filter(|(_, n)| *n > 0)
+                    .collect();
+                v.sort();
+                v
+            })
+            .collect())
+    }
+
+    /// The first `limit` rate-limit keys (lexicographic) with their active and waiting jobs and
+    /// exceeded counters, in one script call.
+    pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
+        let args = vec![self.keys.prefix().to_string(), limit.max(1).to_string()];
+        let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
+        Ok(items
+            .get(2..)
+            .unwrap_or_default()
+            .chunks(4)
+            .filter(|c| c.len() == 4)
+            .map(|c| RateLimitGauges {
+                key: val_str(&c[0]),
+                active: val_i64(&c[1]).max(0) as u64,
+                waiting: val_i64(&c[2]).max(0) as u64,
+                stats: flat_map(&c[3]),
+            })
+            .collect())
     }
 
     pub async fn ack(&self, id: &str, claim: &ClaimRef, result: Option<&str>) -> Result<Transition<Acked>> {

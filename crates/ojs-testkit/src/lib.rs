@@ -24,17 +24,28 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The Redis every test in this binary uses: `OJS_TEST_REDIS_URL`, or a `redis-server` started on a
-/// free port. A watchdog shell stops that server when the test process exits, however it exits.
+/// The server binary tests start: `OJS_TEST_REDIS_SERVER` (e.g. a `valkey-server`, see `scripts/test`),
+/// else `redis-server`.
+pub fn redis_server_bin() -> String {
+    std::env::var("OJS_TEST_REDIS_SERVER")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The Redis every test in this binary uses: `OJS_TEST_REDIS_URL`, or a server (see
+/// [`redis_server_bin`]) started on a free port. A watchdog shell stops that server when the test
+/// process exits, however it exits.
 pub fn redis_url() -> String {
     REDIS
         .get_or_init(|| {
             if let Ok(url) = std::env::var("OJS_TEST_REDIS_URL") {
                 return url;
             }
-            if Command::new("redis-server").arg("--version").output().is_err() {
+            let bin = redis_server_bin();
+            if Command::new(&bin).arg("--version").output().is_err() {
                 panic!(
-                    "redis-server is not installed. Install it (Debian/Ubuntu: sudo apt-get install -y redis-server) \
+                    "{bin} is not installed. Install it (Debian/Ubuntu: sudo apt-get install -y redis-server) \
                      or point OJS_TEST_REDIS_URL at a Redis you can use for tests."
                 );
             }
@@ -42,7 +53,7 @@ pub fn redis_url() -> String {
             let dir = std::env::temp_dir().join(format!("ojs-test-redis-{port}"));
             let _ = std::fs::create_dir_all(&dir);
             let script = format!(
-                "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' --loglevel warning & \
+                "'{bin}' --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' --loglevel warning & \
                  r=$!; while kill -0 {parent} 2>/dev/null && kill -0 $r 2>/dev/null; do sleep 1; done; kill $r 2>/dev/null",
                 dir = dir.display(),
                 parent = std::process::id()
@@ -113,7 +124,7 @@ impl AofRedis {
     /// it does only once the AOF is loaded).
     pub async fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
+        let child = Command::new(redis_server_bin())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
             .arg("--dir")

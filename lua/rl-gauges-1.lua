@@ -1,0 +1,28 @@
+-- rl-gauges-1.lua: the gauges of many rate-limit keys in one call, for a /metrics scrape (read only).
+--
+-- KEYS
+--   KEYS[1] P..'rl:keys'   zset   every rate-limit key, lexicographic (member = key, score 0)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] limit         int    how many keys, from the first in lexicographic order
+-- RETURNS
+--   {'ok', now_ms, key_1, active_1, waiting_1, stats_1, ...}   stats_i is the flat field/value array
+--                                                              of P..'rl:'..key..':stats'
+-- COST   O(limit × queues per key)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   reads only; active and waiting are computed by the functions rl-inspect-1.lua uses, so a scrape and
+--   GET /rate-limits/{key} agree
+--@include clock
+--@include ratelimit
+
+local P = ARGV[1]
+local now = now_ms()
+local reply = {'ok', now}
+for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)) do
+  reply[#reply + 1] = key
+  reply[#reply + 1] = rl_active(P, key, now)
+  reply[#reply + 1] = rl_waiting(P, key)
+  reply[#reply + 1] = redis.call('HGETALL', P .. 'rl:' .. key .. ':stats')
+end
+return reply
