@@ -77,6 +77,57 @@ pub struct Config {
     /// Most jobs one FETCH may claim.
     #[arg(long, env = "OJS_MAX_FETCH", default_value_t = 1_000)]
     pub max_fetch: u32,
+
+    /// Content-Type of JSON responses: `application/openjobspec+json` (default, what the OJS HTTP
+    /// binding and its conformance suite demand) or `application/json` (also `ojs` / `json`). The
+    /// Python SDK 0.4 parses a reply only when its Content-Type contains `application/json`: set
+    /// `json` for it. The body is the same either way.
+    #[arg(long, env = "OJS_RESPONSE_CONTENT_TYPE", default_value = "application/openjobspec+json",
+          value_parser = parse_content_type)]
+    pub response_content_type: ResponseContentType,
+
+    /// What `queue` is in `GET /queues/{q}/stats`: `object` (default: `{"name", "available", …}`, the
+    /// OpenAPI document and the conformance suite) or `name` (the queue's name, as the HTTP binding's
+    /// prose shows it and the Go and Rust SDKs decode it). The counts are also at the top level and in
+    /// `stats` either way.
+    #[arg(long, env = "OJS_QUEUE_STATS_QUEUE", default_value = "object", value_parser = parse_stats_queue)]
+    pub queue_stats_queue: QueueStatsQueue,
+}
+
+/// The Content-Type of JSON responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseContentType {
+    /// `application/openjobspec+json`.
+    Ojs,
+    /// `application/json` (Python SDK 0.4).
+    Json,
+}
+
+fn parse_content_type(s: &str) -> Result<ResponseContentType, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "ojs" | "application/openjobspec+json" => Ok(ResponseContentType::Ojs),
+        "json" | "application/json" => Ok(ResponseContentType::Json),
+        _ => Err(format!(
+            "response content type must be application/openjobspec+json (ojs) or application/json (json); got {s:?}"
+        )),
+    }
+}
+
+/// The `queue` field of a queue's stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueStatsQueue {
+    /// `{"name", "available", …}`.
+    Object,
+    /// The queue's name.
+    Name,
+}
+
+fn parse_stats_queue(s: &str) -> Result<QueueStatsQueue, String> {
+    match s {
+        "object" => Ok(QueueStatsQueue::Object),
+        "name" => Ok(QueueStatsQueue::Name),
+        _ => Err(format!("queue stats `queue` must be 'object' or 'name'; got {s:?}")),
+    }
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {

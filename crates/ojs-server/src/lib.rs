@@ -112,6 +112,7 @@ pub fn app(st: AppState) -> Router {
         .layer(middleware::from_fn_with_state(st.clone(), request_timeout))
         .layer(middleware::from_fn_with_state(st.clone(), auth::middleware))
         .layer(middleware::from_fn(ojs_headers))
+        .layer(middleware::from_fn_with_state(st.clone(), respond::content_type))
         .with_state(st)
 }
 

@@ -25,6 +25,27 @@ pub fn ok(body: Value) -> Response {
     ojs_json(StatusCode::OK, body)
 }
 
+/// With `--response-content-type json`, answers `application/json` instead of the OJS media type
+/// (same body): the Python SDK 0.4 parses a reply only when its Content-Type contains
+/// `application/json`. Other content types (SSE, Prometheus text, the dashboard) are left alone.
+pub async fn content_type(
+    axum::extract::State(st): axum::extract::State<crate::state::AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut res = next.run(req).await;
+    if st.config.response_content_type == crate::config::ResponseContentType::Json
+        && res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes() == OJS_MEDIA_TYPE.as_bytes())
+    {
+        res.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    res
+}
+
 /// A JSON body: `application/openjobspec+json` or `application/json` (or no Content-Type at all).
 pub struct OjsJson<T>(pub T);
 

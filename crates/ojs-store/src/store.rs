@@ -335,6 +335,14 @@ pub struct QueueCounts {
     pub paused: bool,
 }
 
+impl QueueCounts {
+    /// The jobs that wait to run: available (rate-limit lanes included) + scheduled + retryable. What a
+    /// backpressure bound counts (the enqueue script computes the same sum).
+    pub fn depth(&self) -> u64 {
+        self.available + self.scheduled
+    }
+}
+
 fn val_str(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),

@@ -26,8 +26,49 @@ struct Filter {
     queues: Option<String>,
     queue: Option<String>,
     job_id: Option<String>,
+    /// The official SDKs' subscription channel (`subscribeJob` / `subscribe_queue`…): `job:<id>` or
+    /// `queue:<name>`, the same filters as `job_id` and `queues`.
+    channel: Option<String>,
     after: Option<String>,
     limit: Option<usize>,
+}
+
+impl Filter {
+    /// Folds `channel` into the `job_id` / `queues` filters; a malformed channel, or one that
+    /// contradicts the other filters, is a 400 naming the fields.
+    fn resolve_channel(mut self) -> Result<Self, OjsError> {
+        let Some(ch) = self.channel.take() else {
+            return Ok(self);
+        };
+        match ch.split_once(':') {
+            Some(("job", id)) => {
+                ojs_core::names::check_job_id(id).map_err(|e| OjsError::invalid(format!("channel job:<id>: {e}")))?;
+                if self.job_id.as_deref().is_some_and(|j| j != id) {
+                    return Err(OjsError::invalid(format!(
+                        "channel {ch:?} and job_id {:?} name different jobs; give one of them",
+                        self.job_id.unwrap_or_default()
+                    )));
+                }
+                self.job_id = Some(id.to_string());
+            }
+            Some(("queue", name)) => {
+                ojs_core::names::check_queue(name)
+                    .map_err(|e| OjsError::invalid(format!("channel queue:<name>: {e}")))?;
+                if self.queues.is_some() || self.queue.is_some() {
+                    return Err(OjsError::invalid(format!(
+                        "channel {ch:?} and queues both filter by queue; give one of them"
+                    )));
+                }
+                self.queues = Some(name.to_string());
+            }
+            _ => {
+                return Err(OjsError::invalid(format!(
+                    "channel must be job:<job id> or queue:<queue name>; got {ch:?}"
+                )))
+            }
+        }
+        Ok(self)
+    }
 }
 
 fn csv(a: &Option<String>, b: &Option<String>) -> Vec<String> {
@@ -66,10 +107,11 @@ pub fn event_json(id: &str, f: &std::collections::HashMap<String, String>) -> Va
     get,
     path = "/ojs/v1/events",
     tag = "events",
-    summary = "Lifecycle events (types, queues, job_id, after cursor, limit)",
+    summary = "Lifecycle events (types, queues, job_id, channel=job:<id>|queue:<name>, after cursor, limit)",
     responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
 async fn list(State(st): State<AppState>, Query(q): Query<Filter>) -> ApiResult<Response> {
+    let q = q.resolve_channel()?;
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
@@ -140,7 +182,7 @@ pub fn stream_router() -> OpenApiRouter<AppState> {
     get,
     path = "/ojs/v1/events/stream",
     tag = "events",
-    summary = "Live events (Server-Sent Events; Last-Event-ID resumes)",
+    summary = "Live events (Server-Sent Events; Last-Event-ID resumes; the filters of /events, channel included)",
     responses((status = 200, description = "OK"))
 )]
 async fn stream_all(State(st): State<AppState>, headers: HeaderMap, Query(q): Query<Filter>) -> ApiResult<Response> {
@@ -192,6 +234,8 @@ fn stream_id(id: &str) -> (u64, u64) {
 async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt;
+
+    let q = q.resolve_channel()?;
 
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);

@@ -7,6 +7,7 @@ use ojs_core::{names, OjsError};
 use ojs_store::{Backpressure, QueueCounts};
 use serde_json::{json, Value};
 
+use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson};
 use crate::state::AppState;
@@ -37,7 +38,7 @@ fn counts_json(c: &QueueCounts) -> Value {
         "discarded": c.discarded,
         "cancelled": c.cancelled,
         // ojs-backpressure: the jobs that count against a depth bound (available + scheduled + retryable).
-        "depth": c.available + c.scheduled,
+        "depth": c.depth(),
     })
 }
 
@@ -63,21 +64,49 @@ async fn list(State(st): State<AppState>) -> ApiResult<Response> {
     get,
     path = "/ojs/v1/queues/{queue}/stats",
     tag = "queues",
-    summary = "One queue's counts by state",
+    summary = "One queue's counts by state: in `queue` (an object, or the name with --queue-stats-queue name), at the top level, and in `stats`",
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
 async fn stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    let counts = queue_json(&st, &q).await?;
-    let bp = st.store.backpressure(&q).await?;
-    let depth = counts["depth"].as_u64().unwrap_or(0);
-    let mut stats = json!({ "queue": q, "depth": depth });
-    if let Some(b) = bp {
-        stats["max_depth"] = json!(b.max_depth);
-        stats["pressure"] = json!(depth as f64 / b.max_depth.max(1) as f64);
+    let c = st.store.queue_counts(std::slice::from_ref(&q)).await?;
+    let c = c
+        .first()
+        .ok_or_else(|| OjsError::new(ojs_core::ErrorCode::Internal, "no counts for the queue"))?;
+    let mut body = stats_json(c, st.config.queue_stats_queue, ojs_core::clock::local_now_ms());
+    // ojs-backpressure §10: the depth that counts against the bound, and the bound.
+    body["stats"]["queue"] = json!(q);
+    if let Some(b) = st.store.backpressure(&q).await? {
+        body["stats"]["max_depth"] = json!(b.max_depth);
+        body["stats"]["pressure"] = json!(c.depth() as f64 / b.max_depth.max(1) as f64);
     }
-    Ok(ok(json!({ "queue": counts, "stats": stats })))
+    Ok(ok(body))
+}
+
+/// One queue's stats, in a shape every reader finds its fields in: `queue` (an object with the counts,
+/// as the OpenAPI document and the conformance suite read it; or the name, `--queue-stats-queue name`,
+/// as the HTTP binding's prose and the Go and Rust SDKs decode it), the counts again at the top level
+/// (the JavaScript SDK's `QueueStats`; `depth` and `name` for the Ruby SDK), and `status`, `stats` and
+/// `computed_at` (the HTTP binding's shape: the Python, Go and Rust SDKs). `scheduled` counts the
+/// retryable jobs too (they wait in the same index).
+fn stats_json(c: &QueueCounts, queue_field: QueueStatsQueue, now_ms: i64) -> Value {
+    let counts = counts_json(c);
+    let mut body = counts.clone();
+    let mut stats = counts.clone();
+    if let Some(m) = stats.as_object_mut() {
+        for k in ["name", "status", "paused"] {
+            m.remove(k);
+        }
+    }
+    body["stats"] = stats;
+    body["depth"] = json!(c.depth());
+    body["queue"] = match queue_field {
+        QueueStatsQueue::Object => counts,
+        QueueStatsQueue::Name => json!(c.name),
+    };
+    body["computed_at"] = json!(ojs_core::clock::format_ms(now_ms));
+    body
 }
 
 fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {

@@ -52,6 +52,9 @@ struct FetchReq {
     strategy: Option<String>,
     #[serde(default)]
     count: Option<u32>,
+    /// The Ruby SDK's name for `count` (lib/ojs/worker.rb fetch_jobs); both may be given only when equal.
+    #[serde(default)]
+    batch_size: Option<u32>,
     #[serde(default)]
     worker_id: Option<String>,
     #[serde(default)]
@@ -65,7 +68,7 @@ struct FetchReq {
     post,
     path = "/ojs/v1/workers/fetch",
     tag = "workers",
-    summary = "Claim jobs: `{queues, strategy?, count?, worker_id?, visibility_timeout_ms?, wait_ms?}`",
+    summary = "Claim jobs: `{queues, strategy?, count? (alias batch_size), worker_id?, visibility_timeout_ms?, wait_ms?}`",
     request_body = serde_json::Value,
     responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
@@ -100,10 +103,17 @@ impl FetchParams {
         let queues = parse_queues(req.queues, &st.config.queue_weights)?;
         let worker = req.worker_id.unwrap_or_default();
         check_worker_id(&worker)?;
-        let count = req.count.unwrap_or(1);
+        let count = match (req.count, req.batch_size) {
+            (Some(c), Some(b)) if c != b => {
+                return Err(OjsError::invalid(format!(
+                    "count ({c}) and batch_size ({b}) disagree; batch_size is an alias of count, give one of them"
+                )))
+            }
+            (c, b) => c.or(b).unwrap_or(1),
+        };
         if count == 0 || count > st.config.max_fetch {
             return Err(OjsError::invalid(format!(
-                "count must be from 1 to {}; got {count}",
+                "count (or batch_size) must be from 1 to {}; got {count}",
                 st.config.max_fetch
             )));
         }
