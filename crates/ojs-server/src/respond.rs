@@ -47,6 +47,8 @@ pub async fn content_type(
 }
 
 /// A JSON body: `application/openjobspec+json` or `application/json` (or no Content-Type at all).
+/// curl's default `application/x-www-form-urlencoded` is accepted too, so that `curl -d '{…}'` works:
+/// the body must still be JSON (a real form body is a 400 `invalid_payload`).
 pub struct OjsJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
@@ -62,7 +64,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
                 .unwrap_or("")
                 .trim()
                 .to_ascii_lowercase();
-            if !ct.is_empty() && ct != OJS_MEDIA_TYPE && ct != "application/json" && !ct.ends_with("+json") {
+            if !ct.is_empty()
+                && ct != OJS_MEDIA_TYPE
+                && ct != "application/json"
+                && ct != "application/x-www-form-urlencoded"
+                && !ct.ends_with("+json")
+            {
                 return Err(OjsError::new(
                     ErrorCode::UnsupportedMediaType,
                     format!("Content-Type {ct} is not supported; use {OJS_MEDIA_TYPE} or application/json"),
@@ -100,5 +107,41 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
             )
         })?;
         Ok(Self(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+
+    async fn parse(content_type: Option<&str>, body: &'static str) -> Result<Value, ErrorCode> {
+        let mut req = Request::builder().method("POST").uri("/");
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        let req = req.body(Body::from(body)).expect("request");
+        match OjsJson::<Value>::from_request(req, &()).await {
+            Ok(OjsJson(v)) => Ok(v),
+            Err(e) => Err(e.0.code),
+        }
+    }
+
+    #[tokio::test]
+    async fn json_bodies_are_accepted_under_curls_default_content_type() {
+        for ct in [
+            None,
+            Some("application/openjobspec+json"),
+            Some("application/json; charset=utf-8"),
+            Some("application/x-www-form-urlencoded"),
+        ] {
+            assert_eq!(parse(ct, r#"{"a":1}"#).await, Ok(serde_json::json!({"a": 1})), "{ct:?}");
+        }
+        let form = Some("application/x-www-form-urlencoded");
+        assert_eq!(parse(form, "a=1&b=2").await, Err(ErrorCode::InvalidPayload));
+        assert_eq!(
+            parse(Some("text/plain"), "{}").await,
+            Err(ErrorCode::UnsupportedMediaType)
+        );
     }
 }
