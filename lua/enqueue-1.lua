@@ -8,7 +8,10 @@
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'; every other key is built from it and shares
 --                                its cluster hash tag, so the script touches one slot
 --   ARGV[2] n             int    number of jobs; then 18 fields per job, starting at ARGV[4]:
---   ARGV[3] mode          'all' (any duplicate id: nothing is written) | 'each' (per job)
+--   ARGV[3] mode          'all' (any duplicate id: nothing is written) | 'each' (per job) |
+--                         'cron': one job fired by a cron entry; 5 more fields follow the job's:
+--     cron name, expected next_run_at (ms, the tick being fired), new next_run_at ('' = none),
+--     overlap_policy (skip | allow | cancel_previous | enqueue), retention_ms (for cancel_previous)
 --     +0 id (UUIDv7)  +1 queue  +2 type  +3 rank (lower runs first)  +4 doc (job JSON without system fields)
 --     +5 max_attempts  +6 backoff spec  +7 on_exhaustion  +8 non_retryable (JSON array or '')
 --     +9 timeout_ms (0 none)  +10 visibility_ms (0 server default)  +11 expires_at ms (0 none)
@@ -23,7 +26,12 @@
 --               call touched, depth counted after the call
 --   {'duplicate', id}                        'all' only: that id exists (or repeats in the batch);
 --                                            nothing was written
---   {'full', queue, depth, bound, strategy}  'all' only: the batch would take that queue past its
+--   {'cron_taken'}                           'cron' only: the tick was already fired (by another pod) or
+--                                            the entry changed; nothing was written
+--   {'cron_skipped', previous_job_id}        'cron' only, overlap skip: the previous job is still
+--                                            active; the tick was claimed (next_run_at advanced) and
+--                                            cron.skipped emitted, no job written
+--   {'full', queue, depth, bound, strategy}  'all' and 'cron' (a cron tick is claimed even so): the batch would take that queue past its
 --                                            depth bound; no job was written (one
 --                                            backpressure.rejected event was)
 -- COST   O(log n) per job; per job three calls (EXISTS, HSET, XADD), the rest once per batch and
@@ -34,7 +42,9 @@
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or
 --   P..'scheduled' (scheduled); FIFO within a priority follows the order of the batch; 'all' writes no
 --   job unless every id in the batch is new and every bounded queue has room for all of the batch's
---   jobs; a queue's depth (available + scheduled + retryable: P..'q:'..Q..':pri' summed plus the
+--   jobs ('cron': the tick is claimed by compare-and-set on the entry's next_run_at in this same
+--   script, so each tick fires once however many pods race, and a crash cannot fire it twice or lose
+--   the job of a claimed tick); a queue's depth (available + scheduled + retryable: P..'q:'..Q..':pri' summed plus the
 --   'scheduled' gauge) never passes its bound (P..'q:'..Q..':conf' bp_max_depth), because the check and
 --   the writes are one script; a job with a rate-limit key makes its policy the key's
 --   (newest wins; parked lanes of the key re-open when the limits change: includes/ratelimit.lua)
@@ -42,10 +52,17 @@
 --@include emit
 --@include ready
 --@include active
+--@include cancel
 
 local P = ARGV[1]
 local n = tonumber(ARGV[2])
 local each = ARGV[3] == 'each'
+local cron = nil
+if ARGV[3] == 'cron' then
+  local cb = 4 + n * 18
+  cron = { name = ARGV[cb], expected = ARGV[cb + 1], nxt = ARGV[cb + 2], overlap = ARGV[cb + 3],
+    retention = tonumber(ARGV[cb + 4]) }
+end
 local STRIDE = 18
 local BASE = 4
 
@@ -61,6 +78,33 @@ if not each then
 end
 
 local now = now_ms()
+
+-- A cron firing claims its tick first: only the caller that saw this next_run_at fires it.
+if cron then
+  local ck = P .. 'cron:' .. cron.name
+  local cur = redis.call('HMGET', ck, 'next_run_at', 'last_job')
+  if cur[1] ~= cron.expected then return {'cron_taken'} end
+  if cron.nxt ~= '' then
+    redis.call('HSET', ck, 'next_run_at', cron.nxt)
+    redis.call('ZADD', P .. 'cron:due', cron.nxt, cron.name)
+  else
+    redis.call('HDEL', ck, 'next_run_at')
+    redis.call('ZREM', P .. 'cron:due', cron.name)
+  end
+  redis.call('HSET', ck, 'last_run_at', now)
+  redis.call('HINCRBY', ck, 'run_count', 1)
+  local prev = cur[2]
+  if prev and (cron.overlap == 'skip' or cron.overlap == 'cancel_previous')
+    and redis.call('HGET', P .. 'job:' .. prev, 'state') == 'active' then
+    if cron.overlap == 'skip' then
+      emit(P, 'cron.skipped', prev, ARGV[BASE + 1], ARGV[BASE + 2], now,
+        '{"cron_name":"' .. cron.name .. '","reason":"previous run still active"}')
+      return {'cron_skipped', prev}
+    end
+    cancel_job(P, P .. 'job:' .. prev, prev, cron.retention, now)
+  end
+end
+
 local states, pressure = {}, {}
 local reply = {'ok', now, states, pressure}
 
@@ -207,5 +251,10 @@ for _, queue in ipairs(order) do
     pressure[#pressure + 1] = c.warn
     pressure[#pressure + 1] = c.strategy
   end
+end
+if cron then
+  local id = ARGV[BASE]
+  redis.call('HSET', P .. 'cron:' .. cron.name, 'last_job', id)
+  emit(P, 'cron.triggered', id, ARGV[BASE + 1], ARGV[BASE + 2], now, '{"cron_name":"' .. cron.name .. '"}')
 end
 return reply

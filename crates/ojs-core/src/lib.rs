@@ -3,6 +3,7 @@
 //! timestamps, and the error catalog. The store and the server both build on it.
 
 pub mod clock;
+pub mod cron;
 pub mod duration;
 pub mod envelope;
 pub mod error;

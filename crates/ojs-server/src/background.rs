@@ -58,6 +58,10 @@ async fn step(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
             break;
         }
     }
-    // Both ends of the interval come from Redis TIME: a pod whose clock is off sleeps just as long.
-    Ok(next_due)
+    let cron_due = crate::cron::fire_due(st).await?;
+    // Both ends of every interval come from Redis TIME: a pod whose clock is off sleeps just as long.
+    Ok(match (next_due, cron_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod background;
 pub mod coalesce;
 pub mod config;
+pub mod cron;
 pub mod error;
 pub mod events_hub;
 pub mod metrics;
@@ -75,6 +76,7 @@ struct ApiDoc;
 pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
     utoipa_axum::router::OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .merge(routes::jobs::router())
+        .merge(routes::cron::router())
         .merge(routes::workers::router())
         .merge(routes::queues::router())
         .merge(routes::rate_limits::router())

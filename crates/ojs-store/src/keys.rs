@@ -80,6 +80,18 @@ impl Keys {
     pub fn worker(&self, id: &str) -> String {
         format!("{}worker:{id}", self.prefix)
     }
+    /// `P cron:<name>`: one cron entry (see lua/cron-set-1.lua).
+    pub fn cron(&self, name: &str) -> String {
+        format!("{}cron:{name}", self.prefix)
+    }
+    /// `P crons`: every cron entry's name (zset, lexicographic).
+    pub fn crons(&self) -> String {
+        format!("{}crons", self.prefix)
+    }
+    /// `P cron:due`: enabled cron entries by next_run_at (ms).
+    pub fn cron_due(&self) -> String {
+        format!("{}cron:due", self.prefix)
+    }
     pub fn schema(&self) -> String {
         format!("{}schema", self.prefix)
     }

@@ -73,6 +73,8 @@ struct Scripts {
     rl_override: Named,
     rl_inspect: Named,
     rl_gauges: Named,
+    cron_set: Named,
+    cron_delete: Named,
 }
 
 /// A script and its operation name (the metric label).
@@ -312,6 +314,28 @@ pub struct RateLimitState {
     pub stats: JobFields,
 }
 
+/// A registered or updated cron entry's bookkeeping.
+#[derive(Debug, Clone)]
+pub struct CronSaved {
+    pub created: bool,
+    pub created_at: i64,
+    pub last_run_at: Option<i64>,
+    pub run_count: u64,
+}
+
+/// What firing a cron tick did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CronFired {
+    /// The tick's job was created.
+    Created,
+    /// Another pod fired this tick first (or the entry changed meanwhile): nothing done.
+    Taken,
+    /// overlap_policy skip: the previous run (this job id) is still active; the tick was used up.
+    Skipped(String),
+    /// The target queue is at its backpressure bound; the tick was used up.
+    QueueFull,
+}
+
 /// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
 #[derive(Debug, Default, Clone)]
 pub struct RateLimitGauges {
@@ -444,6 +468,8 @@ impl Store {
                 rl_override: script(scripts::RL_OVERRIDE),
                 rl_inspect: script(scripts::RL_INSPECT),
                 rl_gauges: script(scripts::RL_GAUGES),
+                cron_set: script(scripts::CRON_SET),
+                cron_delete: script(scripts::CRON_DELETE),
             },
             cfg,
         })
@@ -546,6 +572,11 @@ impl Store {
     }
 
     async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
+        self.enqueue_script_with(jobs, mode, Vec::new()).await
+    }
+
+    /// The enqueue script with `extra` arguments after the jobs' fields (the `cron` mode's).
+    async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Result<Vec<Value>> {
         let mut args = Vec::with_capacity(3 + jobs.len() * 18);
         args.push(self.keys.prefix().to_string());
         args.push(jobs.len().to_string());
@@ -572,6 +603,7 @@ impl Store {
                 j.expires_in_ms.to_string(),
             ]);
         }
+        args.extend(extra);
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
@@ -1300,6 +1332,137 @@ impl Store {
             .first()
             .map(|(id, _)| id.clone())
             .unwrap_or_else(|| "0-0".into()))
+    }
+
+    // ---- cron (lua/cron-set-1.lua, cron-delete-1.lua, enqueue-1.lua's cron mode) ----
+
+    /// Redis' clock (ms): the time cron schedules are computed from.
+    pub async fn now_ms(&self) -> Result<i64> {
+        let mut conn = self.conn().await?;
+        redis_now_ms(&mut conn).await
+    }
+
+    /// Registers or updates a cron entry; `next_run_at` None keeps it registered but idle (disabled).
+    pub async fn cron_set(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Result<CronSaved> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            name.to_string(),
+            def.to_string(),
+            next_run_at.map(|n| n.to_string()).unwrap_or_default(),
+        ];
+        let items = self.run(&self.scripts.cron_set, &[self.keys.cron(name)], args).await?;
+        let opt = |i: usize| val_str(at(&items, i)).parse::<i64>().ok();
+        Ok(CronSaved {
+            created: val_i64(at(&items, 1)) == 1,
+            created_at: opt(2).unwrap_or(0),
+            last_run_at: opt(3),
+            run_count: opt(4).unwrap_or(0).max(0) as u64,
+        })
+    }
+
+    /// Removes a cron entry; returns it as it was, or None when there was none.
+    pub async fn cron_delete(&self, name: &str) -> Result<Option<JobFields>> {
+        let args = vec![self.keys.prefix().to_string(), name.to_string()];
+        let items = self
+            .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
+            .await?;
+        Ok((tag(&items) == "ok").then(|| flat_map(at(&items, 1))))
+    }
+
+    pub async fn cron_get(&self, name: &str) -> Result<Option<JobFields>> {
+        let mut conn = self.conn().await?;
+        let m: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.keys.cron(name))
+            .query_async(&mut conn)
+            .await?;
+        Ok((!m.is_empty()).then_some(m))
+    }
+
+    /// Cron entries in name order: (total, page of (name, entry)).
+    pub async fn cron_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, JobFields)>)> {
+        let mut conn = self.conn().await?;
+        let total: u64 = redis::cmd("ZCARD")
+            .arg(self.keys.crons())
+            .query_async(&mut conn)
+            .await?;
+        let names: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.crons())
+            .arg(offset)
+            .arg(offset + limit.max(1) - 1)
+            .query_async(&mut conn)
+            .await?;
+        self.cron_entries(&mut conn, names).await.map(|e| (total, e))
+    }
+
+    /// Entries whose next_run_at is at or before Redis' clock, up to `limit`: (Redis now, due entries).
+    pub async fn cron_due(&self, limit: usize) -> Result<(i64, Vec<(String, JobFields)>)> {
+        let mut conn = self.conn().await?;
+        let now = redis_now_ms(&mut conn).await?;
+        let names: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.cron_due())
+            .arg("-inf")
+            .arg(now)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit.max(1))
+            .query_async(&mut conn)
+            .await?;
+        self.cron_entries(&mut conn, names).await.map(|e| (now, e))
+    }
+
+    /// The earliest next_run_at of any enabled entry (ms), if any.
+    pub async fn cron_next_due(&self) -> Result<Option<i64>> {
+        let mut conn = self.conn().await?;
+        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(self.keys.cron_due())
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        Ok(first.first().map(|(_, s)| *s as i64))
+    }
+
+    async fn cron_entries(&self, conn: &mut ConnectionManager, names: Vec<String>) -> Result<Vec<(String, JobFields)>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for n in &names {
+            pipe.cmd("HGETALL").arg(self.keys.cron(n));
+        }
+        let maps: Vec<HashMap<String, String>> = pipe.query_async(conn).await?;
+        Ok(names.into_iter().zip(maps).filter(|(_, m)| !m.is_empty()).collect())
+    }
+
+    /// Fires one tick of cron entry `name`: the tick `expected` (its next_run_at as read) is claimed and
+    /// the entry advanced to `next` in the same script that creates `job` (enqueue-1.lua's cron mode).
+    pub async fn cron_fire(
+        &self,
+        job: &NewJob,
+        name: &str,
+        expected: &str,
+        next: Option<i64>,
+        overlap: &str,
+    ) -> Result<CronFired> {
+        let extra = vec![
+            name.to_string(),
+            expected.to_string(),
+            next.map(|n| n.to_string()).unwrap_or_default(),
+            overlap.to_string(),
+            self.cfg.retention_ms.to_string(),
+        ];
+        let items = self
+            .enqueue_script_with(std::slice::from_ref(job), "cron", extra)
+            .await?;
+        Ok(match tag(&items).as_str() {
+            "ok" => CronFired::Created,
+            "cron_taken" => CronFired::Taken,
+            "cron_skipped" => CronFired::Skipped(val_str(at(&items, 1))),
+            "full" => CronFired::QueueFull,
+            t => return Err(StoreError::Reply(format!("cron fire: unknown tag {t}"))),
+        })
     }
 
     /// A raw connection for read-only helpers (events, inspection) that live in the server crate.

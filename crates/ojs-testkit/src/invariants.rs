@@ -293,5 +293,25 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             "per-priority ready counts {counted:?} differ from the ready sets {ready_by_priority:?}"
         ));
     }
+    // Cron entries (lua/cron-set-1.lua): every name in P crons has its hash, and P cron:due holds
+    // exactly the entries with a next_run_at, scored by it.
+    let names: Vec<String> = conn.zrange(format!("{p}crons"), 0, -1).await.expect("ZRANGE");
+    let due = zset(&mut conn, &format!("{p}cron:due")).await;
+    for name in &names {
+        let next: Option<f64> = conn.hget(format!("{p}cron:{name}"), "next_run_at").await.expect("HGET");
+        let exists: bool = conn.exists(format!("{p}cron:{name}")).await.expect("EXISTS");
+        if !exists {
+            problems.push(format!("cron entry {name} is listed in crons but has no hash"));
+        }
+        if next != due.get(name).copied() {
+            problems.push(format!(
+                "cron entry {name}: next_run_at {next:?} but cron:due says {:?}",
+                due.get(name)
+            ));
+        }
+    }
+    for name in due.keys().filter(|n| !names.contains(n)) {
+        problems.push(format!("cron:due holds {name}, which is not a registered entry"));
+    }
     problems
 }

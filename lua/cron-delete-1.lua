@@ -1,0 +1,23 @@
+-- cron-delete-1.lua: remove a cron entry (OJS cron §8.3). Jobs it already created are not touched.
+--
+-- KEYS
+--   KEYS[1] P..'cron:'..name   hash   the entry (see cron-set-1.lua)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] name          string the entry's name
+-- RETURNS
+--   {'ok', entry}         entry is the removed hash as a flat field/value array
+--   {'not_found'}
+-- COST   O(log n)
+-- CLOCK  none
+-- INVARIANTS
+--   the hash, its P..'crons' member and its P..'cron:due' member go together, so a removed entry
+--   never fires again on any pod
+
+local P, name = ARGV[1], ARGV[2]
+local entry = redis.call('HGETALL', KEYS[1])
+if #entry == 0 then return {'not_found'} end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', P .. 'crons', name)
+redis.call('ZREM', P .. 'cron:due', name)
+return {'ok', entry}

@@ -1,0 +1,38 @@
+-- cron-set-1.lua: register a cron entry, or update the one with that name (upsert, OJS cron §8.1).
+--
+-- KEYS
+--   KEYS[1] P..'cron:'..name   hash   def (the registration as JSON), next_run_at (ms; absent while
+--                                     disabled), created_at, updated_at, last_run_at, run_count,
+--                                     last_job (the id of the job its last firing created)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] name          string the entry's name
+--   ARGV[3] def           string the registration as JSON (expression, timezone, job template, …)
+--   ARGV[4] next_run_at   int    ms, computed by the caller from the expression and Redis TIME; ''
+--                                when the entry is disabled (it stays registered and never fires)
+-- RETURNS
+--   {'ok', created, created_at, last_run_at, run_count}   created 1 for a new entry, 0 for an update;
+--                                                          last_run_at '' when it never fired
+-- COST   O(log n)
+-- CLOCK  Redis TIME (created_at, updated_at)
+-- INVARIANTS
+--   an entry is in P..'crons' (every name, lexicographic) exactly while its hash exists, and in
+--   P..'cron:due' (name by next_run_at) exactly while it has a next_run_at; an update keeps
+--   created_at, last_run_at, run_count and last_job (so overlap detection survives re-registration)
+--@include clock
+
+local P, name, def, nxt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ck = KEYS[1]
+local now = now_ms()
+local created = redis.call('HSETNX', ck, 'created_at', now)
+redis.call('HSET', ck, 'def', def, 'updated_at', now)
+if nxt ~= '' then
+  redis.call('HSET', ck, 'next_run_at', nxt)
+  redis.call('ZADD', P .. 'cron:due', nxt, name)
+else
+  redis.call('HDEL', ck, 'next_run_at')
+  redis.call('ZREM', P .. 'cron:due', name)
+end
+redis.call('ZADD', P .. 'crons', 0, name)
+local f = redis.call('HMGET', ck, 'created_at', 'last_run_at', 'run_count')
+return {'ok', created, f[1], f[2] or '', f[3] or '0'}

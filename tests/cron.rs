@@ -1,0 +1,266 @@
+//! Cron entries: registration, validation, firing once per tick across pods, overlap policies, missed
+//! ticks. DST arithmetic is unit-tested in ojs-core (cron.rs), where the instants are exact.
+
+use std::time::{Duration, Instant};
+
+use ojs_testkit::TestServer;
+use serde_json::{json, Value};
+
+fn entry(name: &str, expression: &str, queue: &str) -> Value {
+    json!({"name": name, "expression": expression,
+        "job_template": {"type": "cron.tick", "args": [{"n": 1}], "options": {"queue": queue}}})
+}
+
+/// Every job currently available in `queue`, claimed by one fetch of up to 1,000.
+async fn drain(s: &TestServer, queue: &str) -> Vec<Value> {
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [queue], "count": 1000, "worker_id": "drain"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    b["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+async fn wait_for_jobs(s: &TestServer, queue: &str, within: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = drain(s, queue).await;
+        if !got.is_empty() {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "no job in {queue} within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn register_list_update_and_delete() {
+    let s = TestServer::start().await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "tokyo.report", "expression": "0 9 * * *", "timezone": "Asia/Tokyo",
+                "job_template": {"type": "report.generate", "args": [], "priority": 1}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let c = &b["cron"];
+    assert_eq!(
+        (
+            c["enabled"].as_bool(),
+            c["overlap_policy"].as_str(),
+            c["run_count"].as_i64()
+        ),
+        (Some(true), Some("skip"), Some(0))
+    );
+    // 09:00 in Tokyo is 00:00 UTC.
+    let next = ojs_core::clock::parse_ms(c["next_run_at"].as_str().unwrap_or("")).unwrap_or(1);
+    assert_eq!(next % 86_400_000, 0, "{c}");
+    // Upsert: same name, 200, the new schedule; disabled entries have no next run.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "tokyo.report", "cron": "@hourly", "enabled": false, "type": "report.generate"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(
+        (b["cron"]["expression"].as_str(), b["cron"]["next_run_at"].is_null()),
+        (Some("@hourly"), true)
+    );
+    assert_eq!(b["cron"]["created_at"], c["created_at"], "an update keeps created_at");
+    s.post("/ojs/v1/cron", entry("alpha", "*/5 * * * *", "cq")).await;
+    let (_, l) = s.get("/ojs/v1/cron").await;
+    let names: Vec<&str> = l["crons"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, vec!["alpha", "tokyo.report"]);
+    let (st, _) = s.get("/ojs/v1/cron/alpha").await;
+    assert_eq!(st, 200);
+    let (st, b) = s.delete("/ojs/v1/cron/alpha").await;
+    assert_eq!((st, b["cron"]["name"].as_str()), (200, Some("alpha")));
+    assert_eq!(s.get("/ojs/v1/cron/alpha").await.0, 404);
+    assert_eq!(s.delete("/ojs/v1/cron/alpha").await.0, 404);
+}
+
+#[tokio::test]
+async fn invalid_entries_are_refused_with_the_reason() {
+    let s = TestServer::start().await;
+    for (body, needle) in [
+        (
+            json!({"name": "x", "expression": "not a valid cron", "job_template": {"type": "t"}}),
+            "cron expression",
+        ),
+        (
+            json!({"name": "x", "expression": "99 25 32 13 8", "job_template": {"type": "t"}}),
+            "cron expression",
+        ),
+        (
+            json!({"name": "x", "expression": "0 0 0 0 0 0 0", "job_template": {"type": "t"}}),
+            "5 fields",
+        ),
+        (
+            json!({"name": "x", "expression": "* * * * *", "timezone": "EST", "job_template": {"type": "t"}}),
+            "IANA",
+        ),
+        (
+            json!({"name": "x", "expression": "* * * * *", "timezone": "+05:00", "job_template": {"type": "t"}}),
+            "IANA",
+        ),
+        (
+            json!({"name": "Bad Name", "expression": "* * * * *", "job_template": {"type": "t"}}),
+            "name",
+        ),
+        (
+            json!({"name": "x", "expression": "* * * * *", "overlap_policy": "sometimes", "job_template": {"type": "t"}}),
+            "overlap_policy",
+        ),
+        (
+            json!({"name": "x", "expression": "* * * * *", "job_template": {"type": "t", "priority": -1}}),
+            "job_template",
+        ),
+        (json!({"name": "x", "expression": "* * * * *"}), "job_template"),
+    ] {
+        let (st, b) = s.post("/ojs/v1/cron", body.clone()).await;
+        let msg = b["error"]["message"].as_str().unwrap_or("");
+        assert!(st == 400 || st == 422, "{body} -> {st} {b}");
+        assert!(
+            msg.contains(needle),
+            "{body}: message {msg:?} should mention {needle:?}"
+        );
+    }
+    let (_, l) = s.get("/ojs/v1/cron").await;
+    assert_eq!(l["crons"], json!([]), "nothing was registered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tick_fires_once_however_many_pods_run() {
+    let first = TestServer::spawn_process(
+        env!("CARGO_BIN_EXE_ojs-server"),
+        &ojs_testkit::redis_url(),
+        &ojs_testkit::unique_namespace(),
+        &[],
+    )
+    .await;
+    let ns = first.namespace.clone();
+    let second = TestServer::spawn_process(env!("CARGO_BIN_EXE_ojs-server"), &ojs_testkit::redis_url(), &ns, &[]).await;
+    let third = TestServer::spawn_process(env!("CARGO_BIN_EXE_ojs-server"), &ojs_testkit::redis_url(), &ns, &[]).await;
+    // Every second (6 fields), overlap allow so no tick is skipped for a previous run.
+    let mut e = entry("every.second", "* * * * * *", "ticks");
+    e["overlap_policy"] = json!("allow");
+    let (st, b) = first.post("/ojs/v1/cron", e).await;
+    assert_eq!(st, 201, "{b}");
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let (st, b) = second.delete("/ojs/v1/cron/every.second").await;
+    assert_eq!(st, 200);
+    let run_count = b["cron"]["run_count"].as_u64().unwrap_or(0);
+    let jobs = drain(&third, "ticks").await;
+    let mut ticks: Vec<&str> = jobs
+        .iter()
+        .filter_map(|j| j["meta"]["cron_triggered_at"].as_str())
+        .collect();
+    let n = ticks.len();
+    ticks.sort();
+    ticks.dedup();
+    assert_eq!(ticks.len(), n, "a tick fired twice: {jobs:?}");
+    assert!(n >= 3, "three pods, 4.5 s of a per-second schedule: {n} jobs");
+    assert_eq!(run_count as usize, n, "run_count counts the jobs created");
+    assert!(jobs.iter().all(|j| j["meta"]["cron_name"] == "every.second"));
+    first.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn overlap_policies_skip_cancel_and_enqueue() {
+    let s = TestServer::start().await;
+    let register = |name: &str, queue: &str, policy: &str| {
+        let mut e = entry(name, "* * * * * *", queue);
+        e["overlap_policy"] = json!(policy);
+        e
+    };
+    for (name, queue, policy) in [
+        ("o.skip", "o-skip", "skip"),
+        ("o.cancel", "o-cancel", "cancel_previous"),
+        ("o.enq", "o-enq", "enqueue"),
+    ] {
+        let (st, b) = s.post("/ojs/v1/cron", register(name, queue, policy)).await;
+        assert_eq!(st, 201, "{b}");
+    }
+    // Claim the first run of each (it stays active), then let two more ticks pass.
+    let mut first = std::collections::HashMap::new();
+    for queue in ["o-skip", "o-cancel", "o-enq"] {
+        let (_, b) = s
+            .post("/ojs/v1/workers/fetch", json!({"queues": [queue], "wait_ms": 3000}))
+            .await;
+        first.insert(queue, b["jobs"][0]["id"].as_str().unwrap_or_default().to_string());
+    }
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    for name in ["o.skip", "o.cancel", "o.enq"] {
+        s.delete(&format!("/ojs/v1/cron/{name}")).await;
+    }
+    // skip: no new job while the first runs; the skipped ticks are events.
+    assert!(drain(&s, "o-skip").await.is_empty());
+    let (_, ev) = s.get("/ojs/v1/events?types=cron.skipped").await;
+    assert!(ev["events"].as_array().is_some_and(|e| !e.is_empty()), "{ev}");
+    assert_eq!(
+        s.wait_state(&first["o-skip"], "active", Duration::from_secs(1)).await["id"],
+        first["o-skip"].as_str()
+    );
+    // cancel_previous: the running job was cancelled by the next tick.
+    s.wait_state(&first["o-cancel"], "cancelled", Duration::from_secs(1))
+        .await;
+    // enqueue: later runs wait, one at a time, until the first finishes.
+    assert!(
+        drain(&s, "o-enq").await.is_empty(),
+        "queued runs never run alongside the first"
+    );
+    let (st, _) = s.post("/ojs/v1/workers/ack", json!({"job_id": first["o-enq"]})).await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        wait_for_jobs(&s, "o-enq", Duration::from_secs(3)).await.len(),
+        1,
+        "the next queued run, alone"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn ticks_missed_while_every_pod_was_down_fire_once() {
+    let s = TestServer::start().await;
+    let (st, _) = s.post("/ojs/v1/cron", entry("yearly", "@yearly", "missed")).await;
+    assert_eq!(st, 201);
+    // As if every pod had been down since long before the entry's next tick: next_run_at in the past.
+    let mut conn = s.redis().await;
+    let past: i64 = 1_000_000_000_000;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(s.key("cron:yearly"))
+        .arg("next_run_at")
+        .arg(past)
+        .ignore()
+        .cmd("ZADD")
+        .arg(s.key("cron:due"))
+        .arg(past)
+        .arg("yearly")
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .expect("redis");
+    let jobs = wait_for_jobs(&s, "missed", Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        jobs.len() + drain(&s, "missed").await.len(),
+        1,
+        "one catch-up occurrence, not one per missed year"
+    );
+    let (_, b) = s.get("/ojs/v1/cron/yearly").await;
+    let next = ojs_core::clock::parse_ms(b["cron"]["next_run_at"].as_str().unwrap_or("")).unwrap_or(0);
+    assert!(
+        next > ojs_core::clock::local_now_ms(),
+        "next_run_at moved to the next future tick: {b}"
+    );
+    assert_eq!(b["cron"]["run_count"], 1);
+    s.assert_invariants().await;
+}
