@@ -6,9 +6,9 @@ use uuid::Uuid;
 
 pub const MAX_NAME_LEN: usize = 255;
 
-/// Queue names: `^[a-z0-9][a-z0-9\-\.]*$`, at most 255 bytes (OJS core).
-pub fn check_queue(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
+/// `^[a-z0-9][a-z0-9\-\.]*$`, at most 255 bytes: queue names (OJS core) and cron entry names (OJS cron).
+fn lower_dotted(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name
             .bytes()
@@ -16,8 +16,23 @@ pub fn check_queue(name: &str) -> Result<(), String> {
             .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && name
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    if ok {
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// Cron entry names (OJS cron §2.2): they become key parts and URL segments.
+pub fn check_cron_name(name: &str) -> Result<(), String> {
+    if lower_dotted(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "name must match ^[a-z0-9][a-z0-9.-]*$ (lowercase letters, digits, '.' and '-', at most {MAX_NAME_LEN} characters); got {name:?}"
+        ))
+    }
+}
+
+/// Queue names: `^[a-z0-9][a-z0-9\-\.]*$`, at most 255 bytes (OJS core).
+pub fn check_queue(name: &str) -> Result<(), String> {
+    if lower_dotted(name) {
         Ok(())
     } else {
         Err(format!(
