@@ -28,24 +28,9 @@ pub struct Registration {
 
 pub const OVERLAP_POLICIES: [&str; 4] = ["skip", "allow", "cancel_previous", "enqueue"];
 
-/// Entry names go into Redis keys and URLs: lowercase letters, digits, `-` and `.` (spec §2.2).
+/// Entry names go into Redis keys and URLs.
 pub fn check_name(name: &str) -> Result<(), OjsError> {
-    let ok = !name.is_empty()
-        && name.len() <= 255
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(OjsError::invalid(format!(
-            "name must be 1-255 characters of lowercase letters, digits, '-' and '.', starting with a letter or digit; got {name:?}"
-        )))
-    }
+    ojs_core::names::check_cron_name(name).map_err(OjsError::invalid)
 }
 
 fn string_field<'a>(o: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, OjsError> {
