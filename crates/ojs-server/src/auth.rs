@@ -1,7 +1,7 @@
 //! Bearer API keys with two scopes. `admin` may call everything; `worker` may call everything except
 //! the operator endpoints (admin routes, rate-limit overrides, dead letter, queue pause/resume, worker
 //! signals). Keys come from `OJS_API_KEYS` (`admin:<key>,worker:<key>,…`) and are compared in constant
-//! time. Health and the manifest stay open for load balancers. With no keys configured the server
+//! time. Health, readiness and the manifest stay open for load balancers. With no keys configured the server
 //! refuses to listen on anything but loopback unless `--insecure-no-auth` is given.
 
 use axum::extract::{Request, State};
@@ -62,7 +62,10 @@ pub fn parse_keys(s: &str) -> Result<ApiKeys, String> {
 /// The scope a request needs; None for open endpoints.
 pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     // The dashboard page itself is static; every call it makes carries the operator's key.
-    if path == "/ojs/v1/health" || path == "/ojs/manifest" || path == "/" || path == "/ui" || path == "/ui/" {
+    if matches!(
+        path,
+        "/ojs/v1/health" | "/health" | "/ojs/v1/ready" | "/ready" | "/ojs/manifest" | "/" | "/ui" | "/ui/"
+    ) {
         return None;
     }
     let admin = path.starts_with("/ojs/v1/admin/")

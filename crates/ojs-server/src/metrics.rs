@@ -106,7 +106,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     summary = "Prometheus metrics",
     responses((status = 200, description = "OK"))
 )]
-async fn scrape(State(st): State<AppState>) -> ApiResult<Response> {
+async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> ApiResult<Response> {
     let mut out = install().render();
     let mut names = st.store.queue_names().await?;
     names.truncate(MAX_QUEUES);
@@ -181,5 +181,17 @@ async fn scrape(State(st): State<AppState>) -> ApiResult<Response> {
         "# HELP ojs_rate_limit_exceeded_total Blocking episodes of a rate-limit key, by strategy."
     );
     let _ = writeln!(out, "# TYPE ojs_rate_limit_exceeded_total counter\n{exceeded}");
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+    Ok(([(header::CONTENT_TYPE, content_type(&headers))], out).into_response())
+}
+
+/// The Prometheus text format (0.0.4) is served as `text/plain`, which every Prometheus version parses
+/// as that format; the `version=0.0.4` parameter is added when the scraper's Accept names it (as
+/// Prometheus does), and left out otherwise (ext-observability expects exactly `text/plain`).
+fn content_type(headers: &axum::http::HeaderMap) -> &'static str {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("version=0.0.4") {
+        "text/plain; version=0.0.4"
+    } else {
+        "text/plain"
+    }
 }
