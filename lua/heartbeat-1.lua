@@ -1,4 +1,5 @@
--- heartbeat-1.lua: a worker is alive; extend the leases of the active jobs it holds, read its signal.
+-- heartbeat-1.lua: a worker is alive; extend the leases of the active jobs it holds, read its signal,
+-- record what it says of itself (its state, the jobs it still holds) for the operator.
 --
 -- KEYS
 --   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
@@ -9,20 +10,25 @@
 --                                when the job was claimed (its 'lease_ms')
 --   ARGV[4] default_ms    int    extension for a job claimed before claims recorded 'lease_ms'
 --   ARGV[5] worker_ttl_ms int    how long the worker record outlives its last heartbeat
---   ARGV[6..] pairs       job id, lease id ('' = not named): the jobs the worker says it is running
+--   ARGV[6] worker_state  string what the worker reports ('running', 'quiet', 'drain', 'terminate';
+--                                '' = unchanged)
+--   ARGV[7..] pairs       job id, lease id ('' = not named): the jobs the worker says it is running
 -- RETURNS
 --   {'ok', now_ms, signal, id_1, state_1, lease_1, ...}
 --      signal is the operator's directive for this worker ('' = run on, 'quiet', 'terminate');
 --      state_i is the job's state ('missing' if gone); lease_i the new deadline, or -1 when the lease
 --      was not extended: the worker no longer holds the job and should stop it
--- COST   O(log n) per job
+-- COST   O(log n) per job, plus O(log w + m) to prune the m registry entries of workers silent for longer
+--        than worker_ttl_ms (w workers)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   only an active job held by this claim is extended, together with its rate-limit slots: the named
 --   lease must be the job's current one (includes/lease.lua), and a heartbeat naming no lease must
 --   come from the job's worker (or either side anonymous); a lease that already lapsed is never
 --   revived (its slots were already counted free; the reaper takes the job back); a lease never
---   outlives the job's execution timeout (started_at + timeout_ms)
+--   outlives the job's execution timeout (started_at + timeout_ms); a worker is in P..'workers' (zset
+--   scored by last_seen) while its record P..'worker:'..id lives, and the record's 'jobs' lists the
+--   jobs it held at its last heartbeat
 --@include clock
 --@include active
 --@include lease
@@ -31,14 +37,13 @@ local P, worker = ARGV[1], ARGV[2]
 local extend_ms, default_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 local signal = ''
+local wk = P .. 'worker:' .. worker
 if worker ~= '' then
-  local wk = P .. 'worker:' .. worker
   signal = redis.call('HGET', wk, 'signal') or ''
-  redis.call('HSET', wk, 'last_seen', now, 'active_jobs', (#ARGV - 5) / 2)
-  redis.call('PEXPIRE', wk, tonumber(ARGV[5]))
 end
 local reply = {'ok', now, signal}
-for i = 6, #ARGV, 2 do
+local held_ids = {}
+for i = 7, #ARGV, 2 do
   local id, lease_id = ARGV[i], ARGV[i + 1]
   local jk = P .. 'job:' .. id
   local f = redis.call('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
@@ -55,9 +60,18 @@ for i = 6, #ARGV, 2 do
     -- Rate-limit slots are leases too: they follow the job's lease.
     if f[6] then redis.call('ZADD', P .. 'rl:' .. f[6] .. ':active', 'XX', lease, id) end
     if f[7] then redis.call('ZADD', P .. 'q:' .. f[8] .. ':rl:active', 'XX', lease, id) end
+    held_ids[#held_ids + 1] = id
   end
   reply[#reply + 1] = id
   reply[#reply + 1] = f[1] or 'missing'
   reply[#reply + 1] = lease
+end
+if worker ~= '' then
+  local ttl = tonumber(ARGV[5])
+  redis.call('HSET', wk, 'last_seen', now, 'active_jobs', #held_ids, 'jobs', table.concat(held_ids, ' '))
+  if ARGV[6] ~= '' then redis.call('HSET', wk, 'state', ARGV[6]) end
+  redis.call('PEXPIRE', wk, ttl)
+  redis.call('ZADD', P .. 'workers', now, worker)
+  redis.call('ZREMRANGEBYSCORE', P .. 'workers', '-inf', '(' .. (now - ttl))
 end
 return reply

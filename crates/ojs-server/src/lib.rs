@@ -84,6 +84,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::events::router())
         .merge(routes::events::stream_router())
         .merge(routes::system::router())
+        .merge(routes::lifecycle::router())
         .merge(metrics::router())
 }
 

@@ -41,6 +41,9 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// How long one blocking read of the event tail waits for new events.
 pub const EVENTS_BLOCK_MS: u64 = 1_000;
 
+/// How long a worker's record (and its entry in `P workers`) outlives its last heartbeat.
+pub const WORKER_TTL_MS: u64 = 24 * 3600 * 1000;
+
 /// A job hash as stored: field -> value.
 pub type JobFields = HashMap<String, String>;
 
@@ -868,12 +871,25 @@ impl Store {
         jobs: &[(String, Option<String>)],
         extend_ms: Option<u64>,
     ) -> Result<Heartbeat> {
+        self.heartbeat_reporting(worker_id, jobs, extend_ms, None).await
+    }
+
+    /// [`Store::heartbeat`] that also records the state the worker reports of itself (`running`,
+    /// `quiet`, `drain`, `terminate`), kept in its record for the operator (`None` leaves it as it was).
+    pub async fn heartbeat_reporting(
+        &self,
+        worker_id: &str,
+        jobs: &[(String, Option<String>)],
+        extend_ms: Option<u64>,
+        worker_state: Option<&str>,
+    ) -> Result<Heartbeat> {
         let mut args = vec![
             self.keys.prefix().to_string(),
             worker_id.to_string(),
             extend_ms.unwrap_or(0).to_string(),
             self.cfg.default_visibility_ms.to_string(),
-            (24 * 3600 * 1000u64).to_string(),
+            WORKER_TTL_MS.to_string(),
+            worker_state.unwrap_or("").to_string(),
         ];
         for (id, lease) in jobs {
             args.push(id.clone());
@@ -1468,6 +1484,24 @@ impl Store {
     /// A raw connection for read-only helpers (events, inspection) that live in the server crate.
     pub async fn connection(&self) -> Result<ConnectionManager> {
         self.conn().await
+    }
+
+    // ---- operator extensions: progress, workers, admin listings (ext-progress, ext-admin-api) ----
+
+    /// Redis `TIME` in ms (the clock every script uses).
+    pub async fn now_ms(&self) -> Result<i64> {
+        let mut conn = self.conn().await?;
+        redis_now_ms(&mut conn).await
+    }
+
+    /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
+    pub async fn worker_record(&self, worker_id: &str) -> Result<Option<JobFields>> {
+        let mut conn = self.conn().await?;
+        let m: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.keys.worker(worker_id))
+            .query_async(&mut conn)
+            .await?;
+        Ok((!m.is_empty()).then_some(m))
     }
 }
 

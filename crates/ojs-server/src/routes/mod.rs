@@ -4,6 +4,7 @@ pub mod cron;
 pub mod dead_letter;
 pub mod events;
 pub mod jobs;
+pub mod lifecycle;
 pub mod queues;
 pub mod rate_limits;
 pub mod system;

@@ -29,7 +29,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// Worker ids go into events and key names: printable ASCII without quotes, backslashes or braces.
-fn check_worker_id(w: &str) -> Result<(), OjsError> {
+pub(crate) fn check_worker_id(w: &str) -> Result<(), OjsError> {
     let ok = w.len() <= 255
         && w.bytes()
             .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'{' | b'}'));
@@ -497,9 +497,13 @@ async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> Api
 /// may omit `worker_id`. Entries may also be `{"job_id", "lease_id"}` objects (ojs-client sends those,
 /// so a stale worker's heartbeat cannot extend another worker's claim).
 #[derive(Deserialize)]
-struct HeartbeatReq {
+pub(crate) struct HeartbeatReq {
     #[serde(default)]
     worker_id: Option<String>,
+    /// What the worker reports of itself (ojs-graceful-shutdown): `running`, `quiet`, `drain`
+    /// (`draining`), `terminate`; kept in its record for the operator and `GET /workers/{id}/health`.
+    #[serde(default)]
+    state: Option<String>,
     #[serde(default)]
     active_jobs: Option<Value>,
     #[serde(default)]
@@ -583,15 +587,18 @@ impl HeartbeatReq {
     request_body = serde_json::Value,
     responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
-async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
     let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
+    let reported = crate::routes::lifecycle::reported_state(req.state.as_deref(), &worker)?;
     if req.visibility_timeout_ms == Some(0) {
         return Err(OjsError::invalid("visibility_timeout_ms must be at least 1").into());
     }
     let extend = req.visibility_timeout_ms;
     let jobs = req.jobs()?;
-    let hb = st.store.heartbeat(&worker, &jobs, extend).await?;
+    let hb = st.store.heartbeat_reporting(&worker, &jobs, extend, reported).await?;
+    // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to
+    // running when told so); what the worker reported of itself is echoed as `worker_state`.
     let state = hb.signal.as_deref().unwrap_or("running");
     let mut lost = Vec::new();
     let jobs: Vec<Value> = hb
@@ -616,7 +623,10 @@ async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatRe
         .map(|(id, _, _)| json!({ "type": "cancel", "job_id": id }))
         .collect();
     Ok(ok(json!({
+        "acknowledged": true,
+        "worker_id": worker,
         "state": state,
+        "worker_state": reported,
         "jobs": jobs,
         "lost_jobs": lost,
         "directives": directives,
