@@ -205,6 +205,12 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
             obj.insert(k.into(), stored_error_view(v));
         }
     }
+    if let Some((value, message, data, updated)) = progress_view(f) {
+        obj.insert("progress".into(), value);
+        obj.insert("progress_message".into(), message);
+        obj.insert("progress_data".into(), data);
+        obj.insert("progress_updated_at".into(), updated);
+    }
     Value::Object(obj)
 }
 
@@ -220,4 +226,32 @@ fn stored_error_view(v: Value) -> Value {
         }
         other => other,
     }
+}
+
+/// The progress a job shows (ojs-progress): `(progress, message, data, updated_at)`, all `Value::Null`
+/// when none applies. Reports belong to one claim (`progress_claim`): an active job shows only what its
+/// current claim reported (a retry starts with none, §5.3); a completed job that reported any shows 1.0
+/// (§8.1); any other state keeps the last report (a failed job keeps where it stopped, §8.2).
+pub fn progress_view(f: &HashMap<String, String>) -> Option<(Value, Value, Value, Value)> {
+    let at = f.get("progress_at")?;
+    if f.get("state").map(String::as_str) == Some("active") && f.get("progress_claim") != f.get("claims") {
+        return None;
+    }
+    let mut value = f
+        .get("progress")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(Value::Null, |p| json!(p));
+    if f.get("state").map(String::as_str) == Some("completed") {
+        value = json!(1.0);
+    }
+    let message = f.get("progress_message").map_or(Value::Null, |m| json!(m));
+    let data = f
+        .get("progress_data")
+        .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        .unwrap_or(Value::Null);
+    let updated = at
+        .parse::<i64>()
+        .ok()
+        .map_or(Value::Null, |ms| json!(clock::format_ms(ms)));
+    Some((value, message, data, updated))
 }

@@ -85,6 +85,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::events::stream_router())
         .merge(routes::system::router())
         .merge(routes::lifecycle::router())
+        .merge(routes::progress::router())
         .merge(metrics::router())
 }
 

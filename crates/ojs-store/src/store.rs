@@ -1494,6 +1494,41 @@ impl Store {
         redis_now_ms(&mut conn).await
     }
 
+    /// Records a progress report of an active job and extends its lease as a heartbeat would
+    /// (`lua/progress-1.lua`). `progress` is already clamped to [0, 1]; `data` is JSON text.
+    /// Done((now, stored progress, new lease deadline or None when it had lapsed)); `WrongState` when the
+    /// job is not active (the report was dropped); `LeaseLost` for a fenced-off claim.
+    pub async fn report_progress(
+        &self,
+        id: &str,
+        claim: &ClaimRef,
+        progress: Option<f64>,
+        message: Option<&str>,
+        data: Option<&str>,
+    ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
+        let mut args = vec![
+            self.keys.prefix().to_string(),
+            id.to_string(),
+            progress.map(|p| format!("{p}")).unwrap_or_default(),
+            message.unwrap_or("").to_string(),
+            data.unwrap_or("").to_string(),
+            self.cfg.default_visibility_ms.to_string(),
+        ];
+        args.extend(claim.args());
+        let items = self.run(&PROGRESS_SCRIPT, &[self.keys.job(id)], args).await?;
+        if tag(&items) == "ignored" {
+            return Ok(Transition::WrongState(val_str(at(&items, 1))));
+        }
+        Ok(transition(&items, |i| {
+            let lease = val_i64(at(i, 3));
+            (
+                val_i64(at(i, 1)),
+                val_str(at(i, 2)).parse::<f64>().ok(),
+                (lease >= 0).then_some(lease),
+            )
+        }))
+    }
+
     /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
     pub async fn worker_record(&self, worker_id: &str) -> Result<Option<JobFields>> {
         let mut conn = self.conn().await?;
@@ -1547,3 +1582,6 @@ fn rand_unit() -> f64 {
     );
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
+
+/// `lua/progress-1.lua` (ext-progress), kept beside its method rather than in [`Scripts`].
+static PROGRESS_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::PROGRESS));

@@ -5,6 +5,7 @@ pub mod dead_letter;
 pub mod events;
 pub mod jobs;
 pub mod lifecycle;
+pub mod progress;
 pub mod queues;
 pub mod rate_limits;
 pub mod system;

@@ -242,7 +242,7 @@ fn parse_queues(v: Option<Vec<Value>>, defaults: &Weights) -> Result<Vec<(String
 /// `attempt` (and `worker_id`) it was given, or `worker_id` alone. Naming none acts on whoever holds
 /// the job now, which cannot tell a stale worker from the current one (the official SDKs send none).
 #[derive(Deserialize, Default)]
-struct ClaimFields {
+pub(crate) struct ClaimFields {
     #[serde(default)]
     lease_id: Option<Value>,
     #[serde(default)]
@@ -252,7 +252,7 @@ struct ClaimFields {
 }
 
 impl ClaimFields {
-    fn into_ref(self) -> Result<ClaimRef, OjsError> {
+    pub(crate) fn into_ref(self) -> Result<ClaimRef, OjsError> {
         if let Some(w) = &self.worker_id {
             check_worker_id(w)?;
         }

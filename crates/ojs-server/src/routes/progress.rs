@@ -1,0 +1,200 @@
+//! Job progress (ojs-progress): a worker reports how far an active job got, anyone reads it back.
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use ojs_core::job::progress_view;
+use ojs_core::{clock, OjsError};
+use ojs_store::Transition;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiResult;
+use crate::respond::{ok, OjsJson};
+use crate::routes::path_job_id;
+use crate::routes::workers::ClaimFields;
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_progress, put_progress))
+        .routes(routes!(worker_progress))
+}
+
+/// Longest `message`, in bytes.
+const MAX_MESSAGE: usize = 1024;
+/// Largest `data` object, serialised (the spec recommends 4 KB; this is the hard limit).
+const MAX_DATA: usize = 16 * 1024;
+
+#[derive(Deserialize)]
+struct ProgressReq {
+    #[serde(default)]
+    progress: Option<Value>,
+    /// 0 to 100, as the JavaScript and Python SDKs send it (`POST /workers/progress`).
+    #[serde(default)]
+    percentage: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+    #[serde(default)]
+    data: Option<Value>,
+    #[serde(flatten)]
+    claim: ClaimFields,
+}
+
+/// The validated report: (progress clamped to [0, 1], message, data as JSON text).
+type Report = (Option<f64>, Option<String>, Option<String>);
+
+fn parse(req: &ProgressReq) -> Result<Report, OjsError> {
+    let progress = match (&req.progress, &req.percentage) {
+        (None | Some(Value::Null), None | Some(Value::Null)) => None,
+        (Some(v), None | Some(Value::Null)) if !v.is_null() => Some(
+            v.as_f64()
+                .ok_or_else(|| OjsError::invalid(format!("progress must be a number from 0.0 to 1.0; got {v}")))?
+                .clamp(0.0, 1.0),
+        ),
+        (None | Some(Value::Null), Some(v)) => Some(
+            (v.as_f64()
+                .ok_or_else(|| OjsError::invalid(format!("percentage must be a number from 0 to 100; got {v}")))?
+                / 100.0)
+                .clamp(0.0, 1.0),
+        ),
+        _ => {
+            return Err(OjsError::invalid(
+                "give progress (0.0 to 1.0) or percentage (0 to 100), not both",
+            ))
+        }
+    };
+    let message = match &req.message {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) if m.len() <= MAX_MESSAGE => Some(m.clone()),
+        Some(Value::String(_)) => {
+            return Err(OjsError::invalid(format!(
+                "message must be at most {MAX_MESSAGE} bytes"
+            )))
+        }
+        Some(v) => return Err(OjsError::invalid(format!("message must be a string; got {v}"))),
+    };
+    let data = match &req.data {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => {
+            let text = v.to_string();
+            if text.len() > MAX_DATA {
+                return Err(OjsError::invalid(format!(
+                    "data must be at most {MAX_DATA} bytes of JSON; got {}",
+                    text.len()
+                )));
+            }
+            Some(text)
+        }
+        Some(v) => return Err(OjsError::invalid(format!("data must be a JSON object; got {v}"))),
+    };
+    if progress.is_none() && message.is_none() && data.is_none() {
+        return Err(OjsError::invalid(
+            "a progress report needs at least one of progress (0.0 to 1.0), message or data",
+        ));
+    }
+    Ok((progress, message, data))
+}
+
+/// `PUT /jobs/{id}/progress`: only an active job's progress changes, in one script that checks the state
+/// (and the claim, when the worker names its `lease_id`, `attempt` or `worker_id`, fenced like ACK) and
+/// extends the lease as a heartbeat would. Values outside [0, 1] are clamped; within one attempt the
+/// number never goes down. A report for a job that is no longer active is dropped without an error
+/// (`accepted: false`, ojs-progress §6.1) unless it named a claim: then 409 `lease_lost`.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/jobs/{id}/progress",
+    tag = "jobs",
+    summary = "Report an active job's progress: `{progress?: 0..1, message?, data?: {}, lease_id?}` (also a heartbeat)",
+    params(("id" = String, Path)),
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK (accepted: false when the job is not active)"), (status = 400, description = "Invalid request (OJS error)"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Lease lost (OJS error)"))
+)]
+async fn put_progress(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    OjsJson(req): OjsJson<ProgressReq>,
+) -> ApiResult<Response> {
+    report(&st, &id, req).await
+}
+
+#[derive(Deserialize)]
+struct WorkerProgressReq {
+    job_id: String,
+    #[serde(flatten)]
+    report: ProgressReq,
+}
+
+/// `POST /workers/progress {job_id, percentage | progress, message?, data?}`: the same report in the
+/// shape the JavaScript and Python SDKs send.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/progress",
+    tag = "workers",
+    summary = "Report progress as the SDKs do: `{job_id, percentage: 0..100 | progress: 0..1, message?, data?, lease_id?}`",
+    request_body = serde_json::Value,
+    responses((status = 200, description = "OK (accepted: false when the job is not active)"), (status = 400, description = "Invalid request (OJS error)"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Lease lost (OJS error)"))
+)]
+async fn worker_progress(State(st): State<AppState>, OjsJson(req): OjsJson<WorkerProgressReq>) -> ApiResult<Response> {
+    report(&st, &req.job_id, req.report).await
+}
+
+async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response> {
+    let id = path_job_id(id)?;
+    let (progress, message, data) = parse(&req)?;
+    let claim = req.claim.into_ref()?;
+    match st
+        .store
+        .report_progress(id, &claim, progress, message.as_deref(), data.as_deref())
+        .await?
+    {
+        Transition::Done((now, stored, lease)) => Ok(ok(json!({
+            "job_id": id,
+            "state": "active",
+            "accepted": true,
+            "progress": stored,
+            "message": message,
+            "data": data.as_deref().and_then(|d| serde_json::from_str::<Value>(d).ok()),
+            "updated_at": clock::format_ms(now),
+            "visibility_deadline": lease.map(clock::format_ms),
+        }))),
+        Transition::WrongState(state) => Ok(ok(json!({
+            "job_id": id,
+            "state": state,
+            "accepted": false,
+            "reason": "progress is recorded only while the job is active",
+        }))),
+        Transition::NotFound => Err(OjsError::not_found("job", id).into()),
+        Transition::LeaseLost(state) => Err(OjsError::lease_lost(id, &state, "progress").into()),
+    }
+}
+
+/// `GET /jobs/{id}/progress`: the last report (`progress`, `message`, `data`, `updated_at`), nulls when
+/// there is none for the current attempt; 404 only when the job does not exist.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/progress",
+    tag = "jobs",
+    summary = "A job's last progress report (nulls when none)",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn get_progress(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id = path_job_id(&id)?;
+    let f = st
+        .store
+        .get_job(id)
+        .await?
+        .ok_or_else(|| OjsError::not_found("job", id))?;
+    let (progress, message, data, updated) =
+        progress_view(&f).unwrap_or((Value::Null, Value::Null, Value::Null, Value::Null));
+    Ok(ok(json!({
+        "job_id": id,
+        "state": f.get("state"),
+        "progress": progress,
+        "message": message,
+        "data": data,
+        "updated_at": updated,
+    })))
+}

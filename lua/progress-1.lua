@@ -1,0 +1,75 @@
+-- progress-1.lua: a worker reports the progress of an active job (ojs-progress); also a heartbeat for it.
+--
+-- KEYS
+--   KEYS[1] P..'job:'..id   hash   the job
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] id            string job id
+--   ARGV[3] progress      string a number in [0, 1] (clamped by the caller), or '' to keep the last one
+--   ARGV[4] message       string a short text, or '' for none
+--   ARGV[5] data          string structured progress as JSON, or '' for none
+--   ARGV[6] default_ms    int    lease extension for a job claimed before claims recorded 'lease_ms'
+--   ARGV[7] lease_id      string the claim the worker acts for ('' = not named; see includes/lease.lua)
+--   ARGV[8] attempt       string the attempt the worker was given ('' = not named)
+--   ARGV[9] worker_id     string the worker ('' = not named)
+-- RETURNS
+--   {'ok', now_ms, progress, lease}   progress as stored ('' when none yet); lease the new deadline, or
+--                                     -1 when the lease had already lapsed (not revived)
+--   {'not_found'}
+--   {'ignored', state}    the job is not active: the report is dropped, silently (ojs-progress §6.1)
+--   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
+-- COST   O(log n) (the lease's ZADD to P..'active'), plus one XADD at most once a second per job
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   only an active job's progress fields change (progress, progress_message, progress_data,
+--   progress_at, progress_claim = the claim that reported it); within one claim the number never goes
+--   down (a lower report keeps the higher value); the lease and the job's rate-limit slots are
+--   extended as by a heartbeat, never revived once lapsed and never past the execution timeout; no
+--   index changes membership
+--@include clock
+--@include emit
+--@include active
+--@include lease
+
+local P, id = ARGV[1], ARGV[2]
+local jk = KEYS[1]
+local f = redis.call('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_until', 'lease_ms',
+  'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl', 'queue', 'type', 'progress', 'progress_claim',
+  'progress_at')
+if not f[1] then return {'not_found'} end
+local refusal = lease_refusal({ state = f[1], claims = f[2], attempt = f[3], worker = f[4] },
+  { lease = ARGV[7], attempt = ARGV[8], worker = ARGV[9] })
+if refusal then return refusal end
+if f[1] ~= 'active' then return {'ignored', f[1]} end
+
+local now = now_ms()
+local claim = f[2] or '0'
+local value = ARGV[3]
+local same_claim = f[15] == claim
+if value == '' then
+  value = same_claim and (f[14] or '') or ''
+elseif same_claim and f[14] and tonumber(f[14]) > tonumber(value) then
+  value = f[14]
+end
+if value ~= '' then redis.call('HSET', jk, 'progress', value) else redis.call('HDEL', jk, 'progress') end
+if ARGV[4] ~= '' then redis.call('HSET', jk, 'progress_message', ARGV[4]) else redis.call('HDEL', jk, 'progress_message') end
+if ARGV[5] ~= '' then redis.call('HSET', jk, 'progress_data', ARGV[5]) else redis.call('HDEL', jk, 'progress_data') end
+redis.call('HSET', jk, 'progress_at', now, 'progress_claim', claim)
+
+-- A progress report is a heartbeat for this job (ojs-progress §6.3).
+local lease = -1
+if tonumber(f[5] or '0') > now then
+  local len = tonumber(f[6]) or tonumber(f[7]) or tonumber(ARGV[6])
+  lease = lease_deadline(now, len, tonumber(f[8]), tonumber(f[9]))
+  redis.call('HSET', jk, 'lease_until', lease)
+  redis.call('ZADD', P .. 'active', lease, id)
+  if f[10] then redis.call('ZADD', P .. 'rl:' .. f[10] .. ':active', 'XX', lease, id) end
+  if f[11] then redis.call('ZADD', P .. 'q:' .. f[12] .. ':rl:active', 'XX', lease, id) end
+end
+
+-- At most one progress event a second per job (ojs-progress §6.2).
+if not same_claim or now - tonumber(f[16] or '0') >= 1000 then
+  emit(P, 'job.progress', id, f[12], f[13], now,
+    '{"progress":' .. (value ~= '' and value or 'null') .. ',"attempt":' .. (f[3] or '0') .. '}')
+end
+return {'ok', now, value, lease}
