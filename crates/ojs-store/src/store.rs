@@ -1538,6 +1538,112 @@ impl Store {
             .await?;
         Ok((!m.is_empty()).then_some(m))
     }
+
+    /// Workers that sent a heartbeat within [`WORKER_TTL_MS`], most recent first: (total, page of (id,
+    /// record)). One ZCARD, one ZRANGE and one HGETALL per worker on the page.
+    pub async fn workers_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, JobFields)>)> {
+        let key = format!("{}workers", self.keys.prefix());
+        let total = self.index_len(&key).await?;
+        let ids = self.index_ids(&key, offset, limit, true).await?;
+        let recs = self.hashes(ids.iter().map(|id| self.keys.worker(id))).await?;
+        Ok((
+            total,
+            ids.into_iter().zip(recs).filter(|(_, r)| !r.is_empty()).collect(),
+        ))
+    }
+
+    /// ZCARD of an index.
+    pub async fn index_len(&self, key: &str) -> Result<u64> {
+        let mut conn = self.conn().await?;
+        Ok(redis::cmd("ZCARD").arg(key).query_async(&mut conn).await?)
+    }
+
+    /// Members `offset .. offset + count` of a sorted index (descending when `rev`), as job ids: a
+    /// ready-set member (FIFO sequence + id) is cut to its last 36 bytes, the id.
+    pub async fn index_ids(&self, key: &str, offset: u64, count: u64, rev: bool) -> Result<Vec<String>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(key).arg(offset).arg(offset + count - 1);
+        if rev {
+            cmd.arg("REV");
+        }
+        let members: Vec<String> = cmd.query_async(&mut conn).await?;
+        Ok(members
+            .into_iter()
+            .map(|m| match m.len() {
+                n if n > 36 && m.is_char_boundary(n - 36) => m[n - 36..].to_string(),
+                _ => m,
+            })
+            .collect())
+    }
+
+    /// HGETALL of each key in one pipeline (an empty map for a missing key).
+    pub async fn hashes(&self, keys: impl IntoIterator<Item = String>) -> Result<Vec<JobFields>> {
+        let mut pipe = redis::pipe();
+        let mut n = 0;
+        for k in keys {
+            pipe.cmd("HGETALL").arg(k);
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        Ok(pipe.query_async(&mut conn).await?)
+    }
+
+    /// The jobs' hashes in one pipeline (an empty map for a job that is gone).
+    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<JobFields>> {
+        self.hashes(ids.iter().map(|id| self.keys.job(id))).await
+    }
+
+    /// A few fields of each job in one pipeline (None where a job or field is missing).
+    pub async fn jobs_fields(&self, ids: &[String], fields: &[&str]) -> Result<Vec<Vec<Option<String>>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HMGET").arg(self.keys.job(id)).arg(fields);
+        }
+        let mut conn = self.conn().await?;
+        Ok(pipe.query_async(&mut conn).await?)
+    }
+
+    /// The dead letter set's size and its oldest and newest death times (ms): O(log n).
+    pub async fn dead_summary(&self) -> Result<(u64, Option<i64>, Option<i64>)> {
+        let mut conn = self.conn().await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZCARD").arg(self.keys.dead());
+        pipe.cmd("ZRANGE").arg(self.keys.dead()).arg(0).arg(0).arg("WITHSCORES");
+        pipe.cmd("ZRANGE")
+            .arg(self.keys.dead())
+            .arg(0)
+            .arg(0)
+            .arg("REV")
+            .arg("WITHSCORES");
+        type Scored = Vec<(String, f64)>;
+        let (total, oldest, newest): (u64, Scored, Scored) = pipe.query_async(&mut conn).await?;
+        let ms = |v: &[(String, f64)]| v.first().map(|(_, s)| *s as i64);
+        Ok((total, ms(&oldest), ms(&newest)))
+    }
+
+    /// Up to `count` of the newest events at or after `since_ms` (Redis time), newest first.
+    pub async fn events_since(&self, since_ms: i64, count: usize) -> Result<Vec<(String, JobFields)>> {
+        let mut conn = self.conn().await?;
+        let v: Value = redis::cmd("XREVRANGE")
+            .arg(self.keys.events())
+            .arg("+")
+            .arg(since_ms.max(0))
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await?;
+        Ok(stream_entries(&v))
+    }
 }
 
 /// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.

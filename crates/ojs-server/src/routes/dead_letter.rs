@@ -1,14 +1,19 @@
 //! The dead letter set: jobs that exhausted their retries with `on_exhaustion: dead_letter`.
+//!
+//! Served twice: under `/ojs/v1/dead-letter` (this server's original paths) and under
+//! `/ojs/v1/admin/dead-letter` (ext-dead-letter / ext-admin-api). Both call the same functions here;
+//! only the admin DELETE answers 204 (as that extension asks) where the original answers 200 with a body.
 
 use axum::extract::{Path, Query, State};
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use ojs_core::job::job_view;
-use ojs_core::OjsError;
-use serde::Deserialize;
+use ojs_core::{clock, OjsError};
 use serde_json::{json, Value};
 
 use crate::error::ApiResult;
 use crate::respond::ok;
+use crate::routes::admin::{segments, views, walk, JobFilter, PageQuery, Params};
 use crate::routes::path_job_id;
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -17,66 +22,57 @@ use utoipa_axum::routes;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list))
+        .routes(routes!(stats))
         .routes(routes!(get_one, remove))
         .routes(routes!(retry))
+        .routes(routes!(admin_list))
+        .routes(routes!(admin_stats))
+        .routes(routes!(admin_get_one, admin_remove))
+        .routes(routes!(admin_retry))
 }
 
-#[derive(Deserialize)]
-struct Page {
-    limit: Option<u64>,
-    offset: Option<u64>,
-    queue: Option<String>,
-}
-
-#[utoipa::path(
-    get,
-    path = "/ojs/v1/dead-letter",
-    tag = "dead-letter",
-    summary = "Dead-lettered jobs, newest first (limit, offset, queue)",
-    responses((status = 200, description = "OK"))
-)]
-async fn list(State(st): State<AppState>, Query(p): Query<Page>) -> ApiResult<Response> {
-    let limit = p.limit.unwrap_or(50).clamp(1, 1000);
-    let offset = p.offset.unwrap_or(0);
-    let (total, jobs) = st.store.dead_list(offset, limit).await?;
-    let jobs: Vec<Value> = jobs
-        .iter()
-        .filter(|f| p.queue.as_ref().is_none_or(|q| f.get("queue") == Some(q)))
-        .map(job_view)
-        .collect();
+/// Newest first. Without a filter one ZRANGE of the page; with `queue` or `type` the set is walked and
+/// each entry's fields read (see routes/admin.rs for the cost and the cap).
+async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
+    let p = PageQuery::from_params(&q)?.resolve(50, 1000)?;
+    let filter = JobFilter {
+        state: Some("discarded".into()),
+        ..JobFilter::from_params(&q)
+    };
+    filter.check()?;
+    let segs = segments(st, &filter, &["discarded"]).await?;
+    let w = walk(st, &segs, &filter, p.offset, p.count).await?;
+    let jobs = views(st, &w.ids).await?;
+    let mut pagination = PageQuery::json(p, w.total);
+    pagination["total_exact"] = json!(w.exact);
     Ok(ok(json!({
+        "items": jobs,
         "jobs": jobs,
-        "total": total,
-        "pagination": { "total": total, "limit": limit, "offset": offset },
+        "total": w.total,
+        "pagination": pagination,
     })))
 }
 
-#[utoipa::path(
-    get,
-    path = "/ojs/v1/dead-letter/{id}",
-    tag = "dead-letter",
-    summary = "One dead-lettered job",
-    params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
-)]
-async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+/// Size and age of the set: O(log n).
+async fn stats_impl(st: &AppState) -> ApiResult<Response> {
+    let (total, oldest, newest) = st.store.dead_summary().await?;
+    Ok(ok(json!({
+        "total": total,
+        "oldest_at": oldest.map(clock::format_ms),
+        "newest_at": newest.map(clock::format_ms),
+    })))
+}
+
+async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
+    let id = path_job_id(id)?;
     match st.store.get_job(id).await? {
         Some(f) if st.store.is_dead(id).await? => Ok(ok(json!({ "job": job_view(&f) }))),
         _ => Err(OjsError::not_found("dead-letter job", id).into()),
     }
 }
 
-#[utoipa::path(
-    post,
-    path = "/ojs/v1/dead-letter/{id}/retry",
-    tag = "dead-letter",
-    summary = "Retry a dead-lettered job with fresh attempts",
-    params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
-)]
-async fn retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
+    let id = path_job_id(id)?;
     if !st.store.dead_retry(id).await? {
         return Err(OjsError::not_found("dead-letter job", id).into());
     }
@@ -88,6 +84,60 @@ async fn retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<
     Ok(ok(json!({ "job": job_view(&f) })))
 }
 
+async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Value> {
+    let id = path_job_id(id)?;
+    if !st.store.dead_delete(id).await? {
+        return Err(OjsError::not_found("dead-letter job", id).into());
+    }
+    Ok(json!({ "deleted": true, "job_id": id }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/dead-letter",
+    tag = "dead-letter",
+    summary = "Dead-lettered jobs, newest first (page & per_page or limit & offset; queue, type)",
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+    list_impl(&st, q).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/dead-letter/stats",
+    tag = "dead-letter",
+    summary = "How many jobs are dead-lettered, the oldest and the newest",
+    responses((status = 200, description = "OK"))
+)]
+async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
+    stats_impl(&st).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/dead-letter/{id}",
+    tag = "dead-letter",
+    summary = "One dead-lettered job",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    get_impl(&st, &id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/dead-letter/{id}/retry",
+    tag = "dead-letter",
+    summary = "Retry a dead-lettered job with fresh attempts",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    retry_impl(&st, &id).await
+}
+
 #[utoipa::path(
     delete,
     path = "/ojs/v1/dead-letter/{id}",
@@ -97,9 +147,64 @@ async fn retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<
     responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
 )]
 async fn remove(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
-    if !st.store.dead_delete(id).await? {
-        return Err(OjsError::not_found("dead-letter job", id).into());
-    }
-    Ok(ok(json!({ "deleted": true, "job_id": id })))
+    Ok(ok(delete_impl(&st, &id).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/dead-letter",
+    tag = "dead-letter",
+    summary = "Dead-lettered jobs, newest first (same as /ojs/v1/dead-letter)",
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn admin_list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+    list_impl(&st, q).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/dead-letter/stats",
+    tag = "dead-letter",
+    summary = "Dead letter statistics (same as /ojs/v1/dead-letter/stats)",
+    responses((status = 200, description = "OK"))
+)]
+async fn admin_stats(State(st): State<AppState>) -> ApiResult<Response> {
+    stats_impl(&st).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/dead-letter/{id}",
+    tag = "dead-letter",
+    summary = "One dead-lettered job (same as /ojs/v1/dead-letter/{id})",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn admin_get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    get_impl(&st, &id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/dead-letter/{id}/retry",
+    tag = "dead-letter",
+    summary = "Retry a dead-lettered job (same as /ojs/v1/dead-letter/{id}/retry)",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn admin_retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    retry_impl(&st, &id).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/dead-letter/{id}",
+    tag = "dead-letter",
+    summary = "Delete a dead-lettered job: 204",
+    params(("id" = String, Path)),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "Not found (OJS error)"))
+)]
+async fn admin_remove(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    delete_impl(&st, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,5 +1,6 @@
 //! One module per resource, each owning its `router()`; [`crate::app`] assembles them.
 
+pub mod admin;
 pub mod cron;
 pub mod dead_letter;
 pub mod events;

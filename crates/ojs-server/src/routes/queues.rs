@@ -42,7 +42,7 @@ fn counts_json(c: &QueueCounts) -> Value {
     })
 }
 
-fn queue_name(q: &str) -> Result<(), OjsError> {
+pub(crate) fn queue_name(q: &str) -> Result<(), OjsError> {
     names::check_queue(q).map_err(OjsError::invalid)
 }
 

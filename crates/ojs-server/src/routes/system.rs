@@ -139,7 +139,7 @@ async fn manifest(State(st): State<AppState>) -> Response {
         "backend": "redis",
         "conformance_level": 1,
         "priority_model": st.config.priority_model.as_str(),
-        "extensions": ["backpressure", "dead-letter", "events", "graceful-shutdown", "observability", "priority", "progress", "queue-pause", "rate-limiting"],
+        "extensions": ["admin-api", "backpressure", "dead-letter", "events", "graceful-shutdown", "observability", "priority", "progress", "queue-pause", "rate-limiting"],
         "endpoints": {
             "base": "/ojs/v1",
         },
