@@ -330,6 +330,8 @@ async fn admin_listing_filters_pagination_and_bulk_safety() {
         "queue=Bad%20Queue",
         "per_page=1000",
         "page=0",
+        "since=2026-01-01T00:00:00Z",
+        "per_page=two",
     ] {
         let (st, b) = s.get(&format!("/ojs/v1/admin/jobs?{bad}")).await;
         assert_eq!(

@@ -151,12 +151,20 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
-    pub fn from_params(q: &Params) -> Self {
-        Self {
+    /// The filter of a listing's query. Filters this server does not implement (`since`, `until`,
+    /// `sort`, `order`) are refused rather than ignored, as the bulk body's unknown fields are: an
+    /// operator must not read a list as filtered when it is not.
+    pub fn from_params(q: &Params) -> Result<Self, OjsError> {
+        if let Some(k) = ["since", "until", "sort", "order"].iter().find(|k| q.contains_key(**k)) {
+            return Err(OjsError::invalid(format!(
+                "{k} is not supported here: filter by queue, state and type (index order is fixed)"
+            )));
+        }
+        Ok(Self {
             queue: q.get("queue").cloned(),
             state: q.get("state").cloned(),
             job_type: q.get("type").cloned(),
-        }
+        })
     }
 
     pub fn check(&self) -> Result<(), OjsError> {
@@ -608,7 +616,7 @@ const LISTABLE: [&str; 5] = ["available", "active", "scheduled", "retryable", "d
     responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
 )]
 async fn jobs(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
-    let filter = JobFilter::from_params(&q);
+    let filter = JobFilter::from_params(&q)?;
     filter.check()?;
     let p = PageQuery::from_params(&q)?.resolve(20, 100)?;
     let segs = segments(&st, &filter, &LISTABLE).await?;

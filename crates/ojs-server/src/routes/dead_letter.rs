@@ -37,7 +37,7 @@ async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(50, 1000)?;
     let filter = JobFilter {
         state: Some("discarded".into()),
-        ..JobFilter::from_params(&q)
+        ..JobFilter::from_params(&q)?
     };
     filter.check()?;
     let segs = segments(st, &filter, &["discarded"]).await?;
