@@ -1352,7 +1352,7 @@ impl Store {
 
     // ---- cron (lua/cron-set-1.lua, cron-delete-1.lua, enqueue-1.lua's cron mode) ----
 
-    /// Redis' clock (ms): the time cron schedules are computed from.
+    /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
         let mut conn = self.conn().await?;
         redis_now_ms(&mut conn).await
@@ -1487,12 +1487,6 @@ impl Store {
     }
 
     // ---- operator extensions: progress, workers, admin listings (ext-progress, ext-admin-api) ----
-
-    /// Redis `TIME` in ms (the clock every script uses).
-    pub async fn now_ms(&self) -> Result<i64> {
-        let mut conn = self.conn().await?;
-        redis_now_ms(&mut conn).await
-    }
 
     /// Records a progress report of an active job and extends its lease as a heartbeat would
     /// (`lua/progress-1.lua`). `progress` is already clamped to [0, 1]; `data` is JSON text.
