@@ -137,7 +137,7 @@ async fn manifest(State(st): State<AppState>) -> Response {
         },
         "protocols": ["http"],
         "backend": "redis",
-        "conformance_level": 1,
+        "conformance_level": 2,
         "priority_model": st.config.priority_model.as_str(),
         "extensions": ["admin-api", "backpressure", "dead-letter", "events", "graceful-shutdown", "observability", "priority", "progress", "queue-pause", "rate-limiting"],
         "endpoints": {
