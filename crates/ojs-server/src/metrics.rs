@@ -8,8 +8,13 @@
 //! trips however many queues and keys there are: the queue names, one pipeline of queue counts, one
 //! pipeline of per-priority counts, and one script call for the rate-limit keys (`rl-gauges-1.lua`).
 
-use std::fmt::Write as _;
 use std::sync::OnceLock;
+
+use prometheus_client::encoding::text::encode_registry;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use axum::extract::State;
 use axum::http::header;
@@ -108,79 +113,89 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> ApiResult<Response> {
     let mut out = install().render();
+    // Gauges read from Redis go into a registry built for this scrape, so a queue or key that is gone
+    // leaves no stale series behind; prometheus-client encodes them.
+    let mut registry = Registry::default();
+    let labels = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let depth = Family::<Vec<(String, String)>, Gauge>::default();
+    registry.register(
+        "ojs_queue_depth",
+        "Jobs in a queue by state (read from Redis at scrape time)",
+        depth.clone(),
+    );
+    let by_priority = Family::<Vec<(String, String)>, Gauge>::default();
+    registry.register(
+        "ojs_queue_available_by_priority",
+        "Available jobs per priority level",
+        by_priority.clone(),
+    );
+    let rl_active = Family::<Vec<(String, String)>, Gauge>::default();
+    registry.register(
+        "ojs_rate_limit_active",
+        "Jobs holding a concurrency slot of a rate-limit key",
+        rl_active.clone(),
+    );
+    let rl_waiting = Family::<Vec<(String, String)>, Gauge>::default();
+    registry.register(
+        "ojs_rate_limit_waiting",
+        "Available jobs of a rate-limit key (waiting in its lanes)",
+        rl_waiting.clone(),
+    );
+    let rl_exceeded = Family::<Vec<(String, String)>, Counter>::default();
+    registry.register(
+        "ojs_rate_limit_exceeded",
+        "Blocking episodes of a rate-limit key, by strategy",
+        rl_exceeded.clone(),
+    );
+
     let mut names = st.store.queue_names().await?;
     names.truncate(MAX_QUEUES);
-    let counts = st.store.queue_counts(&names).await?;
-    let _ = writeln!(
-        out,
-        "# HELP ojs_queue_depth Jobs in a queue by state (read from Redis at scrape time)."
-    );
-    let _ = writeln!(out, "# TYPE ojs_queue_depth gauge");
-    for c in &counts {
+    for c in st.store.queue_counts(&names).await? {
         for (state, n) in [
             ("available", c.available),
             ("active", c.active),
             ("scheduled", c.scheduled),
         ] {
-            let _ = writeln!(out, "ojs_queue_depth{{queue=\"{}\",state=\"{state}\"}} {n}", c.name);
+            depth
+                .get_or_create(&labels(&[("queue", &c.name), ("state", state)]))
+                .set(n as i64);
         }
     }
-    let _ = writeln!(
-        out,
-        "# HELP ojs_queue_available_by_priority Available jobs per priority level."
-    );
-    let _ = writeln!(out, "# TYPE ojs_queue_available_by_priority gauge");
     for (q, per) in names.iter().zip(st.store.priority_counts_of(&names).await?) {
         let mut other = 0u64;
         for (i, (p, n)) in per.iter().enumerate() {
             let label = priority_label(*p);
             if i < MAX_PRIORITIES && label != "other" {
-                let _ = writeln!(
-                    out,
-                    "ojs_queue_available_by_priority{{queue=\"{q}\",priority=\"{label}\"}} {n}"
-                );
+                by_priority
+                    .get_or_create(&labels(&[("queue", q), ("priority", &label)]))
+                    .set(*n as i64);
             } else {
                 other += n;
             }
         }
         if other > 0 {
-            let _ = writeln!(
-                out,
-                "ojs_queue_available_by_priority{{queue=\"{q}\",priority=\"other\"}} {other}"
-            );
+            by_priority
+                .get_or_create(&labels(&[("queue", q), ("priority", "other")]))
+                .set(other as i64);
         }
     }
-    let mut active = String::new();
-    let mut waiting = String::new();
-    let mut exceeded = String::new();
     for s in st.store.rate_limit_gauges(MAX_KEYS).await? {
-        let k = &s.key;
-        let _ = writeln!(active, "ojs_rate_limit_active{{key=\"{k}\"}} {}", s.active);
-        let _ = writeln!(waiting, "ojs_rate_limit_waiting{{key=\"{k}\"}} {}", s.waiting);
+        let k = s.key.as_str();
+        rl_active.get_or_create(&labels(&[("key", k)])).set(s.active as i64);
+        rl_waiting.get_or_create(&labels(&[("key", k)])).set(s.waiting as i64);
         for (field, n) in &s.stats {
             if let Some(strategy) = field.strip_prefix("exceeded_") {
-                let _ = writeln!(
-                    exceeded,
-                    "ojs_rate_limit_exceeded_total{{key=\"{k}\",strategy=\"{strategy}\"}} {n}"
-                );
+                let n: u64 = n.parse().unwrap_or(0);
+                rl_exceeded
+                    .get_or_create(&labels(&[("key", k), ("strategy", strategy)]))
+                    .inc_by(n);
             }
         }
     }
-    let _ = writeln!(
-        out,
-        "# HELP ojs_rate_limit_active Jobs holding a concurrency slot of a rate-limit key."
-    );
-    let _ = writeln!(out, "# TYPE ojs_rate_limit_active gauge\n{active}");
-    let _ = writeln!(
-        out,
-        "# HELP ojs_rate_limit_waiting Available jobs of a rate-limit key (waiting in its lanes)."
-    );
-    let _ = writeln!(out, "# TYPE ojs_rate_limit_waiting gauge\n{waiting}");
-    let _ = writeln!(
-        out,
-        "# HELP ojs_rate_limit_exceeded_total Blocking episodes of a rate-limit key, by strategy."
-    );
-    let _ = writeln!(out, "# TYPE ojs_rate_limit_exceeded_total counter\n{exceeded}");
+    // The recorded metrics above are Prometheus text 0.0.4; these follow without OpenMetrics' `# EOF`.
+    let _ = encode_registry(&mut out, &registry);
     Ok(([(header::CONTENT_TYPE, content_type(&headers))], out).into_response())
 }
 
