@@ -87,6 +87,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::lifecycle::router())
         .merge(routes::progress::router())
         .merge(routes::admin::router())
+        .merge(routes::history::router())
         .merge(metrics::router())
 }
 

@@ -1,0 +1,307 @@
+//! `GET /ojs/v1/admin/stats/history?minutes=60&queue=`: per-minute series for the dashboard's charts,
+//! computed from the capped event stream (`P events`), so every pod answers the same.
+//!
+//! What is exact and what is not:
+//!
+//! * `series` (enqueued, started, completed, failed, retried, dead_lettered per minute) count the
+//!   stream's events, exactly, for the part of the window the answer says it covers (`complete_from`).
+//!   The stream keeps the newest ~100,000 events (all queues), and one request reads at most
+//!   [`MAX_EVENTS`] of them, newest first (fewer than the cap, so a window the cap cut is always cut by
+//!   the read bound first); when the window is cut, `truncated` says so and the minutes before
+//!   `complete_from` are missing, not zero. `stream_begins_at` is the oldest event the stream holds.
+//! * `wait_by_priority`: a start's wait is the time from the job's last "ready" event (enqueued,
+//!   available, retried, requeued, released) to its `job.started` event when both are in the stream;
+//!   else, for a first attempt, from the job's `enqueued_at` (or `scheduled_at`, when later). The
+//!   priority is read from the job (one pipelined HMGET per start, at most [`MAX_WAIT_READS`], newest
+//!   first): it is the job's priority now (a `PATCH` since the start moves it), and starts of jobs
+//!   gone since (retention, deletion) are counted in `wait.unknown`. The Prometheus histogram
+//!   `ojs_job_wait_duration_seconds` measures enqueued_at → started_at on the pod that served the fetch.
+//!
+//! Cost: one XREVRANGE of at most [`MAX_EVENTS`] entries, one XRANGE of one entry, one pipeline of at
+//! most [`MAX_WAIT_READS`] HMGETs.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use ojs_core::{clock, names, OjsError};
+use serde_json::{json, Value};
+
+use crate::error::ApiResult;
+use crate::respond::ok;
+use crate::routes::admin::Params;
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(history))
+}
+
+/// Most stream entries one request reads.
+pub const MAX_EVENTS: usize = 20_000;
+/// Most starts whose job is read for its priority and enqueue time.
+pub const MAX_WAIT_READS: usize = 2_000;
+/// Longest window, in minutes.
+pub const MAX_MINUTES: i64 = 180;
+/// Most queues listed in `by_queue` (the busiest).
+const MAX_QUEUES: usize = 50;
+const MINUTE: i64 = 60_000;
+
+const SERIES: [&str; 6] = ["enqueued", "started", "completed", "failed", "retried", "dead_lettered"];
+
+fn entry_ms(id: &str) -> Option<i64> {
+    id.split('-').next()?.parse().ok()
+}
+
+/// One start seen in the window.
+struct Start {
+    job_id: String,
+    at: i64,
+    attempt: i64,
+    /// From the job's ready event in the stream, when there is one.
+    waited: Option<i64>,
+}
+
+#[derive(Default)]
+struct WaitAcc {
+    count: Vec<u64>,
+    sum: Vec<i64>,
+    max: Vec<i64>,
+    all: Vec<i64>,
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// `GET /admin/stats/history`: see the module comment.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/stats/history",
+    tag = "admin",
+    summary = "Per-minute started/completed/failed counts and wait time by priority over the last `minutes` (default 60, at most 180), from the event stream; optional `queue`",
+    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+)]
+async fn history(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+    let minutes = match q.get("minutes") {
+        None => 60,
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|m| (1..=MAX_MINUTES).contains(m))
+            .ok_or_else(|| OjsError::invalid(format!("minutes must be from 1 to {MAX_MINUTES}; got {v:?}")))?,
+    };
+    let queue = q.get("queue").filter(|s| !s.is_empty()).cloned();
+    if let Some(name) = &queue {
+        names::check_queue(name).map_err(|e| OjsError::invalid(format!("queue: {e}")))?;
+    }
+    let now = st.store.now_ms().await?;
+    // Buckets are clock minutes; the last one is the current, partial, minute.
+    let start = (now / MINUTE - (minutes - 1)) * MINUTE;
+    let n = minutes as usize;
+    let bucket = |t: i64| ((t - start).max(0) / MINUTE).min(minutes - 1) as usize;
+
+    let mut events = st.store.events_since(start, MAX_EVENTS).await?;
+    let hit_count = events.len() == MAX_EVENTS;
+    events.reverse(); // oldest first
+    let stream_from = st
+        .store
+        .events_after("0-0", 1)
+        .await?
+        .first()
+        .and_then(|(id, _)| entry_ms(id));
+    // When the read bound cut the window: the first minute whose events are all here (the minute cut in
+    // the middle is left out, even the current one: then no minute is complete). A stream that begins inside the window without that holds fewer entries
+    // than one request reads, far below its cap, so it never lost any: the minutes before its first
+    // event are true zeros.
+    let (complete_from, reason) = match events.first().and_then(|(id, _)| entry_ms(id)) {
+        Some(oldest) if hit_count => (
+            (oldest / MINUTE + 1) * MINUTE,
+            json!(format!(
+                "more than {MAX_EVENTS} events in the window: only the newest {MAX_EVENTS} were read"
+            )),
+        ),
+        _ => (start, Value::Null),
+    };
+
+    let mut series: BTreeMap<&str, Vec<u64>> = SERIES.iter().map(|s| (*s, vec![0u64; n])).collect();
+    let mut by_queue: HashMap<String, [u64; 6]> = HashMap::new();
+    let mut ready: HashMap<String, i64> = HashMap::new();
+    let mut starts: Vec<Start> = Vec::new();
+    for (id, f) in &events {
+        let Some(t) = entry_ms(id) else { continue };
+        if t < start {
+            continue;
+        }
+        let eq = f.get("queue").map(String::as_str).unwrap_or("");
+        if queue.as_deref().is_some_and(|want| want != eq) {
+            continue;
+        }
+        let job_id = f.get("job_id").cloned().unwrap_or_default();
+        let data = || {
+            f.get("data")
+                .and_then(|d| serde_json::from_str::<Value>(d).ok())
+                .unwrap_or(Value::Null)
+        };
+        let kind = match f.get("type").map(String::as_str).unwrap_or("") {
+            "job.enqueued" => {
+                ready.insert(job_id, t);
+                Some(0)
+            }
+            "job.available" | "job.retried" | "job.requeued" | "job.released" => {
+                ready.insert(job_id, t);
+                None
+            }
+            "job.started" => {
+                let attempt = data()["attempt"].as_i64().unwrap_or(0);
+                let waited = ready.remove(&job_id).map(|r| (t - r).max(0));
+                starts.push(Start {
+                    job_id,
+                    at: t,
+                    attempt,
+                    waited,
+                });
+                Some(1)
+            }
+            "job.completed" => Some(2),
+            "job.failed" => Some(3),
+            "job.retrying" => {
+                if data()["rate_limited"].as_bool() == Some(true) {
+                    // A worker's 429: the job waits again, its attempt unspent; not a failure.
+                    ready.insert(job_id, t);
+                    None
+                } else {
+                    Some(4)
+                }
+            }
+            "job.dead_lettered" => Some(5),
+            _ => None,
+        };
+        if let Some(k) = kind {
+            series.get_mut(SERIES[k]).expect("series")[bucket(t)] += 1;
+            by_queue.entry(eq.to_string()).or_default()[k] += 1;
+        }
+    }
+
+    // Wait by priority: the newest starts, one HMGET each (pipelined).
+    let sampled: Vec<&Start> = starts.iter().rev().take(MAX_WAIT_READS).collect();
+    let ids: Vec<String> = sampled.iter().map(|s| s.job_id.clone()).collect();
+    let fields = st
+        .store
+        .jobs_fields(&ids, &["priority", "enqueued_at", "scheduled_at"])
+        .await?;
+    let mut waits: BTreeMap<i64, WaitAcc> = BTreeMap::new();
+    let (mut from_events, mut from_job, mut unknown) = (0u64, 0u64, 0u64);
+    for (s, f) in sampled.iter().zip(fields) {
+        let num = |i: usize| f.get(i).cloned().flatten().and_then(|v| v.parse::<i64>().ok());
+        let Some(priority) = num(0) else {
+            unknown += 1;
+            continue;
+        };
+        let waited = match s.waited {
+            Some(w) => {
+                from_events += 1;
+                w
+            }
+            None if s.attempt == 1 => match num(1) {
+                Some(enq) => {
+                    from_job += 1;
+                    (s.at - enq.max(num(2).unwrap_or(0))).max(0)
+                }
+                None => {
+                    unknown += 1;
+                    continue;
+                }
+            },
+            None => {
+                unknown += 1;
+                continue;
+            }
+        };
+        let acc = waits.entry(priority).or_insert_with(|| WaitAcc {
+            count: vec![0; n],
+            sum: vec![0; n],
+            max: vec![0; n],
+            all: Vec::new(),
+        });
+        let b = bucket(s.at);
+        acc.count[b] += 1;
+        acc.sum[b] += waited;
+        acc.max[b] = acc.max[b].max(waited);
+        acc.all.push(waited);
+    }
+    let wait_by_priority: serde_json::Map<String, Value> = waits
+        .into_iter()
+        .map(|(p, mut a)| {
+            a.all.sort_unstable();
+            let mean: Vec<Value> = (0..n)
+                .map(|i| {
+                    if a.count[i] == 0 {
+                        Value::Null
+                    } else {
+                        json!(a.sum[i] / a.count[i] as i64)
+                    }
+                })
+                .collect();
+            (
+                p.to_string(),
+                json!({
+                    "count": a.count,
+                    "mean_ms": mean,
+                    "max_ms": a.max,
+                    "samples": a.all.len(),
+                    "p50_ms": percentile(&a.all, 0.5),
+                    "p95_ms": percentile(&a.all, 0.95),
+                    "max_window_ms": a.all.last().copied().unwrap_or(0),
+                }),
+            )
+        })
+        .collect();
+
+    let mut queues: Vec<(String, [u64; 6])> = by_queue.into_iter().collect();
+    queues.sort_by(|a, b| b.1.iter().sum::<u64>().cmp(&a.1.iter().sum()).then(a.0.cmp(&b.0)));
+    let queues_total = queues.len();
+    let by_queue: serde_json::Map<String, Value> = queues
+        .into_iter()
+        .take(MAX_QUEUES)
+        .map(|(q, c)| {
+            let m: serde_json::Map<String, Value> =
+                SERIES.iter().zip(c).map(|(k, v)| (k.to_string(), json!(v))).collect();
+            (q, Value::Object(m))
+        })
+        .collect();
+
+    Ok(ok(json!({
+        "minutes": minutes,
+        "bucket_seconds": 60,
+        "queue": queue,
+        "from": clock::format_ms(start),
+        "to": clock::format_ms(now),
+        "buckets": (0..minutes).map(|i| clock::format_ms(start + i * MINUTE)).collect::<Vec<_>>(),
+        "series": series,
+        "by_queue": by_queue,
+        "by_queue_total": queues_total,
+        "wait_by_priority": wait_by_priority,
+        "wait": {
+            "starts": starts.len(),
+            "sampled": sampled.len(),
+            "max_reads": MAX_WAIT_READS,
+            "from_events": from_events,
+            "from_job": from_job,
+            "unknown": unknown,
+            "note": "ready → started per start: from the job's ready event in the stream, else (first attempts) from its enqueued_at/scheduled_at; priority is the job's current one",
+        },
+        "events_read": events.len(),
+        "max_events": MAX_EVENTS,
+        "stream_begins_at": stream_from.map(clock::format_ms),
+        "complete_from": clock::format_ms(complete_from),
+        "truncated": complete_from > start,
+        "truncated_reason": reason,
+        "server_time": clock::format_ms(now),
+    })))
+}
