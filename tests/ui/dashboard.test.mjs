@@ -1,6 +1,12 @@
-// Loads the dashboard in headless Chromium, sees a queue the test enqueued into, pauses it from the page,
-// and checks the queue is paused (in the page and through the API). Optionally saves a screenshot.
-// Usage: node dashboard.test.mjs <base-url> [screenshot.png]
+// Drives the dashboard in headless Chromium against a live server:
+//  - overview: sees a queue the test enqueued into (counts by priority), pauses it from the page and checks
+//    the API agrees; rate-limit keys; backpressure bound; active jobs with lease holder and progress;
+//    the charts (per-minute series from /admin/stats/history) draw non-empty SVG; live events arrive;
+//  - jobs: filtered by queue and state, paginated; a job found by id, its page (lease holder, progress,
+//    error history, events), cancelled from the page (the API agrees);
+//  - bulk retry of dead-lettered jobs through the confirmation dialog (it shows what the filter matches);
+//  - cron: the entry the test registered.
+// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png)
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 
@@ -8,42 +14,204 @@ const base = process.argv[2];
 const shot = process.argv[3];
 const queue = "ui-demo";
 
-async function post(path, body) {
-  const r = await fetch(base + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+async function call(method, path, body) {
+  const r = await fetch(base + path, {
+    method,
+    headers: body === undefined ? {} : { "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await r.text();
-  assert.ok(r.ok, `${path}: ${r.status} ${text}`);
-  return JSON.parse(text);
+  assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
+  return text ? JSON.parse(text) : null;
 }
+const post = (path, body) => call("POST", path, body);
+const get = (path) => call("GET", path);
 
-for (let i = 0; i < 5; i++) await post("/ojs/v1/jobs", { type: "report.build", args: [i], queue, priority: i % 3 });
+// ---- fixtures through the API ----
+const demo = [];
+for (let i = 0; i < 5; i++) demo.push((await post("/ojs/v1/jobs", { type: "report.build", args: [i], queue, priority: i % 3 })).job.id);
 await post("/ojs/v1/jobs", { type: "email.send", args: [], queue: "mail", rate_limit: { key: "smtp-provider", concurrency: 2 } });
+// A bounded queue (backpressure) with a few waiting jobs.
+await call("PUT", "/ojs/v1/admin/queues/ui-bounded/config", { backpressure: { max_depth: 10, strategy: "reject" } });
+for (let i = 0; i < 4; i++) await post("/ojs/v1/jobs", { type: "thumb.make", args: [i], queue: "ui-bounded" });
+// Completed jobs (throughput chart) at two priorities.
+for (let i = 0; i < 6; i++) await post("/ojs/v1/jobs", { type: "fast.job", args: [i], queue: "ui-fast", priority: i % 2 });
+for (let i = 0; i < 6; i++) {
+  const { jobs } = await post("/ojs/v1/workers/fetch", { queues: ["ui-fast"], worker_id: "w-fast" });
+  await post("/ojs/v1/workers/ack", { job_id: jobs[0].id, result: { ok: i } });
+}
+// Dead-lettered jobs: one attempt each, failed by a worker.
+const deadIds = [];
+for (let i = 0; i < 3; i++) {
+  const { job } = await post("/ojs/v1/jobs", { type: "pdf.render", args: [i], queue: "ui-dead", options: { retry: { max_attempts: 1, on_exhaustion: "dead_letter" } } });
+  deadIds.push(job.id);
+  await post("/ojs/v1/workers/fetch", { queues: ["ui-dead"], worker_id: "w-dead" });
+  await post("/ojs/v1/workers/nack", { job_id: job.id, error: { type: "RenderError", message: `page ${i} has no fonts` } });
+}
+// An active job with progress.
+const { job: work } = await post("/ojs/v1/jobs", { type: "video.encode", args: ["big.mov"], queue: "ui-work", priority: 1 });
+await post("/ojs/v1/workers/fetch", { queues: ["ui-work"], worker_id: "w-encoder-1", visibility_timeout_ms: 600000 });
+await call("PUT", `/ojs/v1/jobs/${work.id}/progress`, { progress: 0.4, message: "pass 1 of 2" });
+// A cron entry.
+await post("/ojs/v1/cron", { name: "ui.nightly", expression: "0 3 * * *", timezone: "Europe/Berlin",
+  job_template: { type: "report.nightly", args: [], options: { queue: "reports" } } });
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
-let failed = 0;
+let failed = 0, passed = 0;
+const T = { timeout: 10000 };
+async function step(name, fn) {
+  try { await fn(); passed++; console.log("ok  ", name); }
+  catch (e) {
+    failed++; console.error("FAIL", name + ":", e.message);
+    try { console.error("  at", await page.evaluate(() => location.hash), "status:", await page.locator("#status").innerText()); } catch {}
+  }
+}
+const shotName = (suffix) => shot.replace(/\.png$/, "") + suffix + ".png";
+let page;
 try {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
   page.on("pageerror", (e) => { console.error("page error:", e.message); failed++; });
   await page.goto(base + "/ui");
-  const row = page.locator(`#queues tr[data-queue="${queue}"]`);
-  await row.waitFor({ timeout: 10000 });
-  assert.match(await row.innerText(), /active/);
-  assert.match(await row.innerText(), /0: 2\s+1: 2\s+2: 1/, "available by priority");
-  await page.locator("#ratelimits").getByText("smtp-provider").waitFor({ timeout: 10000 });
-  await row.getByRole("button", { name: "pause" }).click();
-  await row.locator(".pill.paused").waitFor({ timeout: 10000 });
-  const q = await (await fetch(`${base}/ojs/v1/queues/${queue}/stats`)).json();
-  assert.equal(q.queue.paused, true, "paused through the page");
-  await page.locator("#events li").first().waitFor({ timeout: 10000 });
-  if (shot) await page.screenshot({ path: shot, fullPage: true });
-  console.log("dashboard e2e: 1 passed, 0 failed");
+
+  await step("overview: queue, priorities, pause", async () => {
+    const row = page.locator(`#queues tr[data-queue="${queue}"]`);
+    await row.waitFor(T);
+    assert.match(await row.innerText(), /active/);
+    assert.match(await row.innerText(), /0: 2\s+1: 2\s+2: 1/, "available by priority");
+    await page.locator("#ratelimits").getByText("smtp-provider").waitFor(T);
+    await row.getByRole("button", { name: "pause" }).click();
+    await row.locator(".pill.paused").waitFor(T);
+    const q = await get(`/ojs/v1/queues/${queue}/stats`);
+    assert.equal(q.queue.paused, true, "paused through the page");
+    await page.locator("#events li").first().waitFor(T);
+  });
+
+  await step("overview: backpressure bound, active job with lease holder and progress", async () => {
+    await page.locator('#queues tr[data-queue="ui-bounded"]').getByText("4 / 10").waitFor(T);
+    const active = page.locator(`#activejobs tr[data-job="${work.id}"]`);
+    await active.waitFor(T);
+    const text = await active.innerText();
+    assert.match(text, /w-encoder-1/);
+    assert.match(text, /40%/);
+    assert.match(text, /pass 1 of 2/);
+  });
+
+  await step("overview: charts draw the last hour", async () => {
+    await page.locator('#chart-throughput circle[data-series="completed"]').first().waitFor(T);
+    await page.locator('#chart-failures circle[data-series="failed for good"]').first().waitFor(T);
+    await page.locator('#chart-wait circle[data-series="priority 0"]').first().waitFor(T);
+    for (const id of ["#chart-throughput", "#chart-failures", "#chart-wait"]) {
+      const n = await page.locator(`${id} path, ${id} circle`).count();
+      assert.ok(n > 0, `${id} is empty`);
+    }
+    const h = await get("/ojs/v1/admin/stats/history?minutes=60");
+    const sum = (a) => a.reduce((x, y) => x + y, 0);
+    assert.equal(sum(h.series.completed), 6, "completed in the window");
+    assert.equal(sum(h.series.failed), 3, "failed in the window");
+    assert.equal(sum(h.series.dead_lettered), 3, "dead-lettered in the window");
+    assert.ok(h.wait_by_priority["0"] && h.wait_by_priority["1"], "wait by priority 0 and 1");
+    await page.locator("#wait-table td").first().waitFor(T);
+    if (shot) await page.screenshot({ path: shot, fullPage: true });
+  });
+
+  await step("jobs: filter by queue and state, paginate", async () => {
+    await page.click('header nav a[data-view="jobs"]');
+    await page.locator('#f-queue option[value="ui-demo"]').waitFor({ state: "attached", timeout: 10000 });
+    await page.selectOption("#f-queue", queue);
+    await page.selectOption("#f-state", "available");
+    await page.click("#jobsfilter button.primary");
+    await page.waitForFunction(() => location.hash.includes("queue=ui-demo") && location.hash.includes("state=available"));
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr[data-job]").length === 5);
+    for (const s of await page.locator("#jobs tbody tr[data-job] .pill").allInnerTexts()) assert.equal(s, "available");
+    // priority order: 0, 0, 1, 1, 2
+    const prios = await page.locator("#jobs tbody tr[data-job] td:nth-child(5)").allInnerTexts();
+    assert.deepEqual(prios, ["0", "0", "1", "1", "2"]);
+    await page.goto(base + "/ui#/jobs?queue=ui-demo&state=available&per_page=2");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr[data-job]").length === 2);
+    await page.locator("#pageinfo").getByText("page 1 of 3").waitFor(T);
+    await page.click("#next");
+    await page.locator("#pageinfo").getByText("page 2 of 3").waitFor(T);
+    await page.goto(base + "/ui#/jobs?queue=ui-dead&state=discarded");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr[data-job]").length === 3);
+    await page.locator("#jobs").getByText("has no fonts").first().waitFor(T);
+    if (shot) await page.screenshot({ path: shotName("-jobs"), fullPage: true });
+  });
+
+  await step("job page: lease holder, progress, events", async () => {
+    await page.fill("#searchid", work.id);
+    await page.press("#searchid", "Enter");
+    await page.locator("#job-id").getByText(work.id).waitFor(T);
+    const text = await page.locator("#jobpage").innerText();
+    assert.match(text, /w-encoder-1/, "worker_id");
+    assert.match(text, /lease_id/);
+    assert.match(text, /visibility_deadline/);
+    assert.match(text, /pass 1 of 2/, "progress message");
+    assert.match(text, /big\.mov/, "args");
+    assert.match(text, /job\.started/, "events");
+    if (shot) await page.screenshot({ path: shotName("-job"), fullPage: true });
+  });
+
+  await step("job page: error history of a dead-lettered job", async () => {
+    await page.fill("#searchid", deadIds[0]);
+    await page.press("#searchid", "Enter");
+    await page.locator("#job-id").getByText(deadIds[0]).waitFor(T);
+    await page.locator("#jobpage").getByText("page 0 has no fonts").first().waitFor(T);
+    await page.locator("#job-retry").waitFor(T);
+    assert.match(await page.locator("#jobpage").innerText(), /job\.dead_lettered/);
+  });
+
+  await step("search by id, cancel from the job page", async () => {
+    const id = demo[3];
+    await page.fill("#searchid", id);
+    await page.press("#searchid", "Enter");
+    await page.locator("#job-id").getByText(id).waitFor(T);
+    await page.locator("#job-state .pill.available").waitFor(T);
+    await page.click("#job-cancel");
+    await page.locator("#confirm").waitFor(T);
+    await page.click("#confirm-yes");
+    await page.locator("#job-state .pill.cancelled").waitFor(T);
+    const { job } = await get(`/ojs/v1/jobs/${id}`);
+    assert.equal(job.state, "cancelled", "cancelled through the page");
+  });
+
+  await step("bulk retry of dead-lettered jobs, with confirmation", async () => {
+    await page.goto(base + "/ui#/jobs?queue=ui-dead&state=discarded");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr[data-job]").length === 3);
+    assert.equal(await page.locator("[data-bulk=cancel]").count(), 0, "cancel does not apply to the dead letter");
+    await page.click("[data-bulk=retry]");
+    await page.locator("#confirm #bulk-matched").waitFor(T);
+    assert.equal(await page.locator("#bulk-matched").innerText(), "3");
+    assert.match(await page.locator("#confirm-body").innerText(), /"queue":"ui-dead"/);
+    // Dismissing does nothing.
+    await page.click("#confirm-no");
+    assert.equal((await get("/ojs/v1/admin/dead-letter?queue=ui-dead")).pagination.total, 3, "nothing retried before confirming");
+    await page.click("[data-bulk=retry]");
+    await page.locator("#confirm #bulk-matched").waitFor(T);
+    await page.click("#confirm-yes");
+    await page.locator("#jobs").getByText("the dead letter is empty").waitFor(T);
+    assert.equal((await get("/ojs/v1/admin/dead-letter?queue=ui-dead")).pagination.total, 0, "dead letter emptied");
+    for (const id of deadIds) assert.equal((await get(`/ojs/v1/jobs/${id}`)).job.state, "available");
+  });
+
+  await step("cron view lists the entry", async () => {
+    await page.click('header nav a[data-view="cron"]');
+    const row = page.locator('#cron tr[data-cron="ui.nightly"]');
+    await row.waitFor(T);
+    const text = await row.innerText();
+    assert.match(text, /0 3 \* \* \*/);
+    assert.match(text, /Europe\/Berlin/);
+    assert.match(text, /report\.nightly → reports/);
+    assert.match(text, /never/);
+  });
 } catch (e) {
   console.error("dashboard e2e failed:", e.message);
   failed++;
 } finally {
   await browser.close();
 }
+console.log(`dashboard e2e: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
