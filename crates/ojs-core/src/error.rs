@@ -42,6 +42,25 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, for catalogs (the OpenAPI document's error schema lists their names).
+    pub const ALL: [ErrorCode; 15] = [
+        Self::InvalidPayload,
+        Self::InvalidRequest,
+        Self::Unprocessable,
+        Self::NotFound,
+        Self::Duplicate,
+        Self::Conflict,
+        Self::LeaseLost,
+        Self::QueueFull,
+        Self::Unauthorized,
+        Self::Forbidden,
+        Self::PayloadTooLarge,
+        Self::UnsupportedMediaType,
+        Self::BackendUnavailable,
+        Self::Timeout,
+        Self::Internal,
+    ];
+
     pub fn status(self) -> u16 {
         match self {
             Self::InvalidPayload | Self::InvalidRequest => 400,
@@ -194,5 +213,37 @@ impl OjsError {
             e["request_id"] = json!(r);
         }
         json!({ "error": e })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_code_once() {
+        // A new variant must be added to ALL: this match stops compiling until it is handled here.
+        let position = |c: ErrorCode| match c {
+            ErrorCode::InvalidPayload
+            | ErrorCode::InvalidRequest
+            | ErrorCode::Unprocessable
+            | ErrorCode::NotFound
+            | ErrorCode::Duplicate
+            | ErrorCode::Conflict
+            | ErrorCode::LeaseLost
+            | ErrorCode::QueueFull
+            | ErrorCode::Unauthorized
+            | ErrorCode::Forbidden
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::UnsupportedMediaType
+            | ErrorCode::BackendUnavailable
+            | ErrorCode::Timeout
+            | ErrorCode::Internal => ErrorCode::ALL.iter().position(|x| *x == c),
+        };
+        for c in ErrorCode::ALL {
+            assert!(position(c).is_some());
+        }
+        let names: std::collections::HashSet<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), ErrorCode::ALL.len(), "codes are distinct");
     }
 }

@@ -151,6 +151,22 @@ const TIME_FIELDS: [&str; 7] = [
     "discarded_at",
 ];
 
+/// Fields of the job view that only the server sets (besides [`TIME_FIELDS`]; `scheduled_at` is the
+/// client's too, resolved by the server when the job is scheduled).
+const SYSTEM_FIELDS: [&str; 11] = [
+    "state",
+    "attempt",
+    "max_attempts",
+    "retry_delay_ms",
+    "expires_at",
+    "worker_id",
+    "visibility_deadline",
+    "lease_id",
+    "result",
+    "error",
+    "errors",
+];
+
 /// The API view of a stored job hash: the client's envelope plus the system-managed fields.
 pub fn job_view(f: &HashMap<String, String>) -> Value {
     let mut obj: Map<String, Value> = f
@@ -161,6 +177,15 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
             _ => None,
         })
         .unwrap_or_default();
+    // The system-managed fields are the server's: a client's field of the same name is not echoed
+    // (it would pass for the job's state), whether or not the job has that field yet.
+    for k in SYSTEM_FIELDS
+        .iter()
+        .chain(&TIME_FIELDS)
+        .filter(|k| **k != "scheduled_at")
+    {
+        obj.remove(*k);
+    }
     let get = |k: &str| f.get(k).map(String::as_str);
     for k in ["type", "queue", "state"] {
         if let Some(v) = get(k) {
@@ -254,4 +279,32 @@ pub fn progress_view(f: &HashMap<String, String>) -> Option<(Value, Value, Value
         .ok()
         .map_or(Value::Null, |ms| json!(clock::format_ms(ms)));
     Some((value, message, data, updated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_fields_named_like_system_fields_are_not_echoed() {
+        let doc = json!({"id": "j", "type": "t", "queue": "q", "args": [], "state": "completed", "attempt": "x",
+            "worker_id": 5, "lease_id": [1], "errors": "no", "scheduled_at": "2020-01-01T00:00:00Z", "x_own": 1});
+        let f: HashMap<String, String> = [
+            ("doc", doc.to_string()),
+            ("type", "t".into()),
+            ("queue", "q".into()),
+            ("state", "available".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let v = job_view(&f);
+        assert_eq!(v["state"], "available");
+        assert_eq!(v["attempt"], 0);
+        for k in ["worker_id", "lease_id", "errors"] {
+            assert!(v.get(k).is_none(), "{k}: {v}");
+        }
+        assert_eq!(v["scheduled_at"], "2020-01-01T00:00:00Z", "the client's own start time");
+        assert_eq!(v["x_own"], 1);
+    }
 }
