@@ -39,7 +39,10 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut res = ojs_json(status, self.0.body(None));
+        // Serialized from the type the OpenAPI document describes (`schemas::OjsErrorBody`).
+        let body =
+            serde_json::to_value(crate::schemas::OjsErrorBody::from(&self.0)).unwrap_or_else(|_| self.0.body(None));
+        let mut res = ojs_json(status, body);
         if matches!(self.0.code, ErrorCode::BackendUnavailable | ErrorCode::QueueFull) {
             res.headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));

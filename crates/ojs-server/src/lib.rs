@@ -15,6 +15,7 @@ pub mod events_hub;
 pub mod metrics;
 pub mod respond;
 pub mod routes;
+pub mod schemas;
 pub mod state;
 pub mod ui;
 pub mod wake;
@@ -93,14 +94,51 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
 
 /// The OpenAPI document of [`api_router`].
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_router().split_for_parts().1
+    with_default_errors(api_router().split_for_parts().1)
+}
+
+/// Every operation may also answer statuses it does not list (the API-key check's 401 and 403, 413,
+/// 415, the request timeout's 504, a panic's 500, 503 while Redis is unreachable): all in the OJS
+/// error shape, which each operation's `default` response says.
+fn with_default_errors(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let error = ResponseBuilder::new()
+        .description("Any other status: an OJS error (401/403 without a valid API key, 413, 415, 500, 503 while Redis is unreachable, 504)")
+        .content(
+            respond::OJS_MEDIA_TYPE,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("OjsError")))
+                .build(),
+        )
+        .build();
+    let components = api.components.get_or_insert_with(Default::default);
+    components
+        .schemas
+        .entry("OjsError".into())
+        .or_insert_with(<schemas::OjsErrorBody as utoipa::PartialSchema>::schema);
+    for item in api.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in ops.into_iter().flatten() {
+            op.responses
+                .responses
+                .entry("default".into())
+                .or_insert_with(|| error.clone().into());
+        }
+    }
+    api
 }
 
 /// The router with every route and the OJS headers.
 pub fn app(st: AppState) -> Router {
     let limit = st.config.max_body_bytes;
     let (api_routes, api) = api_router().split_for_parts();
-    let openapi = Arc::new(api);
+    let openapi = Arc::new(with_default_errors(api));
     Router::new()
         .merge(api_routes)
         .route(

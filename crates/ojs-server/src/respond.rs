@@ -110,6 +110,36 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
     }
 }
 
+/// Query parameters: like axum's `Query`, but a query that does not parse is a 400 in the OJS error
+/// shape (axum answers plain text).
+pub struct OjsQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for OjsQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(t)| Self(t))
+            .map_err(|e| OjsError::invalid(format!("invalid query: {}", e.body_text())).into())
+    }
+}
+
+/// A path parameter: like axum's `Path`, but one that does not decode (such as invalid UTF-8) is a 400
+/// in the OJS error shape (axum answers plain text).
+pub struct OjsPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> axum::extract::FromRequestParts<S> for OjsPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(t)| Self(t))
+            .map_err(|e| OjsError::invalid(format!("invalid path: {}", e.body_text())).into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

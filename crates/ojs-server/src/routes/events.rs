@@ -1,15 +1,17 @@
 //! Lifecycle events, read back from the capped Redis stream the scripts write to.
 //! `GET /ojs/v1/events?types=a,b&queues=q&job_id=…&after=<cursor>&limit=N`.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::{clock, OjsError};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
-use crate::respond::ok;
+use crate::respond::{ok, OjsPath, OjsQuery};
+use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -18,18 +20,27 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct Filter {
+    /// Event types, comma-separated (such as `job.completed,job.failed`).
     types: Option<String>,
+    /// The same as `types`.
     #[serde(rename = "type")]
+    #[param(rename = "type")]
     type_: Option<String>,
+    /// Queue names, comma-separated.
     queues: Option<String>,
+    /// The same as `queues`.
     queue: Option<String>,
     job_id: Option<String>,
     /// The official SDKs' subscription channel (`subscribeJob` / `subscribe_queue`…): `job:<id>` or
     /// `queue:<name>`, the same filters as `job_id` and `queues`.
     channel: Option<String>,
+    /// A cursor (`next_cursor`, or an event id such as `1700000000000-0`): only later events.
     after: Option<String>,
+    /// 1 to 1000 (default 100).
+    #[param(minimum = 0)]
     limit: Option<usize>,
 }
 
@@ -80,6 +91,44 @@ fn csv(a: &Option<String>, b: &Option<String>) -> Vec<String> {
         .collect()
 }
 
+/// A lifecycle event (CloudEvents-shaped).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents event_json
+struct Event {
+    /// The stream id, also a cursor for `after`.
+    id: String,
+    specversion: String,
+    /// Such as `job.enqueued`, `job.started`, `job.completed`, `job.failed`.
+    #[serde(rename = "type")]
+    kind: String,
+    source: String,
+    /// RFC 3339.
+    time: String,
+    /// The job id.
+    subject: String,
+    /// The event's data with `job_id`, `queue` and `job_type`.
+    data: EventData,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct EventData {
+    job_id: Value,
+    queue: Value,
+    job_type: Value,
+    #[serde(flatten)]
+    other: std::collections::HashMap<String, Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct EventList {
+    /// Oldest first.
+    #[schema(value_type = Vec<Event>)]
+    events: Vec<Value>,
+    /// Pass as `after` to read on.
+    next_cursor: String,
+}
+
 /// One stream entry as the API shows it: the script's fields, `data` merged with the job context.
 pub fn event_json(id: &str, f: &std::collections::HashMap<String, String>) -> Value {
     let mut data: Map<String, Value> = f
@@ -108,9 +157,10 @@ pub fn event_json(id: &str, f: &std::collections::HashMap<String, String>) -> Va
     path = "/ojs/v1/events",
     tag = "events",
     summary = "Lifecycle events (types, queues, job_id, channel=job:<id>|queue:<name>, after cursor, limit)",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(Filter),
+    responses((status = 200, description = "OK", body = EventList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, Query(q): Query<Filter>) -> ApiResult<Response> {
+async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiResult<Response> {
     let q = q.resolve_channel()?;
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);
@@ -164,7 +214,10 @@ async fn list(State(st): State<AppState>, Query(q): Query<Filter>) -> ApiResult<
             (out, last)
         }
     };
-    Ok(ok(json!({ "events": events, "next_cursor": cursor })))
+    Ok(ok(json!(EventList {
+        events,
+        next_cursor: cursor,
+    })))
 }
 
 /// Server-Sent Events: `GET /ojs/v1/events/stream` (filters as above), and the per-queue and per-job
@@ -183,9 +236,14 @@ pub fn stream_router() -> OpenApiRouter<AppState> {
     path = "/ojs/v1/events/stream",
     tag = "events",
     summary = "Live events (Server-Sent Events; Last-Event-ID resumes; the filters of /events, channel included)",
-    responses((status = 200, description = "OK"))
+    params(Filter),
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn stream_all(State(st): State<AppState>, headers: HeaderMap, Query(q): Query<Filter>) -> ApiResult<Response> {
+async fn stream_all(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    OjsQuery(q): OjsQuery<Filter>,
+) -> ApiResult<Response> {
     sse(st, headers, q).await
 }
 
@@ -194,14 +252,14 @@ async fn stream_all(State(st): State<AppState>, headers: HeaderMap, Query(q): Qu
     path = "/ojs/v1/queues/{queue}/events/stream",
     tag = "events",
     summary = "Live events of one queue (SSE)",
-    params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(("queue" = String, Path), Filter),
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_queue(
     State(st): State<AppState>,
-    Path(queue): Path<String>,
+    OjsPath(queue): OjsPath<String>,
     headers: HeaderMap,
-    Query(mut q): Query<Filter>,
+    OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
     ojs_core::names::check_queue(&queue).map_err(OjsError::invalid)?;
     q.queues = Some(queue);
@@ -213,14 +271,14 @@ async fn stream_queue(
     path = "/ojs/v1/jobs/{id}/events/stream",
     tag = "events",
     summary = "Live events of one job (SSE)",
-    params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    params(("id" = String, Path), Filter),
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not a job id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_job(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    OjsPath(id): OjsPath<String>,
     headers: HeaderMap,
-    Query(mut q): Query<Filter>,
+    OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
     q.job_id = Some(crate::routes::path_job_id(&id)?.to_string());
     sse(st, headers, q).await

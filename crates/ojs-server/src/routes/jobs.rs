@@ -2,19 +2,21 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use ojs_core::envelope;
 use ojs_core::job::{job_view, NewJob};
 use ojs_core::{ErrorCode, OjsError};
 use ojs_store::{EnqueueOutcome, Pressure, Transition};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ojs_json, ok, OjsJson};
+use crate::respond::{ojs_json, ok, OjsJson, OjsPath};
 use crate::routes::path_job_id;
+use crate::schemas::{Job, JobResponse, OjsErrorBody, RateWindow, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -136,8 +138,8 @@ fn duplicate(id: &str) -> OjsError {
     path = "/ojs/v1/jobs",
     tag = "jobs",
     summary = "Enqueue one job (the OJS envelope; seed priority model: top-level `priority`, lower first)",
-    request_body = serde_json::Value,
-    responses((status = 201, description = "Created"), (status = 400, description = "Invalid request (OJS error)"), (status = 409, description = "Conflict (OJS error)"), (status = 413, description = "Too large (OJS error)"), (status = 503, description = "Redis unavailable (OJS error)"))
+    request_body = JobRequest,
+    responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
     let job = envelope::parse(body, &st.rules)?;
@@ -155,7 +157,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     }
     crate::metrics::job_event("enqueued", &job.queue, &job.job_type);
     let view = created_view(&job, now, &state);
-    let mut res = ojs_json(StatusCode::CREATED, json!({ "job": view }));
+    let mut res = ojs_json(StatusCode::CREATED, json!(JobResponse { job: view }));
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);
     }
@@ -178,9 +180,128 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     Ok(res)
 }
 
-#[derive(Deserialize)]
+/// An OJS job envelope as a producer sends it. Fields this server does not know are kept and echoed
+/// back in the job (extensions, `x_…` fields).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::envelope::parse, which reads the JSON
+pub struct JobRequest {
+    /// A dot-separated name such as `email.send`.
+    #[serde(rename = "type")]
+    job_type: String,
+    /// Positional arguments (`[]` for none).
+    args: Vec<Value>,
+    /// The job's own id (a UUIDv7); the server mints one when absent. Enqueueing an id twice is a 409.
+    #[schema(nullable = false)]
+    id: Option<String>,
+    /// The queue (default `default`); `options.queue` works too.
+    #[schema(nullable = false)]
+    queue: Option<String>,
+    /// Seed priority model: the priority, 0 to 4294967295, lower runs first (default 2). With
+    /// `--priority-model core`, `options.priority` instead (higher first).
+    #[schema(nullable = false)]
+    priority: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    meta: Option<Value>,
+    options: Option<EnqueueOptions>,
+    /// When the job becomes available: RFC 3339, or relative (`+PT5S`).
+    #[schema(nullable = false)]
+    scheduled_at: Option<String>,
+    /// The seed's place for the rate-limit policy (`options.rate_limit` works too).
+    rate_limit: Option<RateLimitPolicy>,
+    #[serde(flatten)]
+    extensions: HashMap<String, Value>,
+}
+
+/// `options` of the envelope.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct EnqueueOptions {
+    #[schema(nullable = false)]
+    queue: Option<String>,
+    /// Core priority model: the priority (higher first).
+    #[schema(nullable = false)]
+    priority: Option<i64>,
+    #[schema(minimum = 1, nullable = false)]
+    timeout_ms: Option<u64>,
+    /// How long a FETCH holds the job before it is taken back (default: the server's).
+    #[schema(minimum = 1, nullable = false)]
+    visibility_timeout_ms: Option<u64>,
+    #[schema(nullable = false)]
+    delay_ms: Option<u64>,
+    /// RFC 3339, or relative (`+PT5S`).
+    #[schema(nullable = false)]
+    scheduled_at: Option<String>,
+    #[schema(nullable = false)]
+    delay_until: Option<String>,
+    /// RFC 3339, or relative (`+PT1H`): the job is discarded if it has not started by then.
+    #[schema(nullable = false)]
+    expires_at: Option<String>,
+    #[schema(nullable = false)]
+    tags: Option<Vec<String>>,
+    retry: Option<RetryPolicy>,
+    rate_limit: Option<RateLimitPolicy>,
+    #[serde(flatten)]
+    extensions: HashMap<String, Value>,
+}
+
+/// The OJS retry policy; every field has a default.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct RetryPolicy {
+    /// 1 to 1000 (default 3).
+    #[schema(minimum = 1, nullable = false)]
+    max_attempts: Option<u32>,
+    /// ISO 8601 (default `PT1S`).
+    #[schema(nullable = false)]
+    initial_interval: Option<String>,
+    /// 1 to 100 (default 2).
+    #[schema(nullable = false)]
+    backoff_coefficient: Option<f64>,
+    /// ISO 8601 (default `PT5M`).
+    #[schema(nullable = false)]
+    max_interval: Option<String>,
+    #[schema(nullable = false)]
+    jitter: Option<bool>,
+    /// `exponential` (default), `linear`, `constant`.
+    #[schema(nullable = false)]
+    backoff_strategy: Option<String>,
+    /// Error types that discard at once (patterns such as `Auth.*`).
+    #[schema(nullable = false)]
+    non_retryable_errors: Option<Vec<String>>,
+    /// `discard` (default) or `dead_letter`.
+    #[schema(nullable = false)]
+    on_exhaustion: Option<String>,
+}
+
+/// The seed's RateLimitPolicy: jobs sharing `key` share these limits.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct RateLimitPolicy {
+    key: String,
+    /// At most this many active at once.
+    #[schema(nullable = false)]
+    concurrency: Option<u64>,
+    /// At most `limit` starts in any sliding `period`.
+    rate: Option<RateWindow>,
+    /// Starts spaced evenly: `limit` per `period`.
+    throttle: Option<RateWindow>,
+    /// `wait` (default), `reschedule` or `drop`.
+    #[schema(nullable = false)]
+    on_limit: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema)]
 struct Batch {
+    /// 1 to the server's `--max-batch` envelopes, stored all or nothing.
+    #[schema(value_type = Vec<JobRequest>)]
     jobs: Vec<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct BatchCreated {
+    #[schema(value_type = Vec<Job>)]
+    jobs: Vec<Value>,
+    count: usize,
 }
 
 #[utoipa::path(
@@ -188,8 +309,8 @@ struct Batch {
     path = "/ojs/v1/jobs/batch",
     tag = "jobs",
     summary = "Enqueue `{\"jobs\": [...]}`, all or nothing",
-    request_body = serde_json::Value,
-    responses((status = 201, description = "Created"), (status = 400, description = "Invalid request (OJS error)"), (status = 409, description = "Conflict (OJS error)"), (status = 413, description = "Too large (OJS error)"), (status = 503, description = "Redis unavailable (OJS error)"))
+    request_body = Batch,
+    responses((status = 201, description = "Created", body = BatchCreated, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue_batch(
     State(st): State<AppState>,
@@ -229,7 +350,8 @@ async fn enqueue_batch(
     }
     let (now, states, pressure) = store_jobs(&st, &jobs, block).await?;
     let views: Vec<Value> = jobs.iter().zip(&states).map(|(j, s)| created_view(j, now, s)).collect();
-    let mut res = ojs_json(StatusCode::CREATED, json!({ "jobs": views, "count": views.len() }));
+    let count = views.len();
+    let mut res = ojs_json(StatusCode::CREATED, json!(BatchCreated { jobs: views, count }));
     // The fullest bounded queue the batch went to speaks for it.
     pressure_headers(&mut res, pressure.iter().max_by(|a, b| a.ratio().total_cmp(&b.ratio())));
     Ok(res)
@@ -241,19 +363,28 @@ async fn enqueue_batch(
     tag = "jobs",
     summary = "A job with its system fields and error history",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_job(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn get_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     match st.store.get_job(id).await? {
-        Some(f) => Ok(ok(json!({ "job": job_view(&f) }))),
+        Some(f) => Ok(ok(json!(JobResponse { job: job_view(&f) }))),
         None => Err(OjsError::not_found("job", id).into()),
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct Update {
+    /// The new priority (the server's priority model's range).
+    #[schema(value_type = i64)]
     priority: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct PriorityChanged {
+    id: String,
+    priority: i64,
+    previous_priority: i64,
 }
 
 /// `PATCH /jobs/{id}` `{"priority": n}`: only available and scheduled jobs (seed §8.1).
@@ -263,12 +394,12 @@ struct Update {
     tag = "jobs",
     summary = "Change the priority of an available or scheduled job: `{\"priority\": n}`",
     params(("id" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
+    request_body = Update,
+    responses((status = 200, description = "OK", body = PriorityChanged, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not available or scheduled (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn update(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    OjsPath(id): OjsPath<String>,
     OjsJson(body): OjsJson<Update>,
 ) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
@@ -280,9 +411,11 @@ async fn update(
     match st.store.set_priority(id, priority, model.rank(priority)).await? {
         Transition::Done((previous, queue)) => {
             metrics::counter!("ojs_job_priority_changes_total", "queue" => queue).increment(1);
-            Ok(ok(
-                json!({ "id": id, "priority": priority, "previous_priority": previous }),
-            ))
+            Ok(ok(json!(PriorityChanged {
+                id: id.to_string(),
+                priority,
+                previous_priority: previous,
+            })))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
         Transition::WrongState(s) | Transition::LeaseLost(s) => {
@@ -298,9 +431,9 @@ async fn update(
     tag = "jobs",
     summary = "The job object, unwrapped (admin view)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = Job, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_job(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn admin_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     match st.store.get_job(id).await? {
         Some(f) => Ok(ok(job_view(&f))),
@@ -314,9 +447,9 @@ async fn admin_job(State(st): State<AppState>, Path(id): Path<String>) -> ApiRes
     tag = "jobs",
     summary = "Cancel a scheduled, available, retryable or active job",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job has finished (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     match st.store.cancel(id).await? {
         Transition::Done(_) => {
@@ -325,7 +458,7 @@ async fn cancel(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult
                 .get_job(id)
                 .await?
                 .ok_or_else(|| OjsError::not_found("job", id))?;
-            Ok(ok(json!({ "job": job_view(&f) })))
+            Ok(ok(json!(JobResponse { job: job_view(&f) })))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
         Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::conflict_state(id, &s, "cancel").into()),

@@ -1,15 +1,18 @@
 //! Queues: list with counts, per-queue stats, pause and resume.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use ojs_core::duration::{format_iso8601_ms, parse_iso8601_ms};
 use ojs_core::{names, OjsError};
 use ojs_store::{Backpressure, QueueCounts};
+use serde::Serialize;
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson};
+use crate::respond::{ok, OjsJson, OjsPath};
+use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -25,21 +28,69 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_config, put_config))
 }
 
+/// A queue with its job counts by state.
+#[derive(Serialize, ToSchema)]
+struct QueueSummary {
+    name: String,
+    /// `active` or `paused`.
+    #[schema(value_type = QueueStatus)]
+    status: &'static str,
+    paused: bool,
+    #[serde(flatten)]
+    counts: Counts,
+}
+
+/// A queue's jobs by state.
+#[derive(Serialize, ToSchema)]
+struct Counts {
+    available: u64,
+    active: u64,
+    /// Scheduled and retryable jobs (they wait in the same index).
+    scheduled: u64,
+    completed: u64,
+    failed: u64,
+    discarded: u64,
+    cancelled: u64,
+    /// ojs-backpressure: the jobs that count against a depth bound (available + scheduled + retryable).
+    depth: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documents the status strings
+enum QueueStatus {
+    Active,
+    Paused,
+}
+
 fn counts_json(c: &QueueCounts) -> Value {
-    json!({
-        "name": c.name,
-        "status": if c.paused { "paused" } else { "active" },
-        "paused": c.paused,
-        "available": c.available,
-        "active": c.active,
-        "scheduled": c.scheduled,
-        "completed": c.completed,
-        "failed": c.failed,
-        "discarded": c.discarded,
-        "cancelled": c.cancelled,
-        // ojs-backpressure: the jobs that count against a depth bound (available + scheduled + retryable).
-        "depth": c.depth(),
+    json!(QueueSummary {
+        name: c.name.clone(),
+        status: if c.paused { "paused" } else { "active" },
+        paused: c.paused,
+        counts: Counts {
+            available: c.available,
+            active: c.active,
+            scheduled: c.scheduled,
+            completed: c.completed,
+            failed: c.failed,
+            discarded: c.discarded,
+            cancelled: c.cancelled,
+            depth: c.depth(),
+        },
     })
+}
+
+#[derive(Serialize, ToSchema)]
+struct QueueList {
+    #[schema(value_type = Vec<QueueSummary>)]
+    queues: Vec<Value>,
+    pagination: Total,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Total {
+    total: usize,
 }
 
 pub(crate) fn queue_name(q: &str) -> Result<(), OjsError> {
@@ -51,13 +102,17 @@ pub(crate) fn queue_name(q: &str) -> Result<(), OjsError> {
     path = "/ojs/v1/queues",
     tag = "queues",
     summary = "Every queue with its counts by state",
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = QueueList, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn list(State(st): State<AppState>) -> ApiResult<Response> {
     let names = st.store.queue_names().await?;
     let counts = st.store.queue_counts(&names).await?;
     let queues: Vec<Value> = counts.iter().map(counts_json).collect();
-    Ok(ok(json!({ "queues": queues, "pagination": { "total": queues.len() } })))
+    let total = queues.len();
+    Ok(ok(json!(QueueList {
+        queues,
+        pagination: Total { total },
+    })))
 }
 
 #[utoipa::path(
@@ -66,9 +121,9 @@ async fn list(State(st): State<AppState>) -> ApiResult<Response> {
     tag = "queues",
     summary = "One queue's counts by state: in `queue` (an object, or the name with --queue-stats-queue name), at the top level, and in `stats`",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = QueueStatsResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
     let c = st.store.queue_counts(std::slice::from_ref(&q)).await?;
     let c = c
@@ -90,6 +145,41 @@ async fn stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<R
 /// (the JavaScript SDK's `QueueStats`; `depth` and `name` for the Ruby SDK), and `status`, `stats` and
 /// `computed_at` (the HTTP binding's shape: the Python, Go and Rust SDKs). `scheduled` counts the
 /// retryable jobs too (they wait in the same index).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents stats_json
+struct QueueStatsResponse {
+    #[serde(flatten)]
+    summary: QueueSummary,
+    /// The counts again, with the backpressure bound when the queue has one.
+    stats: QueueStats,
+    /// The queue with its counts, or (`--queue-stats-queue name`) its name.
+    queue: QueueField,
+    #[schema(format = DateTime)]
+    computed_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum QueueField {
+    Counts(QueueSummary),
+    Name(String),
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct QueueStats {
+    queue: String,
+    #[serde(flatten)]
+    counts: Counts,
+    /// ojs-backpressure §10: the bound, when the queue has one...
+    #[schema(nullable = false)]
+    max_depth: Option<u64>,
+    /// ...and depth / bound.
+    #[schema(nullable = false)]
+    pressure: Option<f64>,
+}
+
 fn stats_json(c: &QueueCounts, queue_field: QueueStatsQueue, now_ms: i64) -> Value {
     let counts = counts_json(c);
     let mut body = counts.clone();
@@ -109,14 +199,62 @@ fn stats_json(c: &QueueCounts, queue_field: QueueStatsQueue, now_ms: i64) -> Val
     body
 }
 
+/// A queue's configuration (ojs-backpressure §6.2).
+#[derive(Serialize, ToSchema)]
+struct QueueConfig {
+    queue: String,
+    /// The depth bound; `null` when the queue is unbounded.
+    backpressure: Option<BackpressureConfig>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct BackpressureConfig {
+    /// At most this many waiting jobs (available + scheduled + retryable); 0 in a request unbinds.
+    max_depth: u64,
+    /// `reject` (429 QUEUE_FULL) or `block` (a producer with `OJS-Block-Timeout` waits for room).
+    #[schema(value_type = BackpressureStrategy)]
+    strategy: String,
+    /// From 0 to 1: above this share of the bound, enqueue answers carry the pressure headers.
+    warning_threshold: f64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum BackpressureStrategy {
+    Reject,
+    Block,
+}
+
+/// `PUT …/config`: only `backpressure` can be set here.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents parse_backpressure
+struct QueueConfigRequest {
+    /// `null` (or `max_depth` 0) makes the queue unbounded.
+    backpressure: Option<BackpressureRequest>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct BackpressureRequest {
+    #[schema(nullable = false)]
+    max_depth: Option<u64>,
+    /// Default `reject`.
+    #[schema(value_type = Option<BackpressureStrategy>, nullable = false)]
+    strategy: Option<String>,
+    /// From 0 to 1 (default 0.8).
+    #[schema(minimum = 0, maximum = 1, nullable = false)]
+    warning_threshold: Option<f64>,
+}
+
 fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {
-    json!({
-        "queue": q,
-        "backpressure": bp.map(|b| json!({
-            "max_depth": b.max_depth,
-            "strategy": b.strategy,
-            "warning_threshold": b.warning_threshold,
-        })),
+    json!(QueueConfig {
+        queue: q.to_string(),
+        backpressure: bp.map(|b| BackpressureConfig {
+            max_depth: b.max_depth,
+            strategy: b.strategy.clone(),
+            warning_threshold: b.warning_threshold,
+        }),
     })
 }
 
@@ -126,9 +264,9 @@ fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {
     tag = "queues",
     summary = "A queue's configuration: its backpressure bound",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = QueueConfig, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_config(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn get_config(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
     Ok(ok(config_json(&q, st.store.backpressure(&q).await?.as_ref())))
 }
@@ -205,12 +343,12 @@ fn parse_backpressure(body: &Value) -> Result<Option<Backpressure>, OjsError> {
     tag = "queues",
     summary = "Bound a queue: `{\"backpressure\": {\"max_depth\", \"strategy\": \"reject\"|\"block\", \"warning_threshold\"}}`",
     params(("queue" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"), (status = 422, description = "Unsupported setting (OJS error)"))
+    request_body = QueueConfigRequest,
+    responses((status = 200, description = "OK", body = QueueConfig, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "Unsupported setting (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_config(
     State(st): State<AppState>,
-    Path(q): Path<String>,
+    OjsPath(q): OjsPath<String>,
     OjsJson(body): OjsJson<Value>,
 ) -> ApiResult<Response> {
     queue_name(&q)?;
@@ -226,23 +364,56 @@ async fn put_config(
     tag = "queues",
     summary = "Ready jobs of a queue by priority",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = PriorityStats, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn priority_stats(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn priority_stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
     let per = st.store.priority_counts(&q).await?;
     let total: u64 = per.iter().map(|(_, n)| n).sum();
-    let counts: serde_json::Map<String, Value> = per.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
-    Ok(ok(json!({ "queue": q, "counts_by_priority": counts, "total": total })))
+    let counts_by_priority = per.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
+    Ok(ok(json!(PriorityStats {
+        queue: q,
+        counts_by_priority,
+        total,
+    })))
 }
 
-fn aging_json(q: &str, interval_s: Option<u64>) -> Value {
-    match interval_s {
-        Some(s) => {
-            json!({ "queue": q, "enabled": true, "interval": format_iso8601_ms(s * 1000), "interval_seconds": s })
-        }
-        None => json!({ "queue": q, "enabled": false }),
-    }
+/// Ready jobs of a queue by priority (seed §10.3).
+#[derive(Serialize, ToSchema)]
+struct PriorityStats {
+    queue: String,
+    /// Priority (as a string key) → ready jobs with that priority, in priority order.
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    counts_by_priority: serde_json::Map<String, Value>,
+    total: u64,
+}
+
+/// A queue's priority aging: one priority level gained per `interval` waited.
+#[derive(Serialize, ToSchema)]
+struct Aging {
+    queue: String,
+    enabled: bool,
+    /// ISO 8601, when enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    interval_seconds: Option<u64>,
+    /// After a change: how many waiting jobs were re-scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    rescored: Option<u64>,
+}
+
+fn aging_json(q: &str, interval_s: Option<u64>, rescored: Option<u64>) -> Value {
+    json!(Aging {
+        queue: q.to_string(),
+        enabled: interval_s.is_some(),
+        interval: interval_s.map(|s| format_iso8601_ms(s * 1000)),
+        interval_seconds: interval_s,
+        rescored,
+    })
 }
 
 #[utoipa::path(
@@ -251,16 +422,20 @@ fn aging_json(q: &str, interval_s: Option<u64>) -> Value {
     tag = "queues",
     summary = "The queue's priority aging setting",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = Aging, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_aging(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn get_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    Ok(ok(aging_json(&q, st.store.get_aging(&q).await?)))
+    Ok(ok(aging_json(&q, st.store.get_aging(&q).await?, None)))
 }
 
-#[derive(serde::Deserialize)]
+/// Exactly one of `interval` or `interval_seconds` (1 s to 2^20 s).
+#[derive(serde::Deserialize, ToSchema)]
 struct AgingReq {
+    /// ISO 8601, such as `PT1M`.
+    #[schema(nullable = false)]
     interval: Option<String>,
+    #[schema(minimum = 1, nullable = false)]
     interval_seconds: Option<u64>,
 }
 
@@ -272,12 +447,12 @@ struct AgingReq {
     tag = "queues",
     summary = "Turn priority aging on: `{\"interval\": \"PT1M\"}`",
     params(("queue" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = AgingReq,
+    responses((status = 200, description = "OK", body = Aging, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_aging(
     State(st): State<AppState>,
-    Path(q): Path<String>,
+    OjsPath(q): OjsPath<String>,
     OjsJson(req): OjsJson<AgingReq>,
 ) -> ApiResult<Response> {
     queue_name(&q)?;
@@ -297,9 +472,7 @@ async fn put_aging(
         .into());
     }
     let rescored = st.store.set_aging(&q, Some(secs)).await?;
-    let mut body = aging_json(&q, Some(secs));
-    body["rescored"] = json!(rescored);
-    Ok(ok(body))
+    Ok(ok(aging_json(&q, Some(secs), Some(rescored))))
 }
 
 #[utoipa::path(
@@ -308,18 +481,23 @@ async fn put_aging(
     tag = "queues",
     summary = "Turn priority aging off",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = Aging, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_aging(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn delete_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
     let rescored = st.store.set_aging(&q, None).await?;
-    let mut body = aging_json(&q, None);
-    body["rescored"] = json!(rescored);
-    Ok(ok(body))
+    Ok(ok(aging_json(&q, None, Some(rescored))))
 }
 
 /// rank × interval + epoch seconds must stay below 2^53 for every rank up to 2^32: 2^20 s (12 days).
 const MAX_AGING_SECONDS: u64 = 1 << 20;
+
+/// `{"queue": …}`: the queue with its counts after the change.
+#[derive(Serialize, ToSchema)]
+struct QueueResponse {
+    #[schema(value_type = QueueSummary)]
+    queue: Value,
+}
 
 async fn queue_json(st: &AppState, q: &str) -> ApiResult<Value> {
     let c = st.store.queue_counts(&[q.to_string()]).await?;
@@ -332,12 +510,14 @@ async fn queue_json(st: &AppState, q: &str) -> ApiResult<Value> {
     tag = "queues",
     summary = "Pause a queue (FETCH skips it)",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = QueueResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn pause(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn pause(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
     st.store.set_paused(&q, true).await?;
-    Ok(ok(json!({ "queue": queue_json(&st, &q).await? })))
+    Ok(ok(json!(QueueResponse {
+        queue: queue_json(&st, &q).await?
+    })))
 }
 
 #[utoipa::path(
@@ -346,10 +526,12 @@ async fn pause(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<R
     tag = "queues",
     summary = "Resume a paused queue",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = QueueResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn resume(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn resume(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
     st.store.set_paused(&q, false).await?;
-    Ok(ok(json!({ "queue": queue_json(&st, &q).await? })))
+    Ok(ok(json!(QueueResponse {
+        queue: queue_json(&st, &q).await?
+    })))
 }

@@ -1,17 +1,19 @@
 //! Rate-limit inspection and overrides (seed §10), and queue-level limits (seed §7.2).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use ojs_core::clock;
 use ojs_core::duration::format_iso8601_ms;
 use ojs_core::ratelimit::Window;
 use ojs_core::{names, OjsError};
-use ojs_store::RateLimitState;
-use serde::Deserialize;
+use ojs_store::RateLimitState as StoreState;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson};
+use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
+use crate::schemas::{OjsErrorBody, RateWindow, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -27,7 +29,84 @@ fn check_key(key: &str) -> Result<(), OjsError> {
     names::check_rate_limit_key(key).map_err(OjsError::invalid)
 }
 
-pub fn state_json(key: &str, s: &RateLimitState) -> Value {
+/// A rate-limit key's state (seed §10): its limits (the newest job's policy with any override on
+/// top), their use now, and why it is blocked.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents state_json
+struct RateLimitState {
+    key: String,
+    #[schema(nullable = false)]
+    concurrency: Option<ConcurrencyState>,
+    #[schema(nullable = false)]
+    rate: Option<RateState>,
+    #[schema(nullable = false)]
+    throttle: Option<ThrottleState>,
+    /// The newest job's `on_limit` (each job keeps its own); empty when no job set one.
+    on_limit: String,
+    /// Jobs held back by this key.
+    waiting_count: u64,
+    /// The current blocking episode.
+    #[schema(nullable = false)]
+    blocked: Option<Blocked>,
+    /// A worker's `rate_limit_until` still in force.
+    #[schema(format = DateTime, nullable = false)]
+    dynamic_until: Option<String>,
+    /// The operator's override, while in force.
+    #[serde(rename = "override")]
+    #[schema(nullable = false)]
+    override_: Option<OverrideState>,
+    /// Starts refused, by strategy (`wait`, `reschedule`, `drop`…).
+    exceeded_total: std::collections::HashMap<String, u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct ConcurrencyState {
+    limit: u64,
+    active: u64,
+    available: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct RateState {
+    limit: u64,
+    period: String,
+    current_count: u64,
+    /// When the oldest start in the sliding window slides out.
+    #[schema(format = DateTime, nullable = false)]
+    window_resets_at: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct ThrottleState {
+    limit: u64,
+    period: String,
+    #[schema(format = DateTime)]
+    next_allowed_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct Blocked {
+    /// The strategy of the job that found the key full.
+    reason: Option<String>,
+    #[schema(format = DateTime)]
+    since: String,
+    until: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct OverrideState {
+    #[schema(nullable = false)]
+    concurrency: Option<u64>,
+    #[schema(format = DateTime, nullable = false)]
+    expires_at: Option<String>,
+}
+
+pub fn state_json(key: &str, s: &StoreState) -> Value {
     let (conc, rate, thr, on_limit) = (s.concurrency, s.rate, s.throttle, &s.on_limit);
     let mut out = Map::new();
     out.insert("key".into(), json!(key));
@@ -103,9 +182,9 @@ pub fn state_json(key: &str, s: &RateLimitState) -> Value {
     tag = "rate-limits",
     summary = "One key: limits, active, window use, next throttle slot, waiting, blocked reason and until",
     params(("key" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = RateLimitState, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a rate-limit key (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No job or override has used the key (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn inspect(State(st): State<AppState>, Path(key): Path<String>) -> ApiResult<Response> {
+async fn inspect(State(st): State<AppState>, OjsPath(key): OjsPath<String>) -> ApiResult<Response> {
     check_key(&key)?;
     let s = st.store.rate_limit_state(&key).await?;
     if !s.known {
@@ -114,10 +193,29 @@ async fn inspect(State(st): State<AppState>, Path(key): Path<String>) -> ApiResu
     Ok(ok(state_json(&key, &s)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct Page {
+    /// From 1 (default 1).
+    #[param(minimum = 0)]
     page: Option<u64>,
+    /// 1 to 100 (default 20).
+    #[param(minimum = 0)]
     per_page: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct RateLimitList {
+    #[schema(value_type = Vec<RateLimitState>)]
+    items: Vec<Value>,
+    pagination: Pagination,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Pagination {
+    total: u64,
+    page: u64,
+    per_page: u64,
 }
 
 #[utoipa::path(
@@ -125,9 +223,10 @@ struct Page {
     path = "/ojs/v1/rate-limits",
     tag = "rate-limits",
     summary = "Rate-limit keys with their state (paginated: page, per_page)",
-    responses((status = 200, description = "OK"))
+    params(Page),
+    responses((status = 200, description = "OK", body = RateLimitList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid query (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, Query(p): Query<Page>) -> ApiResult<Response> {
+async fn list(State(st): State<AppState>, OjsQuery(p): OjsQuery<Page>) -> ApiResult<Response> {
     let per_page = p.per_page.unwrap_or(20).clamp(1, 100);
     let page = p.page.unwrap_or(1).max(1);
     let (total, keys) = st.store.rate_limit_keys((page - 1) * per_page, per_page).await?;
@@ -135,9 +234,10 @@ async fn list(State(st): State<AppState>, Query(p): Query<Page>) -> ApiResult<Re
     for k in &keys {
         items.push(state_json(k, &st.store.rate_limit_state(k).await?));
     }
-    Ok(ok(
-        json!({ "items": items, "pagination": { "total": total, "page": page, "per_page": per_page } }),
-    ))
+    Ok(ok(json!(RateLimitList {
+        items,
+        pagination: Pagination { total, page, per_page },
+    })))
 }
 
 fn window_field(v: &Value, field: &str) -> Result<Window, OjsError> {
@@ -145,6 +245,47 @@ fn window_field(v: &Value, field: &str) -> Result<Window, OjsError> {
         .map_err(|e| OjsError::invalid(e.message.trim_start_matches('.').to_string()))?;
     Ok(if field == "rate" { p.rate } else { p.throttle }
         .ok_or_else(|| OjsError::invalid(format!("{field} is invalid")))?)
+}
+
+/// An override: at least one of `concurrency`, `rate`, `throttle`.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents put_override
+struct OverrideRequest {
+    #[schema(nullable = false)]
+    concurrency: Option<u64>,
+    rate: Option<RateWindow>,
+    throttle: Option<RateWindow>,
+    /// RFC 3339, in the future; absent: until lifted.
+    expires_at: Option<String>,
+}
+
+/// Queue-level limits: at least one of `concurrency`, `rate`.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents put_queue
+struct QueueLimitRequest {
+    concurrency: Option<u64>,
+    rate: Option<RateWindow>,
+}
+
+/// A queue's own limits (`null` when not set), with their use now.
+#[derive(Serialize, ToSchema)]
+struct QueueLimits {
+    queue: String,
+    concurrency: Option<QueueConcurrency>,
+    rate: Option<QueueRate>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct QueueConcurrency {
+    limit: u64,
+    active: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+struct QueueRate {
+    limit: u64,
+    period: String,
+    current_count: u64,
 }
 
 /// `PUT /rate-limits/{key}` `{"concurrency"?, "rate"?, "throttle"?, "expires_at"?}`: replaces the
@@ -155,12 +296,12 @@ fn window_field(v: &Value, field: &str) -> Result<Window, OjsError> {
     tag = "rate-limits",
     summary = "Override a key's limits until `expires_at` (e.g. `{\"concurrency\": 0}` pauses it)",
     params(("key" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = OverrideRequest,
+    responses((status = 200, description = "OK", body = RateLimitState, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_override(
     State(st): State<AppState>,
-    Path(key): Path<String>,
+    OjsPath(key): OjsPath<String>,
     OjsJson(body): OjsJson<Value>,
 ) -> ApiResult<Response> {
     check_key(&key)?;
@@ -205,19 +346,23 @@ async fn put_override(
     tag = "rate-limits",
     summary = "Lift a key's override",
     params(("key" = String, Path)),
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = RateLimitState, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a rate-limit key (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_override(State(st): State<AppState>, Path(key): Path<String>) -> ApiResult<Response> {
+async fn delete_override(State(st): State<AppState>, OjsPath(key): OjsPath<String>) -> ApiResult<Response> {
     check_key(&key)?;
     st.store.rate_limit_override(&key, None).await?;
     Ok(ok(state_json(&key, &st.store.rate_limit_state(&key).await?)))
 }
 
 fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_window: u64) -> Value {
-    json!({
-        "queue": q,
-        "concurrency": conc.map(|c| json!({ "limit": c, "active": active })),
-        "rate": rate.map(|w| json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "current_count": in_window })),
+    json!(QueueLimits {
+        queue: q.to_string(),
+        concurrency: conc.map(|limit| QueueConcurrency { limit, active }),
+        rate: rate.map(|w| QueueRate {
+            limit: w.limit,
+            period: format_iso8601_ms(w.period_ms),
+            current_count: in_window,
+        }),
     })
 }
 
@@ -227,9 +372,9 @@ fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_
     tag = "rate-limits",
     summary = "Queue-level limits",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = QueueLimits, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
     let (c, r, a, w) = st.store.queue_rate_limit(&q).await?;
     Ok(ok(queue_json(&q, c, r, a, w)))
@@ -242,12 +387,12 @@ async fn get_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResu
     tag = "rate-limits",
     summary = "Set queue-level limits: `{concurrency?, rate?}`",
     params(("queue" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = QueueLimitRequest,
+    responses((status = 200, description = "OK", body = QueueLimits, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_queue(
     State(st): State<AppState>,
-    Path(q): Path<String>,
+    OjsPath(q): OjsPath<String>,
     OjsJson(body): OjsJson<Value>,
 ) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
@@ -279,9 +424,9 @@ async fn put_queue(
     tag = "rate-limits",
     summary = "Remove queue-level limits",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = QueueLimits, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn delete_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
     st.store.set_queue_rate_limit(&q, None).await?;
     Ok(ok(queue_json(&q, None, None, 0, 0)))

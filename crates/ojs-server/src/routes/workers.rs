@@ -2,19 +2,21 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::job_view;
 use ojs_core::{clock, names, OjsError};
 use ojs_store::{ClaimRef, Strategy, Transition};
 
 use crate::config::{Weights, MAX_WEIGHT};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson};
+use crate::respond::{ok, OjsJson, OjsPath};
 use crate::routes::path_job_id;
+use crate::schemas::{Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -42,26 +44,65 @@ pub(crate) fn check_worker_id(w: &str) -> Result<(), OjsError> {
     }
 }
 
-#[derive(Deserialize)]
+/// A FETCH request. Every field is optional: `{}` claims one job of `default`.
+#[derive(Deserialize, ToSchema)]
 struct FetchReq {
-    /// Queue names, or `{"name", "weight"}` objects for the weighted strategy.
+    /// Queue names, or `{"name", "weight"}` objects for the weighted strategy (default `["default"]`).
     #[serde(default)]
+    #[schema(value_type = Option<Vec<FetchQueue>>, nullable = false)]
     queues: Option<Vec<Value>>,
     /// `strict` (default: the server's `--fetch-strategy`) or `weighted`.
     #[serde(default)]
+    #[schema(value_type = Option<FetchStrategy>, nullable = false)]
     strategy: Option<String>,
+    /// How many jobs to claim at most (default 1; at most the server's `--max-fetch`).
     #[serde(default)]
+    #[schema(minimum = 1, nullable = false)]
     count: Option<u32>,
     /// The Ruby SDK's name for `count` (lib/ojs/worker.rb fetch_jobs); both may be given only when equal.
     #[serde(default)]
+    #[schema(minimum = 1, nullable = false)]
     batch_size: Option<u32>,
+    /// Printable ASCII without quotes, backslashes or braces, at most 255 characters.
     #[serde(default)]
+    #[schema(nullable = false)]
     worker_id: Option<String>,
+    /// How long the claim holds before the job is taken back (default: the job's, then the server's).
     #[serde(default)]
+    #[schema(minimum = 1, nullable = false)]
     visibility_timeout_ms: Option<u64>,
     /// Long-poll: wait up to this long for a job when none is ready (off by default, at most 30 s).
     #[serde(default)]
+    #[schema(nullable = false)]
     wait_ms: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documents FetchParams::new
+enum FetchStrategy {
+    Strict,
+    Weighted,
+}
+
+/// A queue to claim from: its name, or `{"name", "weight"}` (weight 1 to the server's maximum).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // documents parse_queues
+enum FetchQueue {
+    Name(String),
+    Weighted {
+        name: String,
+        #[schema(minimum = 1, nullable = false)]
+        weight: Option<u32>,
+    },
+}
+
+/// The claimed jobs (none when nothing was ready); each is `active` with its `lease_id`.
+#[derive(Serialize, ToSchema)]
+struct FetchResponse {
+    #[schema(value_type = Vec<Job>)]
+    jobs: Vec<Value>,
 }
 
 #[utoipa::path(
@@ -69,13 +110,13 @@ struct FetchReq {
     path = "/ojs/v1/workers/fetch",
     tag = "workers",
     summary = "Claim jobs: `{queues, strategy?, count? (alias batch_size), worker_id?, visibility_timeout_ms?, wait_ms?}`",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = FetchReq,
+    responses((status = 200, description = "OK", body = FetchResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn fetch(State(st): State<AppState>, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
     let p = FetchParams::new(&st, req)?;
     let jobs = claim_loop(&st, &p).await?;
-    Ok(ok(json!({ "jobs": jobs })))
+    Ok(ok(json!(FetchResponse { jobs })))
 }
 
 /// A validated FETCH (also the `fetch` part of an ack-and-fetch-next ACK).
@@ -241,13 +282,18 @@ fn parse_queues(v: Option<Vec<Value>>, defaults: &Weights) -> Result<Vec<(String
 /// The claim an ACK or NACK acts for (lua/includes/lease.lua): the `lease_id` FETCH returned, or the
 /// `attempt` (and `worker_id`) it was given, or `worker_id` alone. Naming none acts on whoever holds
 /// the job now, which cannot tell a stale worker from the current one (the official SDKs send none).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 pub(crate) struct ClaimFields {
+    /// The `lease_id` FETCH returned (digits; a JSON integer is accepted too).
     #[serde(default)]
+    #[schema(value_type = Option<String>, nullable = false)]
     lease_id: Option<Value>,
+    /// The attempt FETCH returned (>= 1).
     #[serde(default)]
+    #[schema(value_type = Option<i64>, minimum = 1, nullable = false)]
     attempt: Option<Value>,
     #[serde(default)]
+    #[schema(nullable = false)]
     worker_id: Option<String>,
 }
 
@@ -302,17 +348,36 @@ fn refused<T>(t: Transition<T>, id: &str, op: &str) -> OjsError {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct AckReq {
     job_id: String,
     #[serde(flatten)]
     claim: ClaimFields,
+    /// Anything JSON: kept as the job's `result`.
     #[serde(default)]
     result: Option<Value>,
     /// Ack-and-fetch-next: a FETCH request (`queues`, `count`, `wait_ms`…) run in the same script as
     /// the ACK, so a busy worker spends one request per job; the claimed jobs come back in `jobs`.
     #[serde(default)]
+    #[schema(nullable = false)]
     fetch: Option<FetchReq>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct AckResponse {
+    acknowledged: bool,
+    job_id: String,
+    /// The same as `job_id`.
+    id: String,
+    #[schema(value_type = JobState)]
+    state: &'static str,
+    attempt: i64,
+    #[schema(format = DateTime)]
+    completed_at: String,
+    /// With `fetch`: the jobs claimed for the next round (maybe none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Job>>, nullable = false)]
+    jobs: Option<Vec<Value>>,
 }
 
 #[utoipa::path(
@@ -320,8 +385,8 @@ struct AckReq {
     path = "/ojs/v1/workers/ack",
     tag = "workers",
     summary = "An active job succeeded: `{job_id, result?, fetch?}`; with `fetch` (a FETCH request) the next jobs come back in `jobs`",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
+    request_body = AckReq,
+    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = path_job_id(&req.job_id)?;
@@ -351,37 +416,88 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
     match acked {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
-            let mut body = json!({
-                "acknowledged": true,
-                "job_id": id,
-                "id": id,
-                "state": "completed",
-                "attempt": a.attempt,
-                "completed_at": clock::format_ms(a.now_ms),
-            });
-            if let Some(p) = next {
-                body["jobs"] = Value::Array(if claimed.is_empty() && !p.wait.is_zero() {
-                    claim_loop(&st, &p).await?
-                } else {
-                    claimed_view(&claimed)
-                });
-            }
-            Ok(ok(body))
+            let jobs = match next {
+                Some(p) if claimed.is_empty() && !p.wait.is_zero() => Some(claim_loop(&st, &p).await?),
+                Some(_) => Some(claimed_view(&claimed)),
+                None => None,
+            };
+            Ok(ok(json!(AckResponse {
+                acknowledged: true,
+                job_id: id.to_string(),
+                id: id.to_string(),
+                state: "completed",
+                attempt: a.attempt,
+                completed_at: clock::format_ms(a.now_ms),
+                jobs,
+            })))
         }
         other => Err(refused(other, id, "ack").into()),
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct NackReq {
     job_id: String,
     #[serde(flatten)]
     claim: ClaimFields,
+    /// What went wrong: an object (at least `message`), or just the message.
     #[serde(default)]
+    #[schema(value_type = Option<NackError>)]
     error: Option<Value>,
     /// Release the job back to `available` at once without spending the attempt (graceful shutdown).
     #[serde(default)]
+    #[schema(nullable = false)]
     requeue: Option<bool>,
+}
+
+/// A worker's error report.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // documents error_record
+enum NackError {
+    Message(String),
+    Report {
+        #[schema(nullable = false)]
+        message: Option<String>,
+        /// Matched against the retry policy's `non_retryable_errors` (`code` when absent).
+        #[serde(rename = "type")]
+        #[schema(nullable = false)]
+        kind: Option<String>,
+        #[schema(nullable = false)]
+        code: Option<String>,
+        /// `false` discards the job at once (default `true`).
+        retryable: Option<bool>,
+        /// RFC 3339: the job's rate-limit key takes no new starts until then.
+        rate_limit_until: Option<String>,
+        #[serde(flatten)]
+        other: std::collections::HashMap<String, Value>,
+    },
+}
+
+#[derive(Serialize, ToSchema)]
+struct NackResponse {
+    job_id: String,
+    /// The same as `job_id`.
+    id: String,
+    /// `retryable`, `available` (requeue), `discarded`, or `pending`... as the retry policy decided.
+    #[schema(value_type = JobState)]
+    state: String,
+    attempt: i64,
+    max_attempts: i64,
+    /// When the job is retryable: the delay before the next attempt, and when that is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    retry_delay_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    next_attempt_at: Option<String>,
+    /// When the job was discarded (also in `completed_at`, for SDKs that read that).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    discarded_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    completed_at: Option<String>,
 }
 
 /// Normalises the worker's error report: an object with at least `message`; `code`/`type` kept.
@@ -446,8 +562,8 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
     path = "/ojs/v1/workers/nack",
     tag = "workers",
     summary = "An active job failed: `{job_id, error, requeue?}`; `error.rate_limit_until` blocks its key",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Conflict (OJS error)"))
+    request_body = NackReq,
+    responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
     let id = path_job_id(&req.job_id)?;
@@ -471,22 +587,18 @@ async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> Api
             if r.state == "discarded" {
                 crate::metrics::job_event("discarded", &r.queue, &r.job_type);
             }
-            let mut body = json!({
-                "job_id": id,
-                "id": id,
-                "state": r.state,
-                "attempt": r.attempt,
-                "max_attempts": r.max_attempts,
-            });
-            if let Some(d) = r.delay_ms {
-                body["retry_delay_ms"] = json!(d);
-                body["next_attempt_at"] = json!(clock::format_ms(r.now_ms + d));
-            }
-            if r.state == "discarded" {
-                body["discarded_at"] = json!(clock::format_ms(r.now_ms));
-                body["completed_at"] = json!(clock::format_ms(r.now_ms));
-            }
-            Ok(ok(body))
+            let discarded = (r.state == "discarded").then(|| clock::format_ms(r.now_ms));
+            Ok(ok(json!(NackResponse {
+                job_id: id.to_string(),
+                id: id.to_string(),
+                retry_delay_ms: r.delay_ms,
+                next_attempt_at: r.delay_ms.map(|d| clock::format_ms(r.now_ms + d)),
+                completed_at: discarded.clone(),
+                discarded_at: discarded,
+                state: r.state,
+                attempt: r.attempt,
+                max_attempts: r.max_attempts,
+            })))
         }
         other => Err(refused(other, id, "nack").into()),
     }
@@ -496,26 +608,109 @@ async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> Api
 /// with the ids in `active_job_ids`; Python and Rust send `active_jobs` as ids; Ruby sends `job_ids` and
 /// may omit `worker_id`. Entries may also be `{"job_id", "lease_id"}` objects (ojs-client sends those,
 /// so a stale worker's heartbeat cannot extend another worker's claim).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct HeartbeatReq {
     #[serde(default)]
+    #[schema(nullable = false)]
     worker_id: Option<String>,
     /// What the worker reports of itself (ojs-graceful-shutdown): `running`, `quiet`, `drain`
     /// (`draining`), `terminate`; kept in its record for the operator and `GET /workers/{id}/health`.
     #[serde(default)]
     state: Option<String>,
+    /// The jobs this worker runs (or, from the JavaScript and Go SDKs, how many: the ids then come in
+    /// `active_job_ids`).
     #[serde(default)]
+    #[schema(value_type = Option<ActiveJobs>)]
     active_jobs: Option<Value>,
     #[serde(default)]
+    #[schema(value_type = Option<Vec<HeartbeatJobRef>>)]
     active_job_ids: Option<Value>,
+    /// The Ruby SDK's name for the list.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<HeartbeatJobRef>>)]
     job_ids: Option<Value>,
+    /// One job (with its `lease_id`).
     #[serde(default)]
+    #[schema(nullable = false)]
     job_id: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     lease_id: Option<Value>,
+    /// Extend each named lease to now + this (default: the job's visibility timeout).
     #[serde(default)]
+    #[schema(minimum = 1, nullable = false)]
     visibility_timeout_ms: Option<u64>,
+}
+
+/// `active_jobs`: the jobs, or a count.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // documents HeartbeatReq::jobs
+enum ActiveJobs {
+    Jobs(Vec<HeartbeatJobRef>),
+    Count(u64),
+}
+
+/// A job id, or `{"job_id", "lease_id"}` (then only that claim's lease is extended).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum HeartbeatJobRef {
+    Id(String),
+    Claim {
+        job_id: String,
+        #[schema(value_type = Option<String>)]
+        lease_id: Option<Value>,
+    },
+}
+
+#[derive(Serialize, ToSchema)]
+struct HeartbeatResponse {
+    acknowledged: bool,
+    worker_id: String,
+    /// What the operator asked of this worker: `running`, `quiet` (stop fetching) or `terminate`.
+    #[schema(value_type = WorkerSignal)]
+    state: String,
+    /// What the worker reported of itself (`state` in the request), when it did.
+    #[schema(nullable = true)]
+    worker_state: Option<&'static str>,
+    jobs: Vec<HeartbeatJob>,
+    /// The named jobs whose lease is gone: stop working on them.
+    lost_jobs: Vec<String>,
+    directives: Vec<Directive>,
+    #[schema(format = DateTime)]
+    server_time: String,
+}
+
+#[derive(Serialize, ToSchema)]
+struct HeartbeatJob {
+    job_id: String,
+    state: String,
+    /// Whether the lease was extended (the job is active under this worker's claim).
+    extended: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    visibility_deadline: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    lease_lost: Option<bool>,
+}
+
+/// `{"type": "cancel", "job_id"}`: the job was cancelled; stop working on it.
+#[derive(Serialize, ToSchema)]
+struct Directive {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    job_id: String,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documents the signal strings
+enum WorkerSignal {
+    Running,
+    Quiet,
+    Terminate,
 }
 
 /// Most jobs one heartbeat may name.
@@ -584,8 +779,8 @@ impl HeartbeatReq {
     path = "/ojs/v1/workers/heartbeat",
     tag = "workers",
     summary = "Extend leases and read the worker state: `{worker_id?, active_jobs | active_job_ids | job_ids, visibility_timeout_ms?}`; `lost_jobs` lists the jobs whose lease is gone",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = HeartbeatReq,
+    responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
     let worker = req.worker_id.clone().unwrap_or_default();
@@ -599,44 +794,56 @@ pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<
     let hb = st.store.heartbeat_reporting(&worker, &jobs, extend, reported).await?;
     // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to
     // running when told so); what the worker reported of itself is echoed as `worker_state`.
-    let state = hb.signal.as_deref().unwrap_or("running");
-    let mut lost = Vec::new();
-    let jobs: Vec<Value> = hb
+    let state = hb.signal.as_deref().unwrap_or("running").to_string();
+    let lost: Vec<String> = hb
         .jobs
         .iter()
-        .map(|(id, s, lease)| {
-            let mut j = json!({ "job_id": id, "state": s, "extended": lease.is_some() });
-            match lease {
-                Some(l) => j["visibility_deadline"] = json!(clock::format_ms(*l)),
-                None => {
-                    j["lease_lost"] = json!(true);
-                    lost.push(json!(id));
-                }
-            }
-            j
+        .filter(|(_, _, lease)| lease.is_none())
+        .map(|(id, _, _)| id.clone())
+        .collect();
+    let jobs: Vec<HeartbeatJob> = hb
+        .jobs
+        .iter()
+        .map(|(id, s, lease)| HeartbeatJob {
+            job_id: id.clone(),
+            state: s.clone(),
+            extended: lease.is_some(),
+            visibility_deadline: lease.map(clock::format_ms),
+            lease_lost: lease.is_none().then_some(true),
         })
         .collect();
-    let directives: Vec<Value> = hb
+    let directives: Vec<Directive> = hb
         .jobs
         .iter()
         .filter(|(_, s, _)| s == "cancelled")
-        .map(|(id, _, _)| json!({ "type": "cancel", "job_id": id }))
+        .map(|(id, _, _)| Directive {
+            kind: "cancel",
+            job_id: id.clone(),
+        })
         .collect();
-    Ok(ok(json!({
-        "acknowledged": true,
-        "worker_id": worker,
-        "state": state,
-        "worker_state": reported,
-        "jobs": jobs,
-        "lost_jobs": lost,
-        "directives": directives,
-        "server_time": clock::format_ms(hb.now_ms),
+    Ok(ok(json!(HeartbeatResponse {
+        acknowledged: true,
+        worker_id: worker,
+        state,
+        worker_state: reported,
+        jobs,
+        lost_jobs: lost,
+        directives,
+        server_time: clock::format_ms(hb.now_ms),
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct SignalReq {
+    /// `quiet`, `terminate`, or `running` (also `run`).
     signal: String,
+}
+
+#[derive(Serialize, ToSchema)]
+struct SignalResponse {
+    worker_id: String,
+    #[schema(value_type = WorkerSignal)]
+    signal: &'static str,
 }
 
 /// Operator control: tell a worker (through its next heartbeat) to stop fetching (`quiet`), to stop
@@ -647,12 +854,12 @@ struct SignalReq {
     tag = "workers",
     summary = "Operator: tell a worker `quiet`, `terminate` or `running`",
     params(("worker_id" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = SignalReq,
+    responses((status = 200, description = "OK", body = SignalResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn signal(
     State(st): State<AppState>,
-    Path(worker): Path<String>,
+    OjsPath(worker): OjsPath<String>,
     OjsJson(req): OjsJson<SignalReq>,
 ) -> ApiResult<Response> {
     check_worker_id(&worker)?;
@@ -660,14 +867,16 @@ async fn signal(
         return Err(OjsError::invalid("worker_id must not be empty").into());
     }
     let signal = match req.signal.as_str() {
-        "quiet" | "terminate" => Some(req.signal.as_str()),
+        "quiet" => Some("quiet"),
+        "terminate" => Some("terminate"),
         "running" | "run" => None,
         other => {
             return Err(OjsError::invalid(format!("signal must be quiet, terminate or running; got {other:?}")).into())
         }
     };
     st.store.set_worker_signal(&worker, signal).await?;
-    Ok(ok(
-        json!({ "worker_id": worker, "signal": signal.unwrap_or("running") }),
-    ))
+    Ok(ok(json!(SignalResponse {
+        signal: signal.unwrap_or("running"),
+        worker_id: worker,
+    })))
 }
