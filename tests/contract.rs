@@ -1,0 +1,598 @@
+//! The OpenAPI document is a contract: a realistic session against a real server (enqueue, batch,
+//! fetch, heartbeat, ack, nack, get, cancel, priority, queues, rate limits, events, and the error
+//! cases), where every answer must be a status the document lists for its operation (or its
+//! `default`), with a body that validates against the JSON Schema (2020-12) the document gives for
+//! that status and media type, and with no property the schema does not name (unless the schema
+//! allows others, as the job does for the client's own fields).
+
+use std::collections::BTreeSet;
+
+use ojs_testkit::TestServer;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// The session's checker: the server, its document, and what went wrong so far.
+struct Contract {
+    s: TestServer,
+    doc: Value,
+    failures: Vec<String>,
+    /// (method, path template, status) validated against a schema.
+    covered: BTreeSet<(String, String, u16)>,
+}
+
+impl Contract {
+    async fn start() -> Self {
+        let s = TestServer::start().await;
+        let (st, doc) = s.get("/ojs/v1/openapi.json").await;
+        assert_eq!(st, 200);
+        Self {
+            s,
+            doc,
+            failures: Vec::new(),
+            covered: BTreeSet::new(),
+        }
+    }
+
+    /// Sends `method` to `template` with its `{…}` parameters replaced in order by `args`, checks the
+    /// answer against the document, and returns it.
+    async fn call(&mut self, method: Method, template: &str, args: &[&str], body: Option<Value>) -> (u16, Value) {
+        let mut path = template.to_string();
+        for a in args {
+            let (Some(open), Some(close)) = (path.find('{'), path.find('}')) else {
+                panic!("{template} has fewer parameters than {args:?}")
+            };
+            path.replace_range(open..=close, a);
+        }
+        let mut req = self.s.http.request(method.clone(), self.s.url(&path));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        self.answer(method, template, &path, req).await
+    }
+
+    /// [`call`], asserting the status.
+    async fn expect(
+        &mut self,
+        status: u16,
+        method: Method,
+        template: &str,
+        args: &[&str],
+        body: Option<Value>,
+    ) -> Value {
+        let (st, b) = self.call(method.clone(), template, args, body).await;
+        assert_eq!(st, status, "{method} {template} {args:?}: {b}");
+        b
+    }
+
+    /// Like [`call`] with a raw body and content type (malformed requests).
+    async fn call_raw(&mut self, method: Method, template: &str, content_type: &str, body: &str) -> (u16, Value) {
+        let req = self
+            .s
+            .http
+            .request(method.clone(), self.s.url(template))
+            .header("content-type", content_type)
+            .body(body.to_string());
+        self.answer(method, template, template, req).await
+    }
+
+    async fn answer(
+        &mut self,
+        method: Method,
+        template: &str,
+        path: &str,
+        req: reqwest::RequestBuilder,
+    ) -> (u16, Value) {
+        let template = template.split('?').next().unwrap_or(template);
+        let r = req.send().await.expect("send");
+        let status = r.status().as_u16();
+        let media = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        let text = r.text().await.unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let what = format!("{method} {path} -> {status}");
+        match self.check(&method, template, status, &media, &body) {
+            Ok(true) => {
+                self.covered.insert((method.to_string(), template.to_string(), status));
+            }
+            Ok(false) => {}
+            Err(e) => self.failures.push(format!("{what}: {e}\n  body: {text}")),
+        }
+        (status, body)
+    }
+
+    /// Ok(true) when the body was validated, Ok(false) when the document gives no schema for it.
+    fn check(&self, method: &Method, template: &str, status: u16, media: &str, body: &Value) -> Result<bool, String> {
+        let op = &self.doc["paths"][template][method.as_str().to_lowercase()];
+        if !op.is_object() {
+            return Err(format!("{method} {template} is not in the document"));
+        }
+        let responses = &op["responses"];
+        let response = match responses.get(status.to_string()).or(responses.get("default")) {
+            Some(r) => r,
+            None => return Err(format!("status {status} is not documented (nor a default)")),
+        };
+        let Some(content) = response.get("content").and_then(Value::as_object) else {
+            return Ok(false);
+        };
+        let Some(schema) = content.get(media).and_then(|c| c.get("schema")) else {
+            return Err(format!(
+                "answered {media:?}; the document lists {:?}",
+                content.keys().collect::<Vec<_>>()
+            ));
+        };
+        let mut root = schema.clone();
+        let Some(obj) = root.as_object_mut() else {
+            return Err(format!("schema is not an object: {schema}"));
+        };
+        // The document's `$ref`s point into #/components; give the schema the same components.
+        obj.insert("components".into(), self.doc["components"].clone());
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&root)
+            .map_err(|e| format!("the document's schema does not compile: {e}"))?;
+        let errors: Vec<String> = validator
+            .iter_errors(body)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        if !errors.is_empty() {
+            return Err(format!("does not match its schema: {}", errors.join("; ")));
+        }
+        let mut extra = Vec::new();
+        undocumented(&self.doc, &[schema], body, "", &mut extra);
+        if !extra.is_empty() {
+            return Err(format!("fields the schema does not name: {}", extra.join(", ")));
+        }
+        Ok(true)
+    }
+
+    fn finish(self, expect_at_least: usize) {
+        for (m, p, s) in &self.covered {
+            eprintln!("validated: {m} {p} {s}");
+        }
+        assert!(
+            self.failures.is_empty(),
+            "{} answers break the OpenAPI document:\n{}",
+            self.failures.len(),
+            self.failures.join("\n")
+        );
+        assert!(
+            self.covered.len() >= expect_at_least,
+            "only {} (operation, status) pairs validated",
+            self.covered.len()
+        );
+    }
+}
+
+/// The schemas `schema` stands for once `$ref`s are followed and `allOf`/`oneOf`/`anyOf` opened.
+fn leaves<'a>(doc: &'a Value, schema: &'a Value, out: &mut Vec<&'a Value>) {
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let target = r
+            .strip_prefix('#')
+            .and_then(|p| doc.pointer(p))
+            .unwrap_or_else(|| panic!("unresolved $ref {r}"));
+        leaves(doc, target, out);
+    }
+    for k in ["allOf", "oneOf", "anyOf"] {
+        for s in schema.get(k).and_then(Value::as_array).into_iter().flatten() {
+            leaves(doc, s, out);
+        }
+    }
+    out.push(schema);
+}
+
+/// Properties of `inst` that none of `schemas` names, where none of them allows others. Loose by
+/// design (the union of every branch); the JSON Schema validation above is the strict part.
+fn undocumented(doc: &Value, schemas: &[&Value], inst: &Value, at: &str, out: &mut Vec<String>) {
+    let mut all = Vec::new();
+    for s in schemas {
+        leaves(doc, s, &mut all);
+    }
+    match inst {
+        Value::Object(m) => {
+            let open = all.iter().any(|s| {
+                let extra = s.get("additionalProperties");
+                let object_ish = s.get("properties").is_none()
+                    && ["allOf", "oneOf", "anyOf", "$ref", "enum"]
+                        .iter()
+                        .all(|k| s.get(k).is_none())
+                    && match s.get("type") {
+                        None => true,
+                        Some(Value::String(t)) => t == "object",
+                        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+                        _ => false,
+                    };
+                object_ish || extra.is_some_and(|e| *e != Value::Bool(false))
+            });
+            for (k, v) in m {
+                let children: Vec<&Value> = all.iter().filter_map(|s| s.get("properties")?.get(k)).collect();
+                if children.is_empty() {
+                    if !open {
+                        out.push(format!("{at}/{k}"));
+                    }
+                } else {
+                    undocumented(doc, &children, v, &format!("{at}/{k}"), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            let children: Vec<&Value> = all.iter().filter_map(|s| s.get("items")).collect();
+            if !children.is_empty() {
+                for (i, v) in items.iter().enumerate() {
+                    undocumented(doc, &children, v, &format!("{at}/{i}"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+const JOBS: &str = "/ojs/v1/jobs";
+const JOB: &str = "/ojs/v1/jobs/{id}";
+const FETCH: &str = "/ojs/v1/workers/fetch";
+const ACK: &str = "/ojs/v1/workers/ack";
+const NACK: &str = "/ojs/v1/workers/nack";
+const HEARTBEAT: &str = "/ojs/v1/workers/heartbeat";
+const MISSING: &str = "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f";
+
+#[tokio::test]
+async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
+    let mut c = Contract::start().await;
+    let q = "contract";
+    let future = "2099-01-01T00:00:00Z";
+
+    // Producers: one job, the error cases, a batch.
+    let (st, b) = c
+        .call(
+            Method::POST,
+            JOBS,
+            &[],
+            Some(
+                json!({"type": "email.send", "args": ["a@example.com"], "queue": q, "priority": 1,
+                "meta": {"trace_id": "t1"}, "x_ext": {"n": 1},
+                "options": {"retry": {"max_attempts": 2, "initial_interval": "PT1S"}}}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let first = b["job"]["id"].as_str().expect("id").to_string();
+    let (st, b) = c
+        .call(
+            Method::POST,
+            JOBS,
+            &[],
+            Some(json!({"type": "report.build", "args": [], "queue": q, "scheduled_at": future})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let scheduled = b["job"]["id"].as_str().expect("id").to_string();
+    let (st, b) = c
+        .call(
+            Method::POST,
+            JOBS,
+            &[],
+            Some(json!({"type": "api.call", "args": [1], "queue": "contract-rl",
+                "rate_limit": {"key": "contract-key", "concurrency": 1, "rate": {"limit": 5, "period": "PT1M"}}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    c.expect(400, Method::POST, JOBS, &[], Some(json!({"args": []}))).await;
+    c.expect(
+        409,
+        Method::POST,
+        JOBS,
+        &[],
+        Some(json!({"id": first, "type": "a", "args": []})),
+    )
+    .await;
+    c.expect(
+        422,
+        Method::POST,
+        JOBS,
+        &[],
+        Some(json!({"type": "a", "args": [], "options": {"retry": {"max_attempts": 0}}})),
+    )
+    .await;
+    let (st, _) = c.call_raw(Method::POST, JOBS, "application/json", "{not json").await;
+    assert_eq!(st, 400);
+    let (st, _) = c.call_raw(Method::POST, JOBS, "text/plain", "{}").await;
+    assert_eq!(st, 415, "documented by the default response");
+    let batch = "/ojs/v1/jobs/batch";
+    let jobs: Vec<Value> = (0..4)
+        .map(|i| json!({"type": "batch.item", "args": [i], "queue": q}))
+        .collect();
+    let (st, b) = c.call(Method::POST, batch, &[], Some(json!({ "jobs": jobs }))).await;
+    assert_eq!((st, b["count"].as_u64()), (201, Some(4)), "{b}");
+    c.expect(400, Method::POST, batch, &[], Some(json!({"jobs": []}))).await;
+    c.expect(
+        400,
+        Method::POST,
+        batch,
+        &[],
+        Some(json!({"jobs": [{"type": "a", "args": []}, {"args": []}]})),
+    )
+    .await;
+
+    // Reading and changing jobs.
+    c.expect(200, Method::GET, JOB, &[&first], None).await;
+    c.expect(404, Method::GET, JOB, &[MISSING], None).await;
+    c.expect(404, Method::GET, JOB, &["not-an-id"], None).await;
+    c.expect(200, Method::GET, "/ojs/v1/admin/jobs/{id}", &[&first], None)
+        .await;
+    c.expect(404, Method::GET, "/ojs/v1/admin/jobs/{id}", &[MISSING], None)
+        .await;
+    let (st, b) = c
+        .call(Method::PATCH, JOB, &[&first], Some(json!({"priority": 0})))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    c.expect(400, Method::PATCH, JOB, &[&first], Some(json!({}))).await;
+    c.expect(404, Method::PATCH, JOB, &[MISSING], Some(json!({"priority": 1})))
+        .await;
+
+    // Workers: fetch, heartbeat, ack (with ack-and-fetch-next), nack.
+    let (st, b) = c
+        .call(
+            Method::POST,
+            FETCH,
+            &[],
+            Some(json!({"queues": [q], "count": 3, "worker_id": "w-1"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let claimed = b["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(claimed.len(), 3, "{b}");
+    let id = |j: &Value| j["id"].as_str().unwrap_or_default().to_string();
+    let lease = |j: &Value| j["lease_id"].as_str().unwrap_or_default().to_string();
+    c.expect(
+        200,
+        Method::POST,
+        FETCH,
+        &[],
+        Some(json!({"queues": [{"name": "contract-empty", "weight": 2}], "strategy": "weighted"})),
+    )
+    .await;
+    c.expect(400, Method::POST, FETCH, &[], Some(json!({"count": 0}))).await;
+    let (st, b) = c
+        .call(
+            Method::POST,
+            HEARTBEAT,
+            &[],
+            Some(json!({"worker_id": "w-1", "active_jobs": [
+                {"job_id": id(&claimed[0]), "lease_id": lease(&claimed[0])}, id(&claimed[1]), MISSING]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    c.expect(
+        200,
+        Method::POST,
+        HEARTBEAT,
+        &[],
+        Some(json!({"active_jobs": 2, "active_job_ids": [id(&claimed[2])]})),
+    )
+    .await;
+    c.expect(
+        400,
+        Method::POST,
+        HEARTBEAT,
+        &[],
+        Some(json!({"visibility_timeout_ms": 0})),
+    )
+    .await;
+    let (st, b) = c
+        .call(
+            Method::POST,
+            ACK,
+            &[],
+            Some(json!({"job_id": id(&claimed[0]), "lease_id": lease(&claimed[0]), "result": {"sent": true}})),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    c.expect(409, Method::POST, ACK, &[], Some(json!({"job_id": id(&claimed[0])})))
+        .await;
+    c.expect(404, Method::POST, ACK, &[], Some(json!({"job_id": MISSING})))
+        .await;
+    c.expect(400, Method::POST, ACK, &[], Some(json!({"job_id": 5}))).await;
+    let (st, b) = c
+        .call(
+            Method::POST,
+            ACK,
+            &[],
+            Some(json!({"job_id": id(&claimed[1]), "fetch": {"queues": [q], "count": 1, "worker_id": "w-1"}})),
+        )
+        .await;
+    assert_eq!((st, b["jobs"].as_array().map(Vec::len)), (200, Some(1)), "{b}");
+    let next = b["jobs"][0].clone();
+    let (st, b) = c
+        .call(
+            Method::POST,
+            NACK,
+            &[],
+            Some(
+                json!({"job_id": id(&claimed[2]), "error": {"code": "smtp", "message": "timeout", "retryable": true}}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = c
+        .call(
+            Method::POST,
+            NACK,
+            &[],
+            Some(json!({"job_id": id(&next), "error": {"type": "Auth.Denied", "message": "no", "retryable": false}})),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("discarded")), "{b}");
+    c.expect(
+        409,
+        Method::POST,
+        NACK,
+        &[],
+        Some(json!({"job_id": id(&next), "error": "again"})),
+    )
+    .await;
+    c.expect(
+        404,
+        Method::POST,
+        NACK,
+        &[],
+        Some(json!({"job_id": MISSING, "error": "x"})),
+    )
+    .await;
+    let (st, _) = c.call(Method::GET, JOB, &[&id(&claimed[2])], None).await;
+    assert_eq!(st, 200, "a retryable job with its error history");
+    c.expect(
+        200,
+        Method::POST,
+        "/ojs/v1/workers/{worker_id}/signal",
+        &["w-1"],
+        Some(json!({"signal": "quiet"})),
+    )
+    .await;
+    let (st, b) = c
+        .call(Method::POST, HEARTBEAT, &[], Some(json!({"worker_id": "w-1"})))
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("quiet")));
+    c.expect(
+        400,
+        Method::POST,
+        "/ojs/v1/workers/{worker_id}/signal",
+        &["w-1"],
+        Some(json!({"signal": "nap"})),
+    )
+    .await;
+
+    // Cancel: a scheduled job, then again, then unknown; the priority of a cancelled job.
+    let (st, b) = c.call(Method::DELETE, JOB, &[&scheduled], None).await;
+    assert_eq!((st, b["job"]["state"].as_str()), (200, Some("cancelled")), "{b}");
+    c.expect(409, Method::DELETE, JOB, &[&scheduled], None).await;
+    c.expect(404, Method::DELETE, JOB, &[MISSING], None).await;
+    c.expect(409, Method::PATCH, JOB, &[&scheduled], Some(json!({"priority": 3})))
+        .await;
+
+    // Queues.
+    c.expect(200, Method::GET, "/ojs/v1/queues", &[], None).await;
+    let stats = "/ojs/v1/queues/{queue}/stats";
+    c.expect(200, Method::GET, stats, &[q], None).await;
+    c.expect(400, Method::GET, stats, &["Bad Queue"], None).await;
+    c.expect(200, Method::GET, "/ojs/v1/queues/{queue}/priority-stats", &[q], None)
+        .await;
+    c.expect(200, Method::POST, "/ojs/v1/queues/{queue}/pause", &[q], None)
+        .await;
+    c.expect(200, Method::POST, "/ojs/v1/queues/{queue}/resume", &[q], None)
+        .await;
+    let config = "/ojs/v1/admin/queues/{queue}/config";
+    let full = "contract-full";
+    let (st, b) = c
+        .call(
+            Method::PUT,
+            config,
+            &[full],
+            Some(json!({"backpressure": {"max_depth": 1, "strategy": "reject"}})),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    c.expect(200, Method::GET, config, &[full], None).await;
+    for expect in [201, 429] {
+        let (st, b) = c
+            .call(
+                Method::POST,
+                JOBS,
+                &[],
+                Some(json!({"type": "a", "args": [], "queue": full})),
+            )
+            .await;
+        assert_eq!(st, expect, "{b}");
+    }
+    let (st, _) = c.call(Method::GET, stats, &[full], None).await;
+    assert_eq!(st, 200, "stats with the bound");
+    c.expect(
+        422,
+        Method::PUT,
+        config,
+        &[full],
+        Some(json!({"backpressure": {"max_depth": 1, "strategy": "drop_oldest"}})),
+    )
+    .await;
+    c.expect(400, Method::PUT, config, &[full], Some(json!({"rate": 1})))
+        .await;
+    c.expect(200, Method::PUT, config, &[full], Some(json!({"backpressure": null})))
+        .await;
+    let aging = "/ojs/v1/admin/queues/{queue}/priority-aging";
+    c.expect(200, Method::PUT, aging, &[q], Some(json!({"interval": "PT1M"})))
+        .await;
+    c.expect(200, Method::GET, aging, &[q], None).await;
+    c.expect(400, Method::PUT, aging, &[q], Some(json!({}))).await;
+    c.expect(200, Method::DELETE, aging, &[q], None).await;
+
+    // Rate limits.
+    let key = "/ojs/v1/rate-limits/{key}";
+    let (st, b) = c.call(Method::GET, key, &["contract-key"], None).await;
+    assert_eq!(st, 200, "{b}");
+    c.expect(404, Method::GET, key, &["contract-unknown"], None).await;
+    let (st, b) = c
+        .call(
+            Method::PUT,
+            key,
+            &["contract-key"],
+            Some(json!({"concurrency": 0, "throttle": {"limit": 1, "period": "PT1S"}, "expires_at": future})),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    c.expect(200, Method::GET, "/ojs/v1/rate-limits", &[], None).await;
+    let (st, _) = c.call(Method::GET, "/ojs/v1/rate-limits?page=x", &[], None).await;
+    assert_eq!(st, 400, "a query that does not parse");
+    c.expect(400, Method::PUT, key, &["contract-key"], Some(json!({})))
+        .await;
+    c.expect(200, Method::DELETE, key, &["contract-key"], None).await;
+    let qlimit = "/ojs/v1/admin/queues/{queue}/rate-limit";
+    c.expect(
+        200,
+        Method::PUT,
+        qlimit,
+        &[q],
+        Some(json!({"concurrency": 2, "rate": {"limit": 10, "period": "PT1M"}})),
+    )
+    .await;
+    c.expect(200, Method::GET, qlimit, &[q], None).await;
+    c.expect(400, Method::PUT, qlimit, &[q], Some(json!({}))).await;
+    c.expect(200, Method::DELETE, qlimit, &[q], None).await;
+
+    // Events.
+    let events = "/ojs/v1/events";
+    let (st, b) = c.call(Method::GET, events, &[], None).await;
+    assert!(st == 200 && !b["events"].as_array().is_none_or(Vec::is_empty), "{b}");
+    let cursor = b["next_cursor"].as_str().unwrap_or("0-0").to_string();
+    c.expect(
+        200,
+        Method::GET,
+        &format!("{events}?channel=job:{first}&after=0-0"),
+        &[],
+        None,
+    )
+    .await;
+    c.expect(200, Method::GET, &format!("{events}?after={cursor}&limit=5"), &[], None)
+        .await;
+    c.expect(400, Method::GET, &format!("{events}?after=soon"), &[], None)
+        .await;
+    let (st, _) = c.call(Method::GET, &format!("{events}?limit=-1"), &[], None).await;
+    assert_eq!(st, 400, "a query that does not parse");
+    c.expect(
+        400,
+        Method::GET,
+        "/ojs/v1/queues/{queue}/events/stream",
+        &["Bad Queue"],
+        None,
+    )
+    .await;
+
+    c.s.assert_invariants().await;
+    c.finish(60);
+}
