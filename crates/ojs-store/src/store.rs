@@ -975,10 +975,11 @@ impl Store {
     pub async fn dead_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<JobFields>)> {
         let mut conn = self.conn().await?;
         let total: u64 = redis::cmd("ZCARD").arg(self.keys.dead()).query_async(&mut conn).await?;
+        let (start, stop) = rank_range(offset, limit);
         let ids: Vec<String> = redis::cmd("ZRANGE")
             .arg(self.keys.dead())
-            .arg(offset)
-            .arg(offset + limit.max(1) - 1)
+            .arg(start)
+            .arg(stop)
             .arg("REV")
             .query_async(&mut conn)
             .await?;
@@ -1187,10 +1188,11 @@ impl Store {
             .arg(self.keys.rl_keys())
             .query_async(&mut conn)
             .await?;
+        let (start, stop) = rank_range(offset, limit);
         let keys: Vec<String> = redis::cmd("ZRANGE")
             .arg(self.keys.rl_keys())
-            .arg(offset)
-            .arg(offset + limit.max(1) - 1)
+            .arg(start)
+            .arg(stop)
             .query_async(&mut conn)
             .await?;
         Ok((total, keys))
@@ -1401,10 +1403,11 @@ impl Store {
             .arg(self.keys.crons())
             .query_async(&mut conn)
             .await?;
+        let (first, last) = rank_range(offset, limit);
         let names: Vec<String> = redis::cmd("ZRANGE")
             .arg(self.keys.crons())
-            .arg(offset)
-            .arg(offset + limit.max(1) - 1)
+            .arg(first)
+            .arg(last)
             .query_async(&mut conn)
             .await?;
         self.cron_entries(&mut conn, names).await.map(|e| (total, e))
@@ -1685,3 +1688,11 @@ fn rand_unit() -> f64 {
 
 /// `lua/progress-1.lua` (ext-progress), kept beside its method rather than in [`Scripts`].
 static PROGRESS_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::PROGRESS));
+
+/// The ZRANGE ranks of `limit` (at least 1) entries from `offset`. Redis ranks are i64, so a range past
+/// that (a client's huge offset) is cut there: past the end anyway, it reads nothing, where the sum
+/// would overflow.
+fn rank_range(offset: u64, limit: u64) -> (u64, u64) {
+    let end = i64::MAX as u64;
+    (offset.min(end), offset.saturating_add(limit.max(1) - 1).min(end))
+}

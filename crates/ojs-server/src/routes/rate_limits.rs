@@ -229,7 +229,9 @@ struct Pagination {
 async fn list(State(st): State<AppState>, OjsQuery(p): OjsQuery<Page>) -> ApiResult<Response> {
     let per_page = p.per_page.unwrap_or(20).clamp(1, 100);
     let page = p.page.unwrap_or(1).max(1);
-    let (total, keys) = st.store.rate_limit_keys((page - 1) * per_page, per_page).await?;
+    // A page past the end is empty, however far past.
+    let offset = (page - 1).saturating_mul(per_page);
+    let (total, keys) = st.store.rate_limit_keys(offset, per_page).await?;
     let mut items = Vec::with_capacity(keys.len());
     for k in &keys {
         items.push(state_json(k, &st.store.rate_limit_state(k).await?));
