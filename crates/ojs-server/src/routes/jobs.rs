@@ -187,14 +187,18 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
 pub struct JobRequest {
     /// A dot-separated name such as `email.send`.
     #[serde(rename = "type")]
+    #[schema(pattern = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$", max_length = 255)]
     job_type: String,
     /// Positional arguments (`[]` for none).
     args: Vec<Value>,
     /// The job's own id (a UUIDv7); the server mints one when absent. Enqueueing an id twice is a 409.
-    #[schema(nullable = false)]
+    #[schema(
+        nullable = false,
+        pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+    )]
     id: Option<String>,
     /// The queue (default `default`); `options.queue` works too.
-    #[schema(nullable = false)]
+    #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
     queue: Option<String>,
     /// Seed priority model: the priority, 0 to 4294967295, lower runs first (default 2). With
     /// `--priority-model core`, `options.priority` instead (higher first).
@@ -216,7 +220,7 @@ pub struct JobRequest {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct EnqueueOptions {
-    #[schema(nullable = false)]
+    #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
     queue: Option<String>,
     /// Core priority model: the priority (higher first).
     #[schema(nullable = false)]
@@ -277,6 +281,7 @@ pub struct RetryPolicy {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct RateLimitPolicy {
+    #[schema(pattern = r"^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
     key: String,
     /// At most this many active at once.
     #[schema(nullable = false)]

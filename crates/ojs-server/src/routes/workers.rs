@@ -350,6 +350,8 @@ fn refused<T>(t: Transition<T>, id: &str, op: &str) -> OjsError {
 
 #[derive(Deserialize, ToSchema)]
 struct AckReq {
+    /// The job's id (a UUIDv7).
+    #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")]
     job_id: String,
     #[serde(flatten)]
     claim: ClaimFields,
@@ -437,6 +439,8 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
 
 #[derive(Deserialize, ToSchema)]
 struct NackReq {
+    /// The job's id (a UUIDv7).
+    #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")]
     job_id: String,
     #[serde(flatten)]
     claim: ClaimFields,
