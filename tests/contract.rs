@@ -284,6 +284,17 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         )
         .await;
     assert_eq!(st, 201, "{b}");
+    // Found by scripts/schemathesis: a client's `"scheduled_at": null` is echoed as such.
+    let b = c
+        .expect(
+            201,
+            Method::POST,
+            JOBS,
+            &[],
+            Some(json!({"type": "a", "args": [], "queue": "contract-null", "scheduled_at": null, "meta": null})),
+        )
+        .await;
+    assert_eq!(b["job"]["scheduled_at"], Value::Null, "{b}");
     c.expect(400, Method::POST, JOBS, &[], Some(json!({"args": []}))).await;
     c.expect(
         409,

@@ -159,10 +159,9 @@ pub struct Job {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
     enqueued_at: Option<String>,
-    /// When a scheduled job becomes available (RFC 3339); the client's own value is echoed when that
-    /// time had already passed at enqueue.
+    /// When a scheduled job becomes available (RFC 3339); the client's own value (maybe `null`) is
+    /// echoed when the job was not scheduled.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
     scheduled_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
