@@ -66,7 +66,10 @@ struct Page {
 async fn list(State(st): State<AppState>, Query(p): Query<Page>) -> ApiResult<Response> {
     let per_page = p.per_page.unwrap_or(100).clamp(1, 1000);
     let page = p.page.unwrap_or(1).max(1);
-    let (total, entries) = st.store.cron_list((page - 1).saturating_mul(per_page), per_page).await?;
+    let (total, entries) = st
+        .store
+        .cron_list((page - 1).saturating_mul(per_page), per_page)
+        .await?;
     let crons: Vec<Value> = entries.iter().map(|(n, f)| entry_json(n, f)).collect();
     Ok(ok(json!({
         "crons": crons,
