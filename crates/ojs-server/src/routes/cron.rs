@@ -4,12 +4,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use ojs_core::OjsError;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cron::{check_name, entry_json, parse_registration};
 use crate::error::ApiResult;
 use crate::respond::{ojs_json, ok, OjsJson};
+use crate::routes::admin::{PageQuery, Params};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -50,12 +50,6 @@ async fn register(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> 
     Ok(ojs_json(status, json!({ "cron": entry_json(&reg.name, &entry) })))
 }
 
-#[derive(Deserialize)]
-struct Page {
-    page: Option<u64>,
-    per_page: Option<u64>,
-}
-
 #[utoipa::path(
     get,
     path = "/ojs/v1/cron",
@@ -63,18 +57,12 @@ struct Page {
     summary = "Cron entries in name order (paginated: page, per_page)",
     responses((status = 200, description = "OK"))
 )]
-async fn list(State(st): State<AppState>, Query(p): Query<Page>) -> ApiResult<Response> {
-    let per_page = p.per_page.unwrap_or(100).clamp(1, 1000);
-    let page = p.page.unwrap_or(1).max(1);
-    let (total, entries) = st
-        .store
-        .cron_list((page - 1).saturating_mul(per_page), per_page)
-        .await?;
+async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+    // The same pagination as the admin listings (page/per_page or limit/offset, OJS 400 on bad numbers).
+    let p = PageQuery::from_params(&q)?.resolve(100, 1000)?;
+    let (total, entries) = st.store.cron_list(p.offset, p.count).await?;
     let crons: Vec<Value> = entries.iter().map(|(n, f)| entry_json(n, f)).collect();
-    Ok(ok(json!({
-        "crons": crons,
-        "pagination": { "total": total, "page": page, "per_page": per_page },
-    })))
+    Ok(ok(json!({ "crons": crons, "pagination": PageQuery::json(p, total) })))
 }
 
 #[utoipa::path(
