@@ -22,26 +22,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(worker_health))
 }
 
-/// The state a heartbeat reports, normalised (`draining` → `drain`; `terminated`, which the JavaScript
-/// SDK sends once stopped, and `shutting_down` → `terminate`);
-/// None when it reports none or names no worker (nothing to keep it against). An unknown state is a 400.
-pub(crate) fn reported_state(s: Option<&str>, worker: &str) -> Result<Option<&'static str>, OjsError> {
-    let Some(s) = s else { return Ok(None) };
-    let state = match s {
-        "running" | "run" => "running",
-        "quiet" => "quiet",
-        "drain" | "draining" => "drain",
-        "terminate" | "terminated" | "terminating" | "shutting_down" | "stopped" => "terminate",
-        other => {
-            return Err(OjsError::invalid(format!(
-                "state must be running, quiet, drain or terminate; got {other:?}"
-            )))
-        }
-    };
-    // Without a worker id there is no record to keep it in; the heartbeat still extends its leases.
-    Ok((!worker.is_empty()).then_some(state))
-}
-
 /// `POST /ojs/v1/workers/beat`: the heartbeat under the name the graceful-shutdown extension uses.
 #[utoipa::path(
     post,

@@ -717,6 +717,26 @@ enum WorkerSignal {
     Terminate,
 }
 
+/// The state a heartbeat reports, normalised (`draining` → `drain`; `terminated`, which the JavaScript
+/// SDK sends once stopped, and `shutting_down` → `terminate`);
+/// None when it reports none or names no worker (nothing to keep it against). An unknown state is a 400.
+pub(crate) fn reported_state(s: Option<&str>, worker: &str) -> Result<Option<&'static str>, OjsError> {
+    let Some(s) = s else { return Ok(None) };
+    let state = match s {
+        "running" | "run" => "running",
+        "quiet" => "quiet",
+        "drain" | "draining" => "drain",
+        "terminate" | "terminated" | "terminating" | "shutting_down" | "stopped" => "terminate",
+        other => {
+            return Err(OjsError::invalid(format!(
+                "state must be running, quiet, drain or terminate; got {other:?}"
+            )))
+        }
+    };
+    // Without a worker id there is no record to keep it in; the heartbeat still extends its leases.
+    Ok((!worker.is_empty()).then_some(state))
+}
+
 /// Most jobs one heartbeat may name.
 const MAX_HEARTBEAT_JOBS: usize = 10_000;
 
@@ -789,7 +809,7 @@ impl HeartbeatReq {
 pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
     let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
-    let reported = crate::routes::lifecycle::reported_state(req.state.as_deref(), &worker)?;
+    let reported = reported_state(req.state.as_deref(), &worker)?;
     if req.visibility_timeout_ms == Some(0) {
         return Err(OjsError::invalid("visibility_timeout_ms must be at least 1").into());
     }
