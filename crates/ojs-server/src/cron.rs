@@ -199,7 +199,7 @@ const FIRE_BATCH: usize = 100;
 /// Fires every due tick (one per entry: a catch-up after an outage is one occurrence). Returns how
 /// long until the next tick is due, by Redis' clock.
 pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
-    let (now, due) = st.store.cron_due(FIRE_BATCH).await?;
+    let (now, due, next_due) = st.store.cron_due(FIRE_BATCH).await?;
     for (name, f) in due {
         let Some(expected) = f.get("next_run_at").cloned() else {
             continue;
@@ -239,5 +239,6 @@ pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreErro
             CronFired::Taken => {}
         }
     }
-    Ok(st.store.cron_next_due().await?.map(|d| d - now))
+    // A tick fired above moved its entry's next_run_at later; the next round re-reads the set.
+    Ok(next_due.map(|d| (d - now).max(0)))
 }

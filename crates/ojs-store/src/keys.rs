@@ -92,6 +92,10 @@ impl Keys {
     pub fn cron_due(&self) -> String {
         format!("{}cron:due", self.prefix)
     }
+    /// `P workers`: every worker heard from within a day, by last heartbeat (zset).
+    pub fn workers(&self) -> String {
+        format!("{}workers", self.prefix)
+    }
     pub fn schema(&self) -> String {
         format!("{}schema", self.prefix)
     }

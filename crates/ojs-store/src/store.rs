@@ -1413,34 +1413,33 @@ impl Store {
         self.cron_entries(&mut conn, names).await.map(|e| (total, e))
     }
 
-    /// Entries whose next_run_at is at or before Redis' clock, up to `limit`: (Redis now, due entries).
-    pub async fn cron_due(&self, limit: usize) -> Result<(i64, Vec<(String, JobFields)>)> {
+    /// Entries whose next_run_at is at or before Redis' clock, up to `limit`, and when the next one is
+    /// due: (Redis now, due entries, next due ms). One round trip when nothing is due (the timer's usual
+    /// case: Redis TIME and the earliest entries in one pipeline), two when something is.
+    pub async fn cron_due(&self, limit: usize) -> Result<(i64, Vec<(String, JobFields)>, Option<i64>)> {
         let mut conn = self.conn().await?;
-        let now = redis_now_ms(&mut conn).await?;
-        let names: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.keys.cron_due())
-            .arg("-inf")
-            .arg(now)
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit.max(1))
-            .query_async(&mut conn)
-            .await?;
-        self.cron_entries(&mut conn, names).await.map(|e| (now, e))
-    }
-
-    /// The earliest next_run_at of any enabled entry (ms), if any.
-    pub async fn cron_next_due(&self) -> Result<Option<i64>> {
-        let mut conn = self.conn().await?;
-        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        let limit = limit.max(1);
+        let (time, first): (Vec<String>, Vec<(String, f64)>) = redis::pipe()
+            .cmd("TIME")
+            .cmd("ZRANGE")
             .arg(self.keys.cron_due())
             .arg(0)
-            .arg(0)
+            .arg(limit - 1)
             .arg("WITHSCORES")
             .query_async(&mut conn)
             .await?;
-        Ok(first.first().map(|(_, s)| *s as i64))
+        let part = |i: usize| time.get(i).and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+        let now = part(0) * 1000 + part(1) / 1000;
+        let (due, later): (Vec<_>, Vec<_>) = first.into_iter().partition(|(_, at)| *at as i64 <= now);
+        let next = match later.first() {
+            Some((_, at)) => Some(*at as i64),
+            // A full batch of due entries: more may be due right away.
+            None if due.len() == limit => Some(now),
+            None => None,
+        };
+        let names = due.into_iter().map(|(n, _)| n).collect();
+        let entries = self.cron_entries(&mut conn, names).await?;
+        Ok((now, entries, next))
     }
 
     async fn cron_entries(&self, conn: &mut ConnectionManager, names: Vec<String>) -> Result<Vec<(String, JobFields)>> {
@@ -1539,7 +1538,7 @@ impl Store {
     /// Workers that sent a heartbeat within [`WORKER_TTL_MS`], most recent first: (total, page of (id,
     /// record)). One ZCARD, one ZRANGE and one HGETALL per worker on the page.
     pub async fn workers_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, JobFields)>)> {
-        let key = format!("{}workers", self.keys.prefix());
+        let key = self.keys.workers();
         let total = self.index_len(&key).await?;
         let ids = self.index_ids(&key, offset, limit, true).await?;
         let recs = self.hashes(ids.iter().map(|id| self.keys.worker(id))).await?;
