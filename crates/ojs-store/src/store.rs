@@ -864,19 +864,10 @@ impl Store {
 
     /// Extends the leases of `jobs` (id, lease id if the worker named one) held by this worker, by
     /// `extend_ms` or else by the lease length chosen when each was claimed. A lapsed lease is never
-    /// revived: such a job comes back with no new deadline (the worker lost it).
+    /// revived: such a job comes back with no new deadline (the worker lost it). `reported` is the state
+    /// the worker reports of itself (`running`, `quiet`, `drain`, `terminate`), kept in its record for
+    /// the operator (`None` leaves it as it was).
     pub async fn heartbeat(
-        &self,
-        worker_id: &str,
-        jobs: &[(String, Option<String>)],
-        extend_ms: Option<u64>,
-    ) -> Result<Heartbeat> {
-        self.heartbeat_reporting(worker_id, jobs, extend_ms, None).await
-    }
-
-    /// [`Store::heartbeat`] that also records the state the worker reports of itself (`running`,
-    /// `quiet`, `drain`, `terminate`), kept in its record for the operator (`None` leaves it as it was).
-    pub async fn heartbeat_reporting(
         &self,
         worker_id: &str,
         jobs: &[(String, Option<String>)],

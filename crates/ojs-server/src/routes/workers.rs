@@ -815,7 +815,7 @@ pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<
     }
     let extend = req.visibility_timeout_ms;
     let jobs = req.jobs()?;
-    let hb = st.store.heartbeat_reporting(&worker, &jobs, extend, reported).await?;
+    let hb = st.store.heartbeat(&worker, &jobs, extend, reported).await?;
     // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to
     // running when told so); what the worker reported of itself is echoed as `worker_state`.
     let state = hb.signal.as_deref().unwrap_or("running").to_string();
