@@ -11,7 +11,12 @@
 --   ARGV[3] mode          'all' (any duplicate id: nothing is written) | 'each' (per job) |
 --                         'cron': one job fired by a cron entry; 5 more fields follow the job's:
 --     cron name, expected next_run_at (ms, the tick being fired), new next_run_at ('' = none),
---     overlap_policy (skip | allow | cancel_previous | enqueue), retention_ms (for cancel_previous)
+--     overlap_policy (skip | allow | cancel_previous | enqueue), retention_ms (for cancel_previous) |
+--                         'workflow': all or nothing like 'all', the jobs of one new workflow
+--     (includes/workflow.lua); after the jobs' fields: workflow id, type (chain | group | batch), name,
+--     m = the number of steps/jobs (the first m jobs), then one callback name (on_complete |
+--     on_success | on_failure) for each of the n - m remaining jobs. A chain's steps after the first
+--     and every callback are written 'pending' (in no index, not counted in the queue's depth).
 --     +0 id (UUIDv7)  +1 queue  +2 type  +3 rank (lower runs first)  +4 doc (job JSON without system fields)
 --     +5 max_attempts  +6 backoff spec  +7 on_exhaustion  +8 non_retryable (JSON array or '')
 --     +9 timeout_ms (0 none)  +10 visibility_ms (0 server default)  +11 expires_at ms (0 none)
@@ -20,18 +25,18 @@
 --     +17 expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
 -- RETURNS
 --   {'ok', now_ms, states, pressure}
---      states   {state_1, ..., state_n}: 'available', 'scheduled', or ('each' only) 'duplicate' when
+--      states   {state_1, ..., state_n}: 'available', 'scheduled', 'pending' (workflow), or ('each' only) 'duplicate' when
 --               a job with that id already exists, 'full' when its queue is at its depth bound
 --      pressure {queue, depth, bound, warning_threshold, strategy, ...} for each bounded queue the
 --               call touched, depth counted after the call
---   {'duplicate', id}                        'all' only: that id exists (or repeats in the batch);
---                                            nothing was written
+--   {'duplicate', id}                        'all' and 'workflow': that job id exists (or repeats in the
+--                                            batch), or that workflow id exists; nothing was written
 --   {'cron_taken'}                           'cron' only: the tick was already fired (by another pod) or
 --                                            the entry changed; nothing was written
 --   {'cron_skipped', previous_job_id}        'cron' only, overlap skip: the previous job is still
 --                                            active; the tick was claimed (next_run_at advanced) and
 --                                            cron.skipped emitted, no job written
---   {'full', queue, depth, bound, strategy}  'all' and 'cron' (a cron tick is claimed even so): the batch would take that queue past its
+--   {'full', queue, depth, bound, strategy}  'all', 'workflow' and 'cron' (a cron tick is claimed even so): the batch would take that queue past its
 --                                            depth bound; no job was written (one
 --                                            backpressure.rejected event was)
 -- COST   O(log n) per job; per job three calls (EXISTS, HSET, XADD), the rest once per batch and
@@ -40,7 +45,8 @@
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or
---   P..'scheduled' (scheduled); FIFO within a priority follows the order of the batch; 'all' writes no
+--   P..'scheduled' (scheduled), except a workflow's pending jobs, which are in none (their workflow's
+--   list or callback fields hold them until includes/workflow.lua releases them); FIFO within a priority follows the order of the batch; 'all' writes no
 --   job unless every id in the batch is new and every bounded queue has room for all of the batch's
 --   jobs ('cron': the tick is claimed by compare-and-set on the entry's next_run_at in this same
 --   script, so each tick fires once however many pods race, and a crash cannot fire it twice or lose
@@ -53,6 +59,7 @@
 --@include ready
 --@include active
 --@include cancel
+--@include workflow
 
 local P = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -65,7 +72,18 @@ if ARGV[3] == 'cron' then
 end
 local STRIDE = 18
 local BASE = 4
+local wf = nil
+if ARGV[3] == 'workflow' then
+  local wb = BASE + n * STRIDE
+  wf = { id = ARGV[wb], type = ARGV[wb + 1], name = ARGV[wb + 2], m = tonumber(ARGV[wb + 3]), cb = {} }
+  for i = wf.m, n - 1 do wf.cb[i] = ARGV[wb + 4 + i - wf.m] end
+end
+-- held(i): job i (0-based) waits 'pending' for its turn (workflow mode only).
+local function held(i)
+  return wf ~= nil and ((wf.type == 'chain' and i > 0) or i >= wf.m)
+end
 
+if wf and redis.call('EXISTS', P .. 'wf:' .. wf.id) == 1 then return {'duplicate', wf.id} end
 if not each then
   local seen = {}
   for i = 0, n - 1 do
@@ -139,12 +157,12 @@ if not each then
   local adds = {}
   for i = 0, n - 1 do
     local queue = ARGV[BASE + i * STRIDE + 1]
-    adds[queue] = (adds[queue] or 0) + 1
+    if not held(i) then adds[queue] = (adds[queue] or 0) + 1 end
   end
   for i = 0, n - 1 do
     local queue = ARGV[BASE + i * STRIDE + 1]
     local c = qinfo(queue)
-    if c.bound and c.depth + adds[queue] > c.bound then
+    if c.bound and adds[queue] and c.depth + adds[queue] > c.bound then
       reject(queue, c, ARGV[BASE + i * STRIDE + 2])
       return {'full', queue, c.depth, c.bound, c.strategy}
     end
@@ -177,7 +195,7 @@ for i = 0, n - 1 do
     reject(queue, c, jtype)
     states[#states + 1] = 'full'
   else
-    if c.bound then c.depth = c.depth + 1 end
+    if c.bound and not held(i) then c.depth = c.depth + 1 end
     local run_at = tonumber(ARGV[b + 12])
     local delay = tonumber(ARGV[b + 13])
     if delay > 0 and now + delay > run_at then run_at = now + delay end
@@ -197,7 +215,18 @@ for i = 0, n - 1 do
       redis.call('ZADD', P .. 'rl:keys', 0, rl_key)
       rl_register(P, rl_key, ARGV[b + 16], now)
     end
-    if run_at > now then
+    if wf then
+      opt(h, 'wf', wf.id, '')
+      opt(h, 'wf_i', wf.cb[i] or tostring(i), '')
+    end
+    if held(i) then
+      opt(h, 'state', 'pending', '')
+      opt(h, 'scheduled_at', ARGV[b + 12], '0')
+      opt(h, 'hold_delay_ms', ARGV[b + 13], '0')
+      redis.call('HSET', jk, unpack(h))
+      emit(P, 'job.enqueued', id, queue, jtype, now, cjson.encode({state = 'pending', workflow_id = wf.id}))
+      states[#states + 1] = 'pending'
+    elseif run_at > now then
       opt(h, 'state', 'scheduled', '')
       opt(h, 'scheduled_at', run_at, '')
       redis.call('HSET', jk, unpack(h))
@@ -251,6 +280,31 @@ for _, queue in ipairs(order) do
     pressure[#pressure + 1] = c.warn
     pressure[#pressure + 1] = c.strategy
   end
+end
+if wf then
+  local wk = P .. 'wf:' .. wf.id
+  local h = {'type', wf.type, 'name', wf.name, 'state', 'running', 'total', wf.m, 'completed', 0, 'failed', 0,
+    'created_at', now}
+  if wf.type == 'chain' then
+    h[#h + 1] = 'cursor'
+    h[#h + 1] = 0
+  end
+  local ids = {}
+  for i = 0, n - 1 do
+    local id = ARGV[BASE + i * STRIDE]
+    if i < wf.m then
+      ids[#ids + 1] = id
+    else
+      h[#h + 1] = 'cb_' .. wf.cb[i]
+      h[#h + 1] = id
+    end
+  end
+  redis.call('HSET', wk, unpack(h))
+  for s = 1, #ids, 1000 do
+    redis.call('RPUSH', wk .. ':jobs', unpack(ids, s, math.min(s + 999, #ids)))
+  end
+  redis.call('ZADD', P .. 'workflows', now, wf.id)
+  emit(P, 'workflow.created', '', '', '', now, cjson.encode({workflow_id = wf.id, type = wf.type, name = wf.name}))
 end
 if cron then
   local id = ARGV[BASE]

@@ -106,6 +106,8 @@ local function discard_now(jk, id, queue, jtype, code, message, event, data)
   stat(P, queue, 'discarded', 1)
   emit(P, event, id, queue, jtype, now, data)
   finish(jk, retention)
+  local w = redis.call('HMGET', jk, 'wf', 'wf_i')
+  wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
   discards = discards + 1
 end
 
@@ -126,7 +128,7 @@ local function claim_one(queue)
     local id = member_id(member)
     local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
-      'attempt', 'claims')
+      'attempt', 'claims', 'wf')
     local jtype, key = f[1] or '', f[6]
     local e, limited = nil, nil
     if key then
@@ -190,6 +192,9 @@ local function claim_one(queue)
             redis.call('PEXPIRE', P .. 'q:' .. queue .. ':rl:win', ql.rate_period)
           end
           redis.call('HSET', jk, 'qrl', 1)
+        end
+        if f[10] and redis.call('EXISTS', P .. 'wf:' .. f[10]) == 1 then
+          redis.call('HSETNX', P .. 'wf:' .. f[10], 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
         reply[#reply + 1] = redis.call('HGETALL', jk)

@@ -16,12 +16,13 @@
 --   parked rate-limit lanes whose P..'rl:wake' time passed are re-opened (their best job back in
 --   the ready set; rate_limit.released);
 --   scheduled|retryable -> available (into the ready set with the job's rank and a fresh FIFO
---   sequence) or discarded when expires_at passed; safe to run from every API pod at once, since
+--   sequence) or discarded when expires_at passed (a workflow job's workflow counts it failed); safe to run from every API pod at once, since
 --   a job is moved only if it is still in P..'scheduled'
 --@include clock
 --@include emit
 --@include ready
 --@include active
+--@include workflow
 
 local P = ARGV[1]
 local now = now_ms()
@@ -29,7 +30,8 @@ local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, to
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key')
+  local f = redis.call('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key',
+    'wf', 'wf_i')
   if f[1] then
     stat(P, f[1], 'scheduled', -1)
     if f[4] and tonumber(f[4]) <= now then
@@ -38,6 +40,7 @@ for _, id in ipairs(due) do
       stat(P, f[1], 'discarded', 1)
       emit(P, 'job.expired', id, f[1], f[2], now, nil)
       finish(jk, tonumber(ARGV[3]))
+      wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARGV[3]))
     else
       redis.call('HSET', jk, 'state', 'available', 'enqueued_at', now)
       make_ready(P, jk, id, f[1], tonumber(f[3]), f[6], now, f[7])

@@ -6,14 +6,16 @@
 -- active -> completed only; the current 'error' is cleared ('errors' history stays); the job leaves
 -- P..'active', the queue's active counter and its rate-limit slots (re-opening parked lanes) at once; an
 -- ACK for a job already taken back (lease lapsed and requeued) is refused, never applied twice. A lease
--- that lapsed but was not yet taken back is still the worker's: its ACK completes the job.
+-- that lapsed but was not yet taken back is still the worker's: its ACK completes the job. A workflow
+-- job advances its workflow in the same call (includes/workflow.lua).
 --@include emit
 --@include active
 --@include lease
+--@include workflow
 
 local function ack_job(P, jk, id, result, retention_ms, now, want)
   local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at', 'rl_key', 'qrl', 'claims',
-    'worker_id')
+    'worker_id', 'wf', 'wf_i')
   if not f[1] then return {'not_found'} end
   local refused = lease_refusal({ state = f[1], claims = f[8], attempt = f[4], worker = f[9] }, want)
   if refused then return refused end
@@ -28,5 +30,6 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   emit(P, 'job.completed', id, f[2], f[3], now,
     '{"attempt":' .. f[4] .. ',"duration_ms":' .. (now - (tonumber(f[5]) or now)) .. '}')
   finish(jk, retention_ms)
+  wf_job_ended(P, f[10], f[11], 'completed', result, now, retention_ms)
   return {'ok', now, tonumber(f[4]), f[2], f[3]}
 end

@@ -1,15 +1,17 @@
 -- cancel_job(P, jk, id, retention_ms, now): cancel a job that has not finished (DELETE /jobs/{id}, and a
 -- cron firing with overlap_policy cancel_previous). Returns {'ok', now, previous_state} |
 -- {'not_found'} | {'state', state} (already completed, cancelled or discarded).
--- available|scheduled|retryable|active -> cancelled; the job leaves whichever index held it (ready set,
+-- available|scheduled|retryable|active|pending -> cancelled (a workflow job's workflow counts it as
+-- failed: a chain stops); the job leaves whichever index held it (ready set,
 -- rate-limit lane, P..'scheduled', P..'active' with its rate-limit slots). An active job's worker
 -- learns it from its next heartbeat, and its ACK/NACK is refused.
 --@include emit
 --@include ready
 --@include active
+--@include workflow
 
 local function cancel_job(P, jk, id, retention_ms, now)
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type')
+  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'wf', 'wf_i')
   local state, queue = f[1], f[2]
   if not state then return {'not_found'} end
   if state == 'available' then
@@ -19,12 +21,13 @@ local function cancel_job(P, jk, id, retention_ms, now)
     stat(P, queue, 'scheduled', -1)
   elseif state == 'active' then
     leave_active(P, jk, id, queue, now)
-  else
+  elseif state ~= 'pending' then
     return {'state', state}
   end
   redis.call('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, queue, 'cancelled', 1)
   emit(P, 'job.cancelled', id, queue, f[3], now, '{"previous_state":"' .. state .. '"}')
   finish(jk, retention_ms)
+  wf_job_ended(P, f[4], f[5], 'failed', nil, now, retention_ms)
   return {'ok', now, state}
 end

@@ -6,7 +6,9 @@
 --   retryable false when the worker says the error is final
 --   jitter_u a uniform random number in [0,1) chosen by the caller (scripts stay deterministic)
 --   retention_ms for discarded jobs that do not go to the dead letter set
--- Returns state ('retryable' | 'discarded'), delay_ms (or -1).
+-- Returns state ('retryable' | 'discarded'), delay_ms (or -1). A discarded workflow job advances its
+-- workflow (includes/workflow.lua) in the same call.
+--@include workflow
 -- Backoff ('backoff' field = "<strategy> <initial_ms> <coefficient> <max_ms> <jitter 0|1>"):
 --   exponential: initial * coefficient^(attempt-1); linear: initial * attempt; constant: initial;
 --   capped at max_ms; with jitter the delay is multiplied by 0.5 + jitter_u (so 50%..150%).
@@ -70,6 +72,8 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
   redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now, 'completed_at', now)
   stat(P, f.queue, 'discarded', 1)
   emit(P, 'job.failed', id, f.queue, f.type, now, '{"attempt":' .. attempt .. ',"error":' .. err .. '}')
+  local w = redis.call('HMGET', jk, 'wf', 'wf_i')
+  wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention_ms)
   if f.on_exhaustion == 'dead_letter' then
     redis.call('ZADD', P .. 'dead', now, id)
     emit(P, 'job.dead_lettered', id, f.queue, f.type, now, '{}')

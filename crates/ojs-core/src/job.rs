@@ -153,7 +153,7 @@ const TIME_FIELDS: [&str; 7] = [
 
 /// Fields of the job view that only the server sets (besides [`TIME_FIELDS`]; `scheduled_at` is the
 /// client's too, resolved by the server when the job is scheduled).
-const SYSTEM_FIELDS: [&str; 11] = [
+const SYSTEM_FIELDS: [&str; 13] = [
     "state",
     "attempt",
     "max_attempts",
@@ -165,6 +165,8 @@ const SYSTEM_FIELDS: [&str; 11] = [
     "result",
     "error",
     "errors",
+    "workflow_id",
+    "parent_results",
 ];
 
 /// The API view of a stored job hash: the client's envelope plus the system-managed fields.
@@ -224,6 +226,14 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
     }
     if let Some(v) = get("result").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
         obj.insert("result".into(), v);
+    }
+    // A workflow's job (lua/includes/workflow.lua): its workflow, and the results of the jobs before it
+    // (a chain step: every earlier step's, by index; a batch callback: every job's).
+    if let Some(w) = get("wf") {
+        obj.insert("workflow_id".into(), json!(w));
+    }
+    if let Some(v) = get("parent_results").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+        obj.insert("parent_results".into(), v);
     }
     for k in ["error", "errors"] {
         if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {

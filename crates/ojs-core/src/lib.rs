@@ -11,6 +11,7 @@ pub mod job;
 pub mod names;
 pub mod priority;
 pub mod ratelimit;
+pub mod workflow;
 
 pub use error::{ErrorCode, OjsError};
 pub use priority::PriorityModel;

@@ -78,6 +78,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
     utoipa_axum::router::OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .merge(routes::jobs::router())
         .merge(routes::cron::router())
+        .merge(routes::workflows::router())
         .merge(routes::workers::router())
         .merge(routes::queues::router())
         .merge(routes::rate_limits::router())

@@ -201,6 +201,15 @@ pub struct Job {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Vec<Object>, nullable = false)]
     errors: Option<Vec<Value>>,
+    /// The workflow this job belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    workflow_id: Option<String>,
+    /// A workflow job's inputs: a chain step gets the results of the steps before it (by index), a
+    /// batch callback those of every job of the batch (`null` for a job that failed or gave none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    parent_results: Option<Vec<Value>>,
     /// The client's own fields, echoed.
     #[serde(flatten)]
     extra: std::collections::HashMap<String, Value>,
@@ -221,6 +230,16 @@ pub struct RateWindow {
 pub struct JobResponse {
     #[schema(value_type = Job)]
     pub job: Value,
+    /// The workflow the job started (an enqueue in the seed's form, with a `workflow` object).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub workflow: Option<crate::routes::workflows::WorkflowView>,
+}
+
+impl JobResponse {
+    pub fn of(job: Value) -> Self {
+        Self { job, workflow: None }
+    }
 }
 
 /// The media type of every JSON answer, for `responses(...)`: `(status = 404, description = "…",

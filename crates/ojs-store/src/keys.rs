@@ -96,6 +96,14 @@ impl Keys {
     pub fn workers(&self) -> String {
         format!("{}workers", self.prefix)
     }
+    /// `P wf:<id>`: one workflow (see lua/includes/workflow.lua; `:jobs` and `:results` beside it).
+    pub fn workflow(&self, id: &str) -> String {
+        format!("{}wf:{id}", self.prefix)
+    }
+    /// `P workflows`: every workflow id by created_at (zset).
+    pub fn workflows(&self) -> String {
+        format!("{}workflows", self.prefix)
+    }
     pub fn schema(&self) -> String {
         format!("{}schema", self.prefix)
     }

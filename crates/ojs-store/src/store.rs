@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use ojs_core::job::{NewJob, RetryPolicy};
 use ojs_core::ratelimit::{RateLimitPolicy, Window};
+use ojs_core::workflow::NewWorkflow;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,6 +79,8 @@ struct Scripts {
     rl_gauges: Named,
     cron_set: Named,
     cron_delete: Named,
+    workflow_get: Named,
+    workflow_cancel: Named,
 }
 
 /// A script and its operation name (the metric label).
@@ -210,6 +213,28 @@ fn wrr_key(queues: &[(String, u32)]) -> String {
         }
     }
     format!("{h:016x}")
+}
+
+/// A workflow as lua/workflow-get-1.lua read it.
+#[derive(Debug)]
+pub struct WorkflowRecord {
+    /// Redis time of the read.
+    pub now_ms: i64,
+    /// The workflow hash (lua/includes/workflow.lua).
+    pub fields: JobFields,
+    /// Its first steps or jobs, in order.
+    pub jobs: Vec<WorkflowMember>,
+    /// (callback name, job) for each callback a batch declared.
+    pub callbacks: Vec<(String, WorkflowMember)>,
+}
+
+/// A workflow's job, as much as a workflow view shows of it (`None` where the job's hash is gone).
+#[derive(Debug)]
+pub struct WorkflowMember {
+    pub id: String,
+    pub job_type: Option<String>,
+    pub state: Option<String>,
+    pub queue: Option<String>,
 }
 
 /// A job claimed by FETCH.
@@ -473,6 +498,8 @@ impl Store {
                 rl_gauges: script(scripts::RL_GAUGES),
                 cron_set: script(scripts::CRON_SET),
                 cron_delete: script(scripts::CRON_DELETE),
+                workflow_get: script(scripts::WORKFLOW_GET),
+                workflow_cancel: script(scripts::WORKFLOW_CANCEL),
             },
             cfg,
         })
@@ -545,22 +572,66 @@ impl Store {
     /// Enqueues a batch, all or nothing: any duplicate id and nothing is written.
     pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
         let items = self.enqueue_script(jobs, "all").await?;
-        match tag(&items).as_str() {
-            "ok" => Ok(EnqueueOutcome::Created {
-                now_ms: val_i64(at(&items, 1)),
-                states: strings(at(&items, 2)),
-                pressure: pressures(at(&items, 3)),
-            }),
-            "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
-            "full" => Ok(EnqueueOutcome::Full(Pressure {
-                queue: val_str(at(&items, 1)),
-                depth: val_i64(at(&items, 2)).max(0) as u64,
-                bound: val_i64(at(&items, 3)).max(0) as u64,
-                warning_threshold: 1.0,
-                strategy: val_str(at(&items, 4)),
-            })),
-            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+        enqueue_outcome(&items)
+    }
+
+    /// Creates a workflow and all of its jobs, all or nothing (enqueue-1.lua's `workflow` mode): the
+    /// first step (chain) or every job (group, batch) is made ready; later steps and callbacks wait
+    /// `pending`. A duplicate is a job id or the workflow id.
+    pub async fn create_workflow(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome> {
+        let mut extra = vec![
+            wf.id.clone(),
+            wf.kind.as_str().to_string(),
+            wf.name.clone(),
+            wf.members.to_string(),
+        ];
+        extra.extend(wf.callbacks.iter().map(|c| c.to_string()));
+        let items = self.enqueue_script_with(&wf.jobs, "workflow", extra).await?;
+        enqueue_outcome(&items)
+    }
+
+    /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
+    pub async fn workflow(&self, id: &str, limit: u64) -> Result<Option<WorkflowRecord>> {
+        let args = vec![self.keys.prefix().to_string(), limit.max(1).to_string()];
+        let items = self
+            .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
+            .await?;
+        if tag(&items) != "ok" {
+            return Ok(None);
         }
+        let member = |c: &[String]| WorkflowMember {
+            id: c[0].clone(),
+            job_type: Some(c[1].clone()).filter(|s| !s.is_empty()),
+            state: Some(c[2].clone()).filter(|s| !s.is_empty()),
+            queue: Some(c[3].clone()).filter(|s| !s.is_empty()),
+        };
+        let jobs = strings(at(&items, 3));
+        let callbacks = strings(at(&items, 4));
+        Ok(Some(WorkflowRecord {
+            now_ms: val_i64(at(&items, 1)),
+            fields: flat_map(at(&items, 2)),
+            jobs: jobs.chunks_exact(4).map(member).collect(),
+            callbacks: callbacks
+                .chunks_exact(5)
+                .map(|c| (c[0].clone(), member(&c[1..])))
+                .collect(),
+        }))
+    }
+
+    /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua): Redis time and
+    /// how many jobs were cancelled; `WrongState` when the workflow already ended.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Transition<(i64, u64)>> {
+        let args = vec![
+            self.keys.prefix().to_string(),
+            id.to_string(),
+            self.cfg.retention_ms.to_string(),
+        ];
+        let items = self
+            .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
+            .await?;
+        Ok(transition(&items, |i| {
+            (val_i64(at(i, 1)), val_i64(at(i, 2)).max(0) as u64)
+        }))
     }
 
     /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): returns
@@ -1634,6 +1705,26 @@ impl Store {
 }
 
 /// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.
+/// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
+fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
+    match tag(items).as_str() {
+        "ok" => Ok(EnqueueOutcome::Created {
+            now_ms: val_i64(at(items, 1)),
+            states: strings(at(items, 2)),
+            pressure: pressures(at(items, 3)),
+        }),
+        "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
+        "full" => Ok(EnqueueOutcome::Full(Pressure {
+            queue: val_str(at(items, 1)),
+            depth: val_i64(at(items, 2)).max(0) as u64,
+            bound: val_i64(at(items, 3)).max(0) as u64,
+            warning_threshold: 1.0,
+            strategy: val_str(at(items, 4)),
+        })),
+        t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+    }
+}
+
 fn acked(items: &[redis::Value]) -> Transition<Acked> {
     transition(items, |i| Acked {
         now_ms: val_i64(at(i, 1)),

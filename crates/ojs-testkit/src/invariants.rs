@@ -152,6 +152,17 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             "scheduled" | "retryable" => (false, true, false, false),
             "active" => (false, false, true, false),
             "completed" | "cancelled" => (false, false, false, false),
+            // A workflow job waiting for its turn is in no index; its running workflow holds it.
+            "pending" => {
+                let wf = f.get("wf").cloned().unwrap_or_default();
+                let wf_state: Option<String> = conn.hget(format!("{p}wf:{wf}"), "state").await.expect("HGET");
+                if wf_state.as_deref() != Some("running") {
+                    problems.push(format!(
+                        "job {id} is pending but its workflow {wf:?} is {wf_state:?}, not running"
+                    ));
+                }
+                (false, false, false, false)
+            }
             "discarded" => (false, false, false, where_.3),
             other => {
                 problems.push(format!("job {id} has unknown state {other:?}"));
@@ -251,6 +262,36 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         if (ga, gs) != (a, sch) {
             problems.push(format!(
                 "queue {queue}: gauges (active, scheduled) = ({ga}, {gs}) but jobs say ({a}, {sch})"
+            ));
+        }
+    }
+    // Workflows (lua/includes/workflow.lua): each ended member was counted once, as completed or failed,
+    // and a workflow that ended for its jobs' sake counted all of them.
+    for key in scan(&mut conn, &format!("{p}wf:*")).await {
+        if key.ends_with(":jobs") || key.ends_with(":results") {
+            continue;
+        }
+        let w: HashMap<String, String> = conn.hgetall(&key).await.expect("HGETALL");
+        let num = |k: &str| w.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let (total, completed, failed) = (num("total"), num("completed"), num("failed"));
+        let ended: i64 = conn.hlen(format!("{key}:results")).await.expect("HLEN");
+        let listed: i64 = conn.llen(format!("{key}:jobs")).await.expect("LLEN");
+        if completed + failed != ended || ended > total || listed != total {
+            problems.push(format!(
+                "workflow {key}: completed {completed} + failed {failed} vs {ended} results, {listed} listed, total {total}"
+            ));
+        }
+        let state = w.get("state").map(String::as_str).unwrap_or("");
+        let whole = match (w.get("type").map(String::as_str), state) {
+            (Some("chain"), "completed") => completed == total,
+            (Some("chain"), "failed") => failed == 1,
+            (Some(_), "completed" | "failed") => completed + failed == total,
+            (Some(_), "running" | "cancelled") => true,
+            _ => false,
+        };
+        if !whole {
+            problems.push(format!(
+                "workflow {key} is {state} with completed {completed}, failed {failed} of {total}"
             ));
         }
     }

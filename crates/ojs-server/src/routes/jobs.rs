@@ -142,6 +142,9 @@ fn duplicate(id: &str) -> OjsError {
     responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
+    if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
+        return enqueue_chain(&st, wf?).await;
+    }
     let job = envelope::parse(body, &st.rules)?;
     let block = block_deadline(&headers)?;
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
@@ -157,7 +160,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     }
     crate::metrics::job_event("enqueued", &job.queue, &job.job_type);
     let view = created_view(&job, now, &state);
-    let mut res = ojs_json(StatusCode::CREATED, json!(JobResponse { job: view }));
+    let mut res = ojs_json(StatusCode::CREATED, json!(JobResponse::of(view)));
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);
     }
@@ -176,6 +179,27 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
             res.headers_mut().insert("x-ratelimit-key", k);
             res.headers_mut().insert("x-ratelimit-limit", l);
         }
+    }
+    Ok(res)
+}
+
+/// The seed's form (priority spec example 14.5): the envelope is the first step of a chain whose other
+/// steps are its `workflow.chain`; they inherit its priority and queue. Answers the first step, with
+/// the workflow.
+async fn enqueue_chain(st: &AppState, wf: ojs_core::workflow::NewWorkflow) -> ApiResult<Response> {
+    let (now, states, workflow) = crate::routes::workflows::store_workflow(st, &wf).await?;
+    let root = &wf.jobs[0];
+    let mut view = created_view(root, now, states.first().map(String::as_str).unwrap_or("available"));
+    view["workflow_id"] = json!(wf.id);
+    let mut res = ojs_json(
+        StatusCode::CREATED,
+        json!(JobResponse {
+            job: view,
+            workflow: Some(workflow),
+        }),
+    );
+    if let Ok(loc) = format!("/ojs/v1/jobs/{}", root.id).parse() {
+        res.headers_mut().insert("location", loc);
     }
     Ok(res)
 }
@@ -212,6 +236,10 @@ pub struct JobRequest {
     scheduled_at: Option<String>,
     /// The seed's place for the rate-limit policy (`options.rate_limit` works too).
     rate_limit: Option<RateLimitPolicy>,
+    /// The seed's workflow form: `{"chain": [job envelope, ...]}`; this job is the chain's first step
+    /// and the others follow it in order, inheriting its priority and queue unless they set their own.
+    #[schema(value_type = Option<Object>)]
+    workflow: Option<Value>,
     #[serde(flatten)]
     extensions: HashMap<String, Value>,
 }
@@ -373,7 +401,7 @@ async fn enqueue_batch(
 async fn get_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     match st.store.get_job(id).await? {
-        Some(f) => Ok(ok(json!(JobResponse { job: job_view(&f) }))),
+        Some(f) => Ok(ok(json!(JobResponse::of(job_view(&f))))),
         None => Err(OjsError::not_found("job", id).into()),
     }
 }
@@ -463,7 +491,7 @@ async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Api
                 .get_job(id)
                 .await?
                 .ok_or_else(|| OjsError::not_found("job", id))?;
-            Ok(ok(json!(JobResponse { job: job_view(&f) })))
+            Ok(ok(json!(JobResponse::of(job_view(&f)))))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
         Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::conflict_state(id, &s, "cancel").into()),

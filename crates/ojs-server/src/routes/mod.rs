@@ -12,6 +12,7 @@ pub mod queues;
 pub mod rate_limits;
 pub mod system;
 pub mod workers;
+pub mod workflows;
 
 use ojs_core::{names, OjsError};
 

@@ -1,0 +1,327 @@
+//! Workflows (ojs-workflows): `POST /workflows` (chain, group, batch), `GET /workflows`,
+//! `GET|DELETE /workflows/{id}`. Creating one is one script call (enqueue-1.lua's `workflow` mode);
+//! the script that ends each of its jobs advances it (lua/includes/workflow.lua).
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use ojs_core::workflow::{self, NewWorkflow};
+use ojs_core::{clock, ErrorCode, OjsError};
+use ojs_store::{EnqueueOutcome, JobFields, Transition, WorkflowMember, WorkflowRecord};
+use serde::Serialize;
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiResult;
+use crate::respond::{ojs_json, ok, OjsJson, OjsPath};
+use crate::routes::admin::{PageQuery, Params};
+use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(get_workflow, cancel))
+}
+
+/// Most member jobs a workflow view lists (the counters always cover all of them).
+const VIEW_JOBS: u64 = 1_000;
+
+/// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the
+/// conformance suite's names); `metadata` carries the same counters under the spec's names.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowView {
+    pub id: String,
+    /// `chain`, `group` or `batch`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(chain|group|batch)$")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub name: Option<String>,
+    /// `running`, then `completed`, `failed` or `cancelled`.
+    #[schema(pattern = "^(running|completed|failed|cancelled)$")]
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub steps_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub steps_completed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub jobs_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub jobs_completed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub jobs_failed: Option<u64>,
+    /// Chain: the step that failed (the chain stopped there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub failed_step_index: Option<u64>,
+    /// Batch: the callback that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub failed_callback: Option<String>,
+    pub metadata: WorkflowMetadata,
+    /// The steps (chain) or jobs, in order (the first 1,000).
+    pub jobs: Vec<WorkflowJob>,
+    /// Batch callbacks by name (`on_complete`, `on_success`, `on_failure`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub callbacks: std::collections::BTreeMap<String, WorkflowJob>,
+}
+
+/// ojs-workflows §3.3. Times are RFC 3339.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowMetadata {
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    /// When its first job was claimed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    pub started_at: Option<String>,
+    /// When it reached a terminal state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    pub completed_at: Option<String>,
+    /// Steps or jobs (callbacks not counted).
+    pub job_count: u64,
+    pub completed_count: u64,
+    pub failed_count: u64,
+}
+
+/// One job of a workflow.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowJob {
+    pub id: String,
+    /// The job's type, state and queue; absent once the job's record passed its retention.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub job_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub state: Option<JobStateName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub queue: Option<String>,
+}
+
+/// A job state, as [`JobState`] lists them.
+#[derive(Serialize, ToSchema)]
+#[schema(value_type = JobState)]
+pub struct JobStateName(String);
+
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowResponse {
+    pub workflow: WorkflowView,
+}
+
+#[derive(Serialize, ToSchema)]
+struct WorkflowList {
+    workflows: Vec<WorkflowView>,
+    #[schema(value_type = Object)]
+    pagination: Value,
+}
+
+fn member(m: WorkflowMember) -> WorkflowJob {
+    WorkflowJob {
+        id: m.id,
+        job_type: m.job_type,
+        state: m.state.map(JobStateName),
+        queue: m.queue,
+    }
+}
+
+/// THE workflow view, from the workflow hash (lua/includes/workflow.lua) and the members read with it.
+pub fn view(
+    id: &str,
+    f: &JobFields,
+    jobs: Vec<WorkflowMember>,
+    callbacks: Vec<(String, WorkflowMember)>,
+) -> WorkflowView {
+    let int = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok());
+    let count = |k: &str| int(k).unwrap_or(0).max(0) as u64;
+    let time = |k: &str| int(k).map(clock::format_ms);
+    let kind = f.get("type").cloned().unwrap_or_default();
+    let (total, completed, failed) = (count("total"), count("completed"), count("failed"));
+    let chain = kind == "chain";
+    WorkflowView {
+        id: id.to_string(),
+        name: f.get("name").filter(|n| !n.is_empty()).cloned(),
+        state: f.get("state").cloned().unwrap_or_default(),
+        steps_total: chain.then_some(total),
+        steps_completed: chain.then_some(completed),
+        jobs_total: (!chain).then_some(total),
+        jobs_completed: (!chain).then_some(completed),
+        jobs_failed: (!chain).then_some(failed),
+        failed_step_index: int("failed_step").map(|i| i.max(0) as u64),
+        failed_callback: f.get("failed_callback").cloned(),
+        metadata: WorkflowMetadata {
+            created_at: time("created_at").unwrap_or_default(),
+            started_at: time("started_at"),
+            completed_at: time("completed_at"),
+            job_count: total,
+            completed_count: completed,
+            failed_count: failed,
+        },
+        jobs: jobs.into_iter().map(member).collect(),
+        callbacks: callbacks.into_iter().map(|(n, m)| (n, member(m))).collect(),
+        kind,
+    }
+}
+
+/// The view of a workflow just created, from what was sent and the states the script gave each job.
+fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowView {
+    let mut f = JobFields::new();
+    for (k, v) in [
+        ("type", wf.kind.as_str().to_string()),
+        ("name", wf.name.clone()),
+        ("state", "running".to_string()),
+        ("total", wf.members.to_string()),
+        ("created_at", now_ms.to_string()),
+    ] {
+        f.insert(k.to_string(), v);
+    }
+    let mut members = wf.jobs.iter().zip(states).map(|(j, s)| WorkflowMember {
+        id: j.id.clone(),
+        job_type: Some(j.job_type.clone()),
+        state: Some(s.clone()),
+        queue: Some(j.queue.clone()),
+    });
+    let jobs: Vec<_> = members.by_ref().take(wf.members).take(VIEW_JOBS as usize).collect();
+    let callbacks = members
+        .skip(wf.members.saturating_sub(jobs.len()))
+        .zip(&wf.callbacks)
+        .map(|(m, n)| (n.to_string(), m))
+        .collect();
+    view(&wf.id, &f, jobs, callbacks)
+}
+
+/// Stores a validated workflow; its view, or the OJS error (duplicate id, full queue).
+pub async fn store_workflow(st: &AppState, wf: &NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
+    match st.store.create_workflow(wf).await? {
+        EnqueueOutcome::Created { now_ms, states, .. } => {
+            for j in &wf.jobs {
+                crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
+            }
+            let v = created_view(wf, now_ms, &states);
+            Ok((now_ms, states, v))
+        }
+        EnqueueOutcome::Duplicate(id) => Err(OjsError::new(
+            ErrorCode::Duplicate,
+            format!("a job or workflow with id {id} already exists"),
+        )
+        .with_details(json!({ "id": id }))
+        .into()),
+        EnqueueOutcome::Full(p) => Err(OjsError::queue_full(&p.queue, p.depth, p.bound).into()),
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workflows",
+    tag = "workflows",
+    summary = "Create a chain (`steps`), group (`jobs`) or batch (`jobs` + `callbacks`); members without a priority inherit the workflow's",
+    request_body(content = Object, description = "`{type: chain|group|batch, name?, id?, steps|jobs: [job envelope], callbacks?: {on_complete?, on_success?, on_failure?}, priority? (seed) | options.priority (core)}`"),
+    responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn create(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
+    let wf = workflow::parse(body, &st.rules)?;
+    let (_, _, v) = store_workflow(&st, &wf).await?;
+    let mut res = ojs_json(StatusCode::CREATED, json!(WorkflowResponse { workflow: v }));
+    if let Ok(loc) = format!("/ojs/v1/workflows/{}", wf.id).parse() {
+        res.headers_mut().insert("location", loc);
+    }
+    Ok(res)
+}
+
+fn path_id(id: &str) -> Result<&str, OjsError> {
+    ojs_core::names::check_job_id(id)
+        .map(|_| id)
+        .map_err(|_| OjsError::not_found("workflow", id))
+}
+
+async fn read(st: &AppState, id: &str) -> ApiResult<WorkflowView> {
+    let WorkflowRecord {
+        fields,
+        jobs,
+        callbacks,
+        ..
+    } = st
+        .store
+        .workflow(id, VIEW_JOBS)
+        .await?
+        .ok_or_else(|| OjsError::not_found("workflow", id))?;
+    Ok(view(id, &fields, jobs, callbacks))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/workflows/{id}",
+    tag = "workflows",
+    summary = "A workflow: state, counters, its jobs' states",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn get_workflow(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+    let id = path_id(&id)?;
+    Ok(ok(json!(WorkflowResponse {
+        workflow: read(&st, id).await?
+    })))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/workflows/{id}",
+    tag = "workflows",
+    summary = "Cancel a running workflow and every job of it that has not ended",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The workflow already ended (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+    let id = path_id(&id)?;
+    match st.store.cancel_workflow(id).await? {
+        Transition::Done(_) => Ok(ok(json!(WorkflowResponse {
+            workflow: read(&st, id).await?
+        }))),
+        Transition::NotFound => Err(OjsError::not_found("workflow", id).into()),
+        Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::new(
+            ErrorCode::Conflict,
+            format!("workflow {id} is {s}: only a running workflow can be cancelled"),
+        )
+        .with_details(json!({ "workflow_id": id, "state": s }))
+        .into()),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/workflows",
+    tag = "workflows",
+    summary = "Workflows, newest first (paginated: page, per_page); each without its job list",
+    responses((status = 200, description = "OK", body = WorkflowList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+    let p = PageQuery::from_params(&q)?.resolve(50, 500)?;
+    let index = st.store.keys().workflows();
+    let total = st.store.index_len(&index).await?;
+    let ids = st.store.index_ids(&index, p.offset, p.count, true).await?;
+    let hashes = st
+        .store
+        .hashes(ids.iter().map(|id| st.store.keys().workflow(id)))
+        .await?;
+    let workflows: Vec<WorkflowView> = ids
+        .iter()
+        .zip(hashes)
+        .filter(|(_, f)| !f.is_empty())
+        .map(|(id, f)| view(id, &f, Vec::new(), Vec::new()))
+        .collect();
+    Ok(ok(json!(WorkflowList {
+        workflows,
+        pagination: PageQuery::json(p, total),
+    })))
+}

@@ -1,0 +1,38 @@
+-- workflow-cancel-1.lua: cancel a running workflow and every job of it that has not ended.
+--
+-- KEYS
+--   KEYS[1] P..'wf:'..W   hash   the workflow (includes/workflow.lua)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] W             string workflow id
+--   ARGV[3] retention_ms  int    retention of the cancelled jobs' hashes and of the workflow; 0 = forever
+-- RETURNS
+--   {'ok', now_ms, cancelled}   cancelled = how many jobs were cancelled (pending ones included)
+--   {'not_found'}
+--   {'state', state}           the workflow already ended (completed, failed or cancelled)
+-- COST   O(jobs of the workflow): every job is visited once (cancel_job for those waiting or running)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   running -> cancelled first, so the jobs cancelled here do not advance it (wf_job_ended ignores a
+--   workflow that is not running); each job leaves its index as DELETE /jobs/{id} would take it out
+--   (includes/cancel.lua), pending ones end cancelled; jobs already ended keep their state; an active
+--   job's worker learns it from its next heartbeat and its ACK/NACK is refused
+--@include clock
+--@include cancel
+
+local P, W, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local wk = KEYS[1]
+local w = redis.call('HMGET', wk, 'state', 'cb_on_complete', 'cb_on_success', 'cb_on_failure')
+if not w[1] then return {'not_found'} end
+if w[1] ~= 'running' then return {'state', w[1]} end
+local now = now_ms()
+wf_close(P, W, wk, 'cancelled', now, retention)
+local ids = redis.call('LRANGE', wk .. ':jobs', 0, -1)
+for i = 2, 4 do
+  if w[i] then ids[#ids + 1] = w[i] end
+end
+local cancelled = 0
+for _, id in ipairs(ids) do
+  if cancel_job(P, P .. 'job:' .. id, id, retention, now)[1] == 'ok' then cancelled = cancelled + 1 end
+end
+return {'ok', now, cancelled}

@@ -1,0 +1,41 @@
+-- workflow-get-1.lua: read one workflow with the state of its jobs, in one consistent snapshot.
+--
+-- KEYS
+--   KEYS[1] P..'wf:'..W   hash   the workflow (includes/workflow.lua)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] limit         int    most member jobs to describe (the first ones, in order)
+-- RETURNS
+--   {'ok', now_ms, fields, jobs, callbacks}
+--      fields     the workflow hash as a flat field/value array
+--      jobs       {id, type, state, queue, ...} for the first `limit` steps or jobs ('' for the
+--                 fields of a job whose hash is gone: its retention passed)
+--      callbacks  {name, id, type, state, queue, ...} for each callback the batch declared
+--   {'not_found'}
+-- COST   O(limit)
+-- CLOCK  Redis TIME (now_ms, for the caller's view)
+-- INVARIANTS
+--   reads only
+--@include clock
+
+local P = ARGV[1]
+local wk = KEYS[1]
+local fields = redis.call('HGETALL', wk)
+if #fields == 0 then return {'not_found'} end
+local jobs = {}
+for _, id in ipairs(redis.call('LRANGE', wk .. ':jobs', 0, tonumber(ARGV[2]) - 1)) do
+  local f = redis.call('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
+  jobs[#jobs + 1] = id
+  jobs[#jobs + 1] = f[1] or ''
+  jobs[#jobs + 1] = f[2] or ''
+  jobs[#jobs + 1] = f[3] or ''
+end
+local callbacks = {}
+for _, name in ipairs({'on_complete', 'on_success', 'on_failure'}) do
+  local id = redis.call('HGET', wk, 'cb_' .. name)
+  if id then
+    local f = redis.call('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
+    for _, v in ipairs({name, id, f[1] or '', f[2] or '', f[3] or ''}) do callbacks[#callbacks + 1] = v end
+  end
+end
+return {'ok', now_ms(), fields, jobs, callbacks}

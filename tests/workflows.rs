@@ -1,0 +1,451 @@
+//! Workflows (chain, group, batch) beyond the conformance suite: results passed down a chain, priority
+//! inheritance and override (seed §9.2), the seed's form on POST /jobs, a 10,000-job group whose ACKs
+//! cost the same whatever its size, cancellation, failure, and the keyspace invariants after each.
+
+use std::collections::HashMap;
+
+use ojs_testkit::TestServer;
+use serde_json::{json, Value};
+
+fn job(t: &str, queue: &str) -> Value {
+    json!({"type": t, "args": [], "options": {"queue": queue}})
+}
+
+/// Claims one job of `queue` and acks it with `result`; returns the job as FETCH gave it.
+async fn run_one(s: &TestServer, queue: &str, result: Value) -> Value {
+    let got = s.fetch(&[queue], 1).await;
+    assert_eq!(got.len(), 1, "expected a job in {queue}");
+    let (st, b) = s
+        .post("/ojs/v1/workers/ack", json!({"job_id": got[0]["id"], "result": result}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    got[0].clone()
+}
+
+async fn workflow(s: &TestServer, id: &str) -> Value {
+    let (st, b) = s.get(&format!("/ojs/v1/workflows/{id}")).await;
+    assert_eq!(st, 200, "{b}");
+    b["workflow"].clone()
+}
+
+#[tokio::test]
+async fn chain_passes_every_earlier_result_and_runs_in_order() {
+    let s = TestServer::start().await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "name": "etl", "steps": [job("etl.extract", "w"), job("etl.transform", "w"), job("etl.load", "w")]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    let states: Vec<&str> = b["workflow"]["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["state"].as_str())
+        .collect();
+    assert_eq!(
+        states,
+        ["available", "pending", "pending"],
+        "only the first step is ready"
+    );
+    // A pending step is visible but never fetched.
+    assert_eq!(s.fetch(&["w"], 10).await.len(), 1);
+    let first = b["workflow"]["jobs"][0]["id"].as_str().expect("id");
+    s.post("/ojs/v1/workers/ack", json!({"job_id": first, "result": {"rows": 3}}))
+        .await;
+    let second = run_one(&s, "w", json!("t-ok")).await;
+    assert_eq!(second["type"], "etl.transform");
+    assert_eq!(second["workflow_id"], id.as_str());
+    assert_eq!(second["parent_results"], json!([{"rows": 3}]));
+    let third = run_one(&s, "w", json!(null)).await;
+    assert_eq!(third["parent_results"], json!([{"rows": 3}, "t-ok"]));
+    let w = workflow(&s, &id).await;
+    assert_eq!(
+        (w["state"].as_str(), w["steps_completed"].as_u64()),
+        (Some("completed"), Some(3))
+    );
+    assert!(
+        w["metadata"]["started_at"].is_string() && w["metadata"]["completed_at"].is_string(),
+        "{w}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn steps_inherit_the_workflow_priority_unless_they_override_it() {
+    let s = TestServer::start().await;
+    // Seed model: lower runs first. Two competing jobs at priority 2 and 3 wait in the same queue.
+    let p2 = s
+        .enqueue(json!({"type": "other.p2", "args": [], "queue": "q", "priority": 2}))
+        .await;
+    let p3 = s
+        .enqueue(json!({"type": "other.p3", "args": [], "queue": "q", "priority": 3}))
+        .await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "group", "priority": 1, "jobs": [
+                {"type": "g.inherits", "args": [], "queue": "q"},
+                {"type": "g.overrides", "args": [], "queue": "q", "priority": 9}]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let order: Vec<String> = s
+        .fetch(&["q"], 10)
+        .await
+        .iter()
+        .map(|j| format!("{}:{}", j["type"].as_str().unwrap_or(""), j["priority"]))
+        .collect();
+    assert_eq!(order, ["g.inherits:1", "other.p2:2", "other.p3:3", "g.overrides:9"]);
+    let _ = (p2, p3);
+
+    // A chain: the inherited priority holds for steps released later too.
+    let (_, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "priority": 0, "steps": [
+                {"type": "c.one", "args": [], "queue": "c"}, {"type": "c.two", "args": [], "queue": "c"},
+                {"type": "c.three", "args": [], "queue": "c", "priority": 5}]}),
+        )
+        .await;
+    let ids: Vec<String> = b["workflow"]["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_str().unwrap_or("").to_string())
+        .collect();
+    let mut priorities = Vec::new();
+    for id in &ids {
+        let (_, j) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        priorities.push(j["job"]["priority"].as_i64());
+    }
+    assert_eq!(priorities, [Some(0), Some(0), Some(5)]);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn core_model_inherits_options_priority() {
+    let s = TestServer::start_with(|c| c.priority_model = ojs_core::PriorityModel::Core).await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "options": {"priority": 50}, "steps": [job("a.b", "k"), job("a.c", "k")]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let first = s.fetch(&["k"], 1).await;
+    assert_eq!(
+        first[0]["options"]["priority"]
+            .as_i64()
+            .or(first[0]["priority"].as_i64()),
+        Some(50),
+        "{}",
+        first[0]
+    );
+}
+
+#[tokio::test]
+async fn the_seed_form_on_post_jobs_runs_the_envelope_then_its_chain() {
+    let s = TestServer::start().await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "order.process", "queue": "orders", "args": [{"order_id": "ord_456"}], "priority": 1,
+                "workflow": {"chain": [
+                    {"type": "payment.charge", "args": [{"order_id": "ord_456"}]},
+                    {"type": "inventory.reserve", "args": [{"order_id": "ord_456"}]},
+                    {"type": "shipping.schedule", "args": [{"order_id": "ord_456"}], "priority": 4}]}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(
+        (b["job"]["type"].as_str(), b["job"]["state"].as_str()),
+        (Some("order.process"), Some("available"))
+    );
+    assert!(
+        b["job"].get("workflow").is_none(),
+        "the workflow object is not part of the job: {b}"
+    );
+    let wid = b["workflow"]["id"].as_str().expect("workflow id").to_string();
+    assert_eq!(b["job"]["workflow_id"], wid.as_str());
+    assert_eq!(b["workflow"]["steps_total"], 4);
+    let mut ran = Vec::new();
+    for _ in 0..4 {
+        let j = run_one(&s, "orders", json!({"ok": true})).await;
+        ran.push(format!("{}:{}", j["type"].as_str().unwrap_or(""), j["priority"]));
+    }
+    assert_eq!(
+        ran,
+        [
+            "order.process:1",
+            "payment.charge:1",
+            "inventory.reserve:1",
+            "shipping.schedule:4"
+        ]
+    );
+    assert_eq!(workflow(&s, &wid).await["state"], "completed");
+    // Bad forms are 400s that name the field.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "a", "args": [], "workflow": {"group": []}}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains("workflow.group"),
+        "{b}"
+    );
+    s.assert_invariants().await;
+}
+
+/// Redis commands executed so far, by command (those run inside scripts included).
+async fn commands(s: &TestServer) -> HashMap<String, u64> {
+    let mut c = s.redis().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split("calls=").nth(1)?.split(',').next()?.parse().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// What one ACK of `id` cost: the commands it ran, by command, without the INFO calls that measure it.
+async fn ack_cost(s: &TestServer, id: &str) -> Vec<(String, u64)> {
+    let before = commands(s).await;
+    s.ack(id).await;
+    let mut d: Vec<(String, u64)> = commands(s)
+        .await
+        .into_iter()
+        .filter(|(k, _)| k != "info")
+        .map(|(k, v)| {
+            let was = before.get(&k).copied().unwrap_or(0);
+            (k, v - was)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    d.sort();
+    d
+}
+
+#[tokio::test]
+async fn a_ten_thousand_job_group_advances_at_constant_cost_per_ack() {
+    let s = TestServer::start().await;
+    let jobs: Vec<Value> = (0..10_000)
+        .map(|i| json!({"type": "g.part", "args": [i], "queue": "big"}))
+        .collect();
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "batch", "jobs": jobs, "callbacks": {"on_complete": job("g.done", "big-cb")}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{}", b["error"]);
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    assert_eq!(b["workflow"]["jobs_total"], 10_000);
+    // Four concurrent workers drain it: batches of 250 claimed, each job acked on its own.
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let http = s.http.clone();
+        let base = s.base.clone();
+        workers.push(tokio::spawn(async move {
+            let mut acked = 0;
+            loop {
+                let r: Value = http
+                    .post(format!("{base}/ojs/v1/workers/fetch"))
+                    .json(&json!({"queues": ["big"], "count": 250, "worker_id": format!("w{w}")}))
+                    .send()
+                    .await
+                    .expect("fetch")
+                    .json()
+                    .await
+                    .expect("json");
+                let got = r["jobs"].as_array().cloned().unwrap_or_default();
+                if got.is_empty() {
+                    return acked;
+                }
+                for j in got {
+                    let r = http
+                        .post(format!("{base}/ojs/v1/workers/ack"))
+                        .json(&json!({"job_id": j["id"], "result": j["args"][0]}))
+                        .send()
+                        .await
+                        .expect("ack");
+                    assert!(r.status().is_success());
+                    acked += 1;
+                }
+            }
+        }));
+    }
+    let mut total = 0;
+    for w in workers {
+        total += w.await.expect("worker");
+    }
+    assert_eq!(total, 10_000);
+    // ...except that the last ACK fired the callback, with all 10,000 results in order.
+    let w = workflow(&s, &id).await;
+    assert_eq!(
+        (w["state"].as_str(), w["jobs_completed"].as_u64()),
+        (Some("running"), Some(10_000))
+    );
+    let cb = s.fetch(&["big-cb"], 1).await;
+    let results = cb[0]["parent_results"].as_array().cloned().unwrap_or_default();
+    assert_eq!(results.len(), 10_000);
+    assert!(results.iter().enumerate().all(|(i, r)| r.as_u64() == Some(i as u64)));
+    s.ack(cb[0]["id"].as_str().expect("id")).await;
+    assert_eq!(workflow(&s, &id).await["state"], "completed");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn an_ack_costs_the_same_in_a_group_of_10_and_of_10_000() {
+    // A Redis of this test's own (the shared one serves concurrent tests) and timers that stay idle, so
+    // the command counts are this server's ACKs alone; the least of five ACKs per size is compared.
+    let dir = std::env::temp_dir().join(format!("ojs-wf-cost-{}", ojs_testkit::unique_namespace()));
+    let redis = ojs_testkit::AofRedis::start(&dir).await;
+    let mut cfg = ojs_server::Config::for_redis(&redis.url());
+    cfg.namespace = ojs_testkit::unique_namespace();
+    cfg.tick_ms = 3_600_000;
+    let s = TestServer::start_config(cfg).await;
+    let mut cost = HashMap::new();
+    for n in [10usize, 10_000] {
+        let q = format!("cost{n}");
+        let jobs: Vec<Value> = (0..n).map(|_| job("g.part", &q)).collect();
+        let (st, _) = s
+            .post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs}))
+            .await;
+        assert_eq!(st, 201);
+        let got = s.fetch(&[q.as_str()], 6).await;
+        let mut least: Option<Vec<(String, u64)>> = None;
+        for j in &got {
+            let c = ack_cost(&s, j["id"].as_str().expect("id")).await;
+            let total = |c: &Vec<(String, u64)>| c.iter().map(|(_, n)| n).sum::<u64>();
+            if least.as_ref().is_none_or(|l| total(&c) < total(l)) {
+                least = Some(c);
+            }
+        }
+        cost.insert(n, least.unwrap_or_default());
+    }
+    // The same commands, and none of them reads a whole structure: each touches O(1) elements.
+    assert_eq!(cost[&10], cost[&10_000], "Redis commands per ACK");
+    for (cmd, _) in &cost[&10_000] {
+        assert!(
+            !["lrange", "hgetall", "hvals", "hkeys", "zrange", "smembers", "scan"].contains(&cmd.as_str()),
+            "an ACK of a group member reads a whole structure with {cmd}: {:?}",
+            cost[&10_000]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_failed_step_stops_the_chain_and_cancelling_a_workflow_cancels_its_jobs() {
+    let s = TestServer::start().await;
+    let (_, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "steps": [
+                {"type": "s.fail", "args": [], "queue": "f", "options": {"retry": {"max_attempts": 1}}},
+                job("s.never", "f"), job("s.never2", "f")]}),
+        )
+        .await;
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    let got = s.fetch(&["f"], 1).await;
+    let (st, n) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": got[0]["id"], "error": {"code": "boom", "message": "no"}}),
+        )
+        .await;
+    assert_eq!((st, n["state"].as_str()), (200, Some("discarded")), "{n}");
+    let w = workflow(&s, &id).await;
+    assert_eq!(
+        (w["state"].as_str(), w["failed_step_index"].as_u64()),
+        (Some("failed"), Some(0))
+    );
+    let later: Vec<&str> = w["jobs"].as_array().expect("jobs")[1..]
+        .iter()
+        .filter_map(|j| j["state"].as_str())
+        .collect();
+    assert_eq!(later, ["cancelled", "cancelled"]);
+    assert!(s.fetch(&["f"], 10).await.is_empty());
+    let (st, _) = s.delete(&format!("/ojs/v1/workflows/{id}")).await;
+    assert_eq!(st, 409, "an ended workflow cannot be cancelled");
+
+    // Cancel a running group: the active job's ACK is refused, nothing else is fetched.
+    let (_, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "group", "jobs": [job("x.a", "x"), job("x.b", "x"), job("x.c", "x")]}),
+        )
+        .await;
+    let gid = b["workflow"]["id"].as_str().expect("id").to_string();
+    let running = s.fetch(&["x"], 1).await;
+    let (st, c) = s.delete(&format!("/ojs/v1/workflows/{gid}")).await;
+    assert_eq!((st, c["workflow"]["state"].as_str()), (200, Some("cancelled")), "{c}");
+    let states: Vec<&str> = c["workflow"]["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["state"].as_str())
+        .collect();
+    assert_eq!(states, ["cancelled"; 3]);
+    let (st, _) = s.ack(running[0]["id"].as_str().expect("id")).await;
+    assert_eq!(st, 409);
+    assert!(s.fetch(&["x"], 10).await.is_empty());
+    let (st, _) = s.get("/ojs/v1/workflows/0190b6d4-0000-7000-8000-000000000000").await;
+    assert_eq!(st, 404);
+    let (_, l) = s.get("/ojs/v1/workflows").await;
+    assert_eq!(l["workflows"].as_array().map(Vec::len), Some(2), "{l}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn batch_callbacks_fire_once_with_every_result() {
+    let s = TestServer::start().await;
+    let (_, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "batch", "jobs": [job("b.a", "b"), {"type": "b.b", "args": [], "queue": "b",
+                    "options": {"retry": {"max_attempts": 1}}}],
+                "callbacks": {"on_success": job("b.success", "bcb"), "on_failure": job("b.failure", "bcb"),
+                    "on_complete": job("b.complete", "bcb")}}),
+        )
+        .await;
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    assert!(s.fetch(&["bcb"], 10).await.is_empty(), "callbacks wait for the batch");
+    let got = s.fetch(&["b"], 2).await;
+    s.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": got[0]["id"], "result": {"n": 1}}),
+    )
+    .await;
+    s.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": got[1]["id"], "error": {"code": "x", "message": "y"}}),
+    )
+    .await;
+    let cbs = s.fetch(&["bcb"], 10).await;
+    let types: Vec<&str> = cbs.iter().filter_map(|j| j["type"].as_str()).collect();
+    assert_eq!(types, ["b.complete", "b.failure"]);
+    assert_eq!(cbs[0]["parent_results"], json!([{"n": 1}, null]));
+    let w = workflow(&s, &id).await;
+    assert_eq!(w["callbacks"]["on_success"]["state"], "cancelled");
+    for cb in &cbs {
+        s.ack(cb["id"].as_str().expect("id")).await;
+    }
+    let w = workflow(&s, &id).await;
+    assert_eq!(
+        (w["state"].as_str(), w["jobs_failed"].as_u64()),
+        (Some("completed"), Some(1))
+    );
+    s.assert_invariants().await;
+}
