@@ -5,6 +5,10 @@
 //!   ojs job <id>                      one job, with its error history
 //!   ojs rate-limits [key]             every key, or one key in detail
 //!   ojs dead-letter list | retry <id> | delete <id>
+//!   ojs cron list | show <name> | delete <name>
+//!   ojs cron add nightly '0 3 * * *' report.build --timezone Europe/Berlin --queue reports
+//!   ojs workflow list | show <id> | cancel <id>
+//!   ojs workflow create etl.json      a chain, group or batch definition (`-` reads standard input)
 
 use clap::{Parser, Subcommand};
 use ojs_client::Client;
@@ -49,6 +53,60 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DeadCmd,
     },
+    /// Cron entries (periodic jobs).
+    Cron {
+        #[command(subcommand)]
+        cmd: CronCmd,
+    },
+    /// Workflows: chains, groups and batches.
+    Workflow {
+        #[command(subcommand)]
+        cmd: WorkflowCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum CronCmd {
+    /// Every entry, with its next and last run.
+    List,
+    Show {
+        name: String,
+    },
+    /// Register (or update) an entry that enqueues `job_type` on `expression`.
+    Add {
+        name: String,
+        /// 5 or 6 fields, or @hourly-style.
+        expression: String,
+        job_type: String,
+        /// An IANA zone (default UTC).
+        #[arg(long)]
+        timezone: Option<String>,
+        #[arg(long, default_value = "[]")]
+        args: String,
+        #[arg(long)]
+        queue: Option<String>,
+        /// Seed model: lower runs first, default 2.
+        #[arg(long)]
+        priority: Option<i64>,
+        /// skip (default), allow, cancel_previous or enqueue.
+        #[arg(long)]
+        overlap: Option<String>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum WorkflowCmd {
+    /// Workflows, newest first.
+    List,
+    /// One workflow with its jobs' states.
+    Show { id: String },
+    /// Cancel a running workflow and its unfinished jobs.
+    Cancel { id: String },
+    /// Create one from a JSON definition in a file (`-`: standard input).
+    Create { file: String },
 }
 
 #[derive(Subcommand)]
@@ -56,6 +114,10 @@ enum DeadCmd {
     List,
     Retry { id: String },
     Delete { id: String },
+}
+
+fn json_arg(name: &str, text: &str) -> anyhow::Result<Value> {
+    serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{name} must be JSON: {e}"))
 }
 
 fn print(v: &Value) {
@@ -94,8 +156,7 @@ async fn main() -> anyhow::Result<()> {
             queue,
             priority,
         } => {
-            let args: Value =
-                serde_json::from_str(&args).map_err(|e| anyhow::anyhow!("--args must be a JSON array: {e}"))?;
+            let args = json_arg("--args", &args)?;
             let mut job = json!({"type": job_type, "args": args});
             if let Some(q) = queue {
                 job["queue"] = json!(q);
@@ -118,6 +179,102 @@ async fn main() -> anyhow::Result<()> {
             &c.request(reqwest::Method::DELETE, &format!("/ojs/v1/dead-letter/{id}"), None)
                 .await?,
         ),
+        Cmd::Cron { cmd: CronCmd::List } => {
+            let v = c.get("/ojs/v1/cron?per_page=1000").await?;
+            println!(
+                "{:<32} {:<20} {:<20} {:<26} {:>6}",
+                "name", "expression", "timezone", "next run", "runs"
+            );
+            for e in v["crons"].as_array().into_iter().flatten() {
+                let t = |k: &str| e[k].as_str().unwrap_or("-").to_string();
+                println!(
+                    "{:<32} {:<20} {:<20} {:<26} {:>6}",
+                    t("name"),
+                    t("expression"),
+                    t("timezone"),
+                    t("next_run_at"),
+                    e["run_count"].as_u64().unwrap_or(0)
+                );
+            }
+        }
+        Cmd::Cron {
+            cmd: CronCmd::Show { name },
+        } => print(&c.get(&format!("/ojs/v1/cron/{name}")).await?),
+        Cmd::Cron {
+            cmd:
+                CronCmd::Add {
+                    name,
+                    expression,
+                    job_type,
+                    timezone,
+                    args,
+                    queue,
+                    priority,
+                    overlap,
+                },
+        } => {
+            let mut template = json!({"type": job_type, "args": json_arg("--args", &args)?});
+            if let Some(q) = queue {
+                template["queue"] = json!(q);
+            }
+            if let Some(p) = priority {
+                template["priority"] = json!(p);
+            }
+            let mut entry = json!({"name": name, "expression": expression, "job_template": template});
+            if let Some(tz) = timezone {
+                entry["timezone"] = json!(tz);
+            }
+            if let Some(o) = overlap {
+                entry["overlap_policy"] = json!(o);
+            }
+            print(&c.post("/ojs/v1/cron", &entry).await?);
+        }
+        Cmd::Cron {
+            cmd: CronCmd::Delete { name },
+        } => print(
+            &c.request(reqwest::Method::DELETE, &format!("/ojs/v1/cron/{name}"), None)
+                .await?,
+        ),
+        Cmd::Workflow { cmd: WorkflowCmd::List } => {
+            let v = c.get("/ojs/v1/workflows?per_page=100").await?;
+            println!(
+                "{:<36} {:<6} {:<10} {:>9} {:>7} {:>7}  name",
+                "id", "type", "state", "completed", "failed", "total"
+            );
+            for w in v["workflows"].as_array().into_iter().flatten() {
+                let m = &w["metadata"];
+                let n = |k: &str| m[k].as_u64().unwrap_or(0);
+                println!(
+                    "{:<36} {:<6} {:<10} {:>9} {:>7} {:>7}  {}",
+                    w["id"].as_str().unwrap_or(""),
+                    w["type"].as_str().unwrap_or(""),
+                    w["state"].as_str().unwrap_or(""),
+                    n("completed_count"),
+                    n("failed_count"),
+                    n("job_count"),
+                    w["name"].as_str().unwrap_or("")
+                );
+            }
+        }
+        Cmd::Workflow {
+            cmd: WorkflowCmd::Show { id },
+        } => print(&c.get(&format!("/ojs/v1/workflows/{id}")).await?),
+        Cmd::Workflow {
+            cmd: WorkflowCmd::Cancel { id },
+        } => print(
+            &c.request(reqwest::Method::DELETE, &format!("/ojs/v1/workflows/{id}"), None)
+                .await?,
+        ),
+        Cmd::Workflow {
+            cmd: WorkflowCmd::Create { file },
+        } => {
+            let text = if file == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?
+            };
+            print(&c.post("/ojs/v1/workflows", &json_arg(&file, &text)?).await?);
+        }
     }
     Ok(())
 }
