@@ -5,8 +5,11 @@
 //  - jobs: filtered by queue and state, paginated; a job found by id, its page (lease holder, progress,
 //    error history, events), cancelled from the page (the API agrees);
 //  - bulk retry of dead-lettered jobs through the confirmation dialog (it shows what the filter matches);
-//  - cron: the entry the test registered.
-// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png)
+//  - cron: the entry the test registered;
+//  - workflows: a chain half done, listed with its counters; its page shows each step's state; cancelled
+//    through the confirmation dialog (the API agrees).
+// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png,
+//        <name>-workflow.png)
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 
@@ -55,6 +58,15 @@ await call("PUT", `/ojs/v1/jobs/${work.id}/progress`, { progress: 0.4, message: 
 // A cron entry.
 await post("/ojs/v1/cron", { name: "ui.nightly", expression: "0 3 * * *", timezone: "Europe/Berlin",
   job_template: { type: "report.nightly", args: [], options: { queue: "reports" } } });
+
+// A chain whose first step is done: step 1 waits for a worker, step 2 is pending.
+const { workflow: wf } = await post("/ojs/v1/workflows", { type: "chain", name: "ui.etl", steps: [
+  { type: "etl.extract", args: [], queue: "ui-etl" }, { type: "etl.transform", args: [], queue: "ui-etl" },
+  { type: "etl.load", args: [], queue: "ui-etl" }] });
+{
+  const { jobs } = await post("/ojs/v1/workers/fetch", { queues: ["ui-etl"], worker_id: "w-etl" });
+  await post("/ojs/v1/workers/ack", { job_id: jobs[0].id, result: { rows: 42 } });
+}
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -110,7 +122,7 @@ try {
     }
     const h = await get("/ojs/v1/admin/stats/history?minutes=60");
     const sum = (a) => a.reduce((x, y) => x + y, 0);
-    assert.equal(sum(h.series.completed), 6, "completed in the window");
+    assert.equal(sum(h.series.completed), 7, "completed in the window (6 ui-fast jobs and the chain's first step)");
     assert.equal(sum(h.series.failed), 3, "failed in the window");
     assert.equal(sum(h.series.dead_lettered), 3, "dead-lettered in the window");
     assert.ok(h.wait_by_priority["0"] && h.wait_by_priority["1"], "wait by priority 0 and 1");
@@ -206,6 +218,22 @@ try {
     assert.match(text, /Europe\/Berlin/);
     assert.match(text, /report\.nightly → reports/);
     assert.match(text, /never/);
+  });
+
+  await step("workflows view lists the chain and its page shows each step; cancel it", async () => {
+    await page.click('header nav a[data-view="workflows"]');
+    const row = page.locator(`#workflows tr[data-wf="${wf.id}"]`);
+    await row.waitFor(T);
+    assert.match(await row.innerText(), /chain\s+ui\.etl\s+running\s+1\s+0\s+3/);
+    await row.locator("a").click();
+    await page.locator("#wfjobs").waitFor(T);
+    const states = await page.locator("#wfjobs tbody tr td:last-child").allInnerTexts();
+    assert.deepEqual(states, ["completed", "available", "pending"]);
+    if (shot) await page.screenshot({ path: shot.replace(/\.png$/, "-workflow.png"), fullPage: true });
+    await page.click(`#wfpage [data-wf-cancel="${wf.id}"]`);
+    await page.click("#confirm-yes");
+    await page.locator("#wfpage .pill.cancelled").first().waitFor(T);
+    assert.equal((await get(`/ojs/v1/workflows/${wf.id}`)).workflow.state, "cancelled");
   });
 } catch (e) {
   console.error("dashboard e2e failed:", e.message);
