@@ -139,6 +139,12 @@ pub struct NewJob {
     pub delay_ms: u64,
     /// The job's rate-limit policy (seed: top-level `rate_limit`, or `options.rate_limit`).
     pub rate_limit: Option<crate::ratelimit::RateLimitPolicy>,
+    /// `options.unique`: checked against existing jobs inside the enqueue script.
+    pub unique: Option<crate::unique::UniquePolicy>,
+    /// `options.dedup`: the deduplication fingerprint, checked at FETCH (MediaWiki's `ignoreDuplicates`).
+    pub dedup: Option<String>,
+    /// `options.root_job`: MediaWiki's root-job parameters, checked at FETCH.
+    pub root_job: Option<crate::unique::RootJob>,
 }
 
 const TIME_FIELDS: [&str; 7] = [
