@@ -293,6 +293,21 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             "per-priority ready counts {counted:?} differ from the ready sets {ready_by_priority:?}"
         ));
     }
+    // Unique locks (lua/includes/unique.lua): P unique:<key> names the job that last took the key; a
+    // holder whose hash still exists carries that key (it may have moved on: the script reads its state
+    // lazily, so a lock pointing at a finished or expired job is not a broken invariant).
+    for key in scan(&mut conn, &format!("{p}unique:*")).await {
+        let fp = key.trim_start_matches(&format!("{p}unique:")).to_string();
+        let holder: Option<String> = conn.get(&key).await.expect("GET");
+        let Some(holder) = holder else { continue };
+        let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{holder}")).await.expect("HGETALL");
+        if !f.is_empty() && f.get("unique") != Some(&fp) {
+            problems.push(format!(
+                "unique lock {fp} names job {holder}, whose uniqueness key is {:?}",
+                f.get("unique")
+            ));
+        }
+    }
     // Cron entries (lua/cron-set-1.lua): every name in P crons has its hash, and P cron:due holds
     // exactly the entries with a next_run_at, scored by it.
     let names: Vec<String> = conn.zrange(format!("{p}crons"), 0, -1).await.expect("ZRANGE");
