@@ -505,3 +505,124 @@ async fn invalid_policies_are_400s_naming_the_field() {
         (400, Some("give unique or options.unique, not both"))
     );
 }
+
+fn superseded_reason(job: &Value) -> Option<&str> {
+    job["superseded"]["reason"].as_str()
+}
+
+#[tokio::test]
+async fn a_newer_root_run_supersedes_older_leaves_at_fetch() {
+    let s = TestServer::start().await;
+    let (t0, t1, t2, t3) = (
+        "2026-01-01T00:00:00Z",
+        "2026-01-02T00:00:00Z",
+        "2026-01-03T00:00:00Z",
+        "2026-01-04T00:00:00Z",
+    );
+    let with_root = |t: &str, queue: &str, ts: &str, is_root: bool| {
+        json!({"type": t, "args": [ts], "options": {"queue": queue,
+            "root_job": {"signature": "links:Main_Page", "timestamp": ts, "is_root": is_root}}})
+    };
+    let l1 = s.enqueue(with_root("links.refresh", "leaves", t1, false)).await;
+    let l2 = s.enqueue(with_root("links.refresh", "leaves", t1, false)).await;
+    let r1 = s.enqueue(with_root("links.root", "roots", t1, true)).await;
+    let r2 = s.enqueue(with_root("links.root", "roots", t2, true)).await;
+    let r0 = s.enqueue(with_root("links.root", "roots", t0, true)).await;
+    // No root ran yet: nothing is superseded. r1 starts (records t1), r2 starts (records t2); r0 is an
+    // older root than one that ran: superseded too.
+    assert_eq!(ids(&drain(&s, "roots").await), vec![r1, r2]);
+    let l3 = s.enqueue(with_root("links.refresh", "leaves", t3, false)).await;
+    let got = drain(&s, "leaves").await;
+    assert_eq!(ids(&got), vec![l3], "leaves of the older root are never handed out");
+    for id in [&l1, &l2, &r0] {
+        let (_, g) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(
+            (
+                g["job"]["state"].as_str(),
+                superseded_reason(&g["job"]),
+                g["job"]["attempt"].as_i64()
+            ),
+            (Some("completed"), Some("root_job"), Some(0)),
+            "{g}"
+        );
+        assert!(g["job"]["started_at"].is_null() && g["job"]["completed_at"].is_string());
+    }
+    let ev = events(&s, "job.superseded", &l1).await;
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (
+            ev[0]["data"]["reason"].as_str(),
+            ev[0]["data"]["root_timestamp"].as_i64(),
+            ev[0]["data"]["newest_root_timestamp"].as_i64()
+        ),
+        (
+            Some("root_job"),
+            ojs_core::clock::parse_ms(t1),
+            ojs_core::clock::parse_ms(t2)
+        )
+    );
+    assert!(events(&s, "job.started", &l1).await.is_empty());
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn superseded_jobs_are_bounded_per_fetch() {
+    let s = TestServer::start().await;
+    let root = json!({"type": "r", "args": [], "options": {"queue": "roots",
+        "root_job": {"signature": "sig", "timestamp": "2026-01-02T00:00:00Z", "is_root": true}}});
+    let leaf = json!({"type": "l", "args": [], "options": {"queue": "many",
+        "root_job": {"signature": "sig", "timestamp": "2026-01-01T00:00:00Z"}}});
+    s.enqueue(root).await;
+    assert_eq!(drain(&s, "roots").await.len(), 1);
+    let (st, _) = s.post("/ojs/v1/jobs/batch", json!({"jobs": vec![leaf; 150]})).await;
+    assert_eq!(st, 201);
+    let live = s
+        .enqueue(json!({"type": "l", "args": [], "options": {"queue": "many"}}))
+        .await;
+    // One FETCH completes at most 100 superseded jobs (like expired ones) and then stops; the next goes on.
+    assert!(s.fetch(&["many"], 1).await.is_empty());
+    let (_, st1) = s.get("/ojs/v1/queues/many/stats").await;
+    assert_eq!(ids(&s.fetch(&["many"], 1).await), vec![live]);
+    let (_, st2) = s.get("/ojs/v1/queues/many/stats").await;
+    let completed = |b: &Value| b["stats"]["completed"].as_u64();
+    assert_eq!(
+        (completed(&st1), completed(&st2)),
+        (Some(100), Some(150)),
+        "{st1} {st2}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn dedup_skips_a_job_whose_twin_started_after_it_was_created() {
+    let s = TestServer::start().await;
+    let render = |page: i64, n: i64| json!({"type": "page.render", "args": [{"page": page}], "meta": {"n": n}, "options": {"queue": "dq", "dedup": true}});
+    let j1 = s.enqueue(render(7, 1)).await;
+    let j2 = s.enqueue(render(7, 2)).await;
+    let other = s.enqueue(render(8, 3)).await;
+    assert_eq!(ids(&s.fetch(&["dq"], 1).await), vec![j1.clone()]);
+    // j1 started after j2 was created, with the same type and args: j2 is not handed out.
+    assert_eq!(ids(&drain(&s, "dq").await), vec![other]);
+    let (_, g) = s.get(&format!("/ojs/v1/jobs/{j2}")).await;
+    assert_eq!(
+        (
+            g["job"]["state"].as_str(),
+            superseded_reason(&g["job"]),
+            g["job"]["superseded"]["by"].as_str()
+        ),
+        (Some("completed"), Some("dedup"), Some(j1.as_str()))
+    );
+    assert_eq!(events(&s, "job.superseded", &j2).await.len(), 1);
+    // A twin created after j1 started runs; so does a job after its own earlier start (a retry).
+    let j3 = s.enqueue(render(7, 4)).await;
+    assert_eq!(ids(&drain(&s, "dq").await), vec![j3.clone()]);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": j3, "requeue": true, "error": {"message": "draining"}}),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("available")), "{b}");
+    assert_eq!(ids(&drain(&s, "dq").await), vec![j3]);
+    s.assert_invariants().await;
+}

@@ -159,7 +159,7 @@ const TIME_FIELDS: [&str; 7] = [
 
 /// Fields of the job view that only the server sets (besides [`TIME_FIELDS`]; `scheduled_at` is the
 /// client's too, resolved by the server when the job is scheduled).
-const SYSTEM_FIELDS: [&str; 11] = [
+const SYSTEM_FIELDS: [&str; 12] = [
     "state",
     "attempt",
     "max_attempts",
@@ -171,6 +171,7 @@ const SYSTEM_FIELDS: [&str; 11] = [
     "result",
     "error",
     "errors",
+    "superseded",
 ];
 
 /// The API view of a stored job hash: the client's envelope plus the system-managed fields.
@@ -235,6 +236,10 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
         if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {
             obj.insert(k.into(), stored_error_view(v));
         }
+    }
+    // Completed unrun at FETCH (options.dedup, options.root_job): why.
+    if let Some(v) = get("superseded").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+        obj.insert("superseded".into(), v);
     }
     if let Some((value, message, data, updated)) = progress_view(f) {
         obj.insert("progress".into(), value);
