@@ -144,9 +144,11 @@ if mode == 'all' then
       if id and u.on_conflict == 'reject' then return {'conflict', i, id, state, index or ''} end
       creates[i] = not id or replaces(u)
       if creates[i] then
-        local kept = id and state == 'scheduled' and u.on_conflict == 'replace_except_schedule'
-        taken[u.key] = { id = ARGV[b], index = i,
-          state = (kept or run_at(b) > now) and 'scheduled' or 'available' }
+        local at = run_at(b)
+        if id and state == 'scheduled' and u.on_conflict == 'replace_except_schedule' then
+          at = t and t.at or tonumber(redis.call('HGET', P .. 'job:' .. id, 'scheduled_at'))
+        end
+        taken[u.key] = { id = ARGV[b], index = i, at = at, state = at > now and 'scheduled' or 'available' }
       end
     end
   end

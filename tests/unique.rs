@@ -232,7 +232,7 @@ async fn period_ends_the_constraint_on_redis_time() {
         .to_string();
     let mut r = s.redis().await;
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(s.key(&format!("unique:{key}")))
+        .arg(ojs_store::Keys::new(&s.namespace).unique(&key))
         .query_async(&mut r)
         .await
         .expect("PTTL");
@@ -531,6 +531,18 @@ async fn a_newer_root_run_supersedes_older_leaves_at_fetch() {
     // No root ran yet: nothing is superseded. r1 starts (records t1), r2 starts (records t2); r0 is an
     // older root than one that ran: superseded too.
     assert_eq!(ids(&drain(&s, "roots").await), vec![r1, r2]);
+    let keys = ojs_store::Keys::new(&s.namespace);
+    let signature = ojs_core::unique::fingerprint(&json!("links:Main_Page"));
+    let newest: Option<i64> = redis::cmd("GET")
+        .arg(keys.root(&signature))
+        .query_async(&mut s.redis().await)
+        .await
+        .expect("GET");
+    assert_eq!(
+        newest,
+        ojs_core::clock::parse_ms(t2),
+        "the newest started root's timestamp"
+    );
     let l3 = s.enqueue(with_root("links.refresh", "leaves", t3, false)).await;
     let got = drain(&s, "leaves").await;
     assert_eq!(ids(&got), vec![l3], "leaves of the older root are never handed out");
@@ -601,6 +613,13 @@ async fn dedup_skips_a_job_whose_twin_started_after_it_was_created() {
     let j2 = s.enqueue(render(7, 2)).await;
     let other = s.enqueue(render(8, 3)).await;
     assert_eq!(ids(&s.fetch(&["dq"], 1).await), vec![j1.clone()]);
+    let fp = ojs_core::unique::fingerprint(&json!({"type": "page.render", "args": [{"page": 7}]}));
+    let rec: String = redis::cmd("GET")
+        .arg(ojs_store::Keys::new(&s.namespace).dedup(&fp))
+        .query_async(&mut s.redis().await)
+        .await
+        .expect("GET");
+    assert!(rec.ends_with(&format!(" {j1}")), "the start of j1 is recorded: {rec}");
     // j1 started after j2 was created, with the same type and args: j2 is not handed out.
     assert_eq!(ids(&drain(&s, "dq").await), vec![other]);
     let (_, g) = s.get(&format!("/ojs/v1/jobs/{j2}")).await;
