@@ -52,7 +52,9 @@
 --                                            backpressure.rejected event was)
 -- COST   O(log n) per job; per job three calls (EXISTS, HSET, XADD), the rest once per batch and
 --        queue: one ZADD of all the queue's ready entries, one sequence reservation, the per-priority
---        counts, the index SADDs (rate-limited jobs go through their lane one by one)
+--        counts, the index SADDs (rate-limited jobs go through their lane one by one); a job with a
+--        unique policy adds GET + HGET of its key's holder (twice in an 'all' batch: the replay, then
+--        the writes) and a SET; a duplicate adds HGETALL of the holder, and replace a cancel
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or

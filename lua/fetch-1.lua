@@ -28,7 +28,9 @@
 --        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
 --        at most MAX_DISCARDS jobs (expired, dropped by on_limit, or completed as superseded) end
---        unclaimed per call: a queue with more stops there and later FETCHes go on
+--        unclaimed per call: a queue with more stops there and later FETCHes go on; a job with
+--        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
+--        when claimed
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
