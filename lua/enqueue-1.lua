@@ -7,30 +7,48 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'; every other key is built from it and shares
 --                                its cluster hash tag, so the script touches one slot
---   ARGV[2] n             int    number of jobs; then 18 fields per job, starting at ARGV[4]:
---   ARGV[3] mode          'all' (any duplicate id: nothing is written) | 'each' (per job) |
---                         'cron': one job fired by a cron entry; 5 more fields follow the job's:
---     cron name, expected next_run_at (ms, the tick being fired), new next_run_at ('' = none),
---     overlap_policy (skip | allow | cancel_previous | enqueue), retention_ms (for cancel_previous) |
+--   ARGV[2] n             int    number of jobs; then STRIDE (26) fields per job, starting at ARGV[4]:
+--   ARGV[3] mode          'all' (any duplicate id or unique 'reject' conflict: nothing is written) |
+--                         'each' (per job) | 'cron': one job fired by a cron entry |
 --                         'workflow': all or nothing like 'all', the jobs of one new workflow
---     (includes/workflow.lua); after the jobs' fields: workflow id, type (chain | group | batch), name,
---     m = the number of steps/jobs (the first m jobs), then one callback name (on_complete |
---     on_success | on_failure) for each of the n - m remaining jobs. A chain's steps after the first
---     and every callback are written 'pending' (in no index, not counted in the queue's depth).
+--                         (includes/workflow.lua; its jobs carry no unique policy, dedup or root info)
 --     +0 id (UUIDv7)  +1 queue  +2 type  +3 rank (lower runs first)  +4 doc (job JSON without system fields)
 --     +5 max_attempts  +6 backoff spec  +7 on_exhaustion  +8 non_retryable (JSON array or '')
 --     +9 timeout_ms (0 none)  +10 visibility_ms (0 server default)  +11 expires_at ms (0 none)
 --     +12 scheduled_at ms (0 none)  +13 delay_ms (0 none)  +14 priority as the client gave it
 --     +15 rate-limit key ('' none)  +16 rate-limit policy (see includes/ratelimit.lua; '' none)
 --     +17 expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
+--     +18 unique key ('' none: no options.unique)  +19 unique states (comma-separated)
+--     +20 unique period_ms (0 none)  +21 on_conflict (reject | ignore | replace |
+--         replace_except_schedule | raise_priority)
+--     +22 dedup fingerprint ('' none)  +23 root-job signature hash ('' none)
+--     +24 root timestamp ms (0: the job's creation time)  +25 '1' when the job is the root itself
+--   then, after the jobs (ARGV[4 + n * STRIDE] on):
+--     retention_ms (how long a job cancelled here by on_conflict replace or a cron overlap keeps its
+--     hash; 0 = forever), and in 'cron' mode 4 more: cron name, expected next_run_at (ms, the tick
+--     being fired), new next_run_at ('' = none), overlap_policy (skip | allow | cancel_previous | enqueue);
+--     in 'workflow' mode: workflow id, type (chain | group | batch), name, m = the number of steps/jobs
+--     (the first m jobs), then one callback name (on_complete | on_success | on_failure) for each of
+--     the n - m remaining jobs. A chain's steps after the first and every callback are written
+--     'pending' (in no index, not counted in the queue's depth) until includes/workflow.lua releases them
 -- RETURNS
---   {'ok', now_ms, states, pressure}
---      states   {state_1, ..., state_n}: 'available', 'scheduled', 'pending' (workflow), or ('each' only) 'duplicate' when
---               a job with that id already exists, 'full' when its queue is at its depth bound
+--   {'ok', now_ms, states, pressure, found}
+--      states   {state_1, ..., state_n}: 'available', 'scheduled', 'pending' (workflow), or, for a job
+--               that was not written:
+--               'conflict' (unique on_conflict reject; 'each' and 'cron' only), 'ignored' (on_conflict
+--               ignore or raise_priority), ('each' only) 'duplicate' when a job with that id already
+--               exists, 'full' when its queue is at its depth bound
 --      pressure {queue, depth, bound, warning_threshold, strategy, ...} for each bounded queue the
 --               call touched, depth counted after the call
---   {'duplicate', id}                        'all' and 'workflow': that job id exists (or repeats in the
---                                            batch), or that workflow id exists; nothing was written
+--      found    {found_1, ..., found_n}: for a 'conflict' or 'ignored' job, {existing id, its hash as a
+--               flat field/value array, as it is after this call's changes to it}; else {}
+--   {'duplicate', id}                        'all' and 'workflow': that job id exists (or repeats in
+--                                            the batch), or that workflow id does; nothing was written
+--   {'conflict', index, existing_id, existing_state, existing_index}
+--                                            'all' only: job `index` (0-based) has unique on_conflict
+--                                            reject and meets a job holding its key in one of its
+--                                            states: stored (existing_index '') or earlier in the
+--                                            batch; nothing was written
 --   {'cron_taken'}                           'cron' only: the tick was already fired (by another pod) or
 --                                            the entry changed; nothing was written
 --   {'cron_skipped', previous_job_id}        'cron' only, overlap skip: the previous job is still
@@ -41,7 +59,9 @@
 --                                            backpressure.rejected event was)
 -- COST   O(log n) per job; per job three calls (EXISTS, HSET, XADD), the rest once per batch and
 --        queue: one ZADD of all the queue's ready entries, one sequence reservation, the per-priority
---        counts, the index SADDs (rate-limited jobs go through their lane one by one)
+--        counts, the index SADDs (rate-limited jobs go through their lane one by one); a job with a
+--        unique policy adds GET + HGET of its key's holder (twice in an 'all' batch: the replay, then
+--        the writes) and a SET; a duplicate adds HGETALL of the holder, and replace a cancel
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or
@@ -53,37 +73,46 @@
 --   the job of a claimed tick); a queue's depth (available + scheduled + retryable: P..'q:'..Q..':pri' summed plus the
 --   'scheduled' gauge) never passes its bound (P..'q:'..Q..':conf' bp_max_depth), because the check and
 --   the writes are one script; a job with a rate-limit key makes its policy the key's
---   (newest wins; parked lanes of the key re-open when the limits change: includes/ratelimit.lua)
+--   (newest wins; parked lanes of the key re-open when the limits change: includes/ratelimit.lua);
+--   unique (includes/unique.lua): a job with options.unique is written only when no job holding its key
+--   is in one of its states (checked here, so racing enqueues on any number of pods cannot both write;
+--   a duplicate inside one call meets the earlier job exactly as a stored one); 'replace' cancels the
+--   holder (job.cancelled) in the same script that writes its successor, 'raise_priority' changes the
+--   holder's priority with PATCH's code (includes/priority.lua); every written job with a key takes it
+--   (P..'unique:'..key = its id, PX period)
 --@include clock
 --@include emit
 --@include ready
 --@include active
 --@include cancel
+--@include priority
+--@include unique
 --@include workflow
 
 local P = ARGV[1]
 local n = tonumber(ARGV[2])
-local each = ARGV[3] == 'each'
-local cron = nil
-if ARGV[3] == 'cron' then
-  local cb = 4 + n * 18
-  cron = { name = ARGV[cb], expected = ARGV[cb + 1], nxt = ARGV[cb + 2], overlap = ARGV[cb + 3],
-    retention = tonumber(ARGV[cb + 4]) }
-end
-local STRIDE = 18
+local mode = ARGV[3]
+local each = mode == 'each'
+local STRIDE = 26
 local BASE = 4
-local wf = nil
-if ARGV[3] == 'workflow' then
-  local wb = BASE + n * STRIDE
-  wf = { id = ARGV[wb], type = ARGV[wb + 1], name = ARGV[wb + 2], m = tonumber(ARGV[wb + 3]), cb = {} }
-  for i = wf.m, n - 1 do wf.cb[i] = ARGV[wb + 4 + i - wf.m] end
+local TAIL = BASE + n * STRIDE
+local retention = tonumber(ARGV[TAIL])
+local cron = nil
+if mode == 'cron' then
+  cron = { name = ARGV[TAIL + 1], expected = ARGV[TAIL + 2], nxt = ARGV[TAIL + 3], overlap = ARGV[TAIL + 4] }
 end
--- held(i): job i (0-based) waits 'pending' for its turn (workflow mode only).
-local function held(i)
+local wf = nil
+if mode == 'workflow' then
+  wf = { id = ARGV[TAIL + 1], type = ARGV[TAIL + 2], name = ARGV[TAIL + 3], m = tonumber(ARGV[TAIL + 4]), cb = {} }
+  for i = wf.m, n - 1 do wf.cb[i] = ARGV[TAIL + 5 + i - wf.m] end
+end
+-- waits(i): job i (0-based) is written 'pending', to wait for its turn (workflow mode only).
+local function waits(i)
   return wf ~= nil and ((wf.type == 'chain' and i > 0) or i >= wf.m)
 end
 
 if wf and redis.call('EXISTS', P .. 'wf:' .. wf.id) == 1 then return {'duplicate', wf.id} end
+
 if not each then
   local seen = {}
   for i = 0, n - 1 do
@@ -96,6 +125,56 @@ if not each then
 end
 
 local now = now_ms()
+
+-- policy(b): the unique policy of the job whose fields start at ARGV[b], or nil.
+local function policy(b)
+  if ARGV[b + 18] == '' then return nil end
+  local states = {}
+  for st in string.gmatch(ARGV[b + 19], '[^,]+') do states[st] = true end
+  return { key = ARGV[b + 18], states = states, period = tonumber(ARGV[b + 20]), on_conflict = ARGV[b + 21] }
+end
+
+local function replaces(u)
+  return u.on_conflict == 'replace' or u.on_conflict == 'replace_except_schedule'
+end
+
+-- run_at(b): when the job may first run (Redis time), from scheduled_at and delay_ms.
+local function run_at(b)
+  local at = tonumber(ARGV[b + 12])
+  local delay = tonumber(ARGV[b + 13])
+  if delay > 0 and now + delay > at then at = now + delay end
+  return at
+end
+
+-- 'all': a unique 'reject' conflict refuses the whole batch before anything is written. The batch's
+-- earlier jobs count as written: `taken` is what each key's holder will be when job i is reached.
+local creates = {}
+for i = 0, n - 1 do creates[i] = true end
+if mode == 'all' then
+  local taken = {}
+  for i = 0, n - 1 do
+    local b = BASE + i * STRIDE
+    local u = policy(b)
+    if u then
+      local id, state, index
+      local t = taken[u.key]
+      if t then
+        if u.states[t.state] then id, state, index = t.id, t.state, t.index end
+      else
+        id, state = unique_holder(P, u.key, u.states)
+      end
+      if id and u.on_conflict == 'reject' then return {'conflict', i, id, state, index or ''} end
+      creates[i] = not id or replaces(u)
+      if creates[i] then
+        local at = run_at(b)
+        if id and state == 'scheduled' and u.on_conflict == 'replace_except_schedule' then
+          at = t and t.at or tonumber(redis.call('HGET', P .. 'job:' .. id, 'scheduled_at'))
+        end
+        taken[u.key] = { id = ARGV[b], index = i, at = at, state = at > now and 'scheduled' or 'available' }
+      end
+    end
+  end
+end
 
 -- A cron firing claims its tick first: only the caller that saw this next_run_at fires it.
 if cron then
@@ -119,12 +198,12 @@ if cron then
         '{"cron_name":"' .. cron.name .. '","reason":"previous run still active"}')
       return {'cron_skipped', prev}
     end
-    cancel_job(P, P .. 'job:' .. prev, prev, cron.retention, now)
+    cancel_job(P, P .. 'job:' .. prev, prev, retention, now)
   end
 end
 
-local states, pressure = {}, {}
-local reply = {'ok', now, states, pressure}
+local states, pressure, found = {}, {}, {}
+local reply = {'ok', now, states, pressure, found}
 
 -- Per queue, what the batch adds: ready (score, member) pairs, per-priority counts, scheduled count;
 -- and, for a queue with a depth bound, its depth as the batch goes.
@@ -157,7 +236,7 @@ if not each then
   local adds = {}
   for i = 0, n - 1 do
     local queue = ARGV[BASE + i * STRIDE + 1]
-    if not held(i) then adds[queue] = (adds[queue] or 0) + 1 end
+    if creates[i] and not waits(i) then adds[queue] = (adds[queue] or 0) + 1 end
   end
   for i = 0, n - 1 do
     local queue = ARGV[BASE + i * STRIDE + 1]
@@ -177,6 +256,29 @@ local function opt(h, field, v, none)
   end
 end
 
+-- flush(): write the index entries the call has gathered so far (ZADD in chunks to stay within Lua's
+-- unpack limit), once per queue; before a job is cancelled or re-prioritised here (it may be one this
+-- call wrote) and at the end.
+local function flush()
+  for _, queue in ipairs(order) do
+    local c = qs[queue]
+    local r = c.ready
+    if #r > 0 then
+      local rk = P .. 'q:' .. queue .. ':ready'
+      for s = 1, #r, 1000 do
+        redis.call('ZADD', rk, unpack(r, s, math.min(s + 999, #r)))
+      end
+      redis.call('SADD', P .. 'ready', queue)
+      local pk = P .. 'q:' .. queue .. ':pri'
+      for priority, count in pairs(c.pri) do
+        redis.call('HINCRBY', pk, priority, count)
+      end
+    end
+    if c.sched > 0 then stat(P, queue, 'scheduled', c.sched) end
+    c.ready, c.pri, c.sched = {}, {}, 0
+  end
+end
+
 -- Sequence numbers for the whole batch in one call (nil near the carry: next_member per job then).
 local hi, lo = seq_block(P, n)
 
@@ -189,16 +291,43 @@ for i = 0, n - 1 do
     member = seq_member(hi, lo + i, id)
   end
   local c = qinfo(queue)
+  local u = policy(b)
+  local held, held_state
+  if u then held, held_state = unique_holder(P, u.key, u.states) end
   if each and redis.call('EXISTS', jk) == 1 then
     states[#states + 1] = 'duplicate'
+    found[#found + 1] = {}
+  elseif held and not replaces(u) then
+    -- A duplicate that is not written: refused, ignored, or ignored after raising the holder's priority
+    -- (only if the newcomer runs sooner and the holder still waits; set_priority refuses other states).
+    local hk = P .. 'job:' .. held
+    if u.on_conflict == 'raise_priority' and rank < tonumber(redis.call('HGET', hk, 'rank')) then
+      flush()
+      set_priority(P, hk, held, ARGV[b + 14], rank, now)
+    end
+    states[#states + 1] = u.on_conflict == 'reject' and 'conflict' or 'ignored'
+    found[#found + 1] = {held, redis.call('HGETALL', hk)}
+    if cron then
+      emit(P, 'cron.skipped', held, queue, jtype, now,
+        cjson.encode({ cron_name = cron.name, reason = 'unique: a job with this uniqueness key exists' }))
+    end
   elseif each and c.bound and c.depth >= c.bound then
     reject(queue, c, jtype)
     states[#states + 1] = 'full'
+    found[#found + 1] = {}
   else
-    if c.bound and not held(i) then c.depth = c.depth + 1 end
-    local run_at = tonumber(ARGV[b + 12])
-    local delay = tonumber(ARGV[b + 13])
-    if delay > 0 and now + delay > run_at then run_at = now + delay end
+    local at = run_at(b)
+    if held then
+      -- on_conflict replace: the holder is cancelled (job.cancelled) and this job takes its place.
+      local hk = P .. 'job:' .. held
+      local hf = redis.call('HMGET', hk, 'queue', 'scheduled_at')
+      if u.on_conflict == 'replace_except_schedule' and held_state == 'scheduled' then at = tonumber(hf[2]) end
+      flush()
+      local cancelled = cancel_job(P, hk, held, retention, now)
+      local hc = qs[hf[1]]
+      if cancelled[1] == 'ok' and cancelled[3] ~= 'active' and hc and hc.bound then hc.depth = hc.depth - 1 end
+    end
+    if c.bound and not waits(i) then c.depth = c.depth + 1 end
     local priority = ARGV[b + 14]
     local rl_key = ARGV[b + 15] ~= '' and ARGV[b + 15] or nil
     local h = {'doc', doc, 'queue', queue, 'type', jtype, 'rank', rank, 'priority', priority,
@@ -209,6 +338,17 @@ for i = 0, n - 1 do
     opt(h, 'visibility_ms', ARGV[b + 10], '0')
     local expires_in = tonumber(ARGV[b + 17])
     opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + 11], '0')
+    if u then
+      opt(h, 'unique', u.key, '')
+      unique_take(P, u.key, id, u.period)
+    end
+    opt(h, 'dedup', ARGV[b + 22], '')
+    if ARGV[b + 23] ~= '' then
+      local ts = tonumber(ARGV[b + 24])
+      opt(h, 'root', ARGV[b + 23], '')
+      opt(h, 'root_ts', ts > 0 and ts or now, '')
+      opt(h, 'root_self', ARGV[b + 25], '0')
+    end
     if rl_key then
       opt(h, 'rl_key', rl_key, '')
       opt(h, 'rl', ARGV[b + 16], '')
@@ -219,20 +359,21 @@ for i = 0, n - 1 do
       opt(h, 'wf', wf.id, '')
       opt(h, 'wf_i', wf.cb[i] or tostring(i), '')
     end
-    if held(i) then
+    found[#found + 1] = {}
+    if waits(i) then
       opt(h, 'state', 'pending', '')
       opt(h, 'scheduled_at', ARGV[b + 12], '0')
       opt(h, 'hold_delay_ms', ARGV[b + 13], '0')
       redis.call('HSET', jk, unpack(h))
       emit(P, 'job.enqueued', id, queue, jtype, now, cjson.encode({state = 'pending', workflow_id = wf.id}))
       states[#states + 1] = 'pending'
-    elseif run_at > now then
+    elseif at > now then
       opt(h, 'state', 'scheduled', '')
-      opt(h, 'scheduled_at', run_at, '')
+      opt(h, 'scheduled_at', at, '')
       redis.call('HSET', jk, unpack(h))
-      redis.call('ZADD', P .. 'scheduled', run_at, id)
+      redis.call('ZADD', P .. 'scheduled', at, id)
       c.sched = c.sched + 1
-      emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. run_at .. '}')
+      emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. at .. '}')
       states[#states + 1] = 'scheduled'
     elseif rl_key then
       -- Through its lane, one by one (lane heads, parking: see ratelimit.lua).
@@ -256,23 +397,10 @@ for i = 0, n - 1 do
   end
 end
 
--- The batch's index writes, once per queue (ZADD in chunks to stay within Lua's unpack limit).
+flush()
 for _, queue in ipairs(order) do
   local c = qs[queue]
   redis.call('SADD', KEYS[1], queue)
-  local r = c.ready
-  if #r > 0 then
-    local rk = P .. 'q:' .. queue .. ':ready'
-    for s = 1, #r, 1000 do
-      redis.call('ZADD', rk, unpack(r, s, math.min(s + 999, #r)))
-    end
-    redis.call('SADD', P .. 'ready', queue)
-    local pk = P .. 'q:' .. queue .. ':pri'
-    for priority, count in pairs(c.pri) do
-      redis.call('HINCRBY', pk, priority, count)
-    end
-  end
-  if c.sched > 0 then stat(P, queue, 'scheduled', c.sched) end
   if c.bound then
     pressure[#pressure + 1] = queue
     pressure[#pressure + 1] = c.depth
@@ -306,7 +434,7 @@ if wf then
   redis.call('ZADD', P .. 'workflows', now, wf.id)
   emit(P, 'workflow.created', '', '', '', now, cjson.encode({workflow_id = wf.id, type = wf.type, name = wf.name}))
 end
-if cron then
+if cron and (states[1] == 'available' or states[1] == 'scheduled') then
   local id = ARGV[BASE]
   redis.call('HSET', P .. 'cron:' .. cron.name, 'last_job', id)
   emit(P, 'cron.triggered', id, ARGV[BASE + 1], ARGV[BASE + 2], now, '{"cron_name":"' .. cron.name .. '"}')

@@ -27,8 +27,10 @@
 -- COST   O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
 --        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
---        at most MAX_DISCARDS jobs (expired, or dropped by on_limit) are discarded per call: a queue
---        with more stops there and later FETCHes go on
+--        at most MAX_DISCARDS jobs (expired, dropped by on_limit, or completed as superseded) end
+--        unclaimed per call: a queue with more stops there and later FETCHes go on; a job with
+--        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
+--        when claimed
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
@@ -45,11 +47,17 @@
 --   consecutive claims while every listed queue has ready jobs, queue i is chosen exactly weight_i
 --   times (the smooth round-robin sequence is periodic with that period), and a queue with ready jobs
 --   and weight > 0 is chosen within sum(weights) claims, so it never starves.
+--   Duplicates (includes/supersede.lua): a popped job with options.dedup whose deduplication info
+--   started in another job after it was created, or with options.root_job whose signature's newest
+--   started root is newer than its own root timestamp, is never handed out: it completes (state
+--   completed, field superseded, event job.superseded) in this script, within MAX_DISCARDS; a claimed
+--   job with options.dedup, or a root job, records its start here, atomically with the claim.
 --@include clock
 --@include emit
 --@include ready
 --@include active
 --@include ack
+--@include supersede
 
 local MAX_DISCARDS = 100
 local P = ARGV[1]
@@ -98,17 +106,23 @@ local function queue_blocked(queue)
   return false
 end
 
+-- end_unclaimed(jk, id, queue, jtype, state, fields, event, data): a popped job ends without being
+-- claimed (discarded, or completed as superseded); counts against MAX_DISCARDS.
 local discards = 0
-local function discard_now(jk, id, queue, jtype, code, message, event, data)
-  redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now,
-    'error', '{"code":"' .. code .. '","message":"' .. message .. '"}')
+local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
+  redis.call('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
   redis.call('HDEL', jk, 'member')
-  stat(P, queue, 'discarded', 1)
+  stat(P, queue, state, 1)
   emit(P, event, id, queue, jtype, now, data)
   finish(jk, retention)
   local w = redis.call('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
   discards = discards + 1
+end
+
+local function discard_now(jk, id, queue, jtype, code, message, event, data)
+  end_unclaimed(jk, id, queue, jtype, 'discarded', {'error', '{"code":"' .. code .. '","message":"' .. message .. '"}'},
+    event, data)
 end
 
 -- claim_one(queue): take the queue's best job that may start and make it active; false when none can.
@@ -128,8 +142,11 @@ local function claim_one(queue)
     local id = member_id(member)
     local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
-      'attempt', 'claims', 'wf')
+      'attempt', 'claims', 'dedup', 'root', 'root_ts', 'root_self', 'created_at', 'wf')
     local jtype, key = f[1] or '', f[6]
+    local dup = { dedup = f[10], root = f[11], root_ts = f[12], root_self = f[13], created_at = f[14] }
+    local superseded = nil
+    if dup.dedup or dup.root then superseded = superseded_by(P, id, dup) end
     local e, limited = nil, nil
     if key then
       redis.call('HDEL', P .. 'q:' .. queue .. ':heads', key)
@@ -138,6 +155,12 @@ local function claim_one(queue)
     if f[2] and tonumber(f[2]) <= now then
       not_available(P, queue, f[5])
       discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
+      if key then lane_open(P, queue, key) end
+    elseif superseded then
+      -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
+      not_available(P, queue, f[5])
+      local why = cjson.encode(superseded)
+      end_unclaimed(jk, id, queue, jtype, 'completed', {'superseded', why}, 'job.superseded', why)
       if key then lane_open(P, queue, key) end
     else
       local strategy, limit, current, wake
@@ -180,6 +203,7 @@ local function claim_one(queue)
           'attempt', attempt, 'claims', claim, 'lease_ms', vt)
         redis.call('ZADD', KEYS[1], lease, id)
         stat(P, queue, 'active', 1)
+        if dup.dedup or dup.root_self then record_start(P, id, dup, now) end
         if key then
           rl_take(P, key, e, id, claim, lease, now)
           lane_open(P, queue, key)
@@ -193,8 +217,8 @@ local function claim_one(queue)
           end
           redis.call('HSET', jk, 'qrl', 1)
         end
-        if f[10] and redis.call('EXISTS', P .. 'wf:' .. f[10]) == 1 then
-          redis.call('HSETNX', P .. 'wf:' .. f[10], 'started_at', now)
+        if f[15] and redis.call('EXISTS', P .. 'wf:' .. f[15]) == 1 then
+          redis.call('HSETNX', P .. 'wf:' .. f[15], 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
         reply[#reply + 1] = redis.call('HGETALL', jk)

@@ -9,6 +9,7 @@ use crate::error::OjsError;
 use crate::job::{Backoff, NewJob, OnExhaustion, RetryPolicy};
 use crate::names;
 use crate::priority::PriorityModel;
+use crate::unique;
 
 /// Limits for the envelope.
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +60,7 @@ fn opt_time(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<i64
     }
 }
 
-fn duration_field(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<u64>, OjsError> {
+pub(crate) fn duration_field(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<u64>, OjsError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => parse_iso8601_ms(s)
@@ -303,15 +304,25 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         }
     }
     let retry = parse_retry(options.get("retry").or(options.get("retry_policy")), rules)?;
-    let rate_limit = match (
-        doc.get("rate_limit").filter(|v| !v.is_null()),
-        options.get("rate_limit").filter(|v| !v.is_null()),
-    ) {
-        (Some(_), Some(_)) => return Err(invalid("give rate_limit or options.rate_limit, not both")),
-        (Some(v), None) => Some(crate::ratelimit::parse(v, "rate_limit", &queue)?),
-        (None, Some(v)) => Some(crate::ratelimit::parse(v, "options.rate_limit", &queue)?),
-        (None, None) => None,
+    let rate_limit = top_or_option(&doc, &options, "rate_limit")?
+        .map(|(v, field)| crate::ratelimit::parse(v, &field, &queue))
+        .transpose()?;
+    let subject = unique::Subject {
+        job_type: &job_type,
+        queue: &queue,
+        args: doc.get("args").unwrap_or(&Value::Null),
+        meta: doc.get("meta"),
     };
+    let unique = top_or_option(&doc, &options, "unique")?
+        .map(|(v, field)| unique::parse_unique(v, &field, &subject))
+        .transpose()?;
+    let dedup = match top_or_option(&doc, &options, "dedup")? {
+        Some((v, field)) => unique::parse_dedup(v, &field, &subject)?,
+        None => None,
+    };
+    let root_job = top_or_option(&doc, &options, "root_job")?
+        .map(|(v, field)| unique::parse_root_job(v, &field))
+        .transpose()?;
 
     // What we store and echo: the client's envelope, normalised, without the priority fields (the
     // priority is a separate field that PATCH can change).
@@ -338,7 +349,28 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         scheduled_at_ms,
         delay_ms,
         rate_limit,
+        unique,
+        dedup,
+        root_job,
     })
+}
+
+/// A policy the envelope may carry at the top level (the seeds' examples) or in `options` (OJS core):
+/// the value and the field name to quote in errors; both at once is refused.
+fn top_or_option<'a>(
+    doc: &'a Map<String, Value>,
+    options: &'a Map<String, Value>,
+    name: &str,
+) -> Result<Option<(&'a Value, String)>, OjsError> {
+    match (
+        doc.get(name).filter(|v| !v.is_null()),
+        options.get(name).filter(|v| !v.is_null()),
+    ) {
+        (Some(_), Some(_)) => Err(invalid(format!("give {name} or options.{name}, not both"))),
+        (Some(v), None) => Ok(Some((v, name.to_string()))),
+        (None, Some(v)) => Ok(Some((v, format!("options.{name}")))),
+        (None, None) => Ok(None),
+    }
 }
 
 #[cfg(test)]

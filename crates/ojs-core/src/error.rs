@@ -16,7 +16,8 @@ pub enum ErrorCode {
     Unprocessable,
     /// No such job / dead-letter entry / queue. 404.
     NotFound,
-    /// A job with this id already exists. 409.
+    /// A job with this id already exists, or (unique jobs, `on_conflict: reject`) a job with the same
+    /// uniqueness key does (`details.existing_job_id` names it). 409.
     Duplicate,
     /// The job is in a state that does not allow the operation (`details.state` says which). 409.
     Conflict,
@@ -122,7 +123,7 @@ impl ErrorCode {
                 "Fix the field named in the message and send the request again."
             }
             Self::NotFound => "Check the id; finished jobs are kept only for the server's retention period.",
-            Self::Duplicate => "Use a new id, or GET the existing job.",
+            Self::Duplicate => "Use a new id, or GET the existing job (details.existing_job_id for a unique job).",
             Self::Conflict => "GET the job to see its current state; the operation is not allowed in it.",
             Self::LeaseLost => "Stop working on this job: your lease lapsed and the job was taken back or given to another worker.",
             Self::Unauthorized => "Send Authorization: Bearer <api key>.",
@@ -190,6 +191,18 @@ impl OjsError {
             format!("{op} refused: the lease you hold on job {id} was lost (the job is {state} under a newer claim or no claim at all)"),
         )
         .with_details(json!({ "job_id": id, "state": state }))
+    }
+    /// A unique job's duplicate under `on_conflict: reject` (ojs-unique-jobs §5.1).
+    pub fn unique_conflict(existing_id: &str, existing_state: &str, uniqueness_key: &str) -> Self {
+        Self::new(
+            ErrorCode::Duplicate,
+            format!("a job with the same uniqueness key exists: job {existing_id}, {existing_state} (options.unique.on_conflict is reject)"),
+        )
+        .with_details(json!({
+            "existing_job_id": existing_id,
+            "existing_job_state": existing_state,
+            "uniqueness_key": uniqueness_key,
+        }))
     }
     pub fn with_details(mut self, d: Value) -> Self {
         self.details = Some(d);

@@ -139,6 +139,12 @@ pub struct NewJob {
     pub delay_ms: u64,
     /// The job's rate-limit policy (seed: top-level `rate_limit`, or `options.rate_limit`).
     pub rate_limit: Option<crate::ratelimit::RateLimitPolicy>,
+    /// `options.unique`: checked against existing jobs inside the enqueue script.
+    pub unique: Option<crate::unique::UniquePolicy>,
+    /// `options.dedup`: the deduplication fingerprint, checked at FETCH (MediaWiki's `ignoreDuplicates`).
+    pub dedup: Option<String>,
+    /// `options.root_job`: MediaWiki's root-job parameters, checked at FETCH.
+    pub root_job: Option<crate::unique::RootJob>,
 }
 
 const TIME_FIELDS: [&str; 7] = [
@@ -153,7 +159,7 @@ const TIME_FIELDS: [&str; 7] = [
 
 /// Fields of the job view that only the server sets (besides [`TIME_FIELDS`]; `scheduled_at` is the
 /// client's too, resolved by the server when the job is scheduled).
-const SYSTEM_FIELDS: [&str; 13] = [
+const SYSTEM_FIELDS: [&str; 14] = [
     "state",
     "attempt",
     "max_attempts",
@@ -167,6 +173,7 @@ const SYSTEM_FIELDS: [&str; 13] = [
     "errors",
     "workflow_id",
     "parent_results",
+    "superseded",
 ];
 
 /// The API view of a stored job hash: the client's envelope plus the system-managed fields.
@@ -239,6 +246,10 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
         if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {
             obj.insert(k.into(), stored_error_view(v));
         }
+    }
+    // Completed unrun at FETCH (options.dedup, options.root_job): why.
+    if let Some(v) = get("superseded").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+        obj.insert("superseded".into(), v);
     }
     if let Some((value, message, data, updated)) = progress_view(f) {
         obj.insert("progress".into(), value);

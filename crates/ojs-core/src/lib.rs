@@ -1,6 +1,7 @@
 //! The OJS domain, with no I/O: the job envelope and its validation, the job states, the retry policy,
 //! the priority models and their single internal rank, names that become Redis keys, durations and
-//! timestamps, and the error catalog. The store and the server both build on it.
+//! timestamps, unique-job and deduplication fingerprints, and the error catalog. The store and the
+//! server both build on it.
 
 pub mod clock;
 pub mod cron;
@@ -11,6 +12,7 @@ pub mod job;
 pub mod names;
 pub mod priority;
 pub mod ratelimit;
+pub mod unique;
 pub mod workflow;
 
 pub use error::{ErrorCode, OjsError};

@@ -130,10 +130,18 @@ fn member(
     }
     let mut m = m.clone();
     inherit(&mut m, from, rules.priority_model, queue);
-    envelope::parse(Value::Object(m), rules).map_err(|e| OjsError {
+    let job = envelope::parse(Value::Object(m), rules).map_err(|e| OjsError {
         message: format!("{field}: {}", e.message),
         ..e
-    })
+    })?;
+    // A member that is never written (a unique duplicate) or completed unrun (superseded) would leave
+    // its workflow waiting for an outcome that has no place in it.
+    if job.unique.is_some() || job.dedup.is_some() || job.root_job.is_some() {
+        return Err(OjsError::unprocessable(format!(
+            "{field}: a workflow's jobs cannot carry a unique policy, dedup or root_job"
+        )));
+    }
+    Ok(job)
 }
 
 fn workflow_id(o: &Map<String, Value>) -> Result<String, OjsError> {

@@ -5,21 +5,33 @@
 //! lone request is sent at once, as a batch of one.
 //!
 //! Each job in a coalesced call stands alone (the script's `each` mode): a duplicate id fails only its
-//! own request. Nothing is acknowledged to a client before the script that wrote its job has returned,
+//! own request, and a job with a unique policy meets the jobs before it in the call as stored ones, so
+//! concurrent duplicates produce one job however they were grouped. Nothing is acknowledged to a client before the script that wrote its job has returned,
 //! so a crash loses only requests that were never answered, exactly as without coalescing.
 
 use std::sync::Arc;
 
 use ojs_core::job::NewJob;
-use ojs_store::{Pressure, Store, StoreError};
+use ojs_store::{JobFields, Pressure, Store, StoreError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Script calls in flight per node; more requests than this wait and are batched.
 const IN_FLIGHT: usize = 4;
 
-/// What one coalesced job's request gets back: Redis time, the job's state (`available`,
-/// `scheduled`, `duplicate` or `full`) and its queue's pressure when the queue has a depth bound.
-pub type Outcome = Result<(i64, String, Option<Pressure>), StoreError>;
+/// What one coalesced job's request gets back (see [`ojs_store::Enqueued`]).
+#[derive(Debug, Clone)]
+pub struct Single {
+    /// Redis time of the script call.
+    pub now_ms: i64,
+    /// `available`, `scheduled`, `ignored`, `conflict`, `duplicate` or `full`.
+    pub state: String,
+    /// The job's queue's pressure when the queue has a depth bound.
+    pub pressure: Option<Pressure>,
+    /// For `ignored` and `conflict`: the existing job with the same uniqueness key (id, hash).
+    pub existing: Option<(String, JobFields)>,
+}
+
+pub type Outcome = Result<Single, StoreError>;
 
 struct Pending {
     job: NewJob,
@@ -55,11 +67,14 @@ impl Coalescer {
                     let (jobs, replies): (Vec<NewJob>, Vec<_>) = batch.into_iter().map(|p| (p.job, p.reply)).unzip();
                     metrics::histogram!("ojs_enqueue_coalesced_batch_size").record(jobs.len() as f64);
                     match store.enqueue_each(&jobs).await {
-                        Ok((now, states, pressure)) => {
+                        Ok(mut e) => {
                             for (i, (reply, job)) in replies.into_iter().zip(&jobs).enumerate() {
-                                let state = states.get(i).cloned().unwrap_or_default();
-                                let p = pressure.iter().find(|p| p.queue == job.queue).cloned();
-                                let _ = reply.send(Ok((now, state, p)));
+                                let _ = reply.send(Ok(Single {
+                                    now_ms: e.now_ms,
+                                    state: e.states.get(i).cloned().unwrap_or_default(),
+                                    pressure: e.pressure.iter().find(|p| p.queue == job.queue).cloned(),
+                                    existing: e.existing.get_mut(i).and_then(Option::take),
+                                }));
                             }
                         }
                         Err(e) => {

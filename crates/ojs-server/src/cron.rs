@@ -236,6 +236,9 @@ pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreErro
             CronFired::QueueFull => {
                 tracing::warn!(cron = %name, queue = %job.queue, "cron tick dropped: queue at its backpressure bound")
             }
+            CronFired::Deduplicated(existing) => {
+                tracing::info!(cron = %name, existing = %existing, "cron tick skipped: its unique policy met an existing job")
+            }
             CronFired::Taken => {}
         }
     }

@@ -210,6 +210,12 @@ pub struct Job {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     parent_results: Option<Vec<Value>>,
+    /// Why the job was completed at FETCH without being handed to a worker (`options.dedup`,
+    /// `options.root_job`): `{"reason": "dedup", "by", "started_at"}` or `{"reason": "root_job",
+    /// "root_timestamp", "newest_root_timestamp"}` (epoch ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
+    superseded: Option<Value>,
     /// The client's own fields, echoed.
     #[serde(flatten)]
     extra: std::collections::HashMap<String, Value>,

@@ -104,6 +104,19 @@ impl Keys {
     pub fn workflows(&self) -> String {
         format!("{}workflows", self.prefix)
     }
+    /// `P unique:<key>`: the job holding a uniqueness key (lua/includes/unique.lua).
+    pub fn unique(&self, key: &str) -> String {
+        format!("{}unique:{key}", self.prefix)
+    }
+    /// `P dedup:<fingerprint>`: the latest start of a job with that deduplication info
+    /// (lua/includes/supersede.lua).
+    pub fn dedup(&self, fingerprint: &str) -> String {
+        format!("{}dedup:{fingerprint}", self.prefix)
+    }
+    /// `P root:<signature hash>`: the newest started root job's timestamp (lua/includes/supersede.lua).
+    pub fn root(&self, signature_key: &str) -> String {
+        format!("{}root:{signature_key}", self.prefix)
+    }
     pub fn schema(&self) -> String {
         format!("{}schema", self.prefix)
     }

@@ -112,19 +112,62 @@ pub struct Store {
     scripts: Scripts,
 }
 
+/// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
+#[derive(Debug, Clone)]
+pub struct Enqueued {
+    /// Redis time of the call: every job written has it as `created_at`.
+    pub now_ms: i64,
+    /// Per job: `available` or `scheduled` (written); `ignored` (not written: a unique `ignore` or
+    /// `raise_priority` duplicate); and, for `each` calls only, `conflict` (unique `reject`),
+    /// `duplicate` (the id exists) or `full` (its queue is at its depth bound).
+    pub states: Vec<String>,
+    /// Each bounded queue the call touched, as it left it.
+    pub pressure: Vec<Pressure>,
+    /// Per job: for a `conflict` or `ignored` one, the existing job it met: (id, its hash after the
+    /// call).
+    pub existing: Vec<Option<(String, JobFields)>>,
+}
+
+impl Enqueued {
+    fn from_reply(items: &[Value]) -> Self {
+        let existing = match at(items, 4) {
+            Value::Array(a) => a
+                .iter()
+                .map(|v| match v {
+                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), flat_map(&pair[1]))),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Self {
+            now_ms: val_i64(at(items, 1)),
+            states: strings(at(items, 2)),
+            pressure: pressures(at(items, 3)),
+            existing,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum EnqueueOutcome {
-    /// `states[i]` is `available` or `scheduled` for the i-th job; `pressure` has each bounded queue
-    /// the batch touched.
-    Created {
-        now_ms: i64,
-        states: Vec<String>,
-        pressure: Vec<Pressure>,
-    },
+    Created(Enqueued),
     Duplicate(String),
+    /// Job `index` of the batch has a unique policy with `on_conflict: reject` and met a job holding
+    /// its uniqueness key in one of the policy's states: a stored one, or the batch's job
+    /// `existing_index`. Nothing was written.
+    Conflict {
+        index: usize,
+        existing_id: String,
+        existing_state: String,
+        existing_index: Option<usize>,
+    },
     /// The batch would take this queue past its depth bound; nothing was written.
     Full(Pressure),
 }
+
+/// Fields per job in the enqueue script's ARGV (`lua/enqueue-1.lua`, its `STRIDE`).
+pub const ENQUEUE_STRIDE: usize = 26;
 
 /// A queue with a depth bound (backpressure), as an enqueue left it.
 #[derive(Debug, Clone, PartialEq)]
@@ -362,6 +405,9 @@ pub enum CronFired {
     Skipped(String),
     /// The target queue is at its backpressure bound; the tick was used up.
     QueueFull,
+    /// The job template's unique policy met a job holding its key (`reject` or `ignore`): no job was
+    /// written; the tick was used up.
+    Deduplicated(String),
 }
 
 /// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
@@ -634,13 +680,13 @@ impl Store {
         }))
     }
 
-    /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): returns
-    /// Redis time, each job's state (`duplicate` for a job whose id already existed, `full` for one
-    /// whose queue is at its depth bound) and the bounded queues' pressure.
-    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<(i64, Vec<String>, Vec<Pressure>)> {
+    /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job
+    /// stands alone (see [`Enqueued::states`]); a unique duplicate meets the jobs before it in the call
+    /// exactly as stored ones.
+    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<Enqueued> {
         let items = self.enqueue_script(jobs, "each").await?;
         match tag(&items).as_str() {
-            "ok" => Ok((val_i64(at(&items, 1)), strings(at(&items, 2)), pressures(at(&items, 3)))),
+            "ok" => Ok(Enqueued::from_reply(&items)),
             t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
         }
     }
@@ -649,14 +695,17 @@ impl Store {
         self.enqueue_script_with(jobs, mode, Vec::new()).await
     }
 
-    /// The enqueue script with `extra` arguments after the jobs' fields (the `cron` mode's).
+    /// The enqueue script with `extra` arguments after the jobs' fields and the retention (the `cron`
+    /// mode's).
     async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Result<Vec<Value>> {
-        let mut args = Vec::with_capacity(3 + jobs.len() * 18);
+        let mut args = Vec::with_capacity(4 + jobs.len() * ENQUEUE_STRIDE + extra.len());
         args.push(self.keys.prefix().to_string());
         args.push(jobs.len().to_string());
         args.push(mode.to_string());
         for j in jobs {
-            args.extend([
+            let unique = j.unique.as_ref();
+            let root = j.root_job.as_ref();
+            let fields: [String; ENQUEUE_STRIDE] = [
                 j.id.clone(),
                 j.queue.clone(),
                 j.job_type.clone(),
@@ -675,8 +724,18 @@ impl Store {
                 j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
                 j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
                 j.expires_in_ms.to_string(),
-            ]);
+                unique.map(|u| u.key.clone()).unwrap_or_default(),
+                unique.map(|u| u.states.join(",")).unwrap_or_default(),
+                unique.map_or(0, |u| u.period_ms).to_string(),
+                unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().to_string(),
+                j.dedup.clone().unwrap_or_default(),
+                root.map(|r| r.key.clone()).unwrap_or_default(),
+                root.map_or(0, |r| r.timestamp_ms).to_string(),
+                if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.to_string(),
+            ];
+            args.extend(fields);
         }
+        args.push(self.cfg.retention_ms.to_string());
         args.extend(extra);
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
@@ -1531,13 +1590,18 @@ impl Store {
             expected.to_string(),
             next.map(|n| n.to_string()).unwrap_or_default(),
             overlap.to_string(),
-            self.cfg.retention_ms.to_string(),
         ];
         let items = self
             .enqueue_script_with(std::slice::from_ref(job), "cron", extra)
             .await?;
         Ok(match tag(&items).as_str() {
-            "ok" => CronFired::Created,
+            "ok" => {
+                let e = Enqueued::from_reply(&items);
+                match e.existing.into_iter().next().flatten() {
+                    Some((id, _)) => CronFired::Deduplicated(id),
+                    None => CronFired::Created,
+                }
+            }
             "cron_taken" => CronFired::Taken,
             "cron_skipped" => CronFired::Skipped(val_str(at(&items, 1))),
             "full" => CronFired::QueueFull,
@@ -1704,16 +1768,17 @@ impl Store {
     }
 }
 
-/// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.
 /// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
 fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
     match tag(items).as_str() {
-        "ok" => Ok(EnqueueOutcome::Created {
-            now_ms: val_i64(at(items, 1)),
-            states: strings(at(items, 2)),
-            pressure: pressures(at(items, 3)),
-        }),
+        "ok" => Ok(EnqueueOutcome::Created(Enqueued::from_reply(items))),
         "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
+        "conflict" => Ok(EnqueueOutcome::Conflict {
+            index: val_i64(at(items, 1)).max(0) as usize,
+            existing_id: val_str(at(items, 2)),
+            existing_state: val_str(at(items, 3)),
+            existing_index: val_str(at(items, 4)).parse().ok(),
+        }),
         "full" => Ok(EnqueueOutcome::Full(Pressure {
             queue: val_str(at(items, 1)),
             depth: val_i64(at(items, 2)).max(0) as u64,
@@ -1725,6 +1790,7 @@ fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
     }
 }
 
+/// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.
 fn acked(items: &[redis::Value]) -> Transition<Acked> {
     transition(items, |i| Acked {
         now_ms: val_i64(at(i, 1)),

@@ -210,6 +210,9 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         } else if f.contains_key("member") {
             problems.push(format!("job {id} is {state} but still has a ready member field"));
         }
+        if f.contains_key("superseded") && state != "completed" {
+            problems.push(format!("job {id} was superseded but is {state}"));
+        }
         if state == "active" {
             let lease: f64 = f.get("lease_until").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
             if active.get(&id) != Some(&lease) {
@@ -333,6 +336,51 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         problems.push(format!(
             "per-priority ready counts {counted:?} differ from the ready sets {ready_by_priority:?}"
         ));
+    }
+    // Unique locks (lua/includes/unique.lua): P unique:<key> names the job that last took the key; a
+    // holder whose hash still exists carries that key (it may have moved on: the script reads its state
+    // lazily, so a lock pointing at a finished or expired job is not a broken invariant).
+    for key in scan(&mut conn, &format!("{p}unique:*")).await {
+        let fp = key.trim_start_matches(&format!("{p}unique:")).to_string();
+        let holder: Option<String> = conn.get(&key).await.expect("GET");
+        let Some(holder) = holder else { continue };
+        let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{holder}")).await.expect("HGETALL");
+        if !f.is_empty() && f.get("unique") != Some(&fp) {
+            problems.push(format!(
+                "unique lock {fp} names job {holder}, whose uniqueness key is {:?}",
+                f.get("unique")
+            ));
+        }
+    }
+    // Run-time deduplication (lua/includes/supersede.lua): P dedup:<fp> is '<ms> <id>', the start of a
+    // job with that deduplication fingerprint (a job that started: it has started_at); P root:<sig> is
+    // the newest started root's timestamp (ms); a superseded job is completed and was not claimed for it.
+    for key in scan(&mut conn, &format!("{p}dedup:*")).await {
+        let fp = key.trim_start_matches(&format!("{p}dedup:")).to_string();
+        let rec: Option<String> = conn.get(&key).await.expect("GET");
+        let Some((at, id)) = rec.as_deref().and_then(|r| r.split_once(' ')) else {
+            problems.push(format!("dedup record {fp} is {rec:?}, not '<ms> <job id>'"));
+            continue;
+        };
+        let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{id}")).await.expect("HGETALL");
+        if at.parse::<i64>().is_err()
+            || (!f.is_empty() && (f.get("dedup") != Some(&fp) || !f.contains_key("started_at")))
+        {
+            problems.push(format!(
+                "dedup record {fp} = {rec:?}: its job has dedup {:?}, started_at {:?}",
+                f.get("dedup"),
+                f.get("started_at")
+            ));
+        }
+    }
+    for key in scan(&mut conn, &format!("{p}root:*")).await {
+        let v: Option<String> = conn.get(&key).await.expect("GET");
+        if v.as_deref()
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_none_or(|ms| ms <= 0)
+        {
+            problems.push(format!("root record {key} is {v:?}, not a timestamp in ms"));
+        }
     }
     // Cron entries (lua/cron-set-1.lua): every name in P crons has its hash, and P cron:due holds
     // exactly the entries with a next_run_at, scored by it.

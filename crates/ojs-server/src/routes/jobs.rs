@@ -8,7 +8,7 @@ use axum::response::Response;
 use ojs_core::envelope;
 use ojs_core::job::{job_view, NewJob};
 use ojs_core::{ErrorCode, OjsError};
-use ojs_store::{EnqueueOutcome, Pressure, Transition};
+use ojs_store::{EnqueueOutcome, Enqueued, Pressure, Transition};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -53,27 +53,49 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
     job_view(&f)
 }
 
-async fn store_jobs(
-    st: &AppState,
-    jobs: &[NewJob],
-    block: Option<tokio::time::Instant>,
-) -> ApiResult<(i64, Vec<String>, Vec<Pressure>)> {
+async fn store_jobs(st: &AppState, jobs: &[NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
     loop {
         match st.store.enqueue(jobs).await? {
-            EnqueueOutcome::Created {
-                now_ms,
-                states,
-                pressure,
-            } => {
-                for j in jobs {
-                    crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
+            EnqueueOutcome::Created(e) => {
+                for (j, state) in jobs.iter().zip(&e.states) {
+                    if written(state) {
+                        crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
+                    }
                 }
-                return Ok((now_ms, states, pressure));
+                return Ok(e);
             }
             EnqueueOutcome::Duplicate(id) => return Err(duplicate(&id).into()),
+            EnqueueOutcome::Conflict {
+                index,
+                existing_id,
+                existing_state,
+                existing_index,
+            } => {
+                let key = jobs
+                    .get(index)
+                    .and_then(|j| j.unique.as_ref())
+                    .map(|u| u.key.as_str())
+                    .unwrap_or_default();
+                let e = OjsError::unique_conflict(&existing_id, &existing_state, key);
+                let mut details = e.details.clone().unwrap_or_default();
+                details["index"] = json!(index);
+                if let Some(i) = existing_index {
+                    details["existing_index"] = json!(i);
+                }
+                let message = match existing_index {
+                    Some(i) => format!("jobs[{index}]: it has the uniqueness key of jobs[{i}] of this batch (options.unique.on_conflict is reject)"),
+                    None => format!("jobs[{index}]: {}", e.message),
+                };
+                return Err(OjsError { message, ..e }.with_details(details).into());
+            }
             EnqueueOutcome::Full(p) => wait_for_room(&p, block).await?,
         }
     }
+}
+
+/// Whether an enqueue state means the job was written.
+fn written(state: &str) -> bool {
+    matches!(state, "available" | "scheduled")
 }
 
 /// Most a producer may ask to be held waiting for room (`OJS-Block-Timeout`).
@@ -139,7 +161,7 @@ fn duplicate(id: &str) -> OjsError {
     tag = "jobs",
     summary = "Enqueue one job (the OJS envelope; seed priority model: top-level `priority`, lower first)",
     request_body = JobRequest,
-    responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "A unique duplicate (on_conflict ignore or raise_priority): the existing job, not written again", body = DeduplicatedJob, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
@@ -148,23 +170,41 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     let job = envelope::parse(body, &st.rules)?;
     let block = block_deadline(&headers)?;
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
-    let (now, state, pressure) = loop {
-        let (now, state, pressure) = st.coalescer().enqueue(job.clone()).await?;
-        match (state.as_str(), &pressure) {
+    let out = loop {
+        let out = st.coalescer().enqueue(job.clone()).await?;
+        match (out.state.as_str(), &out.pressure) {
             ("full", Some(p)) => wait_for_room(p, block).await?,
-            _ => break (now, state, pressure),
+            _ => break out,
         }
     };
-    if state == "duplicate" {
-        return Err(duplicate(&job.id).into());
+    match (out.state.as_str(), &out.existing) {
+        ("duplicate", _) => return Err(duplicate(&job.id).into()),
+        ("conflict", Some((id, f))) => {
+            let state = f.get("state").map(String::as_str).unwrap_or_default();
+            let key = job.unique.as_ref().map(|u| u.key.as_str()).unwrap_or_default();
+            return Err(OjsError::unique_conflict(id, state, key).into());
+        }
+        // ojs-unique-jobs §5.4: 200 (not 201) with the existing job.
+        ("ignored", Some((_, f))) => {
+            let mut res = ojs_json(
+                StatusCode::OK,
+                json!(DeduplicatedJob {
+                    job: job_view(f),
+                    deduplicated: true
+                }),
+            );
+            pressure_headers(&mut res, out.pressure.as_ref());
+            return Ok(res);
+        }
+        _ => {}
     }
     crate::metrics::job_event("enqueued", &job.queue, &job.job_type);
-    let view = created_view(&job, now, &state);
+    let view = created_view(&job, out.now_ms, &out.state);
     let mut res = ojs_json(StatusCode::CREATED, json!(JobResponse::of(view)));
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);
     }
-    pressure_headers(&mut res, pressure.as_ref());
+    pressure_headers(&mut res, out.pressure.as_ref());
     // A rate-limited job says which limit it joined: the key, and its tightest per-period limit.
     if let Some(rl) = &job.rate_limit {
         let limit = rl
@@ -272,8 +312,59 @@ pub struct EnqueueOptions {
     tags: Option<Vec<String>>,
     retry: Option<RetryPolicy>,
     rate_limit: Option<RateLimitPolicy>,
+    unique: Option<UniquePolicy>,
+    /// MediaWiki's `ignoreDuplicates`: `true` (deduplication info = type and args), or
+    /// `{keys, args_keys, meta_keys}` as in `unique`. The job is completed unrun at FETCH
+    /// (`job.superseded`) when a job of the same type with the same info started after it was created.
+    #[schema(value_type = Option<Object>)]
+    dedup: Option<Value>,
+    root_job: Option<RootJob>,
     #[serde(flatten)]
     extensions: HashMap<String, Value>,
+}
+
+/// ojs-unique-jobs' UniquePolicy: checked inside the enqueue script against jobs holding the same key.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::unique::parse_unique
+pub struct UniquePolicy {
+    /// Dimensions of the uniqueness key besides `type` (always in it): `type`, `queue`, `args`, `meta`
+    /// (default `["type"]`).
+    #[schema(nullable = false)]
+    keys: Option<Vec<String>>,
+    /// Keys of the object arguments that count (default: all of args).
+    #[schema(nullable = false)]
+    args_keys: Option<Vec<String>>,
+    /// Keys of meta that count; required when `keys` has `meta`.
+    #[schema(nullable = false)]
+    meta_keys: Option<Vec<String>>,
+    /// ISO 8601 duration from the existing job's creation after which the key is free (default: none).
+    #[schema(nullable = false)]
+    period: Option<String>,
+    /// States of the existing job that make a duplicate (default: available, active, scheduled,
+    /// retryable, pending).
+    #[schema(nullable = false)]
+    states: Option<Vec<crate::schemas::JobState>>,
+    /// `reject` (default: 409), `ignore` (200 with the existing job), `replace` (the existing job is
+    /// cancelled, the new one written), `replace_except_schedule` (as replace, keeping a scheduled
+    /// job's run time), `raise_priority` (as ignore, and the existing job takes the new priority when
+    /// it runs sooner; the priority seed's §9.3 opt-in).
+    #[schema(nullable = false)]
+    on_conflict: Option<String>,
+}
+
+/// MediaWiki's root-job parameters (`rootJobSignature`, `rootJobTimestamp`; `is_root` for the root
+/// itself, which records its timestamp when it starts: `deduplicateRootJob`). A job whose signature's
+/// newest started root is newer than its own timestamp is completed unrun at FETCH (`job.superseded`).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::unique::parse_root_job
+pub struct RootJob {
+    #[schema(min_length = 1, max_length = 1024)]
+    signature: String,
+    /// RFC 3339 (default: the job's creation time).
+    #[schema(nullable = false)]
+    timestamp: Option<String>,
+    #[schema(nullable = false)]
+    is_root: Option<bool>,
 }
 
 /// The OJS retry policy; every field has a default.
@@ -332,9 +423,23 @@ struct Batch {
 
 #[derive(Serialize, ToSchema)]
 struct BatchCreated {
+    /// One per envelope, in order: the job written, or, for a unique duplicate answered with the job it
+    /// met (`ignore`, `raise_priority`), that job.
     #[schema(value_type = Vec<Job>)]
     jobs: Vec<Value>,
     count: usize,
+    /// Indexes of `jobs` that are existing jobs (unique duplicates not written); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    deduplicated: Vec<usize>,
+}
+
+/// `{"job": Job, "deduplicated": true}`: a unique duplicate (`on_conflict` `ignore` or
+/// `raise_priority`) answered with the existing job (ojs-unique-jobs §5.4).
+#[derive(Serialize, ToSchema)]
+struct DeduplicatedJob {
+    #[schema(value_type = Job)]
+    job: Value,
+    deduplicated: bool,
 }
 
 #[utoipa::path(
@@ -343,7 +448,7 @@ struct BatchCreated {
     tag = "jobs",
     summary = "Enqueue `{\"jobs\": [...]}`, all or nothing",
     request_body = Batch,
-    responses((status = 201, description = "Created", body = BatchCreated, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = BatchCreated, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue_batch(
     State(st): State<AppState>,
@@ -381,12 +486,36 @@ async fn enqueue_batch(
         )
         .into());
     }
-    let (now, states, pressure) = store_jobs(&st, &jobs, block).await?;
-    let views: Vec<Value> = jobs.iter().zip(&states).map(|(j, s)| created_view(j, now, s)).collect();
+    let e = store_jobs(&st, &jobs, block).await?;
+    let mut deduplicated = Vec::new();
+    let views: Vec<Value> = jobs
+        .iter()
+        .zip(&e.states)
+        .zip(&e.existing)
+        .enumerate()
+        .map(|(i, ((j, s), existing))| match existing {
+            // A unique duplicate (ignore, raise_priority) is answered with the job it met.
+            Some((_, f)) if !written(s) => {
+                deduplicated.push(i);
+                job_view(f)
+            }
+            _ => created_view(j, e.now_ms, s),
+        })
+        .collect();
     let count = views.len();
-    let mut res = ojs_json(StatusCode::CREATED, json!(BatchCreated { jobs: views, count }));
+    let mut res = ojs_json(
+        StatusCode::CREATED,
+        json!(BatchCreated {
+            jobs: views,
+            count,
+            deduplicated
+        }),
+    );
     // The fullest bounded queue the batch went to speaks for it.
-    pressure_headers(&mut res, pressure.iter().max_by(|a, b| a.ratio().total_cmp(&b.ratio())));
+    pressure_headers(
+        &mut res,
+        e.pressure.iter().max_by(|a, b| a.ratio().total_cmp(&b.ratio())),
+    );
     Ok(res)
 }
 

@@ -139,7 +139,13 @@ async fn manifest(State(st): State<AppState>) -> Response {
         "backend": "redis",
         "conformance_level": 2,
         "priority_model": st.config.priority_model.as_str(),
-        "extensions": ["admin-api", "backpressure", "dead-letter", "events", "graceful-shutdown", "observability", "priority", "progress", "queue-pause", "rate-limiting"],
+        "extensions": ["admin-api", "backpressure", "dead-letter", "events", "graceful-shutdown", "observability", "priority", "progress", "queue-pause", "rate-limiting", "unique-jobs"],
+        "capabilities": {
+            "unique_jobs": {
+                "strength": "strong",
+                "mechanism": "check and write in one Redis Lua script (enqueue-1.lua): a key per uniqueness fingerprint naming its holder, whose state is read in the script; PX for the period",
+            },
+        },
         "endpoints": {
             "base": "/ojs/v1",
         },

@@ -204,13 +204,19 @@ fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowVie
 /// Stores a validated workflow; its view, or the OJS error (duplicate id, full queue).
 pub async fn store_workflow(st: &AppState, wf: &NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
     match st.store.create_workflow(wf).await? {
-        EnqueueOutcome::Created { now_ms, states, .. } => {
+        EnqueueOutcome::Created(out) => {
             for j in &wf.jobs {
                 crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
             }
-            let v = created_view(wf, now_ms, &states);
-            Ok((now_ms, states, v))
+            let v = created_view(wf, out.now_ms, &out.states);
+            Ok((out.now_ms, out.states, v))
         }
+        // Workflow jobs carry no unique policy (ojs_core::workflow refuses one), so none can conflict.
+        EnqueueOutcome::Conflict { existing_id, .. } => Err(OjsError::new(
+            ErrorCode::Duplicate,
+            format!("a job of the workflow conflicts with job {existing_id}"),
+        )
+        .into()),
         EnqueueOutcome::Duplicate(id) => Err(OjsError::new(
             ErrorCode::Duplicate,
             format!("a job or workflow with id {id} already exists"),

@@ -1,0 +1,33 @@
+-- set_priority(P, jk, id, priority, rank, now): change the priority of a job that has not started
+-- (PATCH /jobs/{id}, and an enqueue whose unique policy says raise_priority). Returns the script reply
+--   {'ok', now, previous_priority, state, queue} | {'not_found'} | {'state', state}
+-- Only available and scheduled jobs change. An available job stays in its ready set (or its rate-limit
+-- lane, whose head stays its best job) under the same member with the new score, so among equal
+-- priorities it keeps its place by original readiness; the per-priority ready counts move with it;
+-- emits priority.changed.
+--@include emit
+--@include ready
+
+local function set_priority(P, jk, id, priority, rank, now)
+  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'priority', 'member', 'enqueued_at', 'rl_key')
+  local state, queue = f[1], f[2]
+  if not state then return {'not_found'} end
+  if state ~= 'available' and state ~= 'scheduled' then return {'state', state} end
+  if state == 'available' and f[5] then
+    local score = ready_score(P, queue, rank, tonumber(f[6]))
+    local key = f[7]
+    if key and redis.call('HGET', P .. 'q:' .. queue .. ':heads', key) ~= f[5] then
+      redis.call('ZADD', lane_key(P, queue, key), 'XX', score, f[5])
+    else
+      redis.call('ZADD', P .. 'q:' .. queue .. ':ready', 'XX', score, f[5])
+    end
+    if key then lane_rebalance(P, queue, key) end
+    local pk = P .. 'q:' .. queue .. ':pri'
+    if redis.call('HINCRBY', pk, f[4], -1) <= 0 then redis.call('HDEL', pk, f[4]) end
+    redis.call('HINCRBY', pk, priority, 1)
+  end
+  redis.call('HSET', jk, 'priority', priority, 'rank', rank)
+  emit(P, 'priority.changed', id, queue, f[3], now,
+    cjson.encode({ previous_priority = tonumber(f[4]), new_priority = tonumber(priority) }))
+  return {'ok', now, tonumber(f[4]), state, queue}
+end

@@ -1,0 +1,43 @@
+-- MediaWiki's run-time deduplication, applied by FETCH (see docs/architecture.md, "Duplicates"):
+--   P..'dedup:'..fp   string '<started_at ms> <job id>': the latest start of a job with deduplication
+--                     fingerprint fp (options.dedup; MediaWiki's ignoreDuplicates / getDeduplicationInfo)
+--   P..'root:'..sig   string '<ms>': the newest root timestamp of a root job with signature hash sig that
+--                     started (options.root_job with is_root; MediaWiki's deduplicateRootJob)
+-- Both expire RECORD_TTL_MS after they were last written (MediaWiki keeps root records 10 days too): a
+-- job that waited longer than that is no longer recognised as superseded and runs.
+local RECORD_TTL_MS = 10 * 24 * 3600 * 1000
+
+-- superseded_by(P, id, f): why the job must not run, or nil. f = {dedup, root, root_ts, created_at}
+-- (the job's fields). A job is superseded when a job with the same deduplication info started after
+-- this one was created (not itself: a retry is not its own duplicate), or when a root job of its
+-- signature with a newer timestamp than its own root timestamp started.
+local function superseded_by(P, id, f)
+  if f.dedup then
+    local rec = redis.call('GET', P .. 'dedup:' .. f.dedup)
+    if rec then
+      local at, by = string.match(rec, '^(%d+) (.+)$')
+      if by ~= id and tonumber(at) > tonumber(f.created_at) then
+        return { reason = 'dedup', by = by, started_at = tonumber(at) }
+      end
+    end
+  end
+  if f.root then
+    local newest = tonumber(redis.call('GET', P .. 'root:' .. f.root) or '0')
+    if newest > tonumber(f.root_ts) then
+      return { reason = 'root_job', root_timestamp = tonumber(f.root_ts), newest_root_timestamp = newest }
+    end
+  end
+  return nil
+end
+
+-- record_start(P, id, f, now): a job with deduplication info or a root job starts: remember it.
+local function record_start(P, id, f, now)
+  if f.dedup then
+    redis.call('SET', P .. 'dedup:' .. f.dedup, now .. ' ' .. id, 'PX', RECORD_TTL_MS)
+  end
+  if f.root and f.root_self then
+    local rk = P .. 'root:' .. f.root
+    local newest = tonumber(redis.call('GET', rk) or '0')
+    redis.call('SET', rk, math.max(newest, tonumber(f.root_ts)), 'PX', RECORD_TTL_MS)
+  end
+end
