@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson, OjsPath};
-use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -40,17 +40,11 @@ struct QueueSummary {
     counts: Counts,
 }
 
-/// A queue's jobs by state.
+/// A queue's jobs by state, and its depth.
 #[derive(Serialize, ToSchema)]
 struct Counts {
-    available: u64,
-    active: u64,
-    /// Scheduled and retryable jobs (they wait in the same index).
-    scheduled: u64,
-    completed: u64,
-    failed: u64,
-    discarded: u64,
-    cancelled: u64,
+    #[serde(flatten)]
+    jobs: JobCounts,
     /// ojs-backpressure: the jobs that count against a depth bound (available + scheduled + retryable).
     depth: u64,
 }
@@ -58,7 +52,7 @@ struct Counts {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)] // documents the status strings
-enum QueueStatus {
+pub(crate) enum QueueStatus {
     Active,
     Paused,
 }
@@ -69,13 +63,7 @@ fn counts_json(c: &QueueCounts) -> Value {
         status: if c.paused { "paused" } else { "active" },
         paused: c.paused,
         counts: Counts {
-            available: c.available,
-            active: c.active,
-            scheduled: c.scheduled,
-            completed: c.completed,
-            failed: c.failed,
-            discarded: c.discarded,
-            cancelled: c.cancelled,
+            jobs: c.into(),
             depth: c.depth(),
         },
     })

@@ -669,7 +669,7 @@ enum HeartbeatJobRef {
 }
 
 #[derive(Serialize, ToSchema)]
-struct HeartbeatResponse {
+pub(crate) struct HeartbeatResponse {
     acknowledged: bool,
     worker_id: String,
     /// What the operator asked of this worker: `running`, `quiet` (stop fetching) or `terminate`.
