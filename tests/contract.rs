@@ -576,6 +576,22 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     .await;
     c.expect(400, Method::PUT, config, &[full], Some(json!({"rate": 1})))
         .await;
+    c.expect(
+        400,
+        Method::PUT,
+        config,
+        &[full],
+        Some(json!({"backpressure": {"depth": 1}})),
+    )
+    .await;
+    c.expect(
+        422,
+        Method::PUT,
+        config,
+        &[full],
+        Some(json!({"backpressure": {"max_depth": 1, "max_size_bytes": 1024}})),
+    )
+    .await;
     c.expect(200, Method::PUT, config, &[full], Some(json!({"backpressure": null})))
         .await;
     let aging = "/ojs/v1/admin/queues/{queue}/priority-aging";

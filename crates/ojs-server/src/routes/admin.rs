@@ -33,7 +33,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
 use crate::routes::lifecycle::{worker_view, WorkerState, WorkerView};
-use crate::routes::queues::{queue_name, QueueStatus};
+use crate::routes::queues::{one_queue, queue_name, QueueStatus};
 use crate::schemas::{Job, JobCounts, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -560,14 +560,6 @@ async fn queues(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> Ap
     })))
 }
 
-/// The counts of the one queue named.
-async fn one_queue(st: &AppState, q: &str) -> ApiResult<AdminQueue> {
-    let c = st.store.queue_counts(&[q.to_string()]).await?;
-    c.first()
-        .map(AdminQueue::from)
-        .ok_or_else(|| OjsError::new(ojs_core::ErrorCode::Internal, "no counts for the queue").into())
-}
-
 /// One queue with its priority aging.
 #[derive(Serialize, ToSchema)]
 struct AdminQueueDetail {
@@ -591,7 +583,7 @@ async fn queue_detail(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -
         return Err(OjsError::not_found("queue", &q).into());
     }
     Ok(ok(json!(AdminQueueDetail {
-        queue: one_queue(&st, &q).await?,
+        queue: AdminQueue::from(&one_queue(&st, &q).await?),
         priority_aging_seconds: st.store.get_aging(&q).await?,
     })))
 }
@@ -616,7 +608,7 @@ async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response>
     st.store.set_paused(q, paused).await?;
     let queue = AdminQueue {
         paused,
-        ..one_queue(st, q).await?
+        ..AdminQueue::from(&one_queue(st, q).await?)
     };
     let at = Some(clock::format_ms(st.store.now_ms().await?));
     Ok(ok(json!(AdminQueueChange {
