@@ -320,3 +320,13 @@ pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreErro
     // A tick fired above moved its entry's next_run_at later; the next round re-reads the set.
     Ok(next_due.map(|d| (d - now).max(0)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_policy_lists_the_policies_registration_accepts() {
+        assert_eq!(crate::schemas::enum_names::<OverlapPolicy>(), OVERLAP_POLICIES);
+    }
+}
