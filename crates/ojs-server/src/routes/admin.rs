@@ -579,7 +579,7 @@ struct AdminQueueDetail {
 )]
 async fn queue_detail(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    if !st.store.queue_names().await?.iter().any(|n| *n == q) {
+    if !st.store.queue_names().await?.contains(&q) {
         return Err(OjsError::not_found("queue", &q).into());
     }
     Ok(ok(json!(AdminQueueDetail {
