@@ -31,6 +31,19 @@ fn invalid(msg: impl Into<String>) -> OjsError {
     OjsError::invalid(msg)
 }
 
+/// The longest lease (ten years): every lease deadline stays a time that RFC 3339 can write.
+pub const MAX_VISIBILITY_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// Refuses a visibility timeout longer than [`MAX_VISIBILITY_MS`].
+pub fn check_visibility(ms: u64, field: &str) -> Result<(), OjsError> {
+    if ms > MAX_VISIBILITY_MS {
+        return Err(invalid(format!(
+            "{field} must be at most {MAX_VISIBILITY_MS} (ten years); got {ms}"
+        )));
+    }
+    Ok(())
+}
+
 fn opt_u64(o: &Map<String, Value>, key: &str, field: &str, min: u64) -> Result<Option<u64>, OjsError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -251,6 +264,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
 
     let timeout_ms = opt_u64(&options, "timeout_ms", "options.timeout_ms", 1)?.unwrap_or(0);
     let visibility_ms = opt_u64(&options, "visibility_timeout_ms", "options.visibility_timeout_ms", 1)?.unwrap_or(0);
+    check_visibility(visibility_ms, "options.visibility_timeout_ms")?;
     let mut delay_ms = opt_u64(&options, "delay_ms", "options.delay_ms", 0)?.unwrap_or(0);
     // A relative schedule ("+PT5S") becomes a delay, so it is measured on Redis' clock like every schedule.
     let relative = |v: Option<&Value>| {

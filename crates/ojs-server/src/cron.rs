@@ -12,7 +12,9 @@ use ojs_core::cron::Schedule;
 use ojs_core::envelope::{self, EnvelopeRules};
 use ojs_core::{clock, OjsError};
 use ojs_store::{CronFired, JobFields};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
 
 use crate::state::AppState;
 
@@ -20,40 +22,116 @@ use crate::state::AppState;
 pub struct Registration {
     pub name: String,
     pub schedule: Schedule,
-    /// The stored definition (JSON): expression, timezone, overlap_policy, enabled, description,
-    /// job_template.
-    pub def: Value,
+    /// The stored definition.
+    pub def: CronDef,
     pub enabled: bool,
 }
 
+/// An entry's definition as stored (JSON in `P cron:<name>`).
+#[derive(Serialize, Deserialize, Default)]
+pub struct CronDef {
+    expression: String,
+    timezone: String,
+    overlap_policy: String,
+    enabled: bool,
+    description: Option<String>,
+    job_template: Value,
+}
+
 pub const OVERLAP_POLICIES: [&str; 4] = ["skip", "allow", "cancel_previous", "enqueue"];
+
+/// What a tick does while the previous run of the entry is still active.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // documents OVERLAP_POLICIES
+pub enum OverlapPolicy {
+    Skip,
+    Allow,
+    CancelPrevious,
+    Enqueue,
+}
+
+/// `POST /cron`: the conformance suite's shape (`expression`, `job_template`) or the spec's (`cron`,
+/// with `type`, `args`, `options` at the top level).
+#[derive(Deserialize, ToSchema)]
+pub struct CronRequest {
+    /// Lowercase, dotted (such as `reports.daily`).
+    name: String,
+    /// A cron expression (5 or 6 fields, or `@hourly`…).
+    #[schema(nullable = false)]
+    expression: Option<String>,
+    /// The same as `expression`.
+    #[schema(nullable = false)]
+    cron: Option<String>,
+    /// An IANA time zone (default `UTC`).
+    #[schema(nullable = false)]
+    timezone: Option<String>,
+    /// Default `skip`.
+    #[schema(value_type = Option<OverlapPolicy>, nullable = false)]
+    overlap_policy: Option<String>,
+    /// Default true.
+    #[schema(nullable = false)]
+    enabled: Option<bool>,
+    description: Option<String>,
+    /// The job each tick creates (`type`, `args`, `options`…; `args` default to `[]`).
+    #[schema(value_type = Option<Object>, nullable = false)]
+    job_template: Option<Map<String, Value>>,
+    /// Instead of `job_template`: the job's fields at the top level.
+    #[serde(rename = "type")]
+    #[schema(value_type = Option<String>, nullable = false)]
+    job_type: Option<Value>,
+    #[schema(value_type = Option<Vec<Object>>, nullable = false)]
+    args: Option<Value>,
+    #[schema(value_type = Option<Object>, nullable = false)]
+    options: Option<Value>,
+    #[schema(value_type = Option<i64>, nullable = false)]
+    priority: Option<Value>,
+    #[schema(value_type = Option<Object>, nullable = false)]
+    rate_limit: Option<Value>,
+    #[schema(value_type = Option<Object>, nullable = false)]
+    meta: Option<Value>,
+}
+
+/// A cron entry as the API shows it.
+#[derive(Serialize, ToSchema)]
+pub struct CronEntry {
+    name: String,
+    expression: String,
+    /// The same as `expression`.
+    cron: String,
+    timezone: String,
+    #[schema(value_type = OverlapPolicy)]
+    overlap_policy: String,
+    enabled: bool,
+    description: Option<String>,
+    /// The job each tick creates.
+    #[schema(value_type = Object)]
+    job_template: Value,
+    /// The next tick (`null` while disabled).
+    #[schema(format = DateTime)]
+    next_run_at: Option<String>,
+    #[schema(format = DateTime)]
+    last_run_at: Option<String>,
+    /// Ticks that created a job.
+    run_count: i64,
+    #[schema(format = DateTime)]
+    created_at: Option<String>,
+    #[schema(format = DateTime)]
+    updated_at: Option<String>,
+}
 
 /// Entry names go into Redis keys and URLs.
 pub fn check_name(name: &str) -> Result<(), OjsError> {
     ojs_core::names::check_cron_name(name).map_err(OjsError::invalid)
 }
 
-fn string_field<'a>(o: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, OjsError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(OjsError::invalid(format!("{key} must be a string; got {v}"))),
-    }
-}
-
-/// Parses `POST /cron`: the conformance suite's shape (`expression`, `job_template`) or the spec's
-/// (`cron`, with `type`, `args`, `options` at the top level).
-pub fn parse_registration(body: &Value, rules: &EnvelopeRules) -> Result<Registration, OjsError> {
-    let o = body
-        .as_object()
-        .ok_or_else(|| OjsError::invalid("a cron entry must be a JSON object"))?;
-    let name = string_field(o, "name")?
-        .ok_or_else(|| OjsError::invalid("name is required"))?
-        .to_string();
+/// Validates a `POST /cron` body.
+pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Registration, OjsError> {
+    let name = req.name;
     check_name(&name)?;
-    let expression = match (string_field(o, "expression")?, string_field(o, "cron")?) {
-        (Some(e), None) | (None, Some(e)) => e.to_string(),
-        (Some(a), Some(b)) if a == b => a.to_string(),
+    let expression = match (req.expression, req.cron) {
+        (Some(e), None) | (None, Some(e)) => e,
+        (Some(a), Some(b)) if a == b => a,
         (Some(_), Some(_)) => {
             return Err(OjsError::invalid(
                 "give the schedule once: expression or cron, not both",
@@ -65,36 +143,37 @@ pub fn parse_registration(body: &Value, rules: &EnvelopeRules) -> Result<Registr
             ))
         }
     };
-    let timezone = string_field(o, "timezone")?.unwrap_or("UTC").to_string();
+    let timezone = req.timezone.unwrap_or_else(|| "UTC".to_string());
     let schedule = Schedule::parse(&expression, &timezone).map_err(OjsError::invalid)?;
-    let overlap = string_field(o, "overlap_policy")?.unwrap_or("skip").to_string();
+    let overlap = req.overlap_policy.unwrap_or_else(|| "skip".to_string());
     if !OVERLAP_POLICIES.contains(&overlap.as_str()) {
         return Err(OjsError::invalid(format!(
             "overlap_policy must be one of {}; got {overlap:?}",
             OVERLAP_POLICIES.join(", ")
         )));
     }
-    let enabled = match o.get("enabled") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(OjsError::invalid(format!("enabled must be true or false; got {v}"))),
-    };
-    let description = string_field(o, "description")?.map(str::to_owned);
-    let template = match o.get("job_template") {
-        Some(Value::Object(t)) => {
-            if o.contains_key("type") {
+    let enabled = req.enabled.unwrap_or(true);
+    let template = match req.job_template {
+        Some(t) => {
+            if req.job_type.is_some() {
                 return Err(OjsError::invalid(
                     "give the job once: job_template, or type/args/options, not both",
                 ));
             }
-            Value::Object(t.clone())
+            Value::Object(t)
         }
-        Some(v) if !v.is_null() => return Err(OjsError::invalid(format!("job_template must be an object; got {v}"))),
-        _ => {
+        None => {
             let mut t = Map::new();
-            for k in ["type", "args", "options", "priority", "rate_limit", "meta"] {
-                if let Some(v) = o.get(k) {
-                    t.insert(k.into(), v.clone());
+            for (k, v) in [
+                ("type", req.job_type),
+                ("args", req.args),
+                ("options", req.options),
+                ("priority", req.priority),
+                ("rate_limit", req.rate_limit),
+                ("meta", req.meta),
+            ] {
+                if let Some(v) = v {
+                    t.insert(k.into(), v);
                 }
             }
             if !t.contains_key("type") {
@@ -115,14 +194,14 @@ pub fn parse_registration(body: &Value, rules: &EnvelopeRules) -> Result<Registr
         message: format!("job_template: {}", e.message),
         ..e
     })?;
-    let def = json!({
-        "expression": expression,
-        "timezone": timezone,
-        "overlap_policy": overlap,
-        "enabled": enabled,
-        "description": description,
-        "job_template": template,
-    });
+    let def = CronDef {
+        expression,
+        timezone,
+        overlap_policy: overlap,
+        enabled,
+        description: req.description,
+        job_template: template,
+    };
     Ok(Registration {
         name,
         schedule,
@@ -169,28 +248,32 @@ fn ms(f: &JobFields, k: &str) -> Option<i64> {
     f.get(k).and_then(|v| v.parse().ok())
 }
 
-/// The API view of an entry as stored.
-pub fn entry_json(name: &str, f: &JobFields) -> Value {
-    let def: Value = f
-        .get("def")
+/// An entry's stored definition.
+fn stored_def(f: &JobFields) -> CronDef {
+    f.get("def")
         .and_then(|d| serde_json::from_str(d).ok())
-        .unwrap_or_else(|| json!({}));
+        .unwrap_or_default()
+}
+
+/// The API view of an entry as stored.
+pub fn entry_view(name: &str, f: &JobFields) -> CronEntry {
+    let def = stored_def(f);
     let time = |k: &str| ms(f, k).map(clock::format_ms);
-    json!({
-        "name": name,
-        "expression": def["expression"],
-        "cron": def["expression"],
-        "timezone": def["timezone"],
-        "overlap_policy": def["overlap_policy"],
-        "enabled": def["enabled"],
-        "description": def["description"],
-        "job_template": def["job_template"],
-        "next_run_at": time("next_run_at"),
-        "last_run_at": time("last_run_at"),
-        "run_count": ms(f, "run_count").unwrap_or(0),
-        "created_at": time("created_at"),
-        "updated_at": time("updated_at"),
-    })
+    CronEntry {
+        name: name.to_string(),
+        cron: def.expression.clone(),
+        expression: def.expression,
+        timezone: def.timezone,
+        overlap_policy: def.overlap_policy,
+        enabled: def.enabled,
+        description: def.description,
+        job_template: def.job_template,
+        next_run_at: time("next_run_at"),
+        last_run_at: time("last_run_at"),
+        run_count: ms(f, "run_count").unwrap_or(0),
+        created_at: time("created_at"),
+        updated_at: time("updated_at"),
+    }
 }
 
 /// Entries fired per timer round at most; more wait for the next round.
@@ -205,17 +288,12 @@ pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreErro
             continue;
         };
         let tick = expected.parse::<i64>().unwrap_or(now);
-        let def: Value = f
-            .get("def")
-            .and_then(|d| serde_json::from_str(d).ok())
-            .unwrap_or_default();
-        let expression = def["expression"].as_str().unwrap_or_default();
-        let timezone = def["timezone"].as_str().unwrap_or("UTC");
-        let overlap = def["overlap_policy"].as_str().unwrap_or("skip");
-        let next = Schedule::parse(expression, timezone)
+        let def = stored_def(&f);
+        let next = Schedule::parse(&def.expression, &def.timezone)
             .ok()
             .and_then(|s| s.next_after_ms(now.max(tick)));
-        let job = match job_for_tick(&def["job_template"], &name, overlap, tick, &st.rules) {
+        let overlap = def.overlap_policy.as_str();
+        let job = match job_for_tick(&def.job_template, &name, overlap, tick, &st.rules) {
             Ok(j) => j,
             Err(e) => {
                 // A template that stopped being valid (e.g. the priority model changed): advance the
@@ -244,4 +322,14 @@ pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreErro
     }
     // A tick fired above moved its entry's next_run_at later; the next round re-reads the set.
     Ok(next_due.map(|d| (d - now).max(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_policy_lists_the_policies_registration_accepts() {
+        assert_eq!(crate::schemas::enum_names::<OverlapPolicy>(), OVERLAP_POLICIES);
+    }
 }

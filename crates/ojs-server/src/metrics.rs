@@ -109,7 +109,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     path = "/metrics",
     tag = "system",
     summary = "Prometheus metrics",
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "The Prometheus text format (0.0.4)", body = String, content_type = "text/plain"))
 )]
 async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> ApiResult<Response> {
     let mut out = install().render();

@@ -221,6 +221,48 @@ pub struct Job {
     extra: std::collections::HashMap<String, Value>,
 }
 
+/// Jobs by state. `scheduled` counts scheduled and retryable jobs (they wait in one index); `completed`,
+/// `failed`, `discarded` and `cancelled` count since the queue was first used.
+#[derive(Serialize, ToSchema, Default)]
+pub struct JobCounts {
+    pub available: u64,
+    pub active: u64,
+    pub scheduled: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub discarded: u64,
+    pub cancelled: u64,
+}
+
+impl From<&ojs_store::QueueCounts> for JobCounts {
+    fn from(c: &ojs_store::QueueCounts) -> Self {
+        Self {
+            available: c.available,
+            active: c.active,
+            scheduled: c.scheduled,
+            completed: c.completed,
+            failed: c.failed,
+            discarded: c.discarded,
+            cancelled: c.cancelled,
+        }
+    }
+}
+
+impl JobCounts {
+    /// The counts of several queues summed.
+    pub fn sum<'a>(queues: impl IntoIterator<Item = &'a ojs_store::QueueCounts>) -> Self {
+        queues.into_iter().fold(Self::default(), |t, c| Self {
+            available: t.available + c.available,
+            active: t.active + c.active,
+            scheduled: t.scheduled + c.scheduled,
+            completed: t.completed + c.completed,
+            failed: t.failed + c.failed,
+            discarded: t.discarded + c.discarded,
+            cancelled: t.cancelled + c.cancelled,
+        })
+    }
+}
+
 /// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`).
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)] // documents ojs_core::ratelimit::Window as requests give it
@@ -252,6 +294,18 @@ impl JobResponse {
 /// body = OjsErrorBody, content_type = OJS_MEDIA_TYPE)`.
 pub use crate::respond::OJS_MEDIA_TYPE;
 
+/// The names a string-enum schema lists (tests keep such schemas equal to the lists the code checks).
+#[cfg(test)]
+pub(crate) fn enum_names<T: utoipa::PartialSchema>() -> Vec<String> {
+    let doc = serde_json::to_value(T::schema()).unwrap_or_default();
+    doc["enum"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,13 +324,6 @@ mod tests {
 
     #[test]
     fn job_state_lists_the_core_states() {
-        let doc = serde_json::to_value(<JobState as utoipa::PartialSchema>::schema()).expect("json");
-        let names: Vec<&str> = doc["enum"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        assert_eq!(names, ojs_core::job::STATES);
+        assert_eq!(enum_names::<JobState>(), ojs_core::job::STATES);
     }
 }

@@ -21,18 +21,20 @@
 //! counts leave them out the same way). Entries are walked in pages while other requests change the
 //! indexes, so a job that moves during a walk can be missed or seen twice: an operator view, not a snapshot.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::job_view;
 use ojs_core::{clock, names, OjsError};
 use ojs_store::Transition;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson};
-use crate::routes::lifecycle::worker_view;
-use crate::routes::queues::queue_name;
+use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
+use crate::routes::lifecycle::{worker_view, WorkerState, WorkerView};
+use crate::routes::queues::{one_queue, queue_name, QueueStatus};
+use crate::schemas::{Job, JobCounts, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -62,12 +64,21 @@ const CHUNK: u64 = 500;
 // ---- pagination ----
 
 /// `page` (1-based) and `per_page` (the admin API), or `limit` and `offset` (the older dead-letter API).
-/// Read from the raw query map so that a malformed number is an OJS 400, not axum's plain-text rejection.
-#[derive(Default)]
+/// Read from the raw query map, next to the listing's filters.
+#[derive(Default, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
+    /// From 1 (default 1).
+    #[param(minimum = 0)]
     pub page: Option<u64>,
+    /// Items per page (default and maximum depend on the listing).
+    #[param(minimum = 0)]
     pub per_page: Option<u64>,
+    /// The same as `per_page`.
+    #[param(minimum = 0)]
     pub limit: Option<u64>,
+    /// Items to skip (instead of `page`).
+    #[param(minimum = 0)]
     pub offset: Option<u64>,
 }
 
@@ -124,29 +135,67 @@ impl PageQuery {
             page: offset / count + 1,
         })
     }
+}
 
-    pub fn json(p: Page, total: u64) -> Value {
-        json!({
-            "total": total,
-            "page": p.page,
-            "per_page": p.count,
-            "limit": p.count,
-            "offset": p.offset,
-            "has_more": p.offset + p.count < total,
-        })
+/// Where a page sits in its listing.
+#[derive(Serialize, ToSchema)]
+pub struct Pagination {
+    /// Items in the whole listing (what was examined, when `total_exact` is false).
+    pub total: u64,
+    /// From 1.
+    pub page: u64,
+    pub per_page: u64,
+    /// The same as `per_page`.
+    pub limit: u64,
+    pub offset: u64,
+    pub has_more: bool,
+    /// Whether every index entry was examined (listings that walk an index, see `MAX_EXAMINE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub total_exact: Option<bool>,
+}
+
+impl Page {
+    /// This page of a listing of `total` items.
+    pub fn of(self, total: u64) -> Pagination {
+        Pagination {
+            total,
+            page: self.page,
+            per_page: self.count,
+            limit: self.count,
+            offset: self.offset,
+            has_more: self.offset.saturating_add(self.count) < total,
+            total_exact: None,
+        }
+    }
+
+    /// This page of a walk's matches.
+    pub fn of_walk(self, w: &Walk) -> Pagination {
+        Pagination {
+            total_exact: Some(w.exact),
+            ..self.of(w.total)
+        }
     }
 }
 
 // ---- job filters over the indexes ----
 
 /// Which jobs a listing or bulk request is about.
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, ToSchema, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct JobFilter {
+    #[schema(nullable = false)]
     pub queue: Option<String>,
+    /// Listed: available, active, scheduled, retryable, discarded (completed and cancelled jobs are in
+    /// no index).
+    #[schema(value_type = Option<JobState>, nullable = false)]
+    #[param(value_type = Option<JobState>)]
     pub state: Option<String>,
     /// Exact type, or a prefix followed by `*`.
     #[serde(rename = "type")]
+    #[schema(nullable = false)]
+    #[param(rename = "type")]
     pub job_type: Option<String>,
 }
 
@@ -393,6 +442,37 @@ async fn throughput(st: &AppState, now: i64) -> ApiResult<(f64, f64)> {
     Ok((per_min(done), per_min(failed)))
 }
 
+/// Aggregate statistics (`GET /admin/stats`).
+#[derive(Serialize, ToSchema)]
+struct Stats {
+    /// Known queues.
+    queues: usize,
+    /// Workers heard from within a day.
+    workers: u64,
+    jobs: StatsJobs,
+    /// What the counts mean.
+    counts_note: &'static str,
+    throughput: Throughput,
+    uptime_seconds: u64,
+    #[schema(format = DateTime)]
+    server_time: String,
+}
+
+/// Jobs by state over every queue, and the dead letter size.
+#[derive(Serialize, ToSchema)]
+struct StatsJobs {
+    #[serde(flatten)]
+    counts: JobCounts,
+    dead_letter: u64,
+}
+
+/// Over the last minute, from the event stream.
+#[derive(Serialize, ToSchema)]
+struct Throughput {
+    processed_per_minute: f64,
+    failed_per_minute: f64,
+}
+
 /// `GET /admin/stats`: job counts summed over the queues' gauges and counters (O(queues)), the dead
 /// letter size, queue and worker counts, throughput over the last minute.
 #[utoipa::path(
@@ -400,53 +480,59 @@ async fn throughput(st: &AppState, now: i64) -> ApiResult<(f64, f64)> {
     path = "/ojs/v1/admin/stats",
     tag = "admin",
     summary = "Aggregate statistics: job counts by state, queues, workers, throughput per minute",
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = Stats, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
     let names = st.store.queue_names().await?;
     let counts = st.store.queue_counts(&names).await?;
-    let sum = |f: fn(&ojs_store::QueueCounts) -> u64| counts.iter().map(f).sum::<u64>();
     let (dead, _, _) = st.store.dead_summary().await?;
     let (workers, _) = st.store.workers_page(0, 0).await?;
     let now = st.store.now_ms().await?;
     let (processed, failed) = throughput(&st, now).await?;
-    Ok(ok(json!({
-        "queues": names.len(),
-        "workers": workers,
-        "jobs": {
-            "available": sum(|c| c.available),
-            "active": sum(|c| c.active),
-            "scheduled": sum(|c| c.scheduled),
-            "completed": sum(|c| c.completed),
-            "failed": sum(|c| c.failed),
-            "discarded": sum(|c| c.discarded),
-            "cancelled": sum(|c| c.cancelled),
-            "dead_letter": dead,
+    Ok(ok(json!(Stats {
+        queues: names.len(),
+        workers,
+        jobs: StatsJobs {
+            counts: JobCounts::sum(&counts),
+            dead_letter: dead,
         },
-        "counts_note": "available and active are current; scheduled counts scheduled and retryable jobs (one index); completed, failed, discarded and cancelled count since the queue was first used",
-        "throughput": { "processed_per_minute": processed, "failed_per_minute": failed },
-        "uptime_seconds": st.started.elapsed().as_secs(),
-        "server_time": clock::format_ms(now),
+        counts_note: "available and active are current; scheduled counts scheduled and retryable jobs (one index); completed, failed, discarded and cancelled count since the queue was first used",
+        throughput: Throughput {
+            processed_per_minute: processed,
+            failed_per_minute: failed,
+        },
+        uptime_seconds: st.started.elapsed().as_secs(),
+        server_time: clock::format_ms(now),
     })))
 }
 
 // ---- queues ----
 
-fn queue_item(c: &ojs_store::QueueCounts) -> Value {
-    json!({
-        "name": c.name,
-        "state": if c.paused { "paused" } else { "active" },
-        "paused": c.paused,
-        "counts": {
-            "available": c.available,
-            "active": c.active,
-            "scheduled": c.scheduled,
-            "completed": c.completed,
-            "failed": c.failed,
-            "discarded": c.discarded,
-            "cancelled": c.cancelled,
-        },
-    })
+/// A queue in the admin API's shape: its counts under `counts`.
+#[derive(Serialize, ToSchema)]
+struct AdminQueue {
+    name: String,
+    #[schema(value_type = QueueStatus)]
+    state: &'static str,
+    paused: bool,
+    counts: JobCounts,
+}
+
+impl From<&ojs_store::QueueCounts> for AdminQueue {
+    fn from(c: &ojs_store::QueueCounts) -> Self {
+        Self {
+            name: c.name.clone(),
+            state: if c.paused { "paused" } else { "active" },
+            paused: c.paused,
+            counts: c.into(),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+struct AdminQueueList {
+    items: Vec<AdminQueue>,
+    pagination: Pagination,
 }
 
 /// `GET /admin/queues`: every known queue by name (O(queues) to sort), counts for the page only.
@@ -455,9 +541,10 @@ fn queue_item(c: &ojs_store::QueueCounts) -> Value {
     path = "/ojs/v1/admin/queues",
     tag = "admin",
     summary = "Queues with counts by state (page, per_page)",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(PageQuery),
+    responses((status = 200, description = "OK", body = AdminQueueList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn queues(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn queues(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(20, 1000)?;
     let names = st.store.queue_names().await?;
     let total = names.len() as u64;
@@ -467,21 +554,19 @@ async fn queues(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResul
         .take(p.count as usize)
         .collect();
     let counts = st.store.queue_counts(&page).await?;
-    Ok(ok(json!({
-        "items": counts.iter().map(queue_item).collect::<Vec<_>>(),
-        "pagination": PageQuery::json(p, total),
+    Ok(ok(json!(AdminQueueList {
+        items: counts.iter().map(AdminQueue::from).collect(),
+        pagination: p.of(total),
     })))
 }
 
-async fn known_queue(st: &AppState, q: &str) -> ApiResult<Value> {
-    queue_name(q)?;
-    if !st.store.queue_names().await?.iter().any(|n| n == q) {
-        return Err(OjsError::not_found("queue", q).into());
-    }
-    let c = st.store.queue_counts(&[q.to_string()]).await?;
-    let mut v = c.first().map(queue_item).unwrap_or(Value::Null);
-    v["priority_aging_seconds"] = json!(st.store.get_aging(q).await?);
-    Ok(v)
+/// One queue with its priority aging.
+#[derive(Serialize, ToSchema)]
+struct AdminQueueDetail {
+    #[serde(flatten)]
+    queue: AdminQueue,
+    /// The aging interval; `null` when aging is off.
+    priority_aging_seconds: Option<u64>,
 }
 
 #[utoipa::path(
@@ -490,20 +575,47 @@ async fn known_queue(st: &AppState, q: &str) -> ApiResult<Value> {
     tag = "admin",
     summary = "One queue: counts by state, paused, priority aging",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Unknown queue (OJS error)"))
+    responses((status = 200, description = "OK", body = AdminQueueDetail, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Unknown queue (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn queue_detail(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
-    Ok(ok(known_queue(&st, &q).await?))
+async fn queue_detail(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    if !st.store.queue_names().await?.contains(&q) {
+        return Err(OjsError::not_found("queue", &q).into());
+    }
+    Ok(ok(json!(AdminQueueDetail {
+        queue: AdminQueue::from(&one_queue(&st, &q).await?),
+        priority_aging_seconds: st.store.get_aging(&q).await?,
+    })))
+}
+
+/// A queue after pause or resume, with when it changed.
+#[derive(Serialize, ToSchema)]
+struct AdminQueueChange {
+    #[serde(flatten)]
+    queue: AdminQueue,
+    /// After a pause.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    paused_at: Option<String>,
+    /// After a resume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    resumed_at: Option<String>,
 }
 
 async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response> {
     queue_name(q)?;
     st.store.set_paused(q, paused).await?;
-    let c = st.store.queue_counts(&[q.to_string()]).await?;
-    let mut v = c.first().map(queue_item).unwrap_or(Value::Null);
-    v["paused"] = json!(paused);
-    v[if paused { "paused_at" } else { "resumed_at" }] = json!(clock::format_ms(st.store.now_ms().await?));
-    Ok(ok(v))
+    let queue = AdminQueue {
+        paused,
+        ..AdminQueue::from(&one_queue(st, q).await?)
+    };
+    let at = Some(clock::format_ms(st.store.now_ms().await?));
+    Ok(ok(json!(AdminQueueChange {
+        queue,
+        paused_at: at.clone().filter(|_| paused),
+        resumed_at: at.filter(|_| !paused),
+    })))
 }
 
 /// Same operation as `POST /queues/{queue}/pause`, answered in the admin API's shape.
@@ -513,9 +625,9 @@ async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response>
     tag = "admin",
     summary = "Pause a queue (FETCH skips it)",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = AdminQueueChange, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn pause_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn pause_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     set_paused(&st, &q, true).await
 }
 
@@ -525,9 +637,9 @@ async fn pause_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiRe
     tag = "admin",
     summary = "Resume a paused queue",
     params(("queue" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    responses((status = 200, description = "OK", body = AdminQueueChange, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn resume_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiResult<Response> {
+async fn resume_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     set_paused(&st, &q, false).await
 }
 
@@ -537,6 +649,27 @@ async fn resume_queue(State(st): State<AppState>, Path(q): Path<String>) -> ApiR
 /// of the most recently seen ones and `summary.exact: false`.
 const MAX_WORKERS: u64 = 10_000;
 
+/// Workers by state.
+#[derive(Serialize, ToSchema, Default)]
+struct WorkerSummary {
+    total: u64,
+    running: u64,
+    quiet: u64,
+    drain: u64,
+    terminate: u64,
+    stale: u64,
+    /// False when there are more workers than one listing reads (10,000): the counts are of the most
+    /// recently seen.
+    exact: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+struct WorkerList {
+    items: Vec<WorkerView>,
+    summary: WorkerSummary,
+    pagination: Pagination,
+}
+
 /// `GET /admin/workers`: workers heard from within a day (`P workers`, most recent first), each with its
 /// last heartbeat, state and the jobs it held then. One HGETALL per worker (at most 10,000).
 #[utoipa::path(
@@ -544,34 +677,51 @@ const MAX_WORKERS: u64 = 10_000;
     path = "/ojs/v1/admin/workers",
     tag = "admin",
     summary = "Workers: state, last heartbeat, current jobs; summary counts by state (page, per_page)",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(PageQuery),
+    responses((status = 200, description = "OK", body = WorkerList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn workers(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn workers(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(20, 1000)?;
     let (total, all) = st.store.workers_page(0, MAX_WORKERS).await?;
     let now = st.store.now_ms().await?;
-    let views: Vec<Value> = all
+    let views: Vec<WorkerView> = all
         .iter()
         .map(|(id, rec)| worker_view(id, rec, now, st.config.visibility_timeout_ms))
         .collect();
-    let mut summary = json!({ "total": total, "running": 0, "quiet": 0, "drain": 0, "terminate": 0, "stale": 0, "exact": total <= MAX_WORKERS });
+    let mut summary = WorkerSummary {
+        total,
+        exact: total <= MAX_WORKERS,
+        ..Default::default()
+    };
     for v in &views {
-        if let Some(s) = v["state"].as_str() {
-            if let Some(n) = summary[s].as_u64() {
-                summary[s] = json!(n + 1);
-            }
-        }
+        *match v.state {
+            WorkerState::Running => &mut summary.running,
+            WorkerState::Quiet => &mut summary.quiet,
+            WorkerState::Drain => &mut summary.drain,
+            WorkerState::Terminate => &mut summary.terminate,
+            WorkerState::Stale => &mut summary.stale,
+        } += 1;
     }
-    let items: Vec<Value> = views
+    let items: Vec<WorkerView> = views
         .into_iter()
-        .skip(p.offset as usize)
+        .skip(p.offset.min(MAX_WORKERS) as usize)
         .take(p.count as usize)
         .collect();
-    Ok(ok(json!({
-        "items": items,
-        "summary": summary,
-        "pagination": PageQuery::json(p, total),
+    Ok(ok(json!(WorkerList {
+        items,
+        summary,
+        pagination: p.of(total),
     })))
+}
+
+/// A worker with the jobs it held at its last heartbeat.
+#[derive(Serialize, ToSchema)]
+struct WorkerDetail {
+    #[serde(flatten)]
+    worker: WorkerView,
+    /// The `current_jobs` that still exist.
+    #[schema(value_type = Vec<Job>)]
+    jobs: Vec<Value>,
 }
 
 #[utoipa::path(
@@ -580,9 +730,9 @@ async fn workers(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResu
     tag = "admin",
     summary = "One worker with the jobs it held at its last heartbeat",
     params(("worker_id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Unknown worker (OJS error)"))
+    responses((status = 200, description = "OK", body = WorkerDetail, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a worker id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Unknown worker (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn worker_detail(State(st): State<AppState>, Path(w): Path<String>) -> ApiResult<Response> {
+async fn worker_detail(State(st): State<AppState>, OjsPath(w): OjsPath<String>) -> ApiResult<Response> {
     crate::routes::workers::check_worker_id(&w)?;
     let rec = st
         .store
@@ -590,20 +740,23 @@ async fn worker_detail(State(st): State<AppState>, Path(w): Path<String>) -> Api
         .await?
         .ok_or_else(|| OjsError::not_found("worker", &w))?;
     let now = st.store.now_ms().await?;
-    let mut v = worker_view(&w, &rec, now, st.config.visibility_timeout_ms);
-    let ids: Vec<String> = v["current_jobs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|j| j.as_str().map(str::to_owned))
-        .collect();
-    v["jobs"] = json!(views(&st, &ids).await?);
-    Ok(ok(v))
+    let worker = worker_view(&w, &rec, now, st.config.visibility_timeout_ms);
+    let jobs = views(&st, &worker.current_jobs).await?;
+    Ok(ok(json!(WorkerDetail { worker, jobs })))
 }
 
 // ---- jobs ----
 
 const LISTABLE: [&str; 5] = ["available", "active", "scheduled", "retryable", "discarded"];
+
+#[derive(Serialize, ToSchema)]
+struct AdminJobList {
+    #[schema(value_type = Vec<Job>)]
+    items: Vec<Value>,
+    pagination: Pagination,
+    /// The same as `pagination.total_exact`.
+    total_exact: bool,
+}
 
 /// `GET /admin/jobs?queue=&state=&type=&page=&per_page=`: jobs from the indexes (see the module
 /// comment for what each filter costs), in index order: ready (priority, then FIFO), scheduled (by run
@@ -613,39 +766,83 @@ const LISTABLE: [&str; 5] = ["available", "active", "scheduled", "retryable", "d
     path = "/ojs/v1/admin/jobs",
     tag = "admin",
     summary = "Jobs by queue, state (available, active, scheduled, retryable, discarded) and type (prefix*), paginated",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(JobFilter, PageQuery),
+    responses((status = 200, description = "OK", body = AdminJobList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn jobs(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn jobs(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let filter = JobFilter::from_params(&q)?;
     filter.check()?;
     let p = PageQuery::from_params(&q)?.resolve(20, 100)?;
     let segs = segments(&st, &filter, &LISTABLE).await?;
     let w = walk(&st, &segs, &filter, p.offset, p.count).await?;
-    let mut pagination = PageQuery::json(p, w.total);
-    pagination["total_exact"] = json!(w.exact);
-    Ok(ok(json!({
-        "items": views(&st, &w.ids).await?,
-        "pagination": pagination,
-        "total_exact": w.exact,
+    Ok(ok(json!(AdminJobList {
+        items: views(&st, &w.ids).await?,
+        pagination: p.of_walk(&w),
+        total_exact: w.exact,
     })))
 }
 
 // ---- bulk ----
 
-#[derive(Deserialize)]
+/// A bulk request: the jobs `filter` matches, at most `limit` of them.
+#[derive(Deserialize, ToSchema)]
 struct BulkReq {
+    /// No filter: every job the action applies to.
     #[serde(default)]
     filter: Option<JobFilter>,
+    /// Must be `true`.
     #[serde(default)]
     confirm: Option<bool>,
     /// Most jobs to act on in this request (default and maximum 1,000).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: Option<u64>,
+}
+
+/// What a bulk request did.
+#[derive(Serialize, ToSchema)]
+struct BulkResult {
+    #[schema(value_type = BulkAction)]
+    action: &'static str,
+    /// Jobs the filter matched (see `total_exact`).
+    matched: u64,
+    /// Jobs acted on in this request (at most `limit`).
+    processed: u64,
+    succeeded: u64,
+    failed: u64,
+    /// The first 100 failures.
+    errors: Vec<BulkError>,
+    /// Matched but not processed: repeat the request for them.
+    remaining: u64,
+    /// Whether every index entry was examined.
+    total_exact: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documents the action strings
+enum BulkAction {
+    Retry,
+    Cancel,
+    Delete,
+}
+
+/// A job the action did not apply to (it moved since it was listed).
+#[derive(Serialize, ToSchema)]
+struct BulkError {
+    job_id: String,
+    error: String,
 }
 
 /// Runs `op` on every job that matches (up to the limit), each job in its own script, which re-checks
 /// the job's state: a job that moved since it was listed is reported under `errors`, not forced.
-async fn bulk<F, Fut>(st: &AppState, req: BulkReq, action: &str, states: &[&'static str], op: F) -> ApiResult<Response>
+async fn bulk<F, Fut>(
+    st: &AppState,
+    req: BulkReq,
+    action: &'static str,
+    states: &[&'static str],
+    op: F,
+) -> ApiResult<Response>
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = ApiResult<Option<String>>>,
@@ -678,20 +875,24 @@ where
             Some(e) => {
                 failed += 1;
                 if errors.len() < 100 {
-                    errors.push(json!({ "job_id": id, "error": e }));
+                    errors.push(BulkError {
+                        job_id: id.clone(),
+                        error: e,
+                    });
                 }
             }
         }
     }
-    Ok(ok(json!({
-        "action": action,
-        "matched": w.total,
-        "processed": w.ids.len(),
-        "succeeded": succeeded,
-        "failed": failed,
-        "errors": errors,
-        "remaining": w.total.saturating_sub(w.ids.len() as u64),
-        "total_exact": w.exact,
+    let processed = w.ids.len() as u64;
+    Ok(ok(json!(BulkResult {
+        action,
+        matched: w.total,
+        processed,
+        succeeded,
+        failed,
+        errors,
+        remaining: w.total.saturating_sub(processed),
+        total_exact: w.exact,
     })))
 }
 
@@ -702,8 +903,8 @@ where
     path = "/ojs/v1/admin/jobs/bulk/retry",
     tag = "admin",
     summary = "Retry dead-lettered jobs matching `filter` (queue, type); needs `confirm: true`",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request or not confirmed (OJS error)"))
+    request_body = BulkReq,
+    responses((status = 200, description = "OK", body = BulkResult, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request or not confirmed (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
@@ -721,8 +922,8 @@ async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) 
     path = "/ojs/v1/admin/jobs/bulk/cancel",
     tag = "admin",
     summary = "Cancel non-terminal jobs matching `filter` (queue, state, type); needs `confirm: true`",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request or not confirmed (OJS error)"))
+    request_body = BulkReq,
+    responses((status = 200, description = "OK", body = BulkResult, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request or not confirmed (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
@@ -754,8 +955,8 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
     path = "/ojs/v1/admin/jobs/bulk/delete",
     tag = "admin",
     summary = "Delete dead-lettered jobs matching `filter` (queue, type); needs `confirm: true`",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request or not confirmed (OJS error)"))
+    request_body = BulkReq,
+    responses((status = 200, description = "OK", body = BulkResult, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request or not confirmed (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn bulk_delete(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();

@@ -1,15 +1,18 @@
 //! Cron entries: `POST /cron` (register or update), `GET /cron`, `GET|DELETE /cron/{name}`.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use ojs_core::OjsError;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
+use utoipa::ToSchema;
 
-use crate::cron::{check_name, entry_json, parse_registration};
+use crate::cron::{check_name, entry_view, parse_registration, CronEntry, CronRequest};
 use crate::error::ApiResult;
-use crate::respond::{ojs_json, ok, OjsJson};
-use crate::routes::admin::{PageQuery, Params};
+use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
+use crate::routes::admin::{PageQuery, Pagination, Params};
+use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -20,6 +23,19 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_entry, delete_entry))
 }
 
+/// `{"cron": CronEntry}`.
+#[derive(Serialize, ToSchema)]
+struct CronResponse {
+    cron: CronEntry,
+}
+
+/// Cron entries in name order.
+#[derive(Serialize, ToSchema)]
+struct CronList {
+    crons: Vec<CronEntry>,
+    pagination: Pagination,
+}
+
 /// Registers a cron entry, or updates the one with that name (upsert): `{name, expression, timezone?,
 /// overlap_policy?, enabled?, description?, job_template}`. 201 when new, 200 when updated.
 #[utoipa::path(
@@ -27,11 +43,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     path = "/ojs/v1/cron",
     tag = "cron",
     summary = "Register (or update) a cron entry: `{name, expression, timezone?, overlap_policy?, enabled?, job_template}`",
-    request_body = serde_json::Value,
-    responses((status = 201, description = "Created"), (status = 200, description = "Updated"), (status = 400, description = "Invalid request (OJS error)"))
+    request_body = CronRequest,
+    responses((status = 201, description = "Created", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "Updated", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A template this server cannot run (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn register(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
-    let reg = parse_registration(&body, &st.rules)?;
+async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>) -> ApiResult<Response> {
+    let reg = parse_registration(req, &st.rules)?;
     let def = serde_json::to_string(&reg.def).map_err(|e| OjsError::invalid(e.to_string()))?;
     let next = if reg.enabled {
         // Computed on Redis' clock, like every time the server acts on.
@@ -47,7 +63,12 @@ async fn register(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> 
     } else {
         StatusCode::OK
     };
-    Ok(ojs_json(status, json!({ "cron": entry_json(&reg.name, &entry) })))
+    Ok(ojs_json(
+        status,
+        json!(CronResponse {
+            cron: entry_view(&reg.name, &entry)
+        }),
+    ))
 }
 
 #[utoipa::path(
@@ -55,14 +76,17 @@ async fn register(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> 
     path = "/ojs/v1/cron",
     tag = "cron",
     summary = "Cron entries in name order (paginated: page, per_page)",
-    responses((status = 200, description = "OK"))
+    params(PageQuery),
+    responses((status = 200, description = "OK", body = CronList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid query (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     // The same pagination as the admin listings (page/per_page or limit/offset, OJS 400 on bad numbers).
     let p = PageQuery::from_params(&q)?.resolve(100, 1000)?;
     let (total, entries) = st.store.cron_list(p.offset, p.count).await?;
-    let crons: Vec<Value> = entries.iter().map(|(n, f)| entry_json(n, f)).collect();
-    Ok(ok(json!({ "crons": crons, "pagination": PageQuery::json(p, total) })))
+    Ok(ok(json!(CronList {
+        crons: entries.iter().map(|(n, f)| entry_view(n, f)).collect(),
+        pagination: p.of(total),
+    })))
 }
 
 #[utoipa::path(
@@ -71,12 +95,14 @@ async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<
     tag = "cron",
     summary = "One cron entry with next_run_at, last_run_at and run_count",
     params(("name" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_entry(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+async fn get_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -> ApiResult<Response> {
     check_name(&name).map_err(|_| OjsError::not_found("cron entry", &name))?;
     match st.store.cron_get(&name).await? {
-        Some(f) => Ok(ok(json!({ "cron": entry_json(&name, &f) }))),
+        Some(f) => Ok(ok(json!(CronResponse {
+            cron: entry_view(&name, &f)
+        }))),
         None => Err(OjsError::not_found("cron entry", &name).into()),
     }
 }
@@ -87,12 +113,14 @@ async fn get_entry(State(st): State<AppState>, Path(name): Path<String>) -> ApiR
     tag = "cron",
     summary = "Remove a cron entry (jobs it already created stay)",
     params(("name" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "The entry as it was", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_entry(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+async fn delete_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -> ApiResult<Response> {
     check_name(&name).map_err(|_| OjsError::not_found("cron entry", &name))?;
     match st.store.cron_delete(&name).await? {
-        Some(f) => Ok(ok(json!({ "cron": entry_json(&name, &f) }))),
+        Some(f) => Ok(ok(json!(CronResponse {
+            cron: entry_view(&name, &f)
+        }))),
         None => Err(OjsError::not_found("cron entry", &name).into()),
     }
 }

@@ -4,17 +4,20 @@
 //! `/ojs/v1/admin/dead-letter` (ext-dead-letter / ext-admin-api). Both call the same functions here;
 //! only the admin DELETE answers 204 (as that extension asks) where the original answers 200 with a body.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ojs_core::job::job_view;
 use ojs_core::{clock, OjsError};
+use serde::Serialize;
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::ok;
-use crate::routes::admin::{segments, views, walk, JobFilter, PageQuery, Params};
+use crate::respond::{ok, OjsPath, OjsQuery};
+use crate::routes::admin::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
 use crate::routes::path_job_id;
+use crate::schemas::{Job, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -31,6 +34,37 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(admin_retry))
 }
 
+/// Dead-lettered jobs, newest first.
+#[derive(Serialize, ToSchema)]
+struct DeadLetterList {
+    #[schema(value_type = Vec<Job>)]
+    items: Vec<Value>,
+    /// The same as `items`.
+    #[schema(value_type = Vec<Job>)]
+    jobs: Vec<Value>,
+    /// The same as `pagination.total`.
+    total: u64,
+    pagination: Pagination,
+}
+
+/// The dead letter set's size and age.
+#[derive(Serialize, ToSchema)]
+struct DeadLetterStats {
+    total: u64,
+    /// When the oldest entry was dead-lettered.
+    #[schema(format = DateTime)]
+    oldest_at: Option<String>,
+    #[schema(format = DateTime)]
+    newest_at: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Deleted {
+    /// Always true.
+    deleted: bool,
+    job_id: String,
+}
+
 /// Newest first. Without a filter one ZRANGE of the page; with `queue` or `type` the set is walked and
 /// each entry's fields read (see routes/admin.rs for the cost and the cap).
 async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
@@ -43,30 +77,28 @@ async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
     let segs = segments(st, &filter, &["discarded"]).await?;
     let w = walk(st, &segs, &filter, p.offset, p.count).await?;
     let jobs = views(st, &w.ids).await?;
-    let mut pagination = PageQuery::json(p, w.total);
-    pagination["total_exact"] = json!(w.exact);
-    Ok(ok(json!({
-        "items": jobs,
-        "jobs": jobs,
-        "total": w.total,
-        "pagination": pagination,
+    Ok(ok(json!(DeadLetterList {
+        items: jobs.clone(),
+        jobs,
+        total: w.total,
+        pagination: p.of_walk(&w),
     })))
 }
 
 /// Size and age of the set: O(log n).
 async fn stats_impl(st: &AppState) -> ApiResult<Response> {
     let (total, oldest, newest) = st.store.dead_summary().await?;
-    Ok(ok(json!({
-        "total": total,
-        "oldest_at": oldest.map(clock::format_ms),
-        "newest_at": newest.map(clock::format_ms),
+    Ok(ok(json!(DeadLetterStats {
+        total,
+        oldest_at: oldest.map(clock::format_ms),
+        newest_at: newest.map(clock::format_ms),
     })))
 }
 
 async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     let id = path_job_id(id)?;
     match st.store.get_job(id).await? {
-        Some(f) if st.store.is_dead(id).await? => Ok(ok(json!({ "job": job_view(&f) }))),
+        Some(f) if st.store.is_dead(id).await? => Ok(ok(json!(JobResponse::of(job_view(&f))))),
         _ => Err(OjsError::not_found("dead-letter job", id).into()),
     }
 }
@@ -81,15 +113,18 @@ async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
         .get_job(id)
         .await?
         .ok_or_else(|| OjsError::not_found("job", id))?;
-    Ok(ok(json!({ "job": job_view(&f) })))
+    Ok(ok(json!(JobResponse::of(job_view(&f)))))
 }
 
-async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Value> {
+async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Deleted> {
     let id = path_job_id(id)?;
     if !st.store.dead_delete(id).await? {
         return Err(OjsError::not_found("dead-letter job", id).into());
     }
-    Ok(json!({ "deleted": true, "job_id": id }))
+    Ok(Deleted {
+        deleted: true,
+        job_id: id.to_string(),
+    })
 }
 
 #[utoipa::path(
@@ -97,9 +132,10 @@ async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Value> {
     path = "/ojs/v1/dead-letter",
     tag = "dead-letter",
     summary = "Dead-lettered jobs, newest first (page & per_page or limit & offset; queue, type)",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(JobFilter, PageQuery),
+    responses((status = 200, description = "OK", body = DeadLetterList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     list_impl(&st, q).await
 }
 
@@ -108,7 +144,7 @@ async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<
     path = "/ojs/v1/dead-letter/stats",
     tag = "dead-letter",
     summary = "How many jobs are dead-lettered, the oldest and the newest",
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = DeadLetterStats, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
     stats_impl(&st).await
@@ -120,9 +156,9 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
     tag = "dead-letter",
     summary = "One dead-lettered job",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     get_impl(&st, &id).await
 }
 
@@ -132,9 +168,9 @@ async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResul
     tag = "dead-letter",
     summary = "Retry a dead-lettered job with fresh attempts",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     retry_impl(&st, &id).await
 }
 
@@ -144,10 +180,10 @@ async fn retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<
     tag = "dead-letter",
     summary = "Delete a dead-lettered job",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = Deleted, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn remove(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(ok(delete_impl(&st, &id).await?))
+async fn remove(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+    Ok(ok(json!(delete_impl(&st, &id).await?)))
 }
 
 #[utoipa::path(
@@ -155,9 +191,10 @@ async fn remove(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult
     path = "/ojs/v1/admin/dead-letter",
     tag = "dead-letter",
     summary = "Dead-lettered jobs, newest first (same as /ojs/v1/dead-letter)",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(JobFilter, PageQuery),
+    responses((status = 200, description = "OK", body = DeadLetterList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn admin_list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     list_impl(&st, q).await
 }
 
@@ -166,7 +203,7 @@ async fn admin_list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiR
     path = "/ojs/v1/admin/dead-letter/stats",
     tag = "dead-letter",
     summary = "Dead letter statistics (same as /ojs/v1/dead-letter/stats)",
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = DeadLetterStats, content_type = OJS_MEDIA_TYPE))
 )]
 async fn admin_stats(State(st): State<AppState>) -> ApiResult<Response> {
     stats_impl(&st).await
@@ -178,9 +215,9 @@ async fn admin_stats(State(st): State<AppState>) -> ApiResult<Response> {
     tag = "dead-letter",
     summary = "One dead-lettered job (same as /ojs/v1/dead-letter/{id})",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn admin_get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     get_impl(&st, &id).await
 }
 
@@ -190,9 +227,9 @@ async fn admin_get_one(State(st): State<AppState>, Path(id): Path<String>) -> Ap
     tag = "dead-letter",
     summary = "Retry a dead-lettered job (same as /ojs/v1/dead-letter/{id}/retry)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn admin_retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     retry_impl(&st, &id).await
 }
 
@@ -202,9 +239,9 @@ async fn admin_retry(State(st): State<AppState>, Path(id): Path<String>) -> ApiR
     tag = "dead-letter",
     summary = "Delete a dead-lettered job: 204",
     params(("id" = String, Path)),
-    responses((status = 204, description = "Deleted"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 204, description = "Deleted"), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_remove(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn admin_remove(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     delete_impl(&st, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -237,7 +237,7 @@ pub fn stream_router() -> OpenApiRouter<AppState> {
     tag = "events",
     summary = "Live events (Server-Sent Events; Last-Event-ID resumes; the filters of /events, channel included)",
     params(Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_all(
     State(st): State<AppState>,
@@ -253,7 +253,7 @@ async fn stream_all(
     tag = "events",
     summary = "Live events of one queue (SSE)",
     params(("queue" = String, Path), Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_queue(
     State(st): State<AppState>,
@@ -272,7 +272,7 @@ async fn stream_queue(
     tag = "events",
     summary = "Live events of one job (SSE)",
     params(("id" = String, Path), Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not a job id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not a job id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_job(
     State(st): State<AppState>,

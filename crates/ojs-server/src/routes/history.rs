@@ -22,14 +22,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use ojs_core::{clock, names, OjsError};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
-use crate::respond::ok;
-use crate::routes::admin::Params;
+use crate::respond::{ok, OjsQuery};
+use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -48,7 +50,106 @@ pub const MAX_MINUTES: i64 = 180;
 const MAX_QUEUES: usize = 50;
 const MINUTE: i64 = 60_000;
 
-const SERIES: [&str; 6] = ["enqueued", "started", "completed", "failed", "retried", "dead_lettered"];
+/// One value per kind of event counted.
+#[derive(Serialize, ToSchema, Default)]
+struct PerKind<T> {
+    enqueued: T,
+    started: T,
+    completed: T,
+    failed: T,
+    retried: T,
+    dead_lettered: T,
+}
+
+impl<T> PerKind<T> {
+    fn at(&mut self, kind: usize) -> &mut T {
+        match kind {
+            0 => &mut self.enqueued,
+            1 => &mut self.started,
+            2 => &mut self.completed,
+            3 => &mut self.failed,
+            4 => &mut self.retried,
+            _ => &mut self.dead_lettered,
+        }
+    }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct HistoryQuery {
+    /// The window, in minutes (1 to 180, default 60).
+    #[param(minimum = 1, maximum = 180)]
+    minutes: Option<i64>,
+    /// Only this queue's events.
+    queue: Option<String>,
+}
+
+/// Per-minute series over the window (see the module comment for what is exact).
+#[derive(Serialize, ToSchema)]
+struct History {
+    minutes: i64,
+    bucket_seconds: u32,
+    queue: Option<String>,
+    #[schema(format = DateTime)]
+    from: String,
+    #[schema(format = DateTime)]
+    to: String,
+    /// The start of each minute; every series has one value per bucket.
+    buckets: Vec<String>,
+    #[schema(value_type = PerKind<Vec<u64>>)]
+    series: PerKind<Vec<u64>>,
+    /// Event counts over the window per queue, the busiest 50.
+    #[schema(value_type = std::collections::HashMap<String, PerKind<u64>>)]
+    by_queue: serde_json::Map<String, Value>,
+    /// Queues with events in the window (`by_queue` lists at most 50).
+    by_queue_total: usize,
+    /// Ready → started per priority (the job's current priority).
+    #[schema(value_type = std::collections::HashMap<String, WaitSeries>)]
+    wait_by_priority: serde_json::Map<String, Value>,
+    wait: WaitSummary,
+    events_read: usize,
+    max_events: usize,
+    /// The oldest event the stream holds.
+    #[schema(format = DateTime)]
+    stream_begins_at: Option<String>,
+    /// The minutes before this one are missing (not zero) when `truncated`.
+    #[schema(format = DateTime)]
+    complete_from: String,
+    truncated: bool,
+    truncated_reason: Option<String>,
+    #[schema(format = DateTime)]
+    server_time: String,
+}
+
+/// Waits of one priority, per bucket and over the window.
+#[derive(Serialize, ToSchema)]
+struct WaitSeries {
+    count: Vec<u64>,
+    /// `null` for a bucket without starts.
+    mean_ms: Vec<Option<i64>>,
+    max_ms: Vec<i64>,
+    samples: usize,
+    p50_ms: i64,
+    p95_ms: i64,
+    max_window_ms: i64,
+}
+
+/// How the waits were measured.
+#[derive(Serialize, ToSchema)]
+struct WaitSummary {
+    /// Starts in the window.
+    starts: usize,
+    /// Starts whose job was read (the newest, at most `max_reads`).
+    sampled: usize,
+    max_reads: usize,
+    /// Measured from the job's ready event in the stream.
+    from_events: u64,
+    /// Measured from the job's enqueued_at/scheduled_at.
+    from_job: u64,
+    /// Not measured (job gone, or a retry without its ready event).
+    unknown: u64,
+    note: &'static str,
+}
 
 fn entry_ms(id: &str) -> Option<i64> {
     id.split('-').next()?.parse().ok()
@@ -85,18 +186,15 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     path = "/ojs/v1/admin/stats/history",
     tag = "admin",
     summary = "Per-minute started/completed/failed counts and wait time by priority over the last `minutes` (default 60, at most 180), from the event stream; optional `queue`",
-    responses((status = 200, description = "OK"), (status = 400, description = "Invalid request (OJS error)"))
+    params(HistoryQuery),
+    responses((status = 200, description = "OK", body = History, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn history(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
-    let minutes = match q.get("minutes") {
-        None => 60,
-        Some(v) => v
-            .parse::<i64>()
-            .ok()
-            .filter(|m| (1..=MAX_MINUTES).contains(m))
-            .ok_or_else(|| OjsError::invalid(format!("minutes must be from 1 to {MAX_MINUTES}; got {v:?}")))?,
-    };
-    let queue = q.get("queue").filter(|s| !s.is_empty()).cloned();
+async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>) -> ApiResult<Response> {
+    let minutes = q.minutes.unwrap_or(60);
+    if !(1..=MAX_MINUTES).contains(&minutes) {
+        return Err(OjsError::invalid(format!("minutes must be from 1 to {MAX_MINUTES}; got {minutes}")).into());
+    }
+    let queue = q.queue.filter(|s| !s.is_empty());
     if let Some(name) = &queue {
         names::check_queue(name).map_err(|e| OjsError::invalid(format!("queue: {e}")))?;
     }
@@ -122,15 +220,22 @@ async fn history(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResu
     let (complete_from, reason) = match events.first().and_then(|(id, _)| entry_ms(id)) {
         Some(oldest) if hit_count => (
             (oldest / MINUTE + 1) * MINUTE,
-            json!(format!(
+            Some(format!(
                 "more than {MAX_EVENTS} events in the window: only the newest {MAX_EVENTS} were read"
             )),
         ),
-        _ => (start, Value::Null),
+        _ => (start, None),
     };
 
-    let mut series: BTreeMap<&str, Vec<u64>> = SERIES.iter().map(|s| (*s, vec![0u64; n])).collect();
-    let mut by_queue: HashMap<String, [u64; 6]> = HashMap::new();
+    let mut series = PerKind {
+        enqueued: vec![0u64; n],
+        started: vec![0u64; n],
+        completed: vec![0u64; n],
+        failed: vec![0u64; n],
+        retried: vec![0u64; n],
+        dead_lettered: vec![0u64; n],
+    };
+    let mut by_queue: HashMap<String, PerKind<u64>> = HashMap::new();
     let mut ready: HashMap<String, i64> = HashMap::new();
     let mut starts: Vec<Start> = Vec::new();
     for (id, f) in &events {
@@ -183,8 +288,8 @@ async fn history(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResu
             _ => None,
         };
         if let Some(k) = kind {
-            series.get_mut(SERIES[k]).expect("series")[bucket(t)] += 1;
-            by_queue.entry(eq.to_string()).or_default()[k] += 1;
+            series.at(k)[bucket(t)] += 1;
+            *by_queue.entry(eq.to_string()).or_default().at(k) += 1;
         }
     }
 
@@ -239,69 +344,68 @@ async fn history(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResu
         .into_iter()
         .map(|(p, mut a)| {
             a.all.sort_unstable();
-            let mean: Vec<Value> = (0..n)
-                .map(|i| {
-                    if a.count[i] == 0 {
-                        Value::Null
-                    } else {
-                        json!(a.sum[i] / a.count[i] as i64)
-                    }
-                })
+            let mean_ms: Vec<Option<i64>> = (0..n)
+                .map(|i| (a.count[i] > 0).then(|| a.sum[i] / a.count[i] as i64))
                 .collect();
             (
                 p.to_string(),
-                json!({
-                    "count": a.count,
-                    "mean_ms": mean,
-                    "max_ms": a.max,
-                    "samples": a.all.len(),
-                    "p50_ms": percentile(&a.all, 0.5),
-                    "p95_ms": percentile(&a.all, 0.95),
-                    "max_window_ms": a.all.last().copied().unwrap_or(0),
+                json!(WaitSeries {
+                    samples: a.all.len(),
+                    p50_ms: percentile(&a.all, 0.5),
+                    p95_ms: percentile(&a.all, 0.95),
+                    max_window_ms: a.all.last().copied().unwrap_or(0),
+                    count: a.count,
+                    mean_ms,
+                    max_ms: a.max,
                 }),
             )
         })
         .collect();
 
-    let mut queues: Vec<(String, [u64; 6])> = by_queue.into_iter().collect();
-    queues.sort_by(|a, b| b.1.iter().sum::<u64>().cmp(&a.1.iter().sum()).then(a.0.cmp(&b.0)));
+    let mut queues: Vec<(u64, String, PerKind<u64>)> = by_queue
+        .into_iter()
+        .map(|(q, c)| {
+            (
+                c.enqueued + c.started + c.completed + c.failed + c.retried + c.dead_lettered,
+                q,
+                c,
+            )
+        })
+        .collect();
+    queues.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let queues_total = queues.len();
     let by_queue: serde_json::Map<String, Value> = queues
         .into_iter()
         .take(MAX_QUEUES)
-        .map(|(q, c)| {
-            let m: serde_json::Map<String, Value> =
-                SERIES.iter().zip(c).map(|(k, v)| (k.to_string(), json!(v))).collect();
-            (q, Value::Object(m))
-        })
+        .map(|(_, q, c)| (q, json!(c)))
         .collect();
 
-    Ok(ok(json!({
-        "minutes": minutes,
-        "bucket_seconds": 60,
-        "queue": queue,
-        "from": clock::format_ms(start),
-        "to": clock::format_ms(now),
-        "buckets": (0..minutes).map(|i| clock::format_ms(start + i * MINUTE)).collect::<Vec<_>>(),
-        "series": series,
-        "by_queue": by_queue,
-        "by_queue_total": queues_total,
-        "wait_by_priority": wait_by_priority,
-        "wait": {
-            "starts": starts.len(),
-            "sampled": sampled.len(),
-            "max_reads": MAX_WAIT_READS,
-            "from_events": from_events,
-            "from_job": from_job,
-            "unknown": unknown,
-            "note": "ready → started per start: from the job's ready event in the stream, else (first attempts) from its enqueued_at/scheduled_at; priority is the job's current one",
+    Ok(ok(json!(History {
+        minutes,
+        bucket_seconds: 60,
+        queue,
+        from: clock::format_ms(start),
+        to: clock::format_ms(now),
+        buckets: (0..minutes).map(|i| clock::format_ms(start + i * MINUTE)).collect(),
+        series,
+        by_queue,
+        by_queue_total: queues_total,
+        wait_by_priority,
+        wait: WaitSummary {
+            starts: starts.len(),
+            sampled: sampled.len(),
+            max_reads: MAX_WAIT_READS,
+            from_events,
+            from_job,
+            unknown,
+            note: "ready → started per start: from the job's ready event in the stream, else (first attempts) from its enqueued_at/scheduled_at; priority is the job's current one",
         },
-        "events_read": events.len(),
-        "max_events": MAX_EVENTS,
-        "stream_begins_at": stream_from.map(clock::format_ms),
-        "complete_from": clock::format_ms(complete_from),
-        "truncated": complete_from > start,
-        "truncated_reason": reason,
-        "server_time": clock::format_ms(now),
+        events_read: events.len(),
+        max_events: MAX_EVENTS,
+        stream_begins_at: stream_from.map(clock::format_ms),
+        truncated: complete_from > start,
+        complete_from: clock::format_ms(complete_from),
+        truncated_reason: reason,
+        server_time: clock::format_ms(now),
     })))
 }

@@ -295,8 +295,8 @@ pub struct EnqueueOptions {
     priority: Option<i64>,
     #[schema(minimum = 1, nullable = false)]
     timeout_ms: Option<u64>,
-    /// How long a FETCH holds the job before it is taken back (default: the server's).
-    #[schema(minimum = 1, nullable = false)]
+    /// How long a FETCH holds the job before it is taken back (default: the server's; at most ten years).
+    #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
     visibility_timeout_ms: Option<u64>,
     #[schema(nullable = false)]
     delay_ms: Option<u64>,

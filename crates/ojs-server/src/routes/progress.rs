@@ -1,17 +1,19 @@
 //! Job progress (ojs-progress): a worker reports how far an active job got, anyone reads it back.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::progress_view;
 use ojs_core::{clock, OjsError};
 use ojs_store::Transition;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson};
+use crate::respond::{ok, OjsJson, OjsPath};
 use crate::routes::path_job_id;
 use crate::routes::workers::ClaimFields;
+use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -27,19 +29,74 @@ const MAX_MESSAGE: usize = 1024;
 /// Largest `data` object, serialised (the spec recommends 4 KB; this is the hard limit).
 const MAX_DATA: usize = 16 * 1024;
 
-#[derive(Deserialize)]
+/// A progress report: at least one of `progress` (or `percentage`), `message`, `data`. Naming the
+/// claim (`lease_id`, `attempt`, `worker_id`) fences it like an ACK.
+#[derive(Deserialize, ToSchema)]
 struct ProgressReq {
+    /// From 0.0 to 1.0 (clamped).
     #[serde(default)]
+    #[schema(value_type = Option<f64>)]
     progress: Option<Value>,
-    /// 0 to 100, as the JavaScript and Python SDKs send it (`POST /workers/progress`).
+    /// 0 to 100, as the JavaScript and Python SDKs send it (`POST /workers/progress`); not with `progress`.
     #[serde(default)]
+    #[schema(value_type = Option<f64>)]
     percentage: Option<Value>,
     #[serde(default)]
+    #[schema(value_type = Option<String>, max_length = 1024)]
     message: Option<Value>,
+    /// Any JSON object, at most 16 KiB serialised.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     data: Option<Value>,
     #[serde(flatten)]
     claim: ClaimFields,
+}
+
+/// The answer to a progress report.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+enum ProgressAnswer {
+    /// Recorded (the job is active); also extended the lease.
+    Accepted {
+        job_id: String,
+        #[schema(value_type = JobState)]
+        state: &'static str,
+        accepted: bool,
+        /// The progress now (it never goes down within an attempt).
+        progress: Option<f64>,
+        message: Option<String>,
+        #[schema(value_type = Option<Object>)]
+        data: Option<Value>,
+        #[schema(format = DateTime)]
+        updated_at: String,
+        /// The extended lease.
+        #[schema(format = DateTime)]
+        visibility_deadline: Option<String>,
+    },
+    /// Dropped: the job is no longer active (`accepted: false`, ojs-progress §6.1).
+    Dropped {
+        job_id: String,
+        #[schema(value_type = JobState)]
+        state: String,
+        accepted: bool,
+        reason: &'static str,
+    },
+}
+
+/// A job's last progress report; nulls when there is none for the current attempt.
+#[derive(Serialize, ToSchema)]
+struct ProgressView {
+    job_id: String,
+    #[schema(value_type = JobState)]
+    state: Option<String>,
+    #[schema(value_type = Option<f64>)]
+    progress: Value,
+    #[schema(value_type = Option<String>)]
+    message: Value,
+    #[schema(value_type = Option<Object>)]
+    data: Value,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    updated_at: Value,
 }
 
 /// The validated report: (progress clamped to [0, 1], message, data as JSON text).
@@ -108,18 +165,19 @@ fn parse(req: &ProgressReq) -> Result<Report, OjsError> {
     tag = "jobs",
     summary = "Report an active job's progress: `{progress?: 0..1, message?, data?: {}, lease_id?}` (also a heartbeat)",
     params(("id" = String, Path)),
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK (accepted: false when the job is not active)"), (status = 400, description = "Invalid request (OJS error)"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Lease lost (OJS error)"))
+    request_body = ProgressReq,
+    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_progress(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    OjsPath(id): OjsPath<String>,
     OjsJson(req): OjsJson<ProgressReq>,
 ) -> ApiResult<Response> {
     report(&st, &id, req).await
 }
 
-#[derive(Deserialize)]
+/// A progress report naming its job.
+#[derive(Deserialize, ToSchema)]
 struct WorkerProgressReq {
     job_id: String,
     #[serde(flatten)]
@@ -133,8 +191,8 @@ struct WorkerProgressReq {
     path = "/ojs/v1/workers/progress",
     tag = "workers",
     summary = "Report progress as the SDKs do: `{job_id, percentage: 0..100 | progress: 0..1, message?, data?, lease_id?}`",
-    request_body = serde_json::Value,
-    responses((status = 200, description = "OK (accepted: false when the job is not active)"), (status = 400, description = "Invalid request (OJS error)"), (status = 404, description = "Not found (OJS error)"), (status = 409, description = "Lease lost (OJS error)"))
+    request_body = WorkerProgressReq,
+    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn worker_progress(State(st): State<AppState>, OjsJson(req): OjsJson<WorkerProgressReq>) -> ApiResult<Response> {
     report(&st, &req.job_id, req.report).await
@@ -149,21 +207,21 @@ async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response
         .report_progress(id, &claim, progress, message.as_deref(), data.as_deref())
         .await?
     {
-        Transition::Done((now, stored, lease)) => Ok(ok(json!({
-            "job_id": id,
-            "state": "active",
-            "accepted": true,
-            "progress": stored,
-            "message": message,
-            "data": data.as_deref().and_then(|d| serde_json::from_str::<Value>(d).ok()),
-            "updated_at": clock::format_ms(now),
-            "visibility_deadline": lease.map(clock::format_ms),
+        Transition::Done((now, stored, lease)) => Ok(ok(json!(ProgressAnswer::Accepted {
+            job_id: id.to_string(),
+            state: "active",
+            accepted: true,
+            progress: stored,
+            message,
+            data: data.as_deref().and_then(|d| serde_json::from_str::<Value>(d).ok()),
+            updated_at: clock::format_ms(now),
+            visibility_deadline: lease.map(clock::format_ms),
         }))),
-        Transition::WrongState(state) => Ok(ok(json!({
-            "job_id": id,
-            "state": state,
-            "accepted": false,
-            "reason": "progress is recorded only while the job is active",
+        Transition::WrongState(state) => Ok(ok(json!(ProgressAnswer::Dropped {
+            job_id: id.to_string(),
+            state,
+            accepted: false,
+            reason: "progress is recorded only while the job is active",
         }))),
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
         Transition::LeaseLost(state) => Err(OjsError::lease_lost(id, &state, "progress").into()),
@@ -178,9 +236,9 @@ async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response
     tag = "jobs",
     summary = "A job's last progress report (nulls when none)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK"), (status = 404, description = "Not found (OJS error)"))
+    responses((status = 200, description = "OK", body = ProgressView, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_progress(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn get_progress(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     let f = st
         .store
@@ -189,12 +247,12 @@ async fn get_progress(State(st): State<AppState>, Path(id): Path<String>) -> Api
         .ok_or_else(|| OjsError::not_found("job", id))?;
     let (progress, message, data, updated) =
         progress_view(&f).unwrap_or((Value::Null, Value::Null, Value::Null, Value::Null));
-    Ok(ok(json!({
-        "job_id": id,
-        "state": f.get("state"),
-        "progress": progress,
-        "message": message,
-        "data": data,
-        "updated_at": updated,
+    Ok(ok(json!(ProgressView {
+        job_id: id.to_string(),
+        state: f.get("state").cloned(),
+        progress,
+        message,
+        data,
+        updated_at: updated,
     })))
 }

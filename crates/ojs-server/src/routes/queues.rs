@@ -5,14 +5,14 @@ use axum::response::Response;
 use ojs_core::duration::{format_iso8601_ms, parse_iso8601_ms};
 use ojs_core::{names, OjsError};
 use ojs_store::{Backpressure, QueueCounts};
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson, OjsPath};
-use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -40,17 +40,11 @@ struct QueueSummary {
     counts: Counts,
 }
 
-/// A queue's jobs by state.
+/// A queue's jobs by state, and its depth.
 #[derive(Serialize, ToSchema)]
 struct Counts {
-    available: u64,
-    active: u64,
-    /// Scheduled and retryable jobs (they wait in the same index).
-    scheduled: u64,
-    completed: u64,
-    failed: u64,
-    discarded: u64,
-    cancelled: u64,
+    #[serde(flatten)]
+    jobs: JobCounts,
     /// ojs-backpressure: the jobs that count against a depth bound (available + scheduled + retryable).
     depth: u64,
 }
@@ -58,33 +52,30 @@ struct Counts {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)] // documents the status strings
-enum QueueStatus {
+pub(crate) enum QueueStatus {
     Active,
     Paused,
 }
 
-fn counts_json(c: &QueueCounts) -> Value {
-    json!(QueueSummary {
+fn counts(c: &QueueCounts) -> Counts {
+    Counts {
+        jobs: c.into(),
+        depth: c.depth(),
+    }
+}
+
+fn summary(c: &QueueCounts) -> QueueSummary {
+    QueueSummary {
         name: c.name.clone(),
         status: if c.paused { "paused" } else { "active" },
         paused: c.paused,
-        counts: Counts {
-            available: c.available,
-            active: c.active,
-            scheduled: c.scheduled,
-            completed: c.completed,
-            failed: c.failed,
-            discarded: c.discarded,
-            cancelled: c.cancelled,
-            depth: c.depth(),
-        },
-    })
+        counts: counts(c),
+    }
 }
 
 #[derive(Serialize, ToSchema)]
 struct QueueList {
-    #[schema(value_type = Vec<QueueSummary>)]
-    queues: Vec<Value>,
+    queues: Vec<QueueSummary>,
     pagination: Total,
 }
 
@@ -107,7 +98,7 @@ pub(crate) fn queue_name(q: &str) -> Result<(), OjsError> {
 async fn list(State(st): State<AppState>) -> ApiResult<Response> {
     let names = st.store.queue_names().await?;
     let counts = st.store.queue_counts(&names).await?;
-    let queues: Vec<Value> = counts.iter().map(counts_json).collect();
+    let queues: Vec<QueueSummary> = counts.iter().map(summary).collect();
     let total = queues.len();
     Ok(ok(json!(QueueList {
         queues,
@@ -125,18 +116,23 @@ async fn list(State(st): State<AppState>) -> ApiResult<Response> {
 )]
 async fn stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    let c = st.store.queue_counts(std::slice::from_ref(&q)).await?;
-    let c = c
-        .first()
-        .ok_or_else(|| OjsError::new(ojs_core::ErrorCode::Internal, "no counts for the queue"))?;
-    let mut body = stats_json(c, st.config.queue_stats_queue, ojs_core::clock::local_now_ms());
+    let c = &one_queue(&st, &q).await?;
     // ojs-backpressure §10: the depth that counts against the bound, and the bound.
-    body["stats"]["queue"] = json!(q);
-    if let Some(b) = st.store.backpressure(&q).await? {
-        body["stats"]["max_depth"] = json!(b.max_depth);
-        body["stats"]["pressure"] = json!(c.depth() as f64 / b.max_depth.max(1) as f64);
-    }
-    Ok(ok(body))
+    let bound = st.store.backpressure(&q).await?.map(|b| b.max_depth);
+    Ok(ok(json!(QueueStatsResponse {
+        summary: summary(c),
+        stats: QueueStats {
+            counts: counts(c),
+            queue: q,
+            max_depth: bound,
+            pressure: bound.map(|m| c.depth() as f64 / m.max(1) as f64),
+        },
+        queue: match st.config.queue_stats_queue {
+            QueueStatsQueue::Object => QueueField::Counts(summary(c)),
+            QueueStatsQueue::Name => QueueField::Name(c.name.clone()),
+        },
+        computed_at: ojs_core::clock::format_ms(ojs_core::clock::local_now_ms()),
+    })))
 }
 
 /// One queue's stats, in a shape every reader finds its fields in: `queue` (an object with the counts,
@@ -146,7 +142,6 @@ async fn stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiRe
 /// `computed_at` (the HTTP binding's shape: the Python, Go and Rust SDKs). `scheduled` counts the
 /// retryable jobs too (they wait in the same index).
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents stats_json
 struct QueueStatsResponse {
     #[serde(flatten)]
     summary: QueueSummary,
@@ -160,43 +155,24 @@ struct QueueStatsResponse {
 
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)]
 enum QueueField {
     Counts(QueueSummary),
     Name(String),
 }
 
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 struct QueueStats {
-    queue: String,
     #[serde(flatten)]
     counts: Counts,
+    queue: String,
     /// ojs-backpressure §10: the bound, when the queue has one...
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     max_depth: Option<u64>,
     /// ...and depth / bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pressure: Option<f64>,
-}
-
-fn stats_json(c: &QueueCounts, queue_field: QueueStatsQueue, now_ms: i64) -> Value {
-    let counts = counts_json(c);
-    let mut body = counts.clone();
-    let mut stats = counts.clone();
-    if let Some(m) = stats.as_object_mut() {
-        for k in ["name", "status", "paused"] {
-            m.remove(k);
-        }
-    }
-    body["stats"] = stats;
-    body["depth"] = json!(c.depth());
-    body["queue"] = match queue_field {
-        QueueStatsQueue::Object => counts,
-        QueueStatsQueue::Name => json!(c.name),
-    };
-    body["computed_at"] = json!(ojs_core::clock::format_ms(now_ms));
-    body
 }
 
 /// A queue's configuration (ojs-backpressure §6.2).
@@ -226,25 +202,38 @@ enum BackpressureStrategy {
     Block,
 }
 
-/// `PUT …/config`: only `backpressure` can be set here.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents parse_backpressure
+/// `PUT …/config`: only `backpressure` can be set here (ojs-backpressure §6.2).
+#[derive(Deserialize, ToSchema)]
 struct QueueConfigRequest {
     /// `null` (or `max_depth` 0) makes the queue unbounded.
+    #[serde(default)]
     backpressure: Option<BackpressureRequest>,
+    /// Anything else is refused, naming the endpoint that sets it.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    other: Map<String, Value>,
 }
 
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 struct BackpressureRequest {
-    #[schema(nullable = false)]
+    /// 0 (or `null`) makes the queue unbounded.
+    #[serde(default)]
     max_depth: Option<u64>,
-    /// Default `reject`.
-    #[schema(value_type = Option<BackpressureStrategy>, nullable = false)]
+    /// Default `reject`; `drop_oldest` is refused (422).
+    #[serde(default)]
+    #[schema(value_type = Option<BackpressureStrategy>)]
     strategy: Option<String>,
     /// From 0 to 1 (default 0.8).
-    #[schema(minimum = 0, maximum = 1, nullable = false)]
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
     warning_threshold: Option<f64>,
+    /// Bounding by size is not supported: only 0 or `null` (anything else is a 422).
+    #[serde(default)]
+    #[schema(maximum = 0)]
+    max_size_bytes: Option<u64>,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    other: Map<String, Value>,
 }
 
 fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {
@@ -271,65 +260,46 @@ async fn get_config(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> 
     Ok(ok(config_json(&q, st.store.backpressure(&q).await?.as_ref())))
 }
 
-/// `{"backpressure": {"max_depth", "strategy"?, "warning_threshold"?}}` (ojs-backpressure §6.2);
-/// `max_depth` 0 or `"backpressure": null` makes the queue unbounded.
-fn parse_backpressure(body: &Value) -> Result<Option<Backpressure>, OjsError> {
-    let o = body
-        .as_object()
-        .ok_or_else(|| OjsError::invalid("the queue configuration must be a JSON object"))?;
-    if let Some(k) = o.keys().find(|k| *k != "backpressure") {
+/// The bound a `PUT …/config` asks for; `None` when it makes the queue unbounded.
+fn parse_backpressure(req: QueueConfigRequest) -> Result<Option<Backpressure>, OjsError> {
+    if let Some(k) = req.other.keys().next() {
         return Err(OjsError::invalid(format!(
             "{k} cannot be configured here: this endpoint sets backpressure (rate limits: PUT /ojs/v1/admin/queues/{{queue}}/rate-limit, aging: PUT …/priority-aging)"
         )));
     }
-    let bp = match o.get("backpressure") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(bp)) => bp,
-        Some(v) => return Err(OjsError::invalid(format!("backpressure must be an object; got {v}"))),
+    let Some(bp) = req.backpressure else {
+        return Ok(None);
     };
-    for (k, v) in bp {
-        match k.as_str() {
-            "max_depth" | "strategy" | "warning_threshold" => {}
-            "max_size_bytes" if v.as_u64() == Some(0) || v.is_null() => {}
-            "max_size_bytes" => {
-                return Err(OjsError::unprocessable(
-                    "backpressure.max_size_bytes is not supported by this server; bound the queue by max_depth",
-                ))
-            }
-            other => {
-                return Err(OjsError::invalid(format!(
-                    "backpressure.{other} is not a backpressure setting"
-                )))
-            }
-        }
+    if let Some(other) = bp.other.keys().next() {
+        return Err(OjsError::invalid(format!(
+            "backpressure.{other} is not a backpressure setting"
+        )));
     }
-    let max_depth = match bp.get("max_depth") {
-        None | Some(Value::Null) => 0,
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| OjsError::invalid(format!("backpressure.max_depth must be an integer >= 0; got {v}")))?,
-    };
+    if bp.max_size_bytes.is_some_and(|b| b > 0) {
+        return Err(OjsError::unprocessable(
+            "backpressure.max_size_bytes is not supported by this server; bound the queue by max_depth",
+        ));
+    }
     let strategy =
-        match bp.get("strategy") {
-            None | Some(Value::Null) => "reject".to_string(),
-            Some(Value::String(s)) if s == "reject" || s == "block" => s.clone(),
-            Some(Value::String(s)) if s == "drop_oldest" => return Err(OjsError::unprocessable(
+        match bp.strategy.as_deref() {
+            None => "reject".to_string(),
+            Some(s @ ("reject" | "block")) => s.to_string(),
+            Some("drop_oldest") => return Err(OjsError::unprocessable(
                 "backpressure.strategy drop_oldest is not supported (it discards accepted jobs); use reject or block",
             )),
-            Some(v) => {
+            Some(s) => {
                 return Err(OjsError::invalid(format!(
-                    "backpressure.strategy must be \"reject\" or \"block\"; got {v}"
+                    "backpressure.strategy must be \"reject\" or \"block\"; got {s:?}"
                 )))
             }
         };
-    let warning_threshold = match bp.get("warning_threshold") {
-        None | Some(Value::Null) => 0.8,
-        Some(v) => v.as_f64().filter(|w| (0.0..=1.0).contains(w)).ok_or_else(|| {
-            OjsError::invalid(format!(
-                "backpressure.warning_threshold must be a number from 0 to 1; got {v}"
-            ))
-        })?,
-    };
+    let warning_threshold = bp.warning_threshold.unwrap_or(0.8);
+    if !(0.0..=1.0).contains(&warning_threshold) {
+        return Err(OjsError::invalid(format!(
+            "backpressure.warning_threshold must be a number from 0 to 1; got {warning_threshold}"
+        )));
+    }
+    let max_depth = bp.max_depth.unwrap_or(0);
     Ok((max_depth > 0).then_some(Backpressure {
         max_depth,
         strategy,
@@ -349,10 +319,10 @@ fn parse_backpressure(body: &Value) -> Result<Option<Backpressure>, OjsError> {
 async fn put_config(
     State(st): State<AppState>,
     OjsPath(q): OjsPath<String>,
-    OjsJson(body): OjsJson<Value>,
+    OjsJson(req): OjsJson<QueueConfigRequest>,
 ) -> ApiResult<Response> {
     queue_name(&q)?;
-    let bp = parse_backpressure(&body)?;
+    let bp = parse_backpressure(req)?;
     st.store.set_backpressure(&q, bp.as_ref()).await?;
     Ok(ok(config_json(&q, bp.as_ref())))
 }
@@ -495,13 +465,19 @@ const MAX_AGING_SECONDS: u64 = 1 << 20;
 /// `{"queue": …}`: the queue with its counts after the change.
 #[derive(Serialize, ToSchema)]
 struct QueueResponse {
-    #[schema(value_type = QueueSummary)]
-    queue: Value,
+    queue: QueueSummary,
 }
 
-async fn queue_json(st: &AppState, q: &str) -> ApiResult<Value> {
+async fn queue_summary(st: &AppState, q: &str) -> ApiResult<QueueSummary> {
+    Ok(summary(&one_queue(st, q).await?))
+}
+
+/// The counts of the one queue named (every name has counts, zeros for a queue never used).
+pub(crate) async fn one_queue(st: &AppState, q: &str) -> ApiResult<QueueCounts> {
     let c = st.store.queue_counts(&[q.to_string()]).await?;
-    Ok(c.first().map(counts_json).unwrap_or(Value::Null))
+    c.into_iter()
+        .next()
+        .ok_or_else(|| OjsError::new(ojs_core::ErrorCode::Internal, "no counts for the queue").into())
 }
 
 #[utoipa::path(
@@ -516,7 +492,7 @@ async fn pause(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiRe
     queue_name(&q)?;
     st.store.set_paused(&q, true).await?;
     Ok(ok(json!(QueueResponse {
-        queue: queue_json(&st, &q).await?
+        queue: queue_summary(&st, &q).await?
     })))
 }
 
@@ -532,6 +508,6 @@ async fn resume(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiR
     queue_name(&q)?;
     st.store.set_paused(&q, false).await?;
     Ok(ok(json!(QueueResponse {
-        queue: queue_json(&st, &q).await?
+        queue: queue_summary(&st, &q).await?
     })))
 }

@@ -211,7 +211,9 @@ struct RateLimitList {
     pagination: Pagination,
 }
 
+/// Not the admin listings' `Pagination`: this list clamps `per_page` instead of refusing it.
 #[derive(Serialize, ToSchema)]
+#[schema(as = RateLimitPagination)]
 struct Pagination {
     total: u64,
     page: u64,

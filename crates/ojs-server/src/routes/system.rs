@@ -3,9 +3,12 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
+use serde::Serialize;
 use serde_json::json;
+use utoipa::ToSchema;
 
 use crate::respond::{ojs_json, ok};
+use crate::schemas::OJS_MEDIA_TYPE;
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -33,6 +36,69 @@ async fn probe(st: &AppState) -> (bool, f64, Option<String>) {
     (r.is_ok(), started.elapsed().as_secs_f64() * 1000.0, r.err())
 }
 
+/// The job store as a probe saw it.
+#[derive(Serialize, ToSchema)]
+struct Backend {
+    /// Always `redis`.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[schema(value_type = BackendStatus)]
+    status: &'static str,
+    /// Whether Redis answered (health only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    connected: Option<bool>,
+    /// The PING's round trip.
+    latency_ms: f64,
+    /// Why Redis is unreachable.
+    error: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documents the status strings
+enum BackendStatus {
+    Ok,
+    Unhealthy,
+}
+
+impl Backend {
+    /// Pings Redis within [`PROBE_TIMEOUT`].
+    async fn probe(st: &AppState) -> Self {
+        let (up, latency_ms, error) = probe(st).await;
+        Self {
+            kind: "redis",
+            status: if up { "ok" } else { "unhealthy" },
+            connected: None,
+            latency_ms,
+            error,
+        }
+    }
+
+    fn up(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+/// Liveness: `ok`, or `degraded` when Redis does not answer.
+#[derive(Serialize, ToSchema)]
+struct Health {
+    #[schema(value_type = HealthStatus)]
+    status: &'static str,
+    /// The server's version.
+    version: &'static str,
+    uptime_seconds: u64,
+    backend: Backend,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documents the status strings
+enum HealthStatus {
+    Ok,
+    Degraded,
+}
+
 /// 200 when Redis answers, 503 (same shape, `status: "degraded"`) when it does not. `backend.status` is
 /// `ok` or `unhealthy` (the ext-observability vocabulary); `backend.connected` says the same as a bool.
 #[utoipa::path(
@@ -40,30 +106,27 @@ async fn probe(st: &AppState) -> (bool, f64, Option<String>) {
     path = "/ojs/v1/health",
     tag = "system",
     summary = "Liveness and the Redis status (503 when Redis is down)",
-    responses((status = 200, description = "OK"), (status = 503, description = "Redis unavailable (OJS error)"))
+    responses((status = 200, description = "OK", body = Health, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (status: degraded)", body = Health, content_type = OJS_MEDIA_TYPE))
 )]
 async fn health(State(st): State<AppState>) -> Response {
-    let (up, latency_ms, error) = probe(&st).await;
-    let body = json!({
-        "status": if up { "ok" } else { "degraded" },
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_seconds": st.started.elapsed().as_secs(),
-        "backend": {
-            "type": "redis",
-            "status": if up { "ok" } else { "unhealthy" },
-            "connected": up,
-            "latency_ms": latency_ms,
-            "error": error,
-        },
-    });
-    ojs_json(
-        if up {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        },
-        body,
-    )
+    let mut backend = Backend::probe(&st).await;
+    let up = backend.up();
+    backend.connected = Some(up);
+    let body = Health {
+        status: if up { "ok" } else { "degraded" },
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_seconds: st.started.elapsed().as_secs(),
+        backend,
+    };
+    ojs_json(status(up), json!(body))
+}
+
+fn status(up: bool) -> StatusCode {
+    if up {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
 }
 
 /// `/health` at the root, for probes that do not know the OJS prefix (same answer as `/ojs/v1/health`).
@@ -72,10 +135,33 @@ async fn health(State(st): State<AppState>) -> Response {
     path = "/health",
     tag = "system",
     summary = "Same as /ojs/v1/health",
-    responses((status = 200, description = "OK"), (status = 503, description = "Redis unavailable"))
+    responses((status = 200, description = "OK", body = Health, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (status: degraded)", body = Health, content_type = OJS_MEDIA_TYPE))
 )]
 async fn health_root(st: State<AppState>) -> Response {
     health(st).await
+}
+
+/// Readiness: `ready`, or `not_ready` with the reason.
+#[derive(Serialize, ToSchema)]
+struct Readiness {
+    #[schema(value_type = ReadyStatus)]
+    status: &'static str,
+    /// Why not ready: `shutting_down` or `backend_unavailable`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    reason: Option<&'static str>,
+    /// Absent while shutting down (Redis is not probed then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    backend: Option<Backend>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // documents the status strings
+enum ReadyStatus {
+    Ready,
+    NotReady,
 }
 
 /// Readiness for load balancers: 200 `{"status":"ready"}` when this node can serve (Redis answers within
@@ -86,25 +172,25 @@ async fn health_root(st: State<AppState>) -> Response {
     path = "/ojs/v1/ready",
     tag = "system",
     summary = "Readiness: 200 when Redis answers and the node is not shutting down, else 503",
-    responses((status = 200, description = "Ready"), (status = 503, description = "Not ready"))
+    responses((status = 200, description = "Ready", body = Readiness, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Not ready", body = Readiness, content_type = OJS_MEDIA_TYPE))
 )]
 async fn ready(State(st): State<AppState>) -> Response {
-    if *st.shutting_down.borrow() {
-        return ojs_json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "status": "not_ready", "reason": "shutting_down" }),
-        );
-    }
-    let (up, latency_ms, error) = probe(&st).await;
-    let backend = json!({ "type": "redis", "status": if up { "ok" } else { "unhealthy" }, "latency_ms": latency_ms, "error": error });
-    if up {
-        ojs_json(StatusCode::OK, json!({ "status": "ready", "backend": backend }))
+    let r = if *st.shutting_down.borrow() {
+        Readiness {
+            status: "not_ready",
+            reason: Some("shutting_down"),
+            backend: None,
+        }
     } else {
-        ojs_json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "status": "not_ready", "reason": "backend_unavailable", "backend": backend }),
-        )
-    }
+        let backend = Backend::probe(&st).await;
+        let up = backend.up();
+        Readiness {
+            status: if up { "ready" } else { "not_ready" },
+            reason: (!up).then_some("backend_unavailable"),
+            backend: Some(backend),
+        }
+    };
+    ojs_json(status(r.reason.is_none()), json!(r))
 }
 
 /// `/ready` at the root (same answer as `/ojs/v1/ready`).
@@ -113,10 +199,54 @@ async fn ready(State(st): State<AppState>) -> Response {
     path = "/ready",
     tag = "system",
     summary = "Same as /ojs/v1/ready",
-    responses((status = 200, description = "Ready"), (status = 503, description = "Not ready"))
+    responses((status = 200, description = "Ready", body = Readiness, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Not ready", body = Readiness, content_type = OJS_MEDIA_TYPE))
 )]
 async fn ready_root(st: State<AppState>) -> Response {
     ready(st).await
+}
+
+/// What this server implements (`GET /ojs/manifest`).
+#[derive(Serialize, ToSchema)]
+struct Manifest {
+    /// The OJS version.
+    specversion: &'static str,
+    implementation: Implementation,
+    protocols: Vec<&'static str>,
+    backend: &'static str,
+    conformance_level: u8,
+    /// `seed` or `core`.
+    priority_model: &'static str,
+    /// The OJS extensions served.
+    extensions: Vec<&'static str>,
+    capabilities: Capabilities,
+    endpoints: Endpoints,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Capabilities {
+    unique_jobs: UniqueJobs,
+}
+
+/// How unique jobs are enforced (ojs-unique-jobs: `strong` = no two jobs with one key can be
+/// accepted, however many producers race).
+#[derive(Serialize, ToSchema)]
+struct UniqueJobs {
+    strength: &'static str,
+    mechanism: &'static str,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Implementation {
+    name: &'static str,
+    version: &'static str,
+    language: &'static str,
+    homepage: &'static str,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Endpoints {
+    /// The path every OJS route starts with.
+    base: &'static str,
 }
 
 #[utoipa::path(
@@ -124,30 +254,40 @@ async fn ready_root(st: State<AppState>) -> Response {
     path = "/ojs/manifest",
     tag = "system",
     summary = "Capabilities of this server",
-    responses((status = 200, description = "OK"))
+    responses((status = 200, description = "OK", body = Manifest, content_type = OJS_MEDIA_TYPE))
 )]
 async fn manifest(State(st): State<AppState>) -> Response {
-    ok(json!({
-        "specversion": "1.0",
-        "implementation": {
-            "name": "ojs-redis-rs",
-            "version": env!("CARGO_PKG_VERSION"),
-            "language": "rust",
-            "homepage": "https://github.com/openjobspec",
+    ok(json!(Manifest {
+        specversion: "1.0",
+        implementation: Implementation {
+            name: "ojs-redis-rs",
+            version: env!("CARGO_PKG_VERSION"),
+            language: "rust",
+            homepage: "https://github.com/openjobspec",
         },
-        "protocols": ["http"],
-        "backend": "redis",
-        "conformance_level": 2,
-        "priority_model": st.config.priority_model.as_str(),
-        "extensions": ["admin-api", "backpressure", "dead-letter", "events", "graceful-shutdown", "observability", "priority", "progress", "queue-pause", "rate-limiting", "unique-jobs"],
-        "capabilities": {
-            "unique_jobs": {
-                "strength": "strong",
-                "mechanism": "check and write in one Redis Lua script (enqueue-1.lua): a key per uniqueness fingerprint naming its holder, whose state is read in the script; PX for the period",
+        protocols: vec!["http"],
+        backend: "redis",
+        conformance_level: 4,
+        priority_model: st.config.priority_model.as_str(),
+        extensions: vec![
+            "admin-api",
+            "backpressure",
+            "dead-letter",
+            "events",
+            "graceful-shutdown",
+            "observability",
+            "priority",
+            "progress",
+            "queue-pause",
+            "rate-limiting",
+            "unique-jobs",
+        ],
+        capabilities: Capabilities {
+            unique_jobs: UniqueJobs {
+                strength: "strong",
+                mechanism: "check and write in one Redis Lua script (enqueue-1.lua): a key per uniqueness fingerprint naming its holder, whose state is read in the script; PX for the period",
             },
         },
-        "endpoints": {
-            "base": "/ojs/v1",
-        },
+        endpoints: Endpoints { base: "/ojs/v1" },
     }))
 }

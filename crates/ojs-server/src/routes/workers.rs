@@ -69,7 +69,7 @@ struct FetchReq {
     worker_id: Option<String>,
     /// How long the claim holds before the job is taken back (default: the job's, then the server's).
     #[serde(default)]
-    #[schema(minimum = 1, nullable = false)]
+    #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
     visibility_timeout_ms: Option<u64>,
     /// Long-poll: wait up to this long for a job when none is ready (off by default, at most 30 s).
     #[serde(default)]
@@ -158,9 +158,7 @@ impl FetchParams {
                 st.config.max_fetch
             )));
         }
-        if req.visibility_timeout_ms == Some(0) {
-            return Err(OjsError::invalid("visibility_timeout_ms must be at least 1"));
-        }
+        lease_ms(req.visibility_timeout_ms)?;
         let wait = Duration::from_millis(req.wait_ms.unwrap_or(0).min(30_000));
         Ok(Self {
             queues,
@@ -171,6 +169,17 @@ impl FetchParams {
             wait,
         })
     }
+}
+
+/// A request's `visibility_timeout_ms`: from 1 ms to ten years.
+fn lease_ms(ms: Option<u64>) -> Result<Option<u64>, OjsError> {
+    if ms == Some(0) {
+        return Err(OjsError::invalid("visibility_timeout_ms must be at least 1"));
+    }
+    if let Some(ms) = ms {
+        ojs_core::envelope::check_visibility(ms, "visibility_timeout_ms")?;
+    }
+    Ok(ms)
 }
 
 /// Claims jobs, long-polling up to `p.wait` when none is ready.
@@ -642,7 +651,7 @@ pub(crate) struct HeartbeatReq {
     lease_id: Option<Value>,
     /// Extend each named lease to now + this (default: the job's visibility timeout).
     #[serde(default)]
-    #[schema(minimum = 1, nullable = false)]
+    #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
     visibility_timeout_ms: Option<u64>,
 }
 
@@ -669,7 +678,7 @@ enum HeartbeatJobRef {
 }
 
 #[derive(Serialize, ToSchema)]
-struct HeartbeatResponse {
+pub(crate) struct HeartbeatResponse {
     acknowledged: bool,
     worker_id: String,
     /// What the operator asked of this worker: `running`, `quiet` (stop fetching) or `terminate`.
@@ -810,10 +819,7 @@ pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<
     let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
     let reported = reported_state(req.state.as_deref(), &worker)?;
-    if req.visibility_timeout_ms == Some(0) {
-        return Err(OjsError::invalid("visibility_timeout_ms must be at least 1").into());
-    }
-    let extend = req.visibility_timeout_ms;
+    let extend = lease_ms(req.visibility_timeout_ms)?;
     let jobs = req.jobs()?;
     let hb = st.store.heartbeat(&worker, &jobs, extend, reported).await?;
     // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to

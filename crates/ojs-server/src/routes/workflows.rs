@@ -2,7 +2,7 @@
 //! `GET|DELETE /workflows/{id}`. Creating one is one script call (enqueue-1.lua's `workflow` mode);
 //! the script that ends each of its jobs advances it (lua/includes/workflow.lua).
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use ojs_core::workflow::{self, NewWorkflow};
@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::ApiResult;
-use crate::respond::{ojs_json, ok, OjsJson, OjsPath};
-use crate::routes::admin::{PageQuery, Params};
+use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
+use crate::routes::admin::{PageQuery, Pagination, Params};
 use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 
@@ -115,6 +115,51 @@ pub struct WorkflowJob {
 #[schema(value_type = JobState)]
 pub struct JobStateName(String);
 
+/// A workflow definition (ojs-workflows §3–6), as `ojs_core::workflow::parse` reads it.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::workflow::parse, which reads the JSON
+pub struct WorkflowRequest {
+    /// `chain` (ordered `steps`), `group` (parallel `jobs`) or `batch` (parallel `jobs` and `callbacks`).
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(chain|group|batch)$")]
+    kind: String,
+    #[schema(nullable = false, max_length = 255)]
+    name: Option<String>,
+    /// The workflow's id (a UUIDv7); the server mints one when absent.
+    #[schema(nullable = false)]
+    id: Option<String>,
+    /// A chain's steps, run in order (1 to 10,000 job envelopes).
+    #[schema(nullable = false)]
+    steps: Option<Vec<crate::routes::jobs::JobRequest>>,
+    /// A group's or batch's jobs, run in parallel (1 to 10,000 job envelopes).
+    #[schema(nullable = false)]
+    jobs: Option<Vec<crate::routes::jobs::JobRequest>>,
+    /// A batch's callbacks: at least one of them.
+    #[schema(nullable = false)]
+    callbacks: Option<WorkflowCallbacks>,
+    /// Seed priority model: the priority members inherit unless they set their own (core model:
+    /// `options.priority`).
+    #[schema(nullable = false)]
+    priority: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    options: Option<Value>,
+}
+
+/// Jobs a batch enqueues when all of its jobs have ended.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct WorkflowCallbacks {
+    /// Always.
+    #[schema(nullable = false)]
+    on_complete: Option<crate::routes::jobs::JobRequest>,
+    /// When no job failed.
+    #[schema(nullable = false)]
+    on_success: Option<crate::routes::jobs::JobRequest>,
+    /// When a job failed.
+    #[schema(nullable = false)]
+    on_failure: Option<crate::routes::jobs::JobRequest>,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct WorkflowResponse {
     pub workflow: WorkflowView,
@@ -123,8 +168,7 @@ pub struct WorkflowResponse {
 #[derive(Serialize, ToSchema)]
 struct WorkflowList {
     workflows: Vec<WorkflowView>,
-    #[schema(value_type = Object)]
-    pagination: Value,
+    pagination: Pagination,
 }
 
 fn member(m: WorkflowMember) -> WorkflowJob {
@@ -232,7 +276,7 @@ pub async fn store_workflow(st: &AppState, wf: &NewWorkflow) -> ApiResult<(i64, 
     path = "/ojs/v1/workflows",
     tag = "workflows",
     summary = "Create a chain (`steps`), group (`jobs`) or batch (`jobs` + `callbacks`); members without a priority inherit the workflow's",
-    request_body(content = Object, description = "`{type: chain|group|batch, name?, id?, steps|jobs: [job envelope], callbacks?: {on_complete?, on_success?, on_failure?}, priority? (seed) | options.priority (core)}`"),
+    request_body = WorkflowRequest,
     responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn create(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
@@ -309,9 +353,10 @@ async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Api
     path = "/ojs/v1/workflows",
     tag = "workflows",
     summary = "Workflows, newest first (paginated: page, per_page); each without its job list",
+    params(PageQuery),
     responses((status = 200, description = "OK", body = WorkflowList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<Response> {
+async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(50, 500)?;
     let index = st.store.keys().workflows();
     let total = st.store.index_len(&index).await?;
@@ -328,6 +373,6 @@ async fn list(State(st): State<AppState>, Query(q): Query<Params>) -> ApiResult<
         .collect();
     Ok(ok(json!(WorkflowList {
         workflows,
-        pagination: PageQuery::json(p, total),
+        pagination: p.of(total),
     })))
 }
