@@ -2,6 +2,7 @@
 //!
 //!   ojs stats                         queues with their counts
 //!   ojs enqueue email.send --args '["a@example.com"]' --queue default --priority 1
+//!   ojs enqueue report.build --unique type,args --unique-period PT1H --on-conflict ignore
 //!   ojs job <id>                      one job, with its error history
 //!   ojs rate-limits [key]             every key, or one key in detail
 //!   ojs dead-letter list | retry <id> | delete <id>
@@ -43,6 +44,15 @@ enum Cmd {
         /// Seed model: lower runs first, default 2.
         #[arg(long)]
         priority: Option<i64>,
+        /// Make the job unique by these parts (comma-separated: type, args, queue, meta).
+        #[arg(long, value_delimiter = ',')]
+        unique: Vec<String>,
+        /// How long the uniqueness holds (ISO 8601, e.g. PT1H); with --unique.
+        #[arg(long, requires = "unique")]
+        unique_period: Option<String>,
+        /// reject (default), ignore, replace, replace_except_schedule or raise_priority; with --unique.
+        #[arg(long, requires = "unique")]
+        on_conflict: Option<String>,
     },
     /// Show one job.
     Job { id: String },
@@ -155,6 +165,9 @@ async fn main() -> anyhow::Result<()> {
             args,
             queue,
             priority,
+            unique,
+            unique_period,
+            on_conflict,
         } => {
             let args = json_arg("--args", &args)?;
             let mut job = json!({"type": job_type, "args": args});
@@ -163,6 +176,17 @@ async fn main() -> anyhow::Result<()> {
             }
             if let Some(p) = priority {
                 job["priority"] = json!(p);
+            }
+            if !unique.is_empty() {
+                // The server validates the policy (and names what is wrong); the CLI only shapes it.
+                let mut policy = json!({"keys": unique});
+                if let Some(p) = unique_period {
+                    policy["period"] = json!(p);
+                }
+                if let Some(c) = on_conflict {
+                    policy["on_conflict"] = json!(c);
+                }
+                job["options"] = json!({"unique": policy});
             }
             print(&c.enqueue(&job).await?);
         }
