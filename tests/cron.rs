@@ -1,5 +1,6 @@
 //! Cron entries: registration, validation, firing once per tick across pods, overlap policies, missed
-//! ticks. DST arithmetic is unit-tested in ojs-core (cron.rs), where the instants are exact.
+//! ticks, and a year of firings across both daylight-saving transitions (the instants are also unit-tested in
+//! ojs-core cron.rs).
 
 use std::time::{Duration, Instant};
 
@@ -263,4 +264,44 @@ async fn ticks_missed_while_every_pod_was_down_fire_once() {
     );
     assert_eq!(b["cron"]["run_count"], 1);
     s.assert_invariants().await;
+}
+
+/// A year of daily firings in New York across both 2026 transitions, through the schedule the server
+/// fires by (`ojs_core::cron`): 02:30 does not exist on March 8 (no firing that day), 01:30 happens twice
+/// on November 1 (one firing, the first), and every firing is at 02:30 or 01:30 local, EST or EDT as
+/// the date calls for.
+#[test]
+fn a_year_of_new_york_firings_across_daylight_saving() {
+    use ojs_core::cron::Schedule;
+    let ms = |s: &str| ojs_core::clock::parse_ms(s).expect("time");
+    for (expr, wall_hour, skipped_day, repeated_day) in [
+        ("30 2 * * *", 2, Some("2026-03-08"), None),
+        ("30 1 * * *", 1, None, Some("2026-11-01")),
+    ] {
+        let s = Schedule::parse(expr, "America/New_York").expect("schedule");
+        let (mut at, end) = (ms("2026-01-01T00:00:00Z"), ms("2027-01-01T00:00:00Z"));
+        let mut days = Vec::new();
+        while let Some(next) = s.next_after_ms(at).filter(|n| *n < end) {
+            let utc = ojs_core::clock::format_ms(next);
+            // EDT (UTC-4) from March 8 to November 1, else EST (UTC-5).
+            let dst = ("2026-03-08T07".."2026-11-01T06").contains(&utc.as_str());
+            let utc_hour: i64 = utc[11..13].parse().expect("hour");
+            assert_eq!(utc_hour, wall_hour + if dst { 4 } else { 5 }, "{expr}: {utc}");
+            days.push(utc[..10].to_string());
+            at = next;
+        }
+        let unique: std::collections::BTreeSet<_> = days.iter().collect();
+        assert_eq!(unique.len(), days.len(), "{expr}: a day fired twice");
+        match (skipped_day, repeated_day) {
+            (Some(d), _) => {
+                assert_eq!(days.len(), 364, "{expr}");
+                assert!(!days.iter().any(|x| x == d), "{expr} fired on {d}");
+            }
+            (_, Some(d)) => {
+                assert_eq!(days.len(), 365, "{expr}");
+                assert!(days.iter().any(|x| x == d), "{expr} did not fire on {d}");
+            }
+            _ => unreachable!(),
+        }
+    }
 }
