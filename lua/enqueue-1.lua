@@ -51,8 +51,9 @@
 --                                            batch; nothing was written
 --   {'cron_taken'}                           'cron' only: the tick was already fired (by another pod) or
 --                                            the entry changed; nothing was written
---   {'cron_skipped', previous_job_id}        'cron' only, overlap skip: the previous job is still
---                                            active; the tick was claimed (next_run_at advanced) and
+--   {'cron_skipped', previous_job_id}        'cron' only, overlap skip: the previous job has not ended
+--                                            (active, or still waiting to run); the tick was claimed
+--                                            (next_run_at advanced) and
 --                                            cron.skipped emitted, no job written
 --   {'full', queue, depth, bound, strategy}  'all', 'workflow' and 'cron' (a cron tick is claimed even so): the batch would take that queue past its
 --                                            depth bound; no job was written (one
@@ -190,14 +191,17 @@ if cron then
   end
   redis.call('HSET', ck, 'last_run_at', now)
   redis.call('HINCRBY', ck, 'run_count', 1)
+  -- skip: the previous run has not ended (running, or still waiting to run: another run would only pile
+  -- up behind it); cancel_previous: the previous run is running.
   local prev = cur[2]
-  if prev and (cron.overlap == 'skip' or cron.overlap == 'cancel_previous')
-    and redis.call('HGET', P .. 'job:' .. prev, 'state') == 'active' then
-    if cron.overlap == 'skip' then
-      emit(P, 'cron.skipped', prev, ARGV[BASE + 1], ARGV[BASE + 2], now,
-        '{"cron_name":"' .. cron.name .. '","reason":"previous run still active"}')
-      return {'cron_skipped', prev}
-    end
+  local prev_state = prev and redis.call('HGET', P .. 'job:' .. prev, 'state')
+  if cron.overlap == 'skip' and prev_state and prev_state ~= 'completed' and prev_state ~= 'cancelled'
+    and prev_state ~= 'discarded' then
+    emit(P, 'cron.skipped', prev, ARGV[BASE + 1], ARGV[BASE + 2], now, cjson.encode({ cron_name = cron.name,
+      reason = prev_state == 'active' and 'previous run still active' or 'previous run still ' .. prev_state }))
+    return {'cron_skipped', prev}
+  end
+  if cron.overlap == 'cancel_previous' and prev_state == 'active' then
     cancel_job(P, P .. 'job:' .. prev, prev, retention, now)
   end
 end

@@ -227,6 +227,33 @@ async fn overlap_policies_skip_cancel_and_enqueue() {
     s.assert_invariants().await;
 }
 
+/// `skip` also holds while the previous run still waits for a worker: ticks then do not pile up runs
+/// behind it (and the conformance suite's overlap test, whose worker claims the first run only after a
+/// minute, cannot find a second run queued by a tick that came before that claim).
+#[tokio::test]
+async fn skip_holds_while_the_previous_run_still_waits() {
+    let s = TestServer::start().await;
+    let mut e = entry("w.skip", "* * * * * *", "w-skip");
+    e["overlap_policy"] = json!("skip");
+    let (st, b) = s.post("/ojs/v1/cron", e).await;
+    assert_eq!(st, 201, "{b}");
+    // Several ticks pass with nobody fetching: one run waits, the later ticks were skipped.
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    let (_, l) = s.get("/ojs/v1/admin/jobs?queue=w-skip&state=available").await;
+    assert_eq!(
+        l["pagination"]["total"], 1,
+        "one run waits, the ticks after it were skipped: {l}"
+    );
+    let first = drain(&s, "w-skip").await;
+    assert_eq!(first.len(), 1);
+    // Once it has ended, the next tick fires again.
+    let (st, _) = s.post("/ojs/v1/workers/ack", json!({"job_id": first[0]["id"]})).await;
+    assert_eq!(st, 200);
+    assert_eq!(wait_for_jobs(&s, "w-skip", Duration::from_secs(3)).await.len(), 1);
+    s.delete("/ojs/v1/cron/w.skip").await;
+    s.assert_invariants().await;
+}
+
 #[tokio::test]
 async fn ticks_missed_while_every_pod_was_down_fire_once() {
     let s = TestServer::start().await;
