@@ -1688,7 +1688,9 @@ impl Store {
         }
         let mut conn = self.conn().await?;
         let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(key).arg(offset).arg(offset + count - 1);
+        // Ranks past i64::MAX are refused by Redis: clamp them (such a page is empty).
+        let (first, last) = rank_range(offset, count);
+        cmd.arg(key).arg(first).arg(last);
         if rev {
             cmd.arg("REV");
         }
