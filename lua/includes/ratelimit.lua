@@ -116,8 +116,10 @@ local function rl_check(P, key, e, now)
     if allowed > now then strategy, limit, current, wake = 'throttle', e.throttle_limit, 1, allowed end
   end
   if not strategy then return nil end
+  -- PTTL 0: the override expires this very millisecond (Redis expires a key only after its time), so
+  -- the lane must wake now, not when the override's own limits would have let it.
   local ovr_ttl = redis.call('PTTL', base .. ':ovr')
-  if ovr_ttl > 0 and (wake < 0 or now + ovr_ttl < wake) then wake = now + ovr_ttl end
+  if ovr_ttl >= 0 and (wake < 0 or now + ovr_ttl < wake) then wake = now + ovr_ttl end
   return strategy, limit, current, wake
 end
 
