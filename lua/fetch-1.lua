@@ -46,7 +46,9 @@
 --   P..'ready' in the same script that takes its last ready job. Weighted: over any run of sum(weights)
 --   consecutive claims while every listed queue has ready jobs, queue i is chosen exactly weight_i
 --   times (the smooth round-robin sequence is periodic with that period), and a queue with ready jobs
---   and weight > 0 is chosen within sum(weights) claims, so it never starves.
+--   and weight > 0 is chosen within sum(weights) claims, so it never starves. A workflow job's first
+--   claim stamps its workflow's started_at; a workflow job discarded here advances its workflow
+--   (includes/workflow.lua) in this script.
 --   Duplicates (includes/supersede.lua): a popped job with options.dedup whose deduplication info
 --   started in another job after it was created, or with options.root_job whose signature's newest
 --   started root is newer than its own root timestamp, is never handed out: it completes (state

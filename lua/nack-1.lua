@@ -29,7 +29,7 @@
 --   active -> retryable (in P..'scheduled'), discarded (in P..'dead' when on_exhaustion is
 --   dead_letter) or available (requeue or rate_limit_until, in its ready set or lane); the job leaves
 --   P..'active' and gives back its rate-limit slots in the same script; a NACK from a fenced-off claim
---   changes nothing
+--   changes nothing; a workflow job discarded here advances its workflow in this script (includes/fail.lua)
 --@include clock
 --@include emit
 --@include ready

@@ -16,7 +16,8 @@
 --   the last one the job is exhausted (discarded / dead letter) instead, so a job that kills its
 --   workers cannot loop forever; active -> retryable|discarded through the retry policy when its
 --   execution timeout (started_at + timeout_ms) passed; either way its rate-limit slots are given back
---   in the same script. Safe to run from every API pod at once.
+--   in the same script; a workflow job discarded here advances its workflow in this script
+--   (includes/fail.lua). Safe to run from every API pod at once.
 --@include clock
 --@include emit
 --@include ready
