@@ -25,6 +25,33 @@ pub async fn redis_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyho
         .unwrap_or(0))
 }
 
+/// CPU time (user + system) a process has used so far, in microseconds, from `/proc/<pid>/stat`.
+pub fn process_cpu_us(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line; the state (field 3) is index 0 here.
+    let tck = clock_ticks_per_second();
+    Ok((ticks(11) + ticks(12)) * 1e6 / tck)
+}
+
+fn clock_ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The payload the processing scenarios give every job (both peers): ~100 bytes, a realistic size for
+/// the memory-per-queued-job measurement (Redis' compact encodings stop at 64-byte values by default).
+pub const PAYLOAD: &str =
+    "user=48213;order=ord_7f3c2a91e4b5;action=send_receipt;locale=en-US;channel=email;retry_hint=none";
+
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {

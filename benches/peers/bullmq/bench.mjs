@@ -2,13 +2,16 @@
 // {"scenario", "jobs", "seconds", "jobs_per_s", "redis_cpu_us", ...}. Usage:
 //   node bench.mjs <redis-url> <scenario> <jobs>
 // scenarios: add (queue.add, 64 in flight), bulk (addBulk of 1000), process (pre-load jobs with
-// priorities 0..9, then a Worker with concurrency 50 and a no-op processor), latency (500 jobs/s,
+// priorities 0..9 and a ~100-byte payload, then a Worker with concurrency 50 and a no-op processor;
+// process_split is the same run: BullMQ has only one way to process), latency (500 jobs/s,
 // enqueue -> processed p50/p99).
 import { Queue, Worker, QueueEvents } from "bullmq";
 import IORedis from "ioredis";
 
 const [url, scenario, jobsArg] = process.argv.slice(2);
 const jobs = Number(jobsArg);
+// The same ~100-byte payload as ojs_bench::PAYLOAD (benches/src/lib.rs).
+const PAYLOAD = "user=48213;order=ord_7f3c2a91e4b5;action=send_receipt;locale=en-US;channel=email;retry_hint=none";
 const connection = new IORedis(url, { maxRetriesPerRequest: null });
 const probe = new IORedis(url);
 
@@ -53,12 +56,12 @@ if (scenario === "add") {
       await queue.addBulk(Array.from({ length: n }, (_, k) => ({ name: "noop", data: { n: i + k }, opts })));
     }
   });
-} else if (scenario === "process") {
+} else if (scenario === "process" || scenario === "process_split") {
   const m0 = await usedMemory();
   for (let i = 0; i < jobs; i += 1000) {
     const n = Math.min(1000, jobs - i);
     await queue.addBulk(Array.from({ length: n }, (_, k) => ({
-      name: "noop", data: { n: i + k }, opts: { ...opts, priority: 1 + Math.floor(Math.random() * 10) } })));
+      name: "noop", data: { n: i + k, s: PAYLOAD }, opts: { ...opts, priority: 1 + Math.floor(Math.random() * 10) } })));
   }
   const perJob = ((await usedMemory()) - m0) / jobs;
   out = await timed(async () => {

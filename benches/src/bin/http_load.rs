@@ -2,19 +2,26 @@
 //! keep-alive connections, measured against the Redis the server uses. One JSON line per run:
 //!   http_load <server-url> <redis-url> <scenario> <jobs>
 //! scenarios: add (one job per request, 64 in flight), bulk (batches of 1000), process (pre-load jobs
-//! with priorities 0..9, then 50 concurrent workers each fetch one job, then ack it and claim the next
-//! in the same request, as the ojs-client Worker does),
+//! with priorities 0..9 and a ~100-byte payload, then 50 concurrent workers each fetch one job, then ack
+//! it and claim the next in the same request, as the ojs-client Worker does), process_split (the same
+//! jobs, but every worker fetches and acks in separate requests, as every official OJS SDK does),
 //! latency (500 jobs/s; enqueue -> fetched and enqueue -> acked, p50/p99).
+//! With `OJS_BENCH_SERVER_PID` set, the server's own CPU time over the run (from `/proc/<pid>/stat`) is
+//! reported as `server_cpu_us`, with the number of HTTP requests sent as `requests`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ojs_bench::{redis_cpu_us, redis_memory};
+use ojs_bench::{process_cpu_us, redis_cpu_us, redis_memory, PAYLOAD};
 use rand::Rng;
 use serde_json::{json, Value};
 
+/// HTTP requests sent since the measured part of a scenario began.
+static REQUESTS: AtomicUsize = AtomicUsize::new(0);
+
 async fn post(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
+    REQUESTS.fetch_add(1, Ordering::Relaxed);
     let r = http
         .post(url)
         .header("content-type", "application/json")
@@ -39,8 +46,9 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     anyhow::ensure!(
         args.len() == 5,
-        "usage: http_load <server-url> <redis-url> <add|bulk|process|latency> <jobs>"
+        "usage: http_load <server-url> <redis-url> <add|bulk|process|process_split|latency> <jobs>"
     );
+    let server_pid: Option<u32> = std::env::var("OJS_BENCH_SERVER_PID").ok().and_then(|p| p.parse().ok());
     let (base, redis_url, scenario, jobs) = (
         args[1].clone(),
         args[2].clone(),
@@ -55,9 +63,12 @@ async fn main() -> anyhow::Result<()> {
     let mut extra = json!({});
     let c0;
     let t0;
+    let s0;
     match scenario.as_str() {
         "add" => {
             c0 = redis_cpu_us(&mut probe).await?;
+            s0 = server_pid.map(process_cpu_us).transpose()?;
+            REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
             let next = Arc::new(AtomicUsize::new(0));
             let mut tasks = Vec::new();
@@ -76,6 +87,8 @@ async fn main() -> anyhow::Result<()> {
         }
         "bulk" => {
             c0 = redis_cpu_us(&mut probe).await?;
+            s0 = server_pid.map(process_cpu_us).transpose()?;
+            REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
             let url = format!("{base}/ojs/v1/jobs/batch");
             let mut i = 0;
@@ -88,7 +101,8 @@ async fn main() -> anyhow::Result<()> {
                 i += n;
             }
         }
-        "process" => {
+        "process" | "process_split" => {
+            let split = scenario == "process_split";
             let m0 = redis_memory(&mut probe).await?;
             let url = format!("{base}/ojs/v1/jobs/batch");
             let mut i = 0;
@@ -96,7 +110,7 @@ async fn main() -> anyhow::Result<()> {
             while i < jobs {
                 let n = (jobs - i).min(1000);
                 let batch: Vec<Value> = (0..n)
-                    .map(|k| json!({"type": "noop", "args": [i + k], "queue": "bench", "priority": rng.random_range(0..10)}))
+                    .map(|k| json!({"type": "noop", "args": [i + k, PAYLOAD], "queue": "bench", "priority": rng.random_range(0..10)}))
                     .collect();
                 post(&http, &url, &json!({ "jobs": batch })).await?;
                 i += n;
@@ -104,6 +118,8 @@ async fn main() -> anyhow::Result<()> {
             extra["memory_per_queued_job"] =
                 json!((redis_memory(&mut probe).await?.saturating_sub(m0)) as f64 / jobs as f64);
             c0 = redis_cpu_us(&mut probe).await?;
+            s0 = server_pid.map(process_cpu_us).transpose()?;
+            REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
             let done = Arc::new(AtomicUsize::new(0));
             let mut tasks = Vec::new();
@@ -113,12 +129,18 @@ async fn main() -> anyhow::Result<()> {
                     let fetch = format!("{base}/ojs/v1/workers/fetch");
                     let ack = format!("{base}/ojs/v1/workers/ack");
                     let next_req = json!({"queues": ["bench"], "worker_id": format!("w{w}")});
-                    // As the ojs-client Worker does: fetch when idle, then ack each job together with
-                    // the claim of the next one (ack-and-fetch-next), one request per job.
+                    // process: as the ojs-client Worker does, fetch when idle, then ack each job together
+                    // with the claim of the next one (ack-and-fetch-next), one request per job.
+                    // process_split: as the official SDKs do, a FETCH and an ACK request per job.
                     let mut current: Option<String> = None;
                     while done.load(Ordering::Relaxed) < jobs {
                         let got = match current.take() {
                             None => post(&http, &fetch, &next_req).await?,
+                            Some(id) if split => {
+                                post(&http, &ack, &json!({"job_id": id})).await?;
+                                done.fetch_add(1, Ordering::Relaxed);
+                                post(&http, &fetch, &next_req).await?
+                            }
                             Some(id) => {
                                 let r = post(&http, &ack, &json!({"job_id": id, "fetch": next_req})).await?;
                                 done.fetch_add(1, Ordering::Relaxed);
@@ -136,6 +158,8 @@ async fn main() -> anyhow::Result<()> {
         }
         "latency" => {
             c0 = redis_cpu_us(&mut probe).await?;
+            s0 = server_pid.map(process_cpu_us).transpose()?;
+            REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
             let sent: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> = Arc::default();
             let fetched: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
@@ -200,7 +224,11 @@ async fn main() -> anyhow::Result<()> {
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = redis_cpu_us(&mut probe).await? - c0;
     let mut out = json!({"peer": "ojs", "scenario": scenario, "jobs": jobs, "seconds": seconds,
-        "redis_cpu_us": cpu, "jobs_per_s": jobs as f64 / seconds});
+        "redis_cpu_us": cpu, "jobs_per_s": jobs as f64 / seconds,
+        "requests": REQUESTS.load(Ordering::Relaxed)});
+    if let (Some(pid), Some(s0)) = (server_pid, s0) {
+        out["server_cpu_us"] = json!(process_cpu_us(pid)? - s0);
+    }
     if let (Value::Object(o), Value::Object(e)) = (&mut out, extra) {
         o.extend(e);
     }
