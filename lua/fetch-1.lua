@@ -1,39 +1,48 @@
--- fetch-1.lua: claim up to `count` ready jobs for one worker, from several queues, strict or weighted.
+-- fetch-1.lua: the workers' group commit. One call serves many requests of one API node, in order:
+-- each request may acknowledge one active job (ACK) and/or claim up to `count` ready jobs for one worker
+-- (FETCH) from several queues, strict or weighted; an ACK that also claims is ack-and-fetch-next.
 --
 -- KEYS
 --   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:' (see enqueue-1.lua)
---   ARGV[2] worker_id     string recorded on the job ('' when the worker gave none)
---   ARGV[3] count         int    most jobs to claim (>= 1)
---   ARGV[4] visibility_ms int    lease length for jobs that set no visibility_timeout_ms
---   ARGV[5] retention_ms  int    how long an expired (discarded) job's hash is kept; 0 = forever
---   ARGV[6] strategy      'strict': queues in the order given, each drained before the next;
---                         'weighted': smooth weighted round-robin over the queues that have ready jobs
---   ARGV[7] wrr_key       string weighted only: suffix of the hash P..'wrr:'..wrr_key holding the
---                                round-robin state shared by every node for this set of weights
---   ARGV[8] ack_id        string ack-and-fetch-next: acknowledge this active job first, as ack-1.lua
---                                does ('' for a plain fetch); nothing is claimed when the ack is refused
---   ARGV[9] ack_result    string the ack's JSON result, or '' for none
---   ARGV[10] ack_lease    string the claim the ack acts for: lease id, attempt, worker id ('' = not
---   ARGV[11] ack_attempt  string   named; see includes/lease.lua): an ack for a claim the job no longer
---   ARGV[12] ack_worker   string   holds is refused ('lease_lost') and nothing is claimed
---   ARGV[13..] pairs      queue name, weight (weight ignored by strict; > 0 for weighted)
+--   ARGV[2] retention_ms  int    how long an ended (acked, discarded) job's hash is kept; 0 = forever
+--   ARGV[3..] requests, each REQ_FIELDS fields and then its queues:
+--     +0  worker_id     string recorded on claimed jobs ('' when the worker gave none)
+--     +1  count         int    most jobs to claim (0: an ACK that claims nothing)
+--     +2  visibility_ms int    lease length for claimed jobs that set no visibility_timeout_ms
+--     +3  strategy      'strict': queues in the order given, each drained before the next;
+--                       'weighted': smooth weighted round-robin over the queues that have ready jobs
+--     +4  wrr_key       string weighted only: suffix of the hash P..'wrr:'..wrr_key holding the
+--                              round-robin state shared by every node for this set of weights
+--     +5  ack_id        string acknowledge this active job first ('' = no ACK); nothing is claimed
+--                              for this request when the ACK is refused
+--     +6  ack_result    string the ACK's JSON result, or '' for none
+--     +7  ack_lease     string the claim the ACK acts for: lease id, attempt, worker id ('' = not
+--     +8  ack_attempt   string   named; see includes/lease.lua): an ACK for a claim the job no longer
+--     +9  ack_worker    string   holds is refused ('lease_lost')
+--     +10 nqueues       int    how many (queue name, weight) pairs follow (weight ignored by strict;
+--                              > 0 for weighted)
 -- RETURNS
---   {'ok', now_ms, ack, job_1, ..., job_k}   k <= count; job_i is the job hash as a flat field/value
---                                            array (with 'claims', the lease id, and 'lease_ms');
---                                            ack is '' (no ack asked) or ack_job's reply (see
---                                            includes/ack.lua); when that reply is not 'ok', k = 0
--- COST   O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
+--   {'ok', now_ms, reply_1, ..., reply_n}   one reply per request, in order; reply_i is
+--                                            {ack, job_1, ..., job_k}: k <= count; job_i is the job hash
+--                                            as a flat field/value array (with 'claims', the lease id,
+--                                            and 'lease_ms'); ack is '' (no ACK asked) or ack_job's reply
+--                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
+--                                            A refused request changes nothing and does not affect the
+--                                            others.
+-- COST   per request as if it ran alone; the call's fixed costs (one round trip, TIME) are shared.
+--        O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
 --        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
 --        at most MAX_DISCARDS jobs (expired, dropped by on_limit, or completed as superseded) end
---        unclaimed per call: a queue with more stops there and later FETCHes go on; a job with
+--        unclaimed per request: a queue with more stops there and later FETCHes go on; a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
 --        when claimed
 -- CLOCK  Redis TIME
 -- INVARIANTS
---   a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
+--   requests are served one after another exactly as separate calls in that order would be: the group
+--   commit changes what a call costs, not what any request sees; a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
 --   never claim one job; attempt is incremented at claim, and so is 'claims', the lease id, which
 --   nothing ever gives back (includes/lease.lua); the lease length chosen is kept in 'lease_ms' for
 --   heartbeats; a key's limits are its registry policy (the newest job's, see ratelimit.lua) under
@@ -62,34 +71,12 @@
 --@include supersede
 
 local MAX_DISCARDS = 100
+local REQ_FIELDS = 11
 local P = ARGV[1]
-local worker = ARGV[2]
-local want = tonumber(ARGV[3])
-local default_vt = tonumber(ARGV[4])
-local retention = tonumber(ARGV[5])
-local strategy = ARGV[6]
+local retention = tonumber(ARGV[2])
 local now = now_ms()
-local reply = {'ok', now, ''}
-local got = 0
-
-if ARGV[8] ~= '' then
-  local acked = ack_job(P, P .. 'job:' .. ARGV[8], ARGV[8], ARGV[9], retention, now,
-    { lease = ARGV[10], attempt = ARGV[11], worker = ARGV[12] })
-  reply[3] = acked
-  if acked[1] ~= 'ok' then return reply end
-end
-
-local queues, weights = {}, {}
-for i = 13, #ARGV, 2 do
-  queues[#queues + 1] = ARGV[i]
-  weights[#weights + 1] = tonumber(ARGV[i + 1])
-end
--- One SMISMEMBER against the ready-queue index skips every empty queue without touching it.
-local has_ready = redis.call('SMISMEMBER', P .. 'ready', unpack(queues))
-local live = {}
-for i, q in ipairs(queues) do
-  live[i] = has_ready[i] == 1 and redis.call('SISMEMBER', P .. 'paused', q) == 0
-end
+-- The request being served: its worker, lease length and reply (set by serve()).
+local worker, default_vt, reply
 
 -- Queue-level limits (PUT /admin/queues/{q}/rate-limit), checked before taking anything from a queue.
 local qlimits = {}
@@ -109,7 +96,7 @@ local function queue_blocked(queue)
 end
 
 -- end_unclaimed(jk, id, queue, jtype, state, fields, event, data): a popped job ends without being
--- claimed (discarded, or completed as superseded); counts against MAX_DISCARDS.
+-- claimed (discarded, or completed as superseded); counts against MAX_DISCARDS (per request).
 local discards = 0
 local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
   redis.call('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
@@ -231,45 +218,83 @@ local function claim_one(queue)
   end
 end
 
-if strategy == 'weighted' then
-  local sk = P .. 'wrr:' .. ARGV[7]
-  local cw = {}
-  local saved = redis.call('HMGET', sk, unpack(queues))
-  for i = 1, #queues do cw[i] = tonumber(saved[i]) or 0 end
-  while got < want do
-    local total, best = 0, nil
-    for i = 1, #queues do
-      if live[i] then
-        total = total + weights[i]
-        cw[i] = cw[i] + weights[i]
-        if not best or cw[i] > cw[best] then best = i end
-      end
-    end
-    if not best then break end
-    cw[best] = cw[best] - total
-    if claim_one(queues[best]) then
-      got = got + 1
-    else
-      -- The queue ran dry: undo this round as if it had not been eligible, and go again without it.
-      cw[best] = cw[best] + total
+-- serve(a): one request whose fields start at ARGV[a]; returns its reply and the next request's index.
+local function serve(a)
+  worker, default_vt = ARGV[a], tonumber(ARGV[a + 2])
+  local want, strategy, nq = tonumber(ARGV[a + 1]), ARGV[a + 3], tonumber(ARGV[a + 10])
+  local next_a = a + REQ_FIELDS + 2 * nq
+  reply = {''}
+  discards = 0
+  local ack_id = ARGV[a + 5]
+  if ack_id ~= '' then
+    local acked = ack_job(P, P .. 'job:' .. ack_id, ack_id, ARGV[a + 6], retention, now,
+      { lease = ARGV[a + 7], attempt = ARGV[a + 8], worker = ARGV[a + 9] })
+    reply[1] = acked
+    if acked[1] ~= 'ok' then return reply, next_a end
+  end
+  if want < 1 or nq < 1 then return reply, next_a end
+
+  local queues, weights = {}, {}
+  for i = a + REQ_FIELDS, next_a - 1, 2 do
+    queues[#queues + 1] = ARGV[i]
+    weights[#weights + 1] = tonumber(ARGV[i + 1])
+  end
+  -- One SMISMEMBER against the ready-queue index skips every empty queue without touching it.
+  local has_ready = redis.call('SMISMEMBER', P .. 'ready', unpack(queues))
+  local live = {}
+  for i, q in ipairs(queues) do
+    live[i] = has_ready[i] == 1 and redis.call('SISMEMBER', P .. 'paused', q) == 0
+  end
+  local got = 0
+  if strategy == 'weighted' then
+    local sk = P .. 'wrr:' .. ARGV[a + 4]
+    local cw = {}
+    local saved = redis.call('HMGET', sk, unpack(queues))
+    for i = 1, #queues do cw[i] = tonumber(saved[i]) or 0 end
+    while got < want do
+      local total, best = 0, nil
       for i = 1, #queues do
-        if live[i] then cw[i] = cw[i] - weights[i] end
+        if live[i] then
+          total = total + weights[i]
+          cw[i] = cw[i] + weights[i]
+          if not best or cw[i] > cw[best] then best = i end
+        end
       end
-      live[best] = false
+      if not best then break end
+      cw[best] = cw[best] - total
+      if claim_one(queues[best]) then
+        got = got + 1
+      else
+        -- The queue ran dry: undo this round as if it had not been eligible, and go again without it.
+        cw[best] = cw[best] + total
+        for i = 1, #queues do
+          if live[i] then cw[i] = cw[i] - weights[i] end
+        end
+        live[best] = false
+      end
+    end
+    local flat = {}
+    for i = 1, #queues do
+      flat[#flat + 1] = queues[i]
+      flat[#flat + 1] = cw[i]
+    end
+    redis.call('HSET', sk, unpack(flat))
+  else
+    for i, queue in ipairs(queues) do
+      while got < want and live[i] do
+        if claim_one(queue) then got = got + 1 else live[i] = false end
+      end
+      if got >= want then break end
     end
   end
-  local flat = {}
-  for i = 1, #queues do
-    flat[#flat + 1] = queues[i]
-    flat[#flat + 1] = cw[i]
-  end
-  redis.call('HSET', sk, unpack(flat))
-else
-  for i, queue in ipairs(queues) do
-    while got < want and live[i] do
-      if claim_one(queue) then got = got + 1 else live[i] = false end
-    end
-    if got >= want then break end
-  end
+  return reply, next_a
 end
-return reply
+
+local out = {'ok', now}
+local a = 3
+while a <= #ARGV do
+  local r
+  r, a = serve(a)
+  out[#out + 1] = r
+end
+return out

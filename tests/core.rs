@@ -662,6 +662,106 @@ async fn ack_and_fetch_next_claims_in_the_same_call_and_claims_nothing_when_refu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_worker_requests_share_script_calls_yet_each_stands_alone() {
+    let s = std::sync::Arc::new(TestServer::start().await);
+    let q = "group";
+    for i in 0..200 {
+        s.enqueue(json!({"type": "a", "args": [i], "options": {"queue": q}}))
+            .await;
+    }
+    let held = s.fetch(&[q], 100).await;
+    assert_eq!(held.len(), 100);
+    let done_id = held[0]["id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(s.ack(&done_id).await.0, 200);
+    // 149 requests at once: 98 good ACKs, one with a lease id the job never had, one ACK of an already
+    // completed job, one of a job that does not exist, and 48 FETCHes of two jobs each.
+    let mut tasks = Vec::new();
+    for (i, job) in held.iter().enumerate().skip(1) {
+        let s = s.clone();
+        let id = job["id"].as_str().unwrap_or_default().to_string();
+        let body = if i == 1 {
+            json!({"job_id": id, "lease_id": "999999"})
+        } else {
+            json!({"job_id": id, "result": {"i": i}})
+        };
+        tasks.push(tokio::spawn(async move {
+            ("ack", id, s.post("/ojs/v1/workers/ack", body).await)
+        }));
+    }
+    for (label, id) in [("done", done_id.clone()), ("missing", ojs_core::names::new_job_id())] {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            (
+                label,
+                id.clone(),
+                s.post("/ojs/v1/workers/ack", json!({"job_id": id})).await,
+            )
+        }));
+    }
+    for w in 0..48 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"queues": [q], "count": 2, "worker_id": format!("w{w}")});
+            ("fetch", String::new(), s.post("/ojs/v1/workers/fetch", body).await)
+        }));
+    }
+    let (mut acked, mut fetched) = (0, std::collections::HashSet::new());
+    let mut lost_lease = String::new();
+    for t in tasks {
+        let (label, id, (st, b)) = t.await.expect("task");
+        match (label, st) {
+            ("ack", 200) => {
+                assert_eq!(
+                    (b["job_id"].as_str(), b["state"].as_str()),
+                    (Some(id.as_str()), Some("completed"))
+                );
+                acked += 1;
+            }
+            ("ack", 409) => {
+                assert_eq!(b["error"]["code"], "lease_lost", "{b}");
+                lost_lease = id;
+            }
+            ("done", 409) => assert_eq!(b["error"]["code"], "conflict", "{b}"),
+            ("missing", 404) => assert_eq!(b["error"]["code"], "not_found", "{b}"),
+            ("fetch", 200) => {
+                let jobs = b["jobs"].as_array().cloned().unwrap_or_default();
+                assert_eq!(jobs.len(), 2, "{b}");
+                for j in jobs {
+                    assert!(
+                        fetched.insert(j["id"].as_str().unwrap_or_default().to_string()),
+                        "a job claimed twice"
+                    );
+                }
+            }
+            other => panic!("{label} {id} answered {other:?}: {b}"),
+        }
+    }
+    assert_eq!((acked, fetched.len()), (98, 96), "each request got its own outcome");
+    // The refused ACK changed nothing: its job is still active, its lease intact.
+    let (_, j) = s.get(&format!("/ojs/v1/jobs/{lost_lease}")).await;
+    assert_eq!(j["job"]["state"], "active", "{j}");
+    // The requests really shared script calls.
+    let m = s.metrics().await;
+    let metric = |name: &str| -> f64 {
+        m.lines()
+            .find(|l| l.starts_with(name) && l.contains("kind=\"worker\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (calls, requests) = (
+        metric("ojs_coalesced_batch_size_count"),
+        metric("ojs_coalesced_batch_size_sum"),
+    );
+    assert!(requests >= 151.0, "{requests} worker requests counted");
+    assert!(
+        calls < requests,
+        "{calls} script calls for {requests} requests: no request shared a call"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_single_enqueues_are_coalesced_yet_each_stands_alone() {
     let s = std::sync::Arc::new(TestServer::start().await);
     let q = "coal";

@@ -261,15 +261,7 @@ async fn patch_moves_available_and_scheduled_jobs_and_refuses_the_rest() {
         .await;
     assert_eq!(ev["events"][0]["data"]["previous_priority"], 2);
     assert_eq!(ev["events"][0]["data"]["new_priority"], 0);
-    let metrics = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = s.metrics().await;
     assert!(
         metrics.contains("ojs_job_priority_changes_total{queue=\"patch\"}"),
         "{metrics}"

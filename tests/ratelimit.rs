@@ -300,15 +300,7 @@ async fn a_limited_job_never_blocks_a_free_lower_priority_one() {
         .filter(|(t, _, _)| t == "rate_limit.exceeded")
         .count();
     assert_eq!(exceeded, 2, "two blocking episodes");
-    let metrics = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = s.metrics().await;
     for line in [
         "ojs_rate_limit_active{key=\"busy-key\"} 1",
         "ojs_rate_limit_waiting{key=\"busy-key\"} 48",

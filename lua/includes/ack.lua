@@ -1,4 +1,4 @@
--- ack_job(P, jk, id, result, retention_ms, now, want): an active job succeeded (ack-1.lua, and fetch-1.lua
+-- ack_job(P, jk, id, result, retention_ms, now, want): an active job succeeded (fetch-1.lua, for an ACK
 -- when a worker acks its last job and asks for the next one in the same call). Returns the script reply:
 --   {'ok', now_ms, attempt, queue, type} | {'not_found'} | {'state', state} | {'lease_lost', state}
 -- want names the claim the worker acts for (see lease.lua: lease, attempt, worker; '' = not named);

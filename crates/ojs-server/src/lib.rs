@@ -61,7 +61,8 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         shutting_down,
         events: events_hub::channel(),
         wake: wake::ReadyWake::default(),
-        coalescer: Default::default(),
+        enqueues: Default::default(),
+        worker_calls: Default::default(),
     })))
 }
 

@@ -24,15 +24,26 @@ pub struct Inner {
     pub events: tokio::sync::broadcast::Sender<crate::events_hub::Entry>,
     /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
     pub wake: crate::wake::ReadyWake,
-    /// Coalesces this node's concurrent single enqueues into shared script calls (see `coalesce`);
-    /// started on first use, inside the runtime.
-    pub coalescer: std::sync::OnceLock<crate::coalesce::Coalescer>,
+    /// Group commit of this node's concurrent single enqueues (see `coalesce`); started on first use,
+    /// inside the runtime.
+    pub enqueues: std::sync::OnceLock<crate::coalesce::Enqueues>,
+    /// Group commit of this node's concurrent FETCH, ACK and ack-and-fetch-next requests.
+    pub worker_calls: std::sync::OnceLock<crate::coalesce::WorkerCalls>,
 }
 
+/// Most requests one coalesced script call serves.
+const MAX_COALESCED: usize = 256;
+
 impl Inner {
-    pub fn coalescer(&self) -> &crate::coalesce::Coalescer {
-        self.coalescer
-            .get_or_init(|| crate::coalesce::Coalescer::start(Arc::clone(&self.store), self.config.max_batch.min(256)))
+    pub fn enqueues(&self) -> &crate::coalesce::Enqueues {
+        self.enqueues.get_or_init(|| {
+            crate::coalesce::enqueues(Arc::clone(&self.store), self.config.max_batch.min(MAX_COALESCED))
+        })
+    }
+
+    pub fn worker_calls(&self) -> &crate::coalesce::WorkerCalls {
+        self.worker_calls
+            .get_or_init(|| crate::coalesce::worker_calls(Arc::clone(&self.store), MAX_COALESCED))
     }
 }
 

@@ -4,10 +4,12 @@
 //! schema is described in `docs/architecture.md` and versioned in `migrations-notes/`.
 
 pub mod keys;
+mod ops;
 pub mod scripts;
 mod store;
 
 pub use keys::Keys;
+pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use store::*;
 
 /// Version of the key schema this code reads and writes; stored at `<prefix>schema`.

@@ -60,10 +60,9 @@ pub struct StoreConfig {
     pub pool_size: usize,
 }
 
-struct Scripts {
+pub(crate) struct Scripts {
     enqueue: Named,
-    fetch: Named,
-    ack: Named,
+    pub(crate) fetch: Named,
     nack: Named,
     heartbeat: Named,
     cancel: Named,
@@ -84,7 +83,7 @@ struct Scripts {
 }
 
 /// A script and its operation name (the metric label).
-struct Named {
+pub(crate) struct Named {
     name: &'static str,
     script: Script,
 }
@@ -107,9 +106,9 @@ pub struct Store {
     client: redis::Client,
     conns: Vec<OnceCell<ConnectionManager>>,
     next: AtomicUsize,
-    keys: Keys,
-    cfg: StoreConfig,
-    scripts: Scripts,
+    pub(crate) keys: Keys,
+    pub(crate) cfg: StoreConfig,
+    pub(crate) scripts: Scripts,
 }
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
@@ -246,7 +245,7 @@ impl Strategy {
 }
 
 /// The round-robin state is per set of (queue, weight): a short stable hash of it names the key.
-fn wrr_key(queues: &[(String, u32)]) -> String {
+pub(crate) fn wrr_key(queues: &[(String, u32)]) -> String {
     // FNV-1a 64: stable across processes and versions (std's hasher is not).
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (q, w) in queues {
@@ -308,7 +307,7 @@ pub struct ClaimRef {
 
 impl ClaimRef {
     /// The three script arguments: lease id, attempt, worker id ('' = not named).
-    fn args(&self) -> [String; 3] {
+    pub(crate) fn args(&self) -> [String; 3] {
         [
             self.lease_id.clone().unwrap_or_default(),
             self.attempt.map(|a| a.to_string()).unwrap_or_default(),
@@ -441,7 +440,7 @@ impl QueueCounts {
     }
 }
 
-fn val_str(v: &Value) -> String {
+pub(crate) fn val_str(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         Value::SimpleString(s) => s.clone(),
@@ -452,14 +451,14 @@ fn val_str(v: &Value) -> String {
     }
 }
 
-fn val_i64(v: &Value) -> i64 {
+pub(crate) fn val_i64(v: &Value) -> i64 {
     match v {
         Value::Int(i) => *i,
         other => val_str(other).parse().unwrap_or(0),
     }
 }
 
-fn flat_map(v: &Value) -> JobFields {
+pub(crate) fn flat_map(v: &Value) -> JobFields {
     let mut m = HashMap::new();
     if let Value::Array(items) = v {
         for pair in items.chunks(2) {
@@ -481,7 +480,7 @@ fn reply_items(v: Value) -> Result<Vec<Value>> {
 }
 
 /// The i-th item of a reply, or Nil: a short reply must never panic the server.
-fn at(items: &[Value], i: usize) -> &Value {
+pub(crate) fn at(items: &[Value], i: usize) -> &Value {
     items.get(i).unwrap_or(&Value::Nil)
 }
 
@@ -528,7 +527,6 @@ impl Store {
             scripts: Scripts {
                 enqueue: script(scripts::ENQUEUE),
                 fetch: script(scripts::FETCH),
-                ack: script(scripts::ACK),
                 nack: script(scripts::NACK),
                 heartbeat: script(scripts::HEARTBEAT),
                 cancel: script(scripts::CANCEL),
@@ -577,7 +575,7 @@ impl Store {
 
     /// Runs a script by SHA; `redis::Script` loads it and retries on NOSCRIPT, so `SCRIPT FLUSH` or a
     /// Redis restart never breaks the server.
-    async fn run(&self, s: &Named, keys: &[String], args: Vec<String>) -> Result<Vec<Value>> {
+    pub(crate) async fn run(&self, s: &Named, keys: &[String], args: Vec<String>) -> Result<Vec<Value>> {
         let started = std::time::Instant::now();
         let mut conn = self.conn().await?;
         let mut inv = s.script.prepare_invoke();
@@ -740,97 +738,6 @@ impl Store {
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
-    /// Claims up to `count` jobs. `queues` are (name, weight); weights only matter for `Weighted`.
-    pub async fn fetch(
-        &self,
-        queues: &[(String, u32)],
-        strategy: Strategy,
-        worker_id: &str,
-        count: u32,
-        visibility_ms: Option<u64>,
-    ) -> Result<(i64, Vec<Claimed>)> {
-        let (now, _, claimed) = self
-            .fetch_script(None, queues, strategy, worker_id, count, visibility_ms)
-            .await?;
-        Ok((now, claimed))
-    }
-
-    /// Ack-and-fetch-next: acknowledges `ack_id` and, when that succeeds, claims up to `count` jobs, in
-    /// one script (one round trip and one script call per job for a busy worker). Nothing is claimed
-    /// when the ack is refused.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn ack_and_fetch(
-        &self,
-        ack_id: &str,
-        claim: &ClaimRef,
-        result: Option<&str>,
-        queues: &[(String, u32)],
-        strategy: Strategy,
-        worker_id: &str,
-        count: u32,
-        visibility_ms: Option<u64>,
-    ) -> Result<(Transition<Acked>, Vec<Claimed>)> {
-        let (_, acked, claimed) = self
-            .fetch_script(
-                Some((ack_id, claim, result.unwrap_or(""))),
-                queues,
-                strategy,
-                worker_id,
-                count,
-                visibility_ms,
-            )
-            .await?;
-        Ok((acked.unwrap_or(Transition::NotFound), claimed))
-    }
-
-    async fn fetch_script(
-        &self,
-        ack: Option<(&str, &ClaimRef, &str)>,
-        queues: &[(String, u32)],
-        strategy: Strategy,
-        worker_id: &str,
-        count: u32,
-        visibility_ms: Option<u64>,
-    ) -> Result<(i64, Option<Transition<Acked>>, Vec<Claimed>)> {
-        let none = ClaimRef::default();
-        let (ack_id, ack_claim, ack_result) = ack.unwrap_or(("", &none, ""));
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            worker_id.to_string(),
-            count.max(1).to_string(),
-            visibility_ms.unwrap_or(self.cfg.default_visibility_ms).to_string(),
-            self.cfg.retention_ms.to_string(),
-            strategy.as_str().to_string(),
-            match strategy {
-                Strategy::Strict => String::new(),
-                Strategy::Weighted => wrr_key(queues),
-            },
-            ack_id.to_string(),
-            ack_result.to_string(),
-        ];
-        args.extend(ack_claim.args());
-        for (q, w) in queues {
-            args.push(q.clone());
-            args.push(w.to_string());
-        }
-        let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
-        let now = val_i64(at(&items, 1));
-        let acked = match at(&items, 2) {
-            redis::Value::Array(a) => Some(acked(a)),
-            _ => None,
-        };
-        Ok((
-            now,
-            acked,
-            items
-                .get(3..)
-                .unwrap_or_default()
-                .iter()
-                .map(|v| Claimed { fields: flat_map(v) })
-                .collect(),
-        ))
-    }
-
     /// Changes the priority of an available or scheduled job: (previous priority, queue).
     pub async fn set_priority(&self, id: &str, priority: i64, rank: i64) -> Result<Transition<(i64, String)>> {
         let args = vec![
@@ -938,18 +845,6 @@ impl Store {
                 stats: flat_map(&c[3]),
             })
             .collect())
-    }
-
-    pub async fn ack(&self, id: &str, claim: &ClaimRef, result: Option<&str>) -> Result<Transition<Acked>> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            result.unwrap_or("").to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        args.extend(claim.args());
-        let items = self.run(&self.scripts.ack, &[self.keys.job(id)], args).await?;
-        Ok(acked(&items))
     }
 
     /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
@@ -1792,8 +1687,8 @@ fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
     }
 }
 
-/// An ack reply (includes/ack.lua), from ack-1.lua or from fetch-1.lua's ack-and-fetch-next.
-fn acked(items: &[redis::Value]) -> Transition<Acked> {
+/// An ack reply (includes/ack.lua), as fetch-1.lua returns it per request.
+pub(crate) fn acked(items: &[redis::Value]) -> Transition<Acked> {
     transition(items, |i| Acked {
         now_ms: val_i64(at(i, 1)),
         attempt: val_i64(at(i, 2)),

@@ -320,6 +320,12 @@ impl TestServer {
         decode(r).await
     }
 
+    /// The node's Prometheus text (`GET /metrics`).
+    pub async fn metrics(&self) -> String {
+        let r = self.http.get(self.url("/metrics")).send().await.expect("metrics");
+        r.text().await.expect("metrics text")
+    }
+
     /// Enqueues and returns the job id, asserting success.
     pub async fn enqueue(&self, body: Value) -> String {
         let (s, b) = self.post("/ojs/v1/jobs", body).await;

@@ -171,7 +171,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     let block = block_deadline(&headers)?;
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
     let out = loop {
-        let out = st.coalescer().enqueue(job.clone()).await?;
+        let out = st.enqueues().call(job.clone()).await?;
         match (out.state.as_str(), &out.pressure) {
             ("full", Some(p)) => wait_for_room(p, block).await?,
             _ => break out,

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::job_view;
 use ojs_core::{clock, names, OjsError};
-use ojs_store::{ClaimRef, Strategy, Transition};
+use ojs_store::{AckPart, ClaimRef, Strategy, Transition, WorkerRequest};
 
 use crate::config::{Weights, MAX_WEIGHT};
 use serde::{Deserialize, Serialize};
@@ -171,6 +171,20 @@ impl FetchParams {
     }
 }
 
+impl FetchParams {
+    /// The store's request for this FETCH, acknowledging `ack` first when given (ack-and-fetch-next).
+    fn request(&self, ack: Option<AckPart>) -> WorkerRequest {
+        WorkerRequest {
+            ack,
+            queues: self.queues.clone(),
+            strategy: self.strategy,
+            worker_id: self.worker.clone(),
+            count: self.count,
+            visibility_ms: self.visibility_ms,
+        }
+    }
+}
+
 /// A request's `visibility_timeout_ms`: from 1 ms to ten years.
 fn lease_ms(ms: Option<u64>) -> Result<Option<u64>, OjsError> {
     if ms == Some(0) {
@@ -192,10 +206,8 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<Value>> {
         p.queues.iter().map(|(q, _)| st.wake.notifier(q)).collect()
     };
     loop {
-        let (_, claimed) = st
-            .store
-            .fetch(&p.queues, p.strategy, &p.worker, p.count, p.visibility_ms)
-            .await?;
+        let (_, reply) = st.worker_calls().call(p.request(None)).await?;
+        let claimed = reply.claimed;
         let done = !claimed.is_empty() || tokio::time::Instant::now() >= deadline || *shutdown.borrow();
         if done {
             return Ok(claimed_view(&claimed));
@@ -407,24 +419,26 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
     };
     let claim = req.claim.into_ref()?;
     let next = req.fetch.map(|f| FetchParams::new(&st, f)).transpose()?;
-    let (acked, claimed) = match &next {
-        None => (st.store.ack(id, &claim, result.as_deref()).await?, Vec::new()),
-        Some(p) => {
-            st.store
-                .ack_and_fetch(
-                    id,
-                    &claim,
-                    result.as_deref(),
-                    &p.queues,
-                    p.strategy,
-                    &p.worker,
-                    p.count,
-                    p.visibility_ms,
-                )
-                .await?
-        }
+    let ack = AckPart {
+        job_id: id.to_string(),
+        claim,
+        result,
     };
-    match acked {
+    // Concurrent ACKs and FETCHes on this node share one script call (see `coalesce`).
+    let request = match &next {
+        None => WorkerRequest {
+            ack: Some(ack),
+            queues: Vec::new(),
+            strategy: Strategy::Strict,
+            worker_id: String::new(),
+            count: 0,
+            visibility_ms: None,
+        },
+        Some(p) => p.request(Some(ack)),
+    };
+    let (_, reply) = st.worker_calls().call(request).await?;
+    let claimed = reply.claimed;
+    match reply.acked.unwrap_or(Transition::NotFound) {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
             let jobs = match next {

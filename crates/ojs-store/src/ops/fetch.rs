@@ -1,0 +1,170 @@
+//! The typed twin of `lua/fetch-1.lua`: the workers' group commit. One script call serves many
+//! requests, each an ACK, a FETCH, or both (ack-and-fetch-next); see the script's header.
+
+use redis::Value;
+
+use crate::store::{
+    acked, at, flat_map, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
+};
+
+/// The acknowledgement part of a [`WorkerRequest`].
+#[derive(Debug, Clone)]
+pub struct AckPart {
+    pub job_id: String,
+    pub claim: ClaimRef,
+    /// The job's result as JSON text.
+    pub result: Option<String>,
+}
+
+/// One worker request in a group commit: an ACK (`ack` set, `count` 0), a FETCH (`ack` unset), or an
+/// ACK that claims the next jobs in the same step (both).
+#[derive(Debug, Clone)]
+pub struct WorkerRequest {
+    pub ack: Option<AckPart>,
+    /// (name, weight) pairs; weights only matter for [`Strategy::Weighted`].
+    pub queues: Vec<(String, u32)>,
+    pub strategy: Strategy,
+    pub worker_id: String,
+    /// Most jobs to claim; 0 claims nothing.
+    pub count: u32,
+    /// Lease length for claimed jobs that set none (the server's default when `None`).
+    pub visibility_ms: Option<u64>,
+}
+
+/// What one [`WorkerRequest`] got.
+#[derive(Debug)]
+pub struct WorkerReply {
+    /// The ACK's outcome, when the request had one.
+    pub acked: Option<Transition<Acked>>,
+    pub claimed: Vec<Claimed>,
+}
+
+/// Fields per request before its queue pairs (the script's REQ_FIELDS).
+const REQ_FIELDS: usize = 11;
+
+impl WorkerRequest {
+    /// Appends this request's arguments in the order of the script's header.
+    fn push_args(&self, default_visibility_ms: u64, args: &mut Vec<String>) {
+        let none = ClaimRef::default();
+        let (ack_id, claim, result) = match &self.ack {
+            Some(a) => (a.job_id.as_str(), &a.claim, a.result.as_deref().unwrap_or("")),
+            None => ("", &none, ""),
+        };
+        let [lease, attempt, worker] = claim.args();
+        let start = args.len();
+        args.extend([
+            self.worker_id.clone(),
+            self.count.to_string(),
+            self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
+            self.strategy.as_str().to_string(),
+            match self.strategy {
+                Strategy::Strict => String::new(),
+                Strategy::Weighted => wrr_key(&self.queues),
+            },
+            ack_id.to_string(),
+            result.to_string(),
+            lease,
+            attempt,
+            worker,
+            self.queues.len().to_string(),
+        ]);
+        debug_assert_eq!(args.len() - start, REQ_FIELDS);
+        for (q, w) in &self.queues {
+            args.push(q.clone());
+            args.push(w.to_string());
+        }
+    }
+}
+
+impl WorkerReply {
+    fn from_reply(v: &Value, had_ack: bool) -> Self {
+        let items: &[Value] = match v {
+            Value::Array(a) => a,
+            _ => &[],
+        };
+        let acked = match items.first() {
+            Some(Value::Array(a)) if had_ack => Some(acked(a)),
+            _ if had_ack => Some(Transition::NotFound),
+            _ => None,
+        };
+        WorkerReply {
+            acked,
+            claimed: items
+                .get(1..)
+                .unwrap_or_default()
+                .iter()
+                .map(|v| Claimed { fields: flat_map(v) })
+                .collect(),
+        }
+    }
+}
+
+impl Store {
+    /// Serves `requests` in order in one script call (one round trip): each request's outcome is its
+    /// own, exactly as if it had been sent alone. Returns Redis time and one reply per request.
+    pub async fn worker_requests(&self, requests: &[WorkerRequest]) -> Result<(i64, Vec<WorkerReply>)> {
+        let mut args = vec![self.keys.prefix().to_string(), self.cfg.retention_ms.to_string()];
+        for r in requests {
+            r.push_args(self.cfg.default_visibility_ms, &mut args);
+        }
+        let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
+        let now = val_i64(at(&items, 1));
+        let replies = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| WorkerReply::from_reply(at(&items, 2 + i), r.ack.is_some()))
+            .collect();
+        Ok((now, replies))
+    }
+
+    /// One [`WorkerRequest`] alone.
+    pub async fn worker_request(&self, request: WorkerRequest) -> Result<(i64, WorkerReply)> {
+        let (now, mut replies) = self.worker_requests(std::slice::from_ref(&request)).await?;
+        let reply = replies.pop().unwrap_or(WorkerReply {
+            acked: request.ack.as_ref().map(|_| Transition::NotFound),
+            claimed: Vec::new(),
+        });
+        Ok((now, reply))
+    }
+
+    /// Claims up to `count` jobs. `queues` are (name, weight); weights only matter for `Weighted`.
+    pub async fn fetch(
+        &self,
+        queues: &[(String, u32)],
+        strategy: Strategy,
+        worker_id: &str,
+        count: u32,
+        visibility_ms: Option<u64>,
+    ) -> Result<(i64, Vec<Claimed>)> {
+        let (now, reply) = self
+            .worker_request(WorkerRequest {
+                ack: None,
+                queues: queues.to_vec(),
+                strategy,
+                worker_id: worker_id.to_string(),
+                count: count.max(1),
+                visibility_ms,
+            })
+            .await?;
+        Ok((now, reply.claimed))
+    }
+
+    /// An active job succeeded.
+    pub async fn ack(&self, id: &str, claim: &ClaimRef, result: Option<&str>) -> Result<Transition<Acked>> {
+        let (_, reply) = self
+            .worker_request(WorkerRequest {
+                ack: Some(AckPart {
+                    job_id: id.to_string(),
+                    claim: claim.clone(),
+                    result: result.map(str::to_owned),
+                }),
+                queues: Vec::new(),
+                strategy: Strategy::Strict,
+                worker_id: String::new(),
+                count: 0,
+                visibility_ms: None,
+            })
+            .await?;
+        Ok(reply.acked.unwrap_or(Transition::NotFound))
+    }
+}
