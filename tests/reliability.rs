@@ -153,19 +153,29 @@ async fn scheduled_jobs_become_fetchable_within_200ms_of_due() {
 }
 
 #[tokio::test]
-async fn script_flush_does_not_break_the_server() {
+async fn function_flush_does_not_break_the_server() {
     let s = TestServer::start().await;
     s.enqueue(json!({"type": "a", "args": [], "options": {"queue": "flush"}}))
         .await;
     let mut r = s.redis().await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut r)
-        .await
-        .expect("SCRIPT FLUSH");
+    // What a Redis without persistence looks like after a restart: no functions, no scripts.
+    for (cmd, arg) in [("FUNCTION", "FLUSH"), ("SCRIPT", "FLUSH")] {
+        let _: () = redis::cmd(cmd).arg(arg).query_async(&mut r).await.expect("flush");
+    }
     s.enqueue(json!({"type": "a", "args": [], "options": {"queue": "flush"}}))
         .await;
     assert_eq!(s.fetch(&["flush"], 5).await.len(), 2);
+    let libs: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(format!("ojs_{}", ojs_store::scripts::LIBRARY_VERSION))
+        .query_async(&mut r)
+        .await
+        .expect("FUNCTION LIST");
+    assert!(
+        matches!(&libs, redis::Value::Array(a) if a.len() == 1),
+        "the library was loaded again: {libs:?}"
+    );
     s.assert_invariants().await;
 }
 

@@ -1,12 +1,21 @@
-//! The Lua scripts, flattened at build time from `lua/` (see `build.rs`, which also checks each
-//! header against its body). A misspelt script name is a compile error.
+//! The Lua operations, built at compile time from `lua/` into one Redis Functions library ([`LIBRARY`];
+//! see `build.rs`, which also checks each script's header against its body). A misspelt operation
+//! name is a compile error.
 
-/// One flattened script: its operation name (also the metric label), declared key count and source.
+/// One operation of the library: its name (also the metric label), its function's name without the
+/// version suffix, and its declared key count.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptSource {
     pub name: &'static str,
+    pub function: &'static str,
     pub keys: usize,
-    pub source: &'static str,
+}
+
+impl ScriptSource {
+    /// The name to `FCALL`: `<function>_<LIBRARY_VERSION>`.
+    pub fn function_name(&self) -> String {
+        format!("{}_{}", self.function, LIBRARY_VERSION)
+    }
 }
 
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));

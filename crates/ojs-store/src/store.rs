@@ -5,7 +5,7 @@ use ojs_core::job::{NewJob, RetryPolicy};
 use ojs_core::ratelimit::{RateLimitPolicy, Window};
 use ojs_core::workflow::NewWorkflow;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::OnceCell;
 
@@ -82,17 +82,29 @@ pub(crate) struct Scripts {
     workflow_cancel: Named,
 }
 
-/// A script and its operation name (the metric label).
+/// An operation of the function library: its name (the metric label) and the function to `FCALL`.
 pub(crate) struct Named {
     name: &'static str,
-    script: Script,
+    function: String,
 }
 
 fn script(s: ScriptSource) -> Named {
     Named {
         name: s.name,
-        script: Script::new(s.source),
+        function: s.function_name(),
     }
+}
+
+/// Loads this build's function library (`FUNCTION LOAD REPLACE`: loading the same text again is
+/// harmless, so racing nodes need no coordination).
+async fn load_library(conn: &mut ConnectionManager) -> Result<()> {
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(scripts::LIBRARY)
+        .query_async(conn)
+        .await?;
+    Ok(())
 }
 
 /// The store: one async fn per Lua script plus the read-only queries.
@@ -573,19 +585,21 @@ impl Store {
         Ok(cm.clone())
     }
 
-    /// Runs a script by SHA; `redis::Script` loads it and retries on NOSCRIPT, so `SCRIPT FLUSH` or a
-    /// Redis restart never breaks the server.
+    /// Runs an operation with `FCALL`. When Redis does not know the function (a Redis without
+    /// persistence restarted, `FUNCTION FLUSH`, or the first call of a new build) the library is loaded
+    /// and the call made once more, so none of these ever breaks the server.
     pub(crate) async fn run(&self, s: &Named, keys: &[String], args: Vec<String>) -> Result<Vec<Value>> {
         let started = std::time::Instant::now();
         let mut conn = self.conn().await?;
-        let mut inv = s.script.prepare_invoke();
-        for k in keys {
-            inv.key(k);
-        }
-        for a in args {
-            inv.arg(a);
-        }
-        let v: Value = inv.invoke_async(&mut conn).await?;
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&s.function).arg(keys.len()).arg(keys).arg(args);
+        let v: Value = match cmd.query_async(&mut conn).await {
+            Err(e) if e.to_string().contains("Function not found") => {
+                load_library(&mut conn).await?;
+                cmd.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
         metrics::histogram!("ojs_redis_script_duration_seconds", "script" => s.name)
             .record(started.elapsed().as_secs_f64());
         reply_items(v)
