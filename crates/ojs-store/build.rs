@@ -3,7 +3,13 @@
 //! - the file name's key count equals the number of `KEYS[i]` entries the header declares, and the body
 //!   uses no `KEYS[i]` beyond it;
 //! - the header has the sections KEYS, ARGV, RETURNS and INVARIANTS;
-//! - every reply tag the body returns (`return {'tag'`) is declared under RETURNS.
+//! - every reply tag the body returns (`return {'tag'`) is declared under RETURNS;
+//! - where the operation has a typed twin, `src/ops/<op>.rs`, its `ARGV` constant names the header's
+//!   `ARGV[i] <name>` lines in order, and its `RECORD` constant (for scripts that take repeated records,
+//!   header lines `+k <name>`) names the record's fields in order and agrees with the script's
+//!   `local REQ_FIELDS = n`. The twin serialises its arguments through those constants (see
+//!   `ops/mod.rs`), so neither side can change its order alone.
+//!
 //! A mismatch fails the build, so a header cannot drift from its script.
 //!
 //! It also writes the Redis Functions library the server runs (`LIBRARY`): every include once, at the
@@ -50,6 +56,13 @@ fn main() {
         let text = std::fs::read_to_string(path).expect("read script");
         if let Err(e) = check_header(&text, nkeys) {
             problems.push(format!("{stem}.lua: {e}"));
+        }
+        let twin = manifest.join("src/ops").join(format!("{}.rs", op.replace('-', "_")));
+        println!("cargo:rerun-if-changed={}", twin.display());
+        if let Ok(rust) = std::fs::read_to_string(&twin) {
+            if let Err(e) = check_twin(&text, &rust) {
+                problems.push(format!("{stem}.lua vs src/ops/{}.rs: {e}", op.replace('-', "_")));
+            }
         }
         match flatten(&includes_only(&text), &lua_dir.join("includes"), &mut lib_seen) {
             Ok(inc) => lib_includes.push_str(&inc),
@@ -193,4 +206,72 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// The names of a header's `ARGV[i] <name>` lines (in order) and of its record lines `+k <name>`.
+fn header_args(text: &str) -> (Vec<String>, Vec<String>) {
+    let (mut argv, mut record) = (Vec::new(), Vec::new());
+    let mut in_argv = false;
+    for line in header(text) {
+        let body = line.trim_start_matches('-').trim();
+        if ["KEYS", "ARGV", "RETURNS", "INVARIANTS", "COST", "CLOCK"]
+            .iter()
+            .any(|s| body == *s || body.starts_with(&format!("{s} ")))
+        {
+            in_argv = body == "ARGV";
+            continue;
+        }
+        if !in_argv {
+            continue;
+        }
+        let mut words = body.split_whitespace();
+        match words.next() {
+            Some(w) if w.starts_with("ARGV[") && !w.contains("..") => {
+                argv.push(words.next().unwrap_or_default().to_string())
+            }
+            Some(w) if w.starts_with('+') && w[1..].chars().all(|c| c.is_ascii_digit()) && w.len() > 1 => {
+                record.push(words.next().unwrap_or_default().to_string())
+            }
+            _ => {}
+        }
+    }
+    (argv, record)
+}
+
+/// The string literals of `const <name>: &[&str] = &[...];` in a Rust source, if it has one.
+fn rust_const_list(rust: &str, name: &str) -> Option<Vec<String>> {
+    let start = rust.find(&format!("const {name}: &[&str] = &["))?;
+    let rest = &rust[start..];
+    let list = &rest[rest.find("= &[")? + 4..rest.find("];")?];
+    Some(
+        list.split(',')
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    )
+}
+
+fn check_twin(text: &str, rust: &str) -> Result<(), String> {
+    let (argv, record) = header_args(text);
+    let twin_argv = rust_const_list(rust, "ARGV").ok_or("the twin declares no `const ARGV: &[&str]`")?;
+    if twin_argv != argv {
+        return Err(format!("ARGV names differ: header {argv:?}, twin {twin_argv:?}"));
+    }
+    let twin_record = rust_const_list(rust, "RECORD").unwrap_or_default();
+    if twin_record != record {
+        return Err(format!("record fields differ: header {record:?}, twin {twin_record:?}"));
+    }
+    if !record.is_empty() {
+        let declared = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("local REQ_FIELDS = "))
+            .and_then(|n| n.trim().parse::<usize>().ok());
+        if declared != Some(record.len()) {
+            return Err(format!(
+                "the script's `local REQ_FIELDS` is {declared:?}, its header lists {} record fields",
+                record.len()
+            ));
+        }
+    }
+    Ok(())
 }

@@ -3,6 +3,8 @@
 
 use redis::Value;
 
+use super::ArgWriter;
+
 use crate::store::{
     acked, at, flat_map, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
 };
@@ -39,8 +41,24 @@ pub struct WorkerReply {
     pub claimed: Vec<Claimed>,
 }
 
-/// Fields per request before its queue pairs (the script's REQ_FIELDS).
-const REQ_FIELDS: usize = 11;
+/// The script's leading arguments, as its header names them (checked by build.rs).
+const ARGV: &[&str] = &["P", "retention_ms"];
+
+/// The fields of one request, before its queue pairs, as the header names them (checked by build.rs
+/// against the header and the script's REQ_FIELDS).
+const RECORD: &[&str] = &[
+    "worker_id",
+    "count",
+    "visibility_ms",
+    "strategy",
+    "wrr_key",
+    "ack_id",
+    "ack_result",
+    "ack_lease",
+    "ack_attempt",
+    "ack_worker",
+    "nqueues",
+];
 
 impl WorkerRequest {
     /// Appends this request's arguments in the order of the script's header.
@@ -51,24 +69,28 @@ impl WorkerRequest {
             None => ("", &none, ""),
         };
         let [lease, attempt, worker] = claim.args();
-        let start = args.len();
-        args.extend([
-            self.worker_id.clone(),
-            self.count.to_string(),
-            self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
-            self.strategy.as_str().to_string(),
-            match self.strategy {
-                Strategy::Strict => String::new(),
-                Strategy::Weighted => wrr_key(&self.queues),
-            },
-            ack_id.to_string(),
-            result.to_string(),
-            lease,
-            attempt,
-            worker,
-            self.queues.len().to_string(),
-        ]);
-        debug_assert_eq!(args.len() - start, REQ_FIELDS);
+        ArgWriter::new(RECORD, args)
+            .arg("worker_id", self.worker_id.as_str())
+            .arg("count", self.count.to_string())
+            .arg(
+                "visibility_ms",
+                self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
+            )
+            .arg("strategy", self.strategy.as_str())
+            .arg(
+                "wrr_key",
+                match self.strategy {
+                    Strategy::Strict => String::new(),
+                    Strategy::Weighted => wrr_key(&self.queues),
+                },
+            )
+            .arg("ack_id", ack_id)
+            .arg("ack_result", result)
+            .arg("ack_lease", lease)
+            .arg("ack_attempt", attempt)
+            .arg("ack_worker", worker)
+            .arg("nqueues", self.queues.len().to_string())
+            .done();
         for (q, w) in &self.queues {
             args.push(q.clone());
             args.push(w.to_string());
@@ -103,7 +125,11 @@ impl Store {
     /// Serves `requests` in order in one script call (one round trip): each request's outcome is its
     /// own, exactly as if it had been sent alone. Returns Redis time and one reply per request.
     pub async fn worker_requests(&self, requests: &[WorkerRequest]) -> Result<(i64, Vec<WorkerReply>)> {
-        let mut args = vec![self.keys.prefix().to_string(), self.cfg.retention_ms.to_string()];
+        let mut args = Vec::new();
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", self.keys.prefix())
+            .arg("retention_ms", self.cfg.retention_ms.to_string())
+            .done();
         for r in requests {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }
@@ -166,5 +192,37 @@ impl Store {
             })
             .await?;
         Ok(reply.acked.unwrap_or(Transition::NotFound))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_written_in_the_order_the_header_declares() {
+        let r = WorkerRequest {
+            ack: Some(AckPart {
+                job_id: "j".into(),
+                claim: ClaimRef {
+                    lease_id: Some("7".into()),
+                    attempt: Some(2),
+                    worker_id: Some("w".into()),
+                },
+                result: Some("{}".into()),
+            }),
+            queues: vec![("a".into(), 3), ("b".into(), 1)],
+            strategy: Strategy::Weighted,
+            worker_id: "w".into(),
+            count: 5,
+            visibility_ms: None,
+        };
+        let mut args = Vec::new();
+        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
+        r.push_args(30_000, &mut args);
+        assert_eq!(args.len(), RECORD.len() + 4);
+        assert_eq!(&args[..3], ["w", "5", "30000"]);
+        assert_eq!(&args[5..11], ["j", "{}", "7", "2", "w", "2"]);
+        assert_eq!(&args[11..], ["a", "3", "b", "1"]);
     }
 }
