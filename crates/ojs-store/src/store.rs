@@ -470,6 +470,30 @@ pub(crate) fn val_i64(v: &Value) -> i64 {
     }
 }
 
+/// [`val_str`] of an owned value: a bulk string's bytes become the `String` without a copy.
+pub(crate) fn into_str(v: Value) -> String {
+    match v {
+        Value::BulkString(b) => {
+            String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        }
+        Value::SimpleString(s) => s,
+        other => val_str(&other),
+    }
+}
+
+/// [`flat_map`] of an owned reply (the hot path: claimed jobs), moving the strings instead of copying.
+pub(crate) fn into_flat_map(v: Value) -> JobFields {
+    let Value::Array(items) = v else {
+        return HashMap::new();
+    };
+    let mut m = HashMap::with_capacity(items.len() / 2);
+    let mut it = items.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        m.insert(into_str(k), into_str(v));
+    }
+    m
+}
+
 pub(crate) fn flat_map(v: &Value) -> JobFields {
     let mut m = HashMap::new();
     if let Value::Array(items) = v {

@@ -6,7 +6,7 @@ use redis::Value;
 use super::ArgWriter;
 
 use crate::store::{
-    acked, at, flat_map, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
+    acked, at, into_flat_map, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
 };
 
 /// The acknowledgement part of a [`WorkerRequest`].
@@ -99,23 +99,25 @@ impl WorkerRequest {
 }
 
 impl WorkerReply {
-    fn from_reply(v: &Value, had_ack: bool) -> Self {
-        let items: &[Value] = match v {
-            Value::Array(a) => a,
-            _ => &[],
+    fn from_reply(v: Value, had_ack: bool) -> Self {
+        let Value::Array(items) = v else {
+            return WorkerReply {
+                acked: had_ack.then_some(Transition::NotFound),
+                claimed: Vec::new(),
+            };
         };
-        let acked = match items.first() {
-            Some(Value::Array(a)) if had_ack => Some(acked(a)),
+        let mut items = items.into_iter();
+        let acked = match items.next() {
+            Some(Value::Array(a)) if had_ack => Some(acked(&a)),
             _ if had_ack => Some(Transition::NotFound),
             _ => None,
         };
         WorkerReply {
             acked,
             claimed: items
-                .get(1..)
-                .unwrap_or_default()
-                .iter()
-                .map(|v| Claimed { fields: flat_map(v) })
+                .map(|v| Claimed {
+                    fields: into_flat_map(v),
+                })
                 .collect(),
         }
     }
@@ -135,10 +137,10 @@ impl Store {
         }
         let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
         let now = val_i64(at(&items, 1));
+        let mut replies = items.into_iter().skip(2);
         let replies = requests
             .iter()
-            .enumerate()
-            .map(|(i, r)| WorkerReply::from_reply(at(&items, 2 + i), r.ack.is_some()))
+            .map(|r| WorkerReply::from_reply(replies.next().unwrap_or(Value::Nil), r.ack.is_some()))
             .collect();
         Ok((now, replies))
     }
