@@ -2,6 +2,9 @@
 # Side by side with BullMQ on one fresh redis-server: ours (through HTTP) and BullMQ (directly on Redis),
 # alternately (A B A B …), FLUSHALL between runs, then a table of medians and ratios.
 #   benches/compare.sh [rounds=3] [jobs=20000]
+# With OJS_BASELINE_SERVER=<path to another ojs-server binary> (an earlier commit's release build), every
+# scenario also runs against that binary, alternating with this build's, and a second table prints this
+# build against the baseline: what a change bought, measured in one run.
 # Installs what it needs: redis-server (apt), BullMQ (npm, pinned in benches/peers/bullmq).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,15 +21,31 @@ cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null |
 trap cleanup EXIT
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning & rpid=$!
 redis_url="redis://127.0.0.1:$rport"
-OJS_REDIS_URL="$redis_url" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn ./target/release/ojs-server >"$work/server.log" 2>&1 & spid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/ojs/v1/health" >/dev/null && break; sleep 0.1; done
-
+baseline="${OJS_BASELINE_SERVER:-}"
+[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "!! OJS_BASELINE_SERVER=$baseline is not an executable" >&2; exit 2; }
+# start_server <binary>: one server at a time, so an idle one's timers never load Redis during a run.
+start_server() {
+  kill "${spid:-}" 2>/dev/null && wait "$spid" 2>/dev/null || true
+  OJS_REDIS_URL="$redis_url" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn "$1" >>"$work/server.log" 2>&1 & spid=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/ojs/v1/health" >/dev/null && break; sleep 0.1; done
+}
+# run_ours <peer label> <scenario> <jobs>
+run_ours() {
+  redis-cli -p "$rport" FLUSHALL >/dev/null
+  OJS_BENCH_PEER=$1 OJS_BENCH_SERVER_PID=$spid ./target/release/http_load "http://127.0.0.1:$hport" "$redis_url" "$2" "$3" >>"$results"
+}
 results="$work/results.jsonl"
+start_server ./target/release/ojs-server
+
 for round in $(seq "$rounds"); do
   for scenario in add bulk process process_split latency; do
     n=$jobs; [ "$scenario" = latency ] && n=$((jobs / 10))
-    redis-cli -p "$rport" FLUSHALL >/dev/null
-    OJS_BENCH_SERVER_PID=$spid ./target/release/http_load "http://127.0.0.1:$hport" "$redis_url" "$scenario" "$n" >>"$results"
+    run_ours ojs "$scenario" "$n"
+    if [ -n "$baseline" ]; then
+      start_server "$baseline"
+      run_ours ojs-baseline "$scenario" "$n"
+      start_server ./target/release/ojs-server
+    fi
     redis-cli -p "$rport" FLUSHALL >/dev/null
     node benches/peers/bullmq/bench.mjs "$redis_url" "$scenario" "$n" >>"$results"
   done
@@ -57,4 +76,19 @@ for k in ["fetched_p50_ms", "fetched_p99_ms", "acked_p50_ms", "acked_p99_ms"]:
     print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med('bullmq','latency',k):.1f} ms | | | | | |")
 mo, mb = med("ojs", "process", "memory_per_queued_job"), med("bullmq", "process", "memory_per_queued_job")
 print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | |")
+if any(r["peer"] == "ojs-baseline" for r in rows):
+    def server_us(peer, sc):
+        v = [r["server_cpu_us"] / r["requests"] for r in rows
+             if r["peer"] == peer and r["scenario"] == sc and r.get("server_cpu_us") is not None and r.get("requests")]
+        return statistics.median(v) if v else float("nan")
+    print()
+    print("| scenario | this build | baseline | ratio | Redis CPU µs/job this | baseline | ratio | server CPU µs/request this | baseline |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sc in names:
+        o, b = med("ojs", sc, "jobs_per_s"), med("ojs-baseline", sc, "jobs_per_s")
+        jobs = next(r["jobs"] for r in rows if r["scenario"] == sc)
+        oc, bc = med("ojs", sc, "redis_cpu_us") / jobs, med("ojs-baseline", sc, "redis_cpu_us") / jobs
+        print(f"| {names[sc]} | {o:,.0f} jobs/s | {b:,.0f} jobs/s | {o/b:.2f}x | {oc:.1f} | {bc:.1f} | {oc/bc:.2f}x | {server_us('ojs', sc):.1f} | {server_us('ojs-baseline', sc):.1f} |")
+    for k in ["fetched_p99_ms", "acked_p99_ms"]:
+        print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med('ojs-baseline','latency',k):.1f} ms | | | | | | |")
 PY

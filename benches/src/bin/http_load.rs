@@ -7,7 +7,8 @@
 //! jobs, but every worker fetches and acks in separate requests, as every official OJS SDK does),
 //! latency (500 jobs/s; enqueue -> fetched and enqueue -> acked, p50/p99).
 //! With `OJS_BENCH_SERVER_PID` set, the server's own CPU time over the run (from `/proc/<pid>/stat`) is
-//! reported as `server_cpu_us`, with the number of HTTP requests sent as `requests`.
+//! reported as `server_cpu_us`, with the number of HTTP requests sent as `requests`. `OJS_BENCH_PEER`
+//! names the peer in the output line (default `ojs`; compare.sh's baseline runs say `ojs-baseline`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -223,7 +224,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = redis_cpu_us(&mut probe).await? - c0;
-    let mut out = json!({"peer": "ojs", "scenario": scenario, "jobs": jobs, "seconds": seconds,
+    let peer = std::env::var("OJS_BENCH_PEER").unwrap_or_else(|_| "ojs".into());
+    let mut out = json!({"peer": peer, "scenario": scenario, "jobs": jobs, "seconds": seconds,
         "redis_cpu_us": cpu, "jobs_per_s": jobs as f64 / seconds,
         "requests": REQUESTS.load(Ordering::Relaxed)});
     if let (Some(pid), Some(s0)) = (server_pid, s0) {
