@@ -481,19 +481,6 @@ pub(crate) fn into_str(v: Value) -> String {
     }
 }
 
-/// [`flat_map`] of an owned reply (the hot path: claimed jobs), moving the strings instead of copying.
-pub(crate) fn into_flat_map(v: Value) -> JobFields {
-    let Value::Array(items) = v else {
-        return HashMap::new();
-    };
-    let mut m = HashMap::with_capacity(items.len() / 2);
-    let mut it = items.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        m.insert(into_str(k), into_str(v));
-    }
-    m
-}
-
 pub(crate) fn flat_map(v: &Value) -> JobFields {
     let mut m = HashMap::new();
     if let Value::Array(items) = v {

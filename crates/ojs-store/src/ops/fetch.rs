@@ -3,10 +3,12 @@
 
 use redis::Value;
 
+use ojs_core::job::VIEW_FIELDS;
+
 use super::ArgWriter;
 
 use crate::store::{
-    acked, at, into_flat_map, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
+    acked, at, into_str, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
 };
 
 /// The acknowledgement part of a [`WorkerRequest`].
@@ -33,7 +35,7 @@ pub struct WorkerRequest {
     pub visibility_ms: Option<u64>,
 }
 
-/// What one [`WorkerRequest`] got.
+/// What one [`WorkerRequest`] got. Claimed jobs carry the fields of [`VIEW_FIELDS`] only.
 #[derive(Debug)]
 pub struct WorkerReply {
     /// The ACK's outcome, when the request had one.
@@ -42,7 +44,7 @@ pub struct WorkerReply {
 }
 
 /// The script's leading arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "retention_ms"];
+const ARGV: &[&str] = &["P", "retention_ms", "nfields"];
 
 /// The fields of one request, before its queue pairs, as the header names them (checked by build.rs
 /// against the header and the script's REQ_FIELDS).
@@ -98,6 +100,21 @@ impl WorkerRequest {
     }
 }
 
+/// A claimed job as the script returns it: the values of [`VIEW_FIELDS`], in order (nil when absent).
+fn claimed_job(v: Value) -> Claimed {
+    let values = match v {
+        Value::Array(a) => a,
+        _ => Vec::new(),
+    };
+    let fields = VIEW_FIELDS
+        .iter()
+        .zip(values)
+        .filter(|(_, v)| !matches!(v, Value::Nil))
+        .map(|(k, v)| (k.to_string(), into_str(v)))
+        .collect();
+    Claimed { fields }
+}
+
 impl WorkerReply {
     fn from_reply(v: Value, had_ack: bool) -> Self {
         let Value::Array(items) = v else {
@@ -114,11 +131,7 @@ impl WorkerReply {
         };
         WorkerReply {
             acked,
-            claimed: items
-                .map(|v| Claimed {
-                    fields: into_flat_map(v),
-                })
-                .collect(),
+            claimed: items.map(claimed_job).collect(),
         }
     }
 }
@@ -131,7 +144,9 @@ impl Store {
         ArgWriter::new(ARGV, &mut args)
             .arg("P", self.keys.prefix())
             .arg("retention_ms", self.cfg.retention_ms.to_string())
+            .arg("nfields", VIEW_FIELDS.len().to_string())
             .done();
+        args.extend(VIEW_FIELDS.iter().map(|f| f.to_string()));
         for r in requests {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }
