@@ -180,39 +180,35 @@ const SYSTEM_FIELDS: [&str; 14] = [
 /// FETCH's metrics read (`rl_key`): all a claimed job needs to come back with, so FETCH asks Redis for
 /// these alone. A unit test checks that the view of a job read through this list is the view of the
 /// whole hash.
-pub const VIEW_FIELDS: &[&str] = &[
-    "doc",
-    "type",
-    "queue",
-    "state",
-    "priority",
-    "attempt",
-    "retry_delay_ms",
-    "max_attempts",
-    "created_at",
-    "enqueued_at",
-    "scheduled_at",
-    "started_at",
-    "completed_at",
-    "cancelled_at",
-    "discarded_at",
-    "expires_at",
-    "worker_id",
-    "lease_until",
-    "claims",
-    "result",
-    "wf",
-    "parent_results",
-    "error",
-    "errors",
-    "superseded",
-    "progress",
-    "progress_message",
-    "progress_data",
-    "progress_at",
-    "progress_claim",
-    "rl_key",
-];
+pub static VIEW_FIELDS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    let own = [
+        "doc",
+        "type",
+        "queue",
+        "state",
+        "priority",
+        "attempt",
+        "retry_delay_ms",
+        "max_attempts",
+        "expires_at",
+        "worker_id",
+        "lease_until",
+        "claims",
+        "result",
+        "wf",
+        "parent_results",
+        "error",
+        "errors",
+        "superseded",
+        "progress",
+        "progress_message",
+        "progress_data",
+        "progress_at",
+        "progress_claim",
+        "rl_key",
+    ];
+    own.into_iter().chain(TIME_FIELDS).collect()
+});
 
 /// The API view of a stored job hash: the client's envelope plus the system-managed fields.
 pub fn job_view(f: &HashMap<String, String>) -> Value {
