@@ -348,3 +348,31 @@ async fn a_request_over_the_timeout_gets_a_504_in_the_ojs_shape() {
         200
     );
 }
+
+#[tokio::test]
+async fn the_invariant_checker_sees_a_job_missing_from_its_index() {
+    let s = TestServer::start().await;
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "chk"}}))
+        .await;
+    s.assert_invariants().await;
+    // Break one invariant behind the server's back: the available job leaves its ready set.
+    let mut r = s.redis().await;
+    let member: String = redis::cmd("HGET")
+        .arg(s.key(&format!("job:{id}")))
+        .arg("member")
+        .query_async(&mut r)
+        .await
+        .expect("HGET");
+    let _: i64 = redis::cmd("ZREM")
+        .arg(s.key("q:chk:ready"))
+        .arg(&member)
+        .query_async(&mut r)
+        .await
+        .expect("ZREM");
+    let problems = ojs_testkit::check_invariants(&s.redis_url, &s.namespace).await;
+    assert!(
+        problems.iter().any(|p| p.contains(&id)),
+        "the checker missed it: {problems:?}"
+    );
+}

@@ -4,35 +4,147 @@
 
 use std::collections::{HashMap, HashSet};
 
-use redis::AsyncCommands;
+/// Dumps every key of a namespace in one script call, so the checker reads one atomic snapshot: the
+/// server's timers and requests cannot move a job between two reads. Streams are left out.
+const DUMP: &str = r#"
+local out = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
+  local t = redis.call('TYPE', k)['ok']
+  local v = {}
+  if t == 'hash' then v = redis.call('HGETALL', k)
+  elseif t == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+  elseif t == 'set' then v = redis.call('SMEMBERS', k)
+  elseif t == 'list' then v = redis.call('LRANGE', k, 0, -1)
+  elseif t == 'string' then v = {redis.call('GET', k)}
+  end
+  out[#out + 1] = k
+  out[#out + 1] = t
+  out[#out + 1] = v
+end
+return out
+"#;
 
-async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
+/// One namespace's keys as they were at one instant, read like Redis.
+struct Snapshot {
+    keys: HashMap<String, (String, Vec<String>)>,
+}
+
+impl Snapshot {
+    async fn take(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Self {
+        let flat: Vec<redis::Value> = redis::Script::new(DUMP)
+            .arg(prefix)
+            .invoke_async(conn)
             .await
-            .expect("SCAN");
-        out.extend(keys);
-        if next == 0 {
-            return out;
+            .expect("namespace dump");
+        let text = |v: &redis::Value| -> String {
+            match v {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                redis::Value::SimpleString(s) => s.clone(),
+                redis::Value::Int(i) => i.to_string(),
+                _ => String::new(),
+            }
+        };
+        let mut keys = HashMap::new();
+        for c in flat.chunks(3) {
+            if let [k, t, redis::Value::Array(items)] = c {
+                keys.insert(text(k), (text(t), items.iter().map(text).collect()));
+            }
         }
-        cursor = next;
+        Self { keys }
+    }
+
+    fn items(&self, key: impl AsRef<str>) -> &[String] {
+        self.keys
+            .get(key.as_ref())
+            .map(|(_, v)| v.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// The keys matching a glob pattern whose only wildcard is `*` (as SCAN MATCH reads it).
+    fn scan(&self, pattern: impl AsRef<str>) -> Vec<String> {
+        let parts: Vec<&str> = pattern.as_ref().split('*').collect();
+        self.keys.keys().filter(|k| glob(&parts, k)).cloned().collect()
+    }
+
+    fn exists(&self, key: impl AsRef<str>) -> bool {
+        self.keys.contains_key(key.as_ref())
+    }
+
+    fn zset(&self, key: impl AsRef<str>) -> HashMap<String, f64> {
+        self.items(key)
+            .chunks(2)
+            .filter_map(|c| Some((c.first()?.clone(), c.get(1)?.parse().ok()?)))
+            .collect()
+    }
+
+    /// A sorted set's members in score order.
+    fn zrange(&self, key: impl AsRef<str>) -> Vec<String> {
+        self.items(key).chunks(2).filter_map(|c| c.first().cloned()).collect()
+    }
+
+    fn smembers(&self, key: impl AsRef<str>) -> HashSet<String> {
+        self.items(key).iter().cloned().collect()
+    }
+
+    fn hgetall<T: std::str::FromStr>(&self, key: impl AsRef<str>) -> HashMap<String, T> {
+        self.items(key)
+            .chunks(2)
+            .filter_map(|c| Some((c.first()?.clone(), c.get(1)?.parse().ok()?)))
+            .collect()
+    }
+
+    fn hget<T: std::str::FromStr>(&self, key: impl AsRef<str>, field: &str) -> Option<T> {
+        self.items(key)
+            .chunks(2)
+            .find(|c| c.first().map(String::as_str) == Some(field))
+            .and_then(|c| c.get(1)?.parse().ok())
+    }
+
+    fn hexists(&self, key: impl AsRef<str>, field: &str) -> bool {
+        self.items(key)
+            .chunks(2)
+            .any(|c| c.first().map(String::as_str) == Some(field))
+    }
+
+    fn hlen(&self, key: impl AsRef<str>) -> i64 {
+        (self.items(key).len() / 2) as i64
+    }
+
+    fn llen(&self, key: impl AsRef<str>) -> i64 {
+        self.items(key).len() as i64
+    }
+
+    fn get(&self, key: impl AsRef<str>) -> Option<String> {
+        match self.keys.get(key.as_ref()) {
+            Some((t, v)) if t == "string" => v.first().cloned(),
+            _ => None,
+        }
     }
 }
 
-async fn zset(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, f64> {
-    let v: Vec<(String, f64)> = conn.zrange_withscores(key, 0, -1).await.expect("ZRANGE");
-    v.into_iter().collect()
+/// Glob match of `key` against a pattern split at its `*`s.
+fn glob(parts: &[&str], key: &str) -> bool {
+    let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+        return false;
+    };
+    if parts.len() == 1 {
+        return key == *first;
+    }
+    if !key.starts_with(first) || !key[first.len()..].ends_with(last) || key.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &key[first.len()..key.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
-/// Returns every broken invariant in namespace `ns` (empty when all hold).
+/// Returns every broken invariant in namespace `ns` (empty when all hold), read from one atomic
+/// snapshot of the namespace.
 pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     let client = redis::Client::open(redis_url).expect("redis url");
     // redis-rs' default 500 ms response timeout is too short for a full keyspace walk on a loaded
@@ -43,21 +155,22 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         .await
         .expect("redis connection");
     let p = format!("ojs:{{{ns}}}:");
+    let snap = Snapshot::take(&mut conn, &p).await;
     let mut problems = Vec::new();
 
-    let scheduled = zset(&mut conn, &format!("{p}scheduled")).await;
-    let active = zset(&mut conn, &format!("{p}active")).await;
-    let dead = zset(&mut conn, &format!("{p}dead")).await;
-    let ready_index: HashSet<String> = conn.smembers(format!("{p}ready")).await.expect("SMEMBERS");
+    let scheduled = snap.zset(&format!("{p}scheduled"));
+    let active = snap.zset(&format!("{p}active"));
+    let dead = snap.zset(&format!("{p}dead"));
+    let ready_index: HashSet<String> = snap.smembers(format!("{p}ready"));
 
     // ready sets: queue -> member -> score
     let mut ready: HashMap<String, HashMap<String, f64>> = HashMap::new();
-    for key in scan(&mut conn, &format!("{p}q:*:ready")).await {
+    for key in snap.scan(&format!("{p}q:*:ready")) {
         let queue = key
             .trim_start_matches(&format!("{p}q:"))
             .trim_end_matches(":ready")
             .to_string();
-        ready.insert(queue, zset(&mut conn, &key).await);
+        ready.insert(queue, snap.zset(&key));
     }
     let mut ready_owner: HashMap<String, (String, String, f64)> = HashMap::new(); // id -> (queue, member, score)
     for (q, members) in &ready {
@@ -83,12 +196,12 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
 
     // Rate-limit lanes: queue -> key -> members; heads: queue -> key -> member; parked: (queue, key).
     let mut lane_owner: HashMap<String, (String, String, String, f64)> = HashMap::new(); // id -> (queue, key, member, score)
-    for key in scan(&mut conn, &format!("{p}q:*:lane:*")).await {
+    for key in snap.scan(&format!("{p}q:*:lane:*")) {
         let rest = key.trim_start_matches(&format!("{p}q:"));
         let Some((queue, rl_key)) = rest.split_once(":lane:") else {
             continue;
         };
-        for (m, score) in zset(&mut conn, &key).await {
+        for (m, score) in snap.zset(&key) {
             let id = m.get(m.len().saturating_sub(36)..).unwrap_or("").to_string();
             if ready_owner.contains_key(&id) {
                 problems.push(format!("job {id} is both in a ready set and in lane {queue}/{rl_key}"));
@@ -97,18 +210,18 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         }
     }
     let mut heads: HashMap<(String, String), String> = HashMap::new();
-    for key in scan(&mut conn, &format!("{p}q:*:heads")).await {
+    for key in snap.scan(&format!("{p}q:*:heads")) {
         let queue = key
             .trim_start_matches(&format!("{p}q:"))
             .trim_end_matches(":heads")
             .to_string();
-        let m: HashMap<String, String> = conn.hgetall(&key).await.expect("HGETALL");
+        let m: HashMap<String, String> = snap.hgetall(&key);
         for (k, member) in m {
             let in_ready = ready.get(&queue).is_some_and(|r| r.contains_key(&member));
             if !in_ready {
                 problems.push(format!("lane head {queue}/{k} = {member} is not in the ready set"));
             }
-            let parked: bool = conn.hexists(format!("{p}q:{queue}:parked"), &k).await.expect("HEXISTS");
+            let parked: bool = snap.hexists(format!("{p}q:{queue}:parked"), &k);
             if parked {
                 problems.push(format!("lane {queue}/{k} is both open (has a head) and parked"));
             }
@@ -119,9 +232,9 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     let mut gauges: HashMap<String, (i64, i64)> = HashMap::new(); // queue -> (active, scheduled)
     let mut ready_by_priority: HashMap<(String, String), i64> = HashMap::new();
     let mut seen = HashSet::new();
-    for key in scan(&mut conn, &format!("{p}job:*")).await {
+    for key in snap.scan(&format!("{p}job:*")) {
         let id = key.trim_start_matches(&format!("{p}job:")).to_string();
-        let f: HashMap<String, String> = conn.hgetall(&key).await.expect("HGETALL");
+        let f: HashMap<String, String> = snap.hgetall(&key);
         if f.is_empty() {
             continue;
         }
@@ -155,7 +268,7 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             // A workflow job waiting for its turn is in no index; its running workflow holds it.
             "pending" => {
                 let wf = f.get("wf").cloned().unwrap_or_default();
-                let wf_state: Option<String> = conn.hget(format!("{p}wf:{wf}"), "state").await.expect("HGET");
+                let wf_state: Option<String> = snap.hget(format!("{p}wf:{wf}"), "state");
                 if wf_state.as_deref() != Some("running") {
                     problems.push(format!(
                         "job {id} is pending but its workflow {wf:?} is {wf_state:?}, not running"
@@ -190,7 +303,7 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
                     ));
                 }
                 let rank: f64 = f.get("rank").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
-                let aging: Option<f64> = conn.hget(format!("{p}q:{queue}:conf"), "aging_s").await.expect("HGET");
+                let aging: Option<f64> = snap.hget(format!("{p}q:{queue}:conf"), "aging_s");
                 let expected = match aging {
                     Some(a) => {
                         let since: f64 = f.get("enqueued_at").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
@@ -251,12 +364,12 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             problems.push(format!("a ready set holds {id}, which has no job hash"));
         }
     }
-    for key in scan(&mut conn, &format!("{p}q:*:stats")).await {
+    for key in snap.scan(&format!("{p}q:*:stats")) {
         let queue = key
             .trim_start_matches(&format!("{p}q:"))
             .trim_end_matches(":stats")
             .to_string();
-        let s: HashMap<String, i64> = conn.hgetall(&key).await.expect("HGETALL");
+        let s: HashMap<String, i64> = snap.hgetall(&key);
         let (a, sch) = gauges.get(&queue).copied().unwrap_or_default();
         let (ga, gs) = (
             s.get("active").copied().unwrap_or(0),
@@ -270,15 +383,15 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     }
     // Workflows (lua/includes/workflow.lua): each ended member was counted once, as completed or failed,
     // and a workflow that ended for its jobs' sake counted all of them.
-    for key in scan(&mut conn, &format!("{p}wf:*")).await {
+    for key in snap.scan(&format!("{p}wf:*")) {
         if key.ends_with(":jobs") || key.ends_with(":results") {
             continue;
         }
-        let w: HashMap<String, String> = conn.hgetall(&key).await.expect("HGETALL");
+        let w: HashMap<String, String> = snap.hgetall(&key);
         let num = |k: &str| w.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
         let (total, completed, failed) = (num("total"), num("completed"), num("failed"));
-        let ended: i64 = conn.hlen(format!("{key}:results")).await.expect("HLEN");
-        let listed: i64 = conn.llen(format!("{key}:jobs")).await.expect("LLEN");
+        let ended: i64 = snap.hlen(format!("{key}:results"));
+        let listed: i64 = snap.llen(format!("{key}:jobs"));
         if completed + failed != ended || ended > total || listed != total {
             problems.push(format!(
                 "workflow {key}: completed {completed} + failed {failed} vs {ended} results, {listed} listed, total {total}"
@@ -300,13 +413,13 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     }
     // Rate-limit slots: every slot holder is an active job of that key (no leaked or foreign slot),
     // and its slot ends with the job's lease.
-    for key in scan(&mut conn, &format!("{p}rl:*:active")).await {
+    for key in snap.scan(&format!("{p}rl:*:active")) {
         let rl_key = key
             .trim_start_matches(&format!("{p}rl:"))
             .trim_end_matches(":active")
             .to_string();
-        for (id, deadline) in zset(&mut conn, &key).await {
-            let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{id}")).await.expect("HGETALL");
+        for (id, deadline) in snap.zset(&key) {
+            let f: HashMap<String, String> = snap.hgetall(format!("{p}job:{id}"));
             if f.get("state").map(String::as_str) != Some("active") || f.get("rl_key") != Some(&rl_key) {
                 problems.push(format!(
                     "rate-limit key {rl_key}: slot held by {id}, which is not an active job of that key"
@@ -322,12 +435,12 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
 
     // Per-priority ready counts (priority-stats) equal the ready sets.
     let mut counted: HashMap<(String, String), i64> = HashMap::new();
-    for key in scan(&mut conn, &format!("{p}q:*:pri")).await {
+    for key in snap.scan(&format!("{p}q:*:pri")) {
         let queue = key
             .trim_start_matches(&format!("{p}q:"))
             .trim_end_matches(":pri")
             .to_string();
-        let m: HashMap<String, i64> = conn.hgetall(&key).await.expect("HGETALL");
+        let m: HashMap<String, i64> = snap.hgetall(&key);
         for (prio, n) in m {
             counted.insert((queue.clone(), prio), n);
         }
@@ -340,11 +453,11 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     // Unique locks (lua/includes/unique.lua): P unique:<key> names the job that last took the key; a
     // holder whose hash still exists carries that key (it may have moved on: the script reads its state
     // lazily, so a lock pointing at a finished or expired job is not a broken invariant).
-    for key in scan(&mut conn, &format!("{p}unique:*")).await {
+    for key in snap.scan(&format!("{p}unique:*")) {
         let fp = key.trim_start_matches(&format!("{p}unique:")).to_string();
-        let holder: Option<String> = conn.get(&key).await.expect("GET");
+        let holder: Option<String> = snap.get(&key);
         let Some(holder) = holder else { continue };
-        let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{holder}")).await.expect("HGETALL");
+        let f: HashMap<String, String> = snap.hgetall(format!("{p}job:{holder}"));
         if !f.is_empty() && f.get("unique") != Some(&fp) {
             problems.push(format!(
                 "unique lock {fp} names job {holder}, whose uniqueness key is {:?}",
@@ -355,14 +468,14 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     // Run-time deduplication (lua/includes/supersede.lua): P dedup:<fp> is '<ms> <id>', the start of a
     // job with that deduplication fingerprint (a job that started: it has started_at); P root:<sig> is
     // the newest started root's timestamp (ms); a superseded job is completed and was not claimed for it.
-    for key in scan(&mut conn, &format!("{p}dedup:*")).await {
+    for key in snap.scan(&format!("{p}dedup:*")) {
         let fp = key.trim_start_matches(&format!("{p}dedup:")).to_string();
-        let rec: Option<String> = conn.get(&key).await.expect("GET");
+        let rec: Option<String> = snap.get(&key);
         let Some((at, id)) = rec.as_deref().and_then(|r| r.split_once(' ')) else {
             problems.push(format!("dedup record {fp} is {rec:?}, not '<ms> <job id>'"));
             continue;
         };
-        let f: HashMap<String, String> = conn.hgetall(format!("{p}job:{id}")).await.expect("HGETALL");
+        let f: HashMap<String, String> = snap.hgetall(format!("{p}job:{id}"));
         if at.parse::<i64>().is_err()
             || (!f.is_empty() && (f.get("dedup") != Some(&fp) || !f.contains_key("started_at")))
         {
@@ -373,8 +486,8 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             ));
         }
     }
-    for key in scan(&mut conn, &format!("{p}root:*")).await {
-        let v: Option<String> = conn.get(&key).await.expect("GET");
+    for key in snap.scan(&format!("{p}root:*")) {
+        let v: Option<String> = snap.get(&key);
         if v.as_deref()
             .and_then(|v| v.parse::<i64>().ok())
             .is_none_or(|ms| ms <= 0)
@@ -384,11 +497,11 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     }
     // Cron entries (lua/cron-set-1.lua): every name in P crons has its hash, and P cron:due holds
     // exactly the entries with a next_run_at, scored by it.
-    let names: Vec<String> = conn.zrange(format!("{p}crons"), 0, -1).await.expect("ZRANGE");
-    let due = zset(&mut conn, &format!("{p}cron:due")).await;
+    let names: Vec<String> = snap.zrange(format!("{p}crons"));
+    let due = snap.zset(&format!("{p}cron:due"));
     for name in &names {
-        let next: Option<f64> = conn.hget(format!("{p}cron:{name}"), "next_run_at").await.expect("HGET");
-        let exists: bool = conn.exists(format!("{p}cron:{name}")).await.expect("EXISTS");
+        let next: Option<f64> = snap.hget(format!("{p}cron:{name}"), "next_run_at");
+        let exists: bool = snap.exists(format!("{p}cron:{name}"));
         if !exists {
             problems.push(format!("cron entry {name} is listed in crons but has no hash"));
         }

@@ -368,26 +368,14 @@ impl TestServer {
             .await
     }
 
-    /// The invariant checker over this server's namespace; panics with every problem found.
-    ///
-    /// The checker reads the keyspace with many commands while the server's timers keep running, so a
-    /// job that a timer moves between two reads (promoted from `P scheduled` after the index was read,
-    /// before its hash was) looks misplaced for that one snapshot. A problem is reported when it shows in
-    /// three snapshots taken 150 ms apart (one that a later script happened to undo within that time
-    /// would go unreported: the price of a checker that does not stop the server).
+    /// The invariant checker over this server's namespace; panics with every problem found. The checker
+    /// reads one atomic snapshot of the namespace (one script call), so the server's timers running
+    /// meanwhile cannot make a job look misplaced.
     pub async fn assert_invariants(&self) {
-        let mut problems = check_invariants(&self.redis_url, &self.namespace).await;
-        for _ in 0..2 {
-            if problems.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let again = check_invariants(&self.redis_url, &self.namespace).await;
-            problems.retain(|p| again.contains(p));
-        }
+        let problems = check_invariants(&self.redis_url, &self.namespace).await;
         assert!(
             problems.is_empty(),
-            "keyspace invariants broken (in three snapshots):\n  {}",
+            "keyspace invariants broken:\n  {}",
             problems.join("\n  ")
         );
     }
