@@ -10,6 +10,8 @@ mod store;
 
 pub use keys::Keys;
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
+pub use ops::heartbeat::Heartbeat;
+pub use ops::nack::NackResult;
 pub use store::*;
 
 /// Version of the key schema this code reads and writes; stored at `<prefix>schema`.

@@ -61,34 +61,34 @@ pub struct StoreConfig {
 }
 
 pub(crate) struct Scripts {
-    enqueue: Named,
+    pub(crate) enqueue: Named,
     pub(crate) fetch: Named,
-    nack: Named,
-    heartbeat: Named,
-    cancel: Named,
-    promote: Named,
-    requeue: Named,
-    dead_retry: Named,
-    dead_delete: Named,
-    set_priority: Named,
-    set_aging: Named,
-    queue_conf: Named,
-    rl_override: Named,
-    rl_inspect: Named,
-    rl_gauges: Named,
-    cron_set: Named,
-    cron_delete: Named,
-    workflow_get: Named,
-    workflow_cancel: Named,
+    pub(crate) nack: Named,
+    pub(crate) heartbeat: Named,
+    pub(crate) cancel: Named,
+    pub(crate) promote: Named,
+    pub(crate) requeue: Named,
+    pub(crate) dead_retry: Named,
+    pub(crate) dead_delete: Named,
+    pub(crate) set_priority: Named,
+    pub(crate) set_aging: Named,
+    pub(crate) queue_conf: Named,
+    pub(crate) rl_override: Named,
+    pub(crate) rl_inspect: Named,
+    pub(crate) rl_gauges: Named,
+    pub(crate) cron_set: Named,
+    pub(crate) cron_delete: Named,
+    pub(crate) workflow_get: Named,
+    pub(crate) workflow_cancel: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
 pub(crate) struct Named {
-    name: &'static str,
-    function: String,
+    pub(crate) name: &'static str,
+    pub(crate) function: String,
 }
 
-fn script(s: ScriptSource) -> Named {
+pub(crate) fn script(s: ScriptSource) -> Named {
     Named {
         name: s.name,
         function: s.function_name(),
@@ -214,7 +214,7 @@ pub struct Backpressure {
 
 const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
 
-fn pressures(v: &Value) -> Vec<Pressure> {
+pub(crate) fn pressures(v: &Value) -> Vec<Pressure> {
     match v {
         Value::Array(a) => a
             .chunks(5)
@@ -231,7 +231,7 @@ fn pressures(v: &Value) -> Vec<Pressure> {
     }
 }
 
-fn strings(v: &Value) -> Vec<String> {
+pub(crate) fn strings(v: &Value) -> Vec<String> {
     match v {
         Value::Array(a) => a.iter().map(val_str).collect(),
         _ => Vec::new(),
@@ -329,7 +329,7 @@ impl ClaimRef {
 }
 
 /// A script reply for a job transition: `ok` → `done(items)`, else the shared refusal tags.
-fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
+pub(crate) fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
     match tag(items).as_str() {
         "ok" => Transition::Done(done(items)),
         "not_found" => Transition::NotFound,
@@ -339,31 +339,11 @@ fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transitio
 }
 
 #[derive(Debug)]
-pub struct NackResult {
-    pub now_ms: i64,
-    pub state: String,
-    pub attempt: i64,
-    /// Delay before the retry, when `state` is `retryable`.
-    pub delay_ms: Option<i64>,
-    pub max_attempts: i64,
-    pub queue: String,
-    pub job_type: String,
-}
-
-#[derive(Debug)]
 pub struct Acked {
     pub now_ms: i64,
     pub attempt: i64,
     pub queue: String,
     pub job_type: String,
-}
-
-#[derive(Debug)]
-pub struct Heartbeat {
-    pub now_ms: i64,
-    pub signal: Option<String>,
-    /// (job id, state, new lease deadline when extended)
-    pub jobs: Vec<(String, String, Option<i64>)>,
 }
 
 /// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
@@ -496,7 +476,7 @@ pub(crate) fn at(items: &[Value], i: usize) -> &Value {
     items.get(i).unwrap_or(&Value::Nil)
 }
 
-fn tag(items: &[Value]) -> String {
+pub(crate) fn tag(items: &[Value]) -> String {
     items.first().map(val_str).unwrap_or_default()
 }
 
@@ -515,7 +495,7 @@ pub fn policy_spec(p: &RateLimitPolicy) -> String {
 }
 
 /// Encodes a retry policy for the `backoff` field the Lua `fail` include parses.
-fn backoff_spec(r: &RetryPolicy) -> String {
+pub(crate) fn backoff_spec(r: &RetryPolicy) -> String {
     format!(
         "{} {} {} {} {}",
         r.strategy.as_str(),
@@ -859,88 +839,6 @@ impl Store {
                 stats: flat_map(&c[3]),
             })
             .collect())
-    }
-
-    /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
-    /// the downstream's rate limit (seed §9): the job's key is blocked until then and no attempt is spent.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn nack(
-        &self,
-        id: &str,
-        claim: &ClaimRef,
-        error_json: &str,
-        match_key: &str,
-        retryable: bool,
-        requeue: bool,
-        rate_limit_until_ms: i64,
-    ) -> Result<Transition<NackResult>> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            error_json.to_string(),
-            match_key.to_string(),
-            if retryable { "1" } else { "0" }.to_string(),
-            if requeue { "1" } else { "0" }.to_string(),
-            format!("{:.6}", rand_unit()),
-            self.cfg.retention_ms.to_string(),
-            rate_limit_until_ms.to_string(),
-        ];
-        args.extend(claim.args());
-        let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| {
-            let delay = val_i64(at(i, 4));
-            NackResult {
-                now_ms: val_i64(at(i, 1)),
-                state: val_str(at(i, 2)),
-                attempt: val_i64(at(i, 3)),
-                delay_ms: (delay >= 0).then_some(delay),
-                max_attempts: val_i64(at(i, 5)),
-                queue: val_str(at(i, 6)),
-                job_type: val_str(at(i, 7)),
-            }
-        }))
-    }
-
-    /// Extends the leases of `jobs` (id, lease id if the worker named one) held by this worker, by
-    /// `extend_ms` or else by the lease length chosen when each was claimed. A lapsed lease is never
-    /// revived: such a job comes back with no new deadline (the worker lost it). `reported` is the state
-    /// the worker reports of itself (`running`, `quiet`, `drain`, `terminate`), kept in its record for
-    /// the operator (`None` leaves it as it was).
-    pub async fn heartbeat(
-        &self,
-        worker_id: &str,
-        jobs: &[(String, Option<String>)],
-        extend_ms: Option<u64>,
-        worker_state: Option<&str>,
-    ) -> Result<Heartbeat> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            worker_id.to_string(),
-            extend_ms.unwrap_or(0).to_string(),
-            self.cfg.default_visibility_ms.to_string(),
-            WORKER_TTL_MS.to_string(),
-            worker_state.unwrap_or("").to_string(),
-        ];
-        for (id, lease) in jobs {
-            args.push(id.clone());
-            args.push(lease.clone().unwrap_or_default());
-        }
-        let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
-        let signal = val_str(at(&items, 2));
-        let jobs = items
-            .get(3..)
-            .unwrap_or_default()
-            .chunks(3)
-            .map(|c| {
-                let lease = val_i64(&c[2]);
-                (val_str(&c[0]), val_str(&c[1]), (lease >= 0).then_some(lease))
-            })
-            .collect();
-        Ok(Heartbeat {
-            now_ms: val_i64(at(&items, 1)),
-            signal: (!signal.is_empty()).then_some(signal),
-            jobs,
-        })
     }
 
     pub async fn cancel(&self, id: &str) -> Result<Transition<(i64, String)>> {
@@ -1732,7 +1630,7 @@ fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
 }
 
 /// A uniform number in [0, 1) for backoff jitter, passed to the scripts so they stay deterministic.
-fn rand_unit() -> f64 {
+pub(crate) fn rand_unit() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
