@@ -841,41 +841,6 @@ impl Store {
             .collect())
     }
 
-    pub async fn cancel(&self, id: &str) -> Result<Transition<(i64, String)>> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self.run(&self.scripts.cancel, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| (val_i64(at(i, 1)), val_str(at(i, 2)))))
-    }
-
-    /// Moves due scheduled/retryable jobs to ready. Returns (moved, how many ms until the next due job
-    /// or lane wake, by Redis' clock).
-    pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            limit.to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
-        let (next, now) = (val_i64(at(&items, 2)), val_i64(at(&items, 3)));
-        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next - now)))
-    }
-
-    /// Takes back jobs whose lease expired. Returns (requeued, failed by timeout or exhaustion).
-    pub async fn requeue_expired(&self, limit: u32) -> Result<(u64, u64)> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            limit.to_string(),
-            format!("{:.6}", rand_unit()),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self.run(&self.scripts.requeue, &[self.keys.active()], args).await?;
-        Ok((val_i64(at(&items, 1)) as u64, val_i64(at(&items, 2)) as u64))
-    }
-
     pub async fn dead_retry(&self, id: &str) -> Result<bool> {
         let args = vec![self.keys.prefix().to_string(), id.to_string()];
         let items = self.run(&self.scripts.dead_retry, &[self.keys.dead()], args).await?;

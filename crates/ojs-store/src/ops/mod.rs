@@ -6,9 +6,12 @@
 //! from the header, and the twin writes its arguments through an [`ArgWriter`] over those names, which
 //! checks (in debug builds, so in every test) that each value is written under the name due next.
 
+pub mod cancel;
 pub mod fetch;
 pub mod heartbeat;
 pub mod nack;
+pub mod promote;
+pub mod requeue;
 
 /// Writes a script's arguments in the order a list of names declares.
 pub(crate) struct ArgWriter<'a> {
