@@ -732,36 +732,6 @@ impl Store {
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
-    /// Changes the priority of an available or scheduled job: (previous priority, queue).
-    pub async fn set_priority(&self, id: &str, priority: i64, rank: i64) -> Result<Transition<(i64, String)>> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            priority.to_string(),
-            rank.to_string(),
-        ];
-        let items = self.run(&self.scripts.set_priority, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| (val_i64(at(i, 2)), val_str(at(i, 4)))))
-    }
-
-    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the
-    /// queue is re-scored under the new setting in the same script; returns how many were.
-    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<u64> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            queue.to_string(),
-            interval_s.map(|s| s.to_string()).unwrap_or_default(),
-        ];
-        let items = self
-            .run(
-                &self.scripts.set_aging,
-                &[self.keys.queue_conf(queue), self.keys.ready(queue)],
-                args,
-            )
-            .await?;
-        Ok(val_i64(at(&items, 1)).max(0) as u64)
-    }
-
     /// Sets one hash field, or deletes it for `None`.
     async fn set_field(&self, key: &str, field: &str, value: Option<String>) -> Result<()> {
         let mut conn = self.conn().await?;
@@ -1386,42 +1356,7 @@ impl Store {
         self.conn().await
     }
 
-    // ---- operator extensions: progress, workers, admin listings (ext-progress, ext-admin-api) ----
-
-    /// Records a progress report of an active job and extends its lease as a heartbeat would
-    /// (`lua/progress-1.lua`). `progress` is already clamped to [0, 1]; `data` is JSON text.
-    /// Done((now, stored progress, new lease deadline or None when it had lapsed)); `WrongState` when the
-    /// job is not active (the report was dropped); `LeaseLost` for a fenced-off claim.
-    pub async fn report_progress(
-        &self,
-        id: &str,
-        claim: &ClaimRef,
-        progress: Option<f64>,
-        message: Option<&str>,
-        data: Option<&str>,
-    ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            progress.map(|p| format!("{p}")).unwrap_or_default(),
-            message.unwrap_or("").to_string(),
-            data.unwrap_or("").to_string(),
-            self.cfg.default_visibility_ms.to_string(),
-        ];
-        args.extend(claim.args());
-        let items = self.run(&PROGRESS_SCRIPT, &[self.keys.job(id)], args).await?;
-        if tag(&items) == "ignored" {
-            return Ok(Transition::WrongState(val_str(at(&items, 1))));
-        }
-        Ok(transition(&items, |i| {
-            let lease = val_i64(at(i, 3));
-            (
-                val_i64(at(i, 1)),
-                val_str(at(i, 2)).parse::<f64>().ok(),
-                (lease >= 0).then_some(lease),
-            )
-        }))
-    }
+    // ---- operator extensions: workers, admin listings (ext-admin-api; progress reports: ops/progress.rs) ----
 
     /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
     pub async fn worker_record(&self, worker_id: &str) -> Result<Option<JobFields>> {
@@ -1606,9 +1541,6 @@ pub(crate) fn rand_unit() -> f64 {
     );
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
-
-/// `lua/progress-1.lua` (ext-progress), kept beside its method rather than in [`Scripts`].
-static PROGRESS_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::PROGRESS));
 
 /// The ZRANGE ranks of `limit` (at least 1) entries from `offset`. Redis ranks are i64, so a range past
 /// that (a client's huge offset) is cut there: past the end anyway, it reads nothing, where the sum

@@ -10,8 +10,11 @@ pub mod cancel;
 pub mod fetch;
 pub mod heartbeat;
 pub mod nack;
+pub mod progress;
 pub mod promote;
 pub mod requeue;
+pub mod set_aging;
+pub mod set_priority;
 
 /// Writes a script's arguments in the order a list of names declares.
 pub(crate) struct ArgWriter<'a> {
