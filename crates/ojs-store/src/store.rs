@@ -811,18 +811,6 @@ impl Store {
             .collect())
     }
 
-    pub async fn dead_retry(&self, id: &str) -> Result<bool> {
-        let args = vec![self.keys.prefix().to_string(), id.to_string()];
-        let items = self.run(&self.scripts.dead_retry, &[self.keys.dead()], args).await?;
-        Ok(tag(&items) == "ok")
-    }
-
-    pub async fn dead_delete(&self, id: &str) -> Result<bool> {
-        let args = vec![self.keys.prefix().to_string(), id.to_string()];
-        let items = self.run(&self.scripts.dead_delete, &[self.keys.dead()], args).await?;
-        Ok(tag(&items) == "ok")
-    }
-
     // ---- reads (no state change, so plain commands) ----
 
     pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
