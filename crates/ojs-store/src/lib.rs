@@ -12,6 +12,8 @@ pub use keys::Keys;
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;
+pub use ops::rl_gauges::RateLimitGauges;
+pub use ops::rl_inspect::RateLimitState;
 pub use store::*;
 
 /// Version of the key schema this code reads and writes; stored at `<prefix>schema`.

@@ -212,7 +212,7 @@ pub struct Backpressure {
     pub warning_threshold: f64,
 }
 
-const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
+pub(crate) const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
 
 pub(crate) fn pressures(v: &Value) -> Vec<Pressure> {
     match v {
@@ -346,36 +346,6 @@ pub struct Acked {
     pub job_type: String,
 }
 
-/// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
-/// same Lua functions as FETCH).
-#[derive(Debug, Default, Clone)]
-pub struct RateLimitState {
-    pub now_ms: i64,
-    /// The key has been seen (a job used it, or an override was set).
-    pub known: bool,
-    /// The limits FETCH applies: the key's policy (its newest job's) with the override on top.
-    pub concurrency: Option<u64>,
-    pub rate: Option<Window>,
-    pub throttle: Option<Window>,
-    /// The newest job's on_limit (each job keeps its own).
-    pub on_limit: String,
-    pub active: u64,
-    /// Starts in the current sliding window, and the oldest of them.
-    pub window_count: u64,
-    pub window_oldest_ms: Option<i64>,
-    /// When the throttle next allows a start (never before now).
-    pub throttle_next_ms: Option<i64>,
-    /// A dynamic block (`rate_limit_until`) still in force.
-    pub dynamic_until_ms: Option<i64>,
-    pub waiting: u64,
-    pub override_fields: JobFields,
-    pub override_ttl_ms: i64,
-    /// The current blocking episode: `blocked_since`, `strategy`, `until`.
-    pub episode: JobFields,
-    /// `exceeded_<strategy>` counters.
-    pub stats: JobFields,
-}
-
 /// A registered or updated cron entry's bookkeeping.
 #[derive(Debug, Clone)]
 pub struct CronSaved {
@@ -399,16 +369,6 @@ pub enum CronFired {
     /// The job template's unique policy met a job holding its key (`reject` or `ignore`): no job was
     /// written; the tick was used up.
     Deduplicated(String),
-}
-
-/// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
-#[derive(Debug, Default, Clone)]
-pub struct RateLimitGauges {
-    pub key: String,
-    pub active: u64,
-    pub waiting: u64,
-    /// `exceeded_<strategy>` counters.
-    pub stats: JobFields,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -792,25 +752,6 @@ impl Store {
             .collect())
     }
 
-    /// The first `limit` rate-limit keys (lexicographic) with their active and waiting jobs and
-    /// exceeded counters, in one script call.
-    pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
-        let args = vec![self.keys.prefix().to_string(), limit.max(1).to_string()];
-        let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
-        Ok(items
-            .get(2..)
-            .unwrap_or_default()
-            .chunks(4)
-            .filter(|c| c.len() == 4)
-            .map(|c| RateLimitGauges {
-                key: val_str(&c[0]),
-                active: val_i64(&c[1]).max(0) as u64,
-                waiting: val_i64(&c[2]).max(0) as u64,
-                stats: flat_map(&c[3]),
-            })
-            .collect())
-    }
-
     // ---- reads (no state change, so plain commands) ----
 
     pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
@@ -973,65 +914,6 @@ impl Store {
         Ok(stream_entries(&v))
     }
 
-    /// Sets (`Some(fields)`) or clears (`None`) the operator override of a key; `expires_at_ms` 0 = never.
-    /// Returns false (and changes nothing) when the expiry is not after Redis' clock.
-    pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<bool> {
-        let mut args = vec![self.keys.prefix().to_string(), key.to_string()];
-        match set {
-            Some((fields, expires)) => {
-                args.push(expires.to_string());
-                for (f, v) in fields {
-                    args.push(f.clone());
-                    args.push(v.clone());
-                }
-            }
-            None => args.push("-1".into()),
-        }
-        let items = self
-            .run(&self.scripts.rl_override, &[self.keys.rl(key, "ovr")], args)
-            .await?;
-        Ok(tag(&items) == "ok")
-    }
-
-    /// A rate-limit key as FETCH sees it now, in one read-only script.
-    pub async fn rate_limit_state(&self, key: &str) -> Result<RateLimitState> {
-        let args = vec![self.keys.prefix().to_string(), key.to_string()];
-        let items = self
-            .run(&self.scripts.rl_inspect, &[self.keys.rl(key, "policy")], args)
-            .await?;
-        let list = |i: usize| match at(&items, i) {
-            Value::Array(a) => a.clone(),
-            _ => Vec::new(),
-        };
-        let (limits, state) = (list(3), list(4));
-        let num = |v: &[Value], i: usize| val_str(at(v, i)).parse::<u64>().ok();
-        let opt = |v: &[Value], i: usize| Some(val_i64(at(v, i))).filter(|n| *n >= 0);
-        let window = |l: usize, p: usize| {
-            Some(Window {
-                limit: num(&limits, l)?,
-                period_ms: num(&limits, p)?,
-            })
-        };
-        Ok(RateLimitState {
-            now_ms: val_i64(at(&items, 1)),
-            known: val_i64(at(&items, 2)) == 1,
-            concurrency: num(&limits, 0),
-            rate: window(1, 2),
-            throttle: window(3, 4),
-            on_limit: val_str(at(&limits, 5)),
-            active: val_i64(at(&state, 0)).max(0) as u64,
-            window_count: val_i64(at(&state, 1)).max(0) as u64,
-            window_oldest_ms: opt(&state, 2),
-            throttle_next_ms: opt(&state, 3),
-            dynamic_until_ms: opt(&state, 4),
-            waiting: val_i64(at(&state, 5)).max(0) as u64,
-            override_ttl_ms: val_i64(at(&state, 6)),
-            override_fields: flat_map(at(&items, 5)),
-            episode: flat_map(at(&items, 6)),
-            stats: flat_map(at(&items, 7)),
-        })
-    }
-
     /// Rate-limit keys in lexicographic order: (total, page).
     pub async fn rate_limit_keys(&self, offset: u64, limit: u64) -> Result<(u64, Vec<String>)> {
         let mut conn = self.conn().await?;
@@ -1047,54 +929,6 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         Ok((total, keys))
-    }
-
-    /// Replaces a group of a queue's settings in one script: every field of `group` is removed, then
-    /// `values` are written (empty = the group is cleared).
-    async fn set_queue_conf(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Result<()> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            queue.to_string(),
-            group.len().to_string(),
-        ];
-        args.extend(group.iter().map(|f| f.to_string()));
-        for (f, v) in values {
-            args.push(f.to_string());
-            args.push(v.clone());
-        }
-        self.run(&self.scripts.queue_conf, &[self.keys.queue_conf(queue)], args)
-            .await?;
-        Ok(())
-    }
-
-    /// Queue-level limits (`None` clears them), replaced in one script. Checked by FETCH before it
-    /// takes from the queue.
-    pub async fn set_queue_rate_limit(&self, queue: &str, limits: Option<(Option<u64>, Option<Window>)>) -> Result<()> {
-        let (conc, rate) = limits.unwrap_or((None, None));
-        let mut values = Vec::new();
-        if let Some(c) = conc {
-            values.push(("rl_concurrency", c.to_string()));
-        }
-        if let Some(w) = rate {
-            values.push(("rl_rate_limit", w.limit.to_string()));
-            values.push(("rl_rate_period", w.period_ms.to_string()));
-        }
-        self.set_queue_conf(queue, &["rl_concurrency", "rl_rate_limit", "rl_rate_period"], &values)
-            .await
-    }
-
-    /// A queue's depth bound (backpressure; `None` makes it unbounded), checked by the enqueue script.
-    pub async fn set_backpressure(&self, queue: &str, bp: Option<&Backpressure>) -> Result<()> {
-        let values = bp
-            .map(|b| {
-                vec![
-                    ("bp_max_depth", b.max_depth.to_string()),
-                    ("bp_strategy", b.strategy.clone()),
-                    ("bp_warn", b.warning_threshold.to_string()),
-                ]
-            })
-            .unwrap_or_default();
-        self.set_queue_conf(queue, &BACKPRESSURE_FIELDS, &values).await
     }
 
     pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {

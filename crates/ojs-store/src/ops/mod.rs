@@ -14,7 +14,11 @@ pub mod heartbeat;
 pub mod nack;
 pub mod progress;
 pub mod promote;
+pub mod queue_conf;
 pub mod requeue;
+pub mod rl_gauges;
+pub mod rl_inspect;
+pub mod rl_override;
 pub mod set_aging;
 pub mod set_priority;
 
