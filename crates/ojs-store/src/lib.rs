@@ -9,6 +9,7 @@ pub mod scripts;
 mod store;
 
 pub use keys::Keys;
+pub use ops::cron_set::CronSaved;
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;

@@ -346,15 +346,6 @@ pub struct Acked {
     pub job_type: String,
 }
 
-/// A registered or updated cron entry's bookkeeping.
-#[derive(Debug, Clone)]
-pub struct CronSaved {
-    pub created: bool,
-    pub created_at: i64,
-    pub last_run_at: Option<i64>,
-    pub run_count: u64,
-}
-
 /// What firing a cron tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CronFired {
@@ -1037,39 +1028,12 @@ impl Store {
             .unwrap_or_else(|| "0-0".into()))
     }
 
-    // ---- cron (lua/cron-set-1.lua, cron-delete-1.lua, enqueue-1.lua's cron mode) ----
+    // ---- cron reads and the cron tick (enqueue-1.lua's cron mode); cron-set-1.lua and cron-delete-1.lua: ops/cron_*.rs ----
 
     /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
         let mut conn = self.conn().await?;
         redis_now_ms(&mut conn).await
-    }
-
-    /// Registers or updates a cron entry; `next_run_at` None keeps it registered but idle (disabled).
-    pub async fn cron_set(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Result<CronSaved> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            name.to_string(),
-            def.to_string(),
-            next_run_at.map(|n| n.to_string()).unwrap_or_default(),
-        ];
-        let items = self.run(&self.scripts.cron_set, &[self.keys.cron(name)], args).await?;
-        let opt = |i: usize| val_str(at(&items, i)).parse::<i64>().ok();
-        Ok(CronSaved {
-            created: val_i64(at(&items, 1)) == 1,
-            created_at: opt(2).unwrap_or(0),
-            last_run_at: opt(3),
-            run_count: opt(4).unwrap_or(0).max(0) as u64,
-        })
-    }
-
-    /// Removes a cron entry; returns it as it was, or None when there was none.
-    pub async fn cron_delete(&self, name: &str) -> Result<Option<JobFields>> {
-        let args = vec![self.keys.prefix().to_string(), name.to_string()];
-        let items = self
-            .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
-            .await?;
-        Ok((tag(&items) == "ok").then(|| flat_map(at(&items, 1))))
     }
 
     pub async fn cron_get(&self, name: &str) -> Result<Option<JobFields>> {

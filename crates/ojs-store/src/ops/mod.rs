@@ -7,6 +7,8 @@
 //! checks (in debug builds, so in every test) that each value is written under the name due next.
 
 pub mod cancel;
+pub mod cron_delete;
+pub mod cron_set;
 pub mod dead_delete;
 pub mod dead_retry;
 pub mod fetch;
