@@ -15,6 +15,7 @@ pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;
 pub use ops::rl_gauges::RateLimitGauges;
 pub use ops::rl_inspect::RateLimitState;
+pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use store::*;
 
 /// Version of the key schema this code reads and writes; stored at `<prefix>schema`.

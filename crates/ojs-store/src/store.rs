@@ -269,28 +269,6 @@ pub(crate) fn wrr_key(queues: &[(String, u32)]) -> String {
     format!("{h:016x}")
 }
 
-/// A workflow as lua/workflow-get-1.lua read it.
-#[derive(Debug)]
-pub struct WorkflowRecord {
-    /// Redis time of the read.
-    pub now_ms: i64,
-    /// The workflow hash (lua/includes/workflow.lua).
-    pub fields: JobFields,
-    /// Its first steps or jobs, in order.
-    pub jobs: Vec<WorkflowMember>,
-    /// (callback name, job) for each callback a batch declared.
-    pub callbacks: Vec<(String, WorkflowMember)>,
-}
-
-/// A workflow's job, as much as a workflow view shows of it (`None` where the job's hash is gone).
-#[derive(Debug)]
-pub struct WorkflowMember {
-    pub id: String,
-    pub job_type: Option<String>,
-    pub state: Option<String>,
-    pub queue: Option<String>,
-}
-
 /// A job claimed by FETCH.
 #[derive(Debug)]
 pub struct Claimed {
@@ -577,50 +555,6 @@ impl Store {
         extra.extend(wf.callbacks.iter().map(|c| c.to_string()));
         let items = self.enqueue_script_with(&wf.jobs, "workflow", extra).await?;
         enqueue_outcome(&items)
-    }
-
-    /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
-    pub async fn workflow(&self, id: &str, limit: u64) -> Result<Option<WorkflowRecord>> {
-        let args = vec![self.keys.prefix().to_string(), limit.max(1).to_string()];
-        let items = self
-            .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
-            .await?;
-        if tag(&items) != "ok" {
-            return Ok(None);
-        }
-        let member = |c: &[String]| WorkflowMember {
-            id: c[0].clone(),
-            job_type: Some(c[1].clone()).filter(|s| !s.is_empty()),
-            state: Some(c[2].clone()).filter(|s| !s.is_empty()),
-            queue: Some(c[3].clone()).filter(|s| !s.is_empty()),
-        };
-        let jobs = strings(at(&items, 3));
-        let callbacks = strings(at(&items, 4));
-        Ok(Some(WorkflowRecord {
-            now_ms: val_i64(at(&items, 1)),
-            fields: flat_map(at(&items, 2)),
-            jobs: jobs.chunks_exact(4).map(member).collect(),
-            callbacks: callbacks
-                .chunks_exact(5)
-                .map(|c| (c[0].clone(), member(&c[1..])))
-                .collect(),
-        }))
-    }
-
-    /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua): Redis time and
-    /// how many jobs were cancelled; `WrongState` when the workflow already ended.
-    pub async fn cancel_workflow(&self, id: &str) -> Result<Transition<(i64, u64)>> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self
-            .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
-            .await?;
-        Ok(transition(&items, |i| {
-            (val_i64(at(i, 1)), val_i64(at(i, 2)).max(0) as u64)
-        }))
     }
 
     /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job

@@ -23,6 +23,8 @@ pub mod rl_inspect;
 pub mod rl_override;
 pub mod set_aging;
 pub mod set_priority;
+pub mod workflow_cancel;
+pub mod workflow_get;
 
 /// Writes a script's arguments in the order a list of names declares.
 pub(crate) struct ArgWriter<'a> {
