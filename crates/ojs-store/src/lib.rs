@@ -10,6 +10,7 @@ mod store;
 
 pub use keys::Keys;
 pub use ops::cron_set::CronSaved;
+pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure, ENQUEUE_STRIDE};
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;

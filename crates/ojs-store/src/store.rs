@@ -1,9 +1,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ojs_core::job::{NewJob, RetryPolicy};
-use ojs_core::ratelimit::{RateLimitPolicy, Window};
-use ojs_core::workflow::NewWorkflow;
+use ojs_core::ratelimit::Window;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,7 +105,8 @@ async fn load_library(conn: &mut ConnectionManager) -> Result<()> {
     Ok(())
 }
 
-/// The store: one async fn per Lua script plus the read-only queries.
+/// The store: one async fn per Lua script (each in its script's typed twin, `ops/<op>.rs`) plus the
+/// read-only queries (here).
 ///
 /// Connections: a few multiplexed, self-reconnecting connections (`redis::aio::ConnectionManager`),
 /// used round-robin; concurrent requests pipeline over each. (A checkout pool such as deadpool-redis
@@ -123,86 +122,6 @@ pub struct Store {
     pub(crate) scripts: Scripts,
 }
 
-/// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
-#[derive(Debug, Clone)]
-pub struct Enqueued {
-    /// Redis time of the call: every job written has it as `created_at`.
-    pub now_ms: i64,
-    /// Per job: `available` or `scheduled` (written); `ignored` (not written: a unique `ignore` or
-    /// `raise_priority` duplicate); and, for `each` calls only, `conflict` (unique `reject`),
-    /// `duplicate` (the id exists) or `full` (its queue is at its depth bound).
-    pub states: Vec<String>,
-    /// Each bounded queue the call touched, as it left it.
-    pub pressure: Vec<Pressure>,
-    /// Per job: for a `conflict` or `ignored` one, the existing job it met: (id, its hash after the
-    /// call).
-    pub existing: Vec<Option<(String, JobFields)>>,
-}
-
-impl Enqueued {
-    fn from_reply(items: &[Value]) -> Self {
-        let existing = match at(items, 4) {
-            Value::Array(a) => a
-                .iter()
-                .map(|v| match v {
-                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), flat_map(&pair[1]))),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Self {
-            now_ms: val_i64(at(items, 1)),
-            states: strings(at(items, 2)),
-            pressure: pressures(at(items, 3)),
-            existing,
-        }
-    }
-}
-
-#[derive(Debug)]
-pub enum EnqueueOutcome {
-    Created(Enqueued),
-    Duplicate(String),
-    /// Job `index` of the batch has a unique policy with `on_conflict: reject` and met a job holding
-    /// its uniqueness key in one of the policy's states: a stored one, or the batch's job
-    /// `existing_index`. Nothing was written.
-    Conflict {
-        index: usize,
-        existing_id: String,
-        existing_state: String,
-        existing_index: Option<usize>,
-    },
-    /// The batch would take this queue past its depth bound; nothing was written.
-    Full(Pressure),
-}
-
-/// Fields per job in the enqueue script's ARGV (`lua/enqueue-1.lua`, its `STRIDE`).
-pub const ENQUEUE_STRIDE: usize = 26;
-
-/// A queue with a depth bound (backpressure), as an enqueue left it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pressure {
-    pub queue: String,
-    /// Available + scheduled + retryable jobs of the queue.
-    pub depth: u64,
-    pub bound: u64,
-    /// Above depth / bound = this, successful enqueues carry warning headers.
-    pub warning_threshold: f64,
-    /// `reject` or `block` (the server waits for room up to the request's OJS-Block-Timeout).
-    pub strategy: String,
-}
-
-impl Pressure {
-    pub fn ratio(&self) -> f64 {
-        if self.bound == 0 {
-            1.0
-        } else {
-            self.depth as f64 / self.bound as f64
-        }
-    }
-}
-
 /// A queue's depth bound (ojs-backpressure §6), stored as P q:<queue>:conf bp_* fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backpressure {
@@ -213,23 +132,6 @@ pub struct Backpressure {
 }
 
 pub(crate) const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
-
-pub(crate) fn pressures(v: &Value) -> Vec<Pressure> {
-    match v {
-        Value::Array(a) => a
-            .chunks(5)
-            .filter(|c| c.len() == 5)
-            .map(|c| Pressure {
-                queue: val_str(&c[0]),
-                depth: val_i64(&c[1]).max(0) as u64,
-                bound: val_i64(&c[2]).max(0) as u64,
-                warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
-                strategy: val_str(&c[4]),
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
 
 pub(crate) fn strings(v: &Value) -> Vec<String> {
     match v {
@@ -324,22 +226,6 @@ pub struct Acked {
     pub job_type: String,
 }
 
-/// What firing a cron tick did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CronFired {
-    /// The tick's job was created.
-    Created,
-    /// Another pod fired this tick first (or the entry changed meanwhile): nothing done.
-    Taken,
-    /// overlap_policy skip: the previous run (this job id) is still active; the tick was used up.
-    Skipped(String),
-    /// The target queue is at its backpressure bound; the tick was used up.
-    QueueFull,
-    /// The job template's unique policy met a job holding its key (`reject` or `ignore`): no job was
-    /// written; the tick was used up.
-    Deduplicated(String),
-}
-
 #[derive(Debug, Default, Clone)]
 pub struct QueueCounts {
     pub name: String,
@@ -407,32 +293,6 @@ pub(crate) fn at(items: &[Value], i: usize) -> &Value {
 
 pub(crate) fn tag(items: &[Value]) -> String {
     items.first().map(val_str).unwrap_or_default()
-}
-
-/// Encodes a rate-limit policy for the job's `rl` field (see lua/includes/ratelimit.lua).
-pub fn policy_spec(p: &RateLimitPolicy) -> String {
-    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-    format!(
-        "{} {} {} {} {} {}",
-        opt(p.concurrency),
-        opt(p.rate.map(|w| w.limit)),
-        opt(p.rate.map(|w| w.period_ms)),
-        opt(p.throttle.map(|w| w.limit)),
-        opt(p.throttle.map(|w| w.period_ms)),
-        p.on_limit.as_str()
-    )
-}
-
-/// Encodes a retry policy for the `backoff` field the Lua `fail` include parses.
-pub(crate) fn backoff_spec(r: &RetryPolicy) -> String {
-    format!(
-        "{} {} {} {} {}",
-        r.strategy.as_str(),
-        r.initial_interval_ms,
-        r.backoff_coefficient,
-        r.max_interval_ms,
-        u8::from(r.jitter)
-    )
 }
 
 impl Store {
@@ -534,87 +394,6 @@ impl Store {
                 crate::SCHEMA_VERSION
             ))),
         }
-    }
-
-    /// Enqueues a batch, all or nothing: any duplicate id and nothing is written.
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
-        let items = self.enqueue_script(jobs, "all").await?;
-        enqueue_outcome(&items)
-    }
-
-    /// Creates a workflow and all of its jobs, all or nothing (enqueue-1.lua's `workflow` mode): the
-    /// first step (chain) or every job (group, batch) is made ready; later steps and callbacks wait
-    /// `pending`. A duplicate is a job id or the workflow id.
-    pub async fn create_workflow(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome> {
-        let mut extra = vec![
-            wf.id.clone(),
-            wf.kind.as_str().to_string(),
-            wf.name.clone(),
-            wf.members.to_string(),
-        ];
-        extra.extend(wf.callbacks.iter().map(|c| c.to_string()));
-        let items = self.enqueue_script_with(&wf.jobs, "workflow", extra).await?;
-        enqueue_outcome(&items)
-    }
-
-    /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job
-    /// stands alone (see [`Enqueued::states`]); a unique duplicate meets the jobs before it in the call
-    /// exactly as stored ones.
-    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<Enqueued> {
-        let items = self.enqueue_script(jobs, "each").await?;
-        match tag(&items).as_str() {
-            "ok" => Ok(Enqueued::from_reply(&items)),
-            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
-        }
-    }
-
-    async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        self.enqueue_script_with(jobs, mode, Vec::new()).await
-    }
-
-    /// The enqueue script with `extra` arguments after the jobs' fields and the retention (the `cron`
-    /// mode's).
-    async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Result<Vec<Value>> {
-        let mut args = Vec::with_capacity(4 + jobs.len() * ENQUEUE_STRIDE + extra.len());
-        args.push(self.keys.prefix().to_string());
-        args.push(jobs.len().to_string());
-        args.push(mode.to_string());
-        for j in jobs {
-            let unique = j.unique.as_ref();
-            let root = j.root_job.as_ref();
-            let fields: [String; ENQUEUE_STRIDE] = [
-                j.id.clone(),
-                j.queue.clone(),
-                j.job_type.clone(),
-                j.rank.to_string(),
-                j.doc.clone(),
-                j.retry.max_attempts.to_string(),
-                backoff_spec(&j.retry),
-                j.retry.on_exhaustion.as_str().to_string(),
-                j.retry.non_retryable_json(),
-                j.timeout_ms.to_string(),
-                j.visibility_ms.to_string(),
-                j.expires_at_ms.to_string(),
-                j.scheduled_at_ms.to_string(),
-                j.delay_ms.to_string(),
-                j.priority.to_string(),
-                j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
-                j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
-                j.expires_in_ms.to_string(),
-                unique.map(|u| u.key.clone()).unwrap_or_default(),
-                unique.map(|u| u.states.join(",")).unwrap_or_default(),
-                unique.map_or(0, |u| u.period_ms).to_string(),
-                unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().to_string(),
-                j.dedup.clone().unwrap_or_default(),
-                root.map(|r| r.key.clone()).unwrap_or_default(),
-                root.map_or(0, |r| r.timestamp_ms).to_string(),
-                if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.to_string(),
-            ];
-            args.extend(fields);
-        }
-        args.push(self.cfg.retention_ms.to_string());
-        args.extend(extra);
-        self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
     /// Sets one hash field, or deletes it for `None`.
@@ -962,7 +741,7 @@ impl Store {
             .unwrap_or_else(|| "0-0".into()))
     }
 
-    // ---- cron reads and the cron tick (enqueue-1.lua's cron mode); cron-set-1.lua and cron-delete-1.lua: ops/cron_*.rs ----
+    // ---- cron reads (cron-set-1.lua, cron-delete-1.lua: ops/cron_*.rs; the cron tick: ops/enqueue.rs) ----
 
     /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
@@ -1035,40 +814,6 @@ impl Store {
         }
         let maps: Vec<HashMap<String, String>> = pipe.query_async(conn).await?;
         Ok(names.into_iter().zip(maps).filter(|(_, m)| !m.is_empty()).collect())
-    }
-
-    /// Fires one tick of cron entry `name`: the tick `expected` (its next_run_at as read) is claimed and
-    /// the entry advanced to `next` in the same script that creates `job` (enqueue-1.lua's cron mode).
-    pub async fn cron_fire(
-        &self,
-        job: &NewJob,
-        name: &str,
-        expected: &str,
-        next: Option<i64>,
-        overlap: &str,
-    ) -> Result<CronFired> {
-        let extra = vec![
-            name.to_string(),
-            expected.to_string(),
-            next.map(|n| n.to_string()).unwrap_or_default(),
-            overlap.to_string(),
-        ];
-        let items = self
-            .enqueue_script_with(std::slice::from_ref(job), "cron", extra)
-            .await?;
-        Ok(match tag(&items).as_str() {
-            "ok" => {
-                let e = Enqueued::from_reply(&items);
-                match e.existing.into_iter().next().flatten() {
-                    Some((id, _)) => CronFired::Deduplicated(id),
-                    None => CronFired::Created,
-                }
-            }
-            "cron_taken" => CronFired::Taken,
-            "cron_skipped" => CronFired::Skipped(val_str(at(&items, 1))),
-            "full" => CronFired::QueueFull,
-            t => return Err(StoreError::Reply(format!("cron fire: unknown tag {t}"))),
-        })
     }
 
     /// A raw connection for read-only helpers (events, inspection) that live in the server crate.
@@ -1194,28 +939,6 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         Ok(stream_entries(&v))
-    }
-}
-
-/// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
-fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
-    match tag(items).as_str() {
-        "ok" => Ok(EnqueueOutcome::Created(Enqueued::from_reply(items))),
-        "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
-        "conflict" => Ok(EnqueueOutcome::Conflict {
-            index: val_i64(at(items, 1)).max(0) as usize,
-            existing_id: val_str(at(items, 2)),
-            existing_state: val_str(at(items, 3)),
-            existing_index: val_str(at(items, 4)).parse().ok(),
-        }),
-        "full" => Ok(EnqueueOutcome::Full(Pressure {
-            queue: val_str(at(items, 1)),
-            depth: val_i64(at(items, 2)).max(0) as u64,
-            bound: val_i64(at(items, 3)).max(0) as u64,
-            warning_threshold: 1.0,
-            strategy: val_str(at(items, 4)),
-        })),
-        t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod cron_delete;
 pub mod cron_set;
 pub mod dead_delete;
 pub mod dead_retry;
+pub mod enqueue;
 pub mod fetch;
 pub mod heartbeat;
 pub mod nack;
