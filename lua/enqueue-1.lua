@@ -12,17 +12,17 @@
 --                         'each' (per job) | 'cron': one job fired by a cron entry |
 --                         'workflow': all or nothing like 'all', the jobs of one new workflow
 --                         (includes/workflow.lua; its jobs carry no unique policy, dedup or root info)
---     +0 id (UUIDv7)  +1 queue  +2 type  +3 rank (lower runs first)  +4 doc (job JSON without system fields)
---     +5 max_attempts  +6 backoff spec  +7 on_exhaustion  +8 non_retryable (JSON array or '')
---     +9 timeout_ms (0 none)  +10 visibility_ms (0 server default)  +11 expires_at ms (0 none)
---     +12 scheduled_at ms (0 none)  +13 delay_ms (0 none)  +14 priority as the client gave it
---     +15 rate-limit key ('' none)  +16 rate-limit policy (see includes/ratelimit.lua; '' none)
---     +17 expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
---     +18 unique key ('' none: no options.unique)  +19 unique states (comma-separated)
---     +20 unique period_ms (0 none)  +21 on_conflict (reject | ignore | replace |
+--     (+0) id (UUIDv7)  (+1) queue  (+2) type  (+3) rank (lower runs first)  (+4) doc (job JSON without system fields)
+--     (+5) max_attempts  (+6) backoff spec  (+7) on_exhaustion  (+8) non_retryable (JSON array or '')
+--     (+9) timeout_ms (0 none)  (+10) visibility_ms (0 server default)  (+11) expires_at ms (0 none)
+--     (+12) scheduled_at ms (0 none)  (+13) delay_ms (0 none)  (+14) priority as the client gave it
+--     (+15) rate-limit key ('' none)  (+16) rate-limit policy (see includes/ratelimit.lua; '' none)
+--     (+17) expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
+--     (+18) unique key ('' none: no options.unique)  (+19) unique states (comma-separated)
+--     (+20) unique period_ms (0 none)  (+21) on_conflict (reject | ignore | replace |
 --         replace_except_schedule | raise_priority)
---     +22 dedup fingerprint ('' none)  +23 root-job signature hash ('' none)
---     +24 root timestamp ms (0: the job's creation time)  +25 '1' when the job is the root itself
+--     (+22) dedup fingerprint ('' none)  (+23) root-job signature hash ('' none)
+--     (+24) root timestamp ms (0: the job's creation time)  (+25) '1' when the job is the root itself
 --   then, after the jobs (ARGV[4 + n * STRIDE] on):
 --     retention_ms (how long a job cancelled here by on_conflict replace or a cron overlap keeps its
 --     hash; 0 = forever), and in 'cron' mode 4 more: cron name, expected next_run_at (ms, the tick

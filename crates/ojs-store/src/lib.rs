@@ -9,7 +9,14 @@ pub mod scripts;
 mod store;
 
 pub use keys::Keys;
+pub use ops::cron_set::CronSaved;
+pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure, ENQUEUE_STRIDE};
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
+pub use ops::heartbeat::Heartbeat;
+pub use ops::nack::NackResult;
+pub use ops::rl_gauges::RateLimitGauges;
+pub use ops::rl_inspect::RateLimitState;
+pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use store::*;
 
 /// Version of the key schema this code reads and writes; stored at `<prefix>schema`.

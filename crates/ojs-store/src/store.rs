@@ -1,9 +1,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ojs_core::job::{NewJob, RetryPolicy};
-use ojs_core::ratelimit::{RateLimitPolicy, Window};
-use ojs_core::workflow::NewWorkflow;
+use ojs_core::ratelimit::Window;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,34 +59,34 @@ pub struct StoreConfig {
 }
 
 pub(crate) struct Scripts {
-    enqueue: Named,
+    pub(crate) enqueue: Named,
     pub(crate) fetch: Named,
-    nack: Named,
-    heartbeat: Named,
-    cancel: Named,
-    promote: Named,
-    requeue: Named,
-    dead_retry: Named,
-    dead_delete: Named,
-    set_priority: Named,
-    set_aging: Named,
-    queue_conf: Named,
-    rl_override: Named,
-    rl_inspect: Named,
-    rl_gauges: Named,
-    cron_set: Named,
-    cron_delete: Named,
-    workflow_get: Named,
-    workflow_cancel: Named,
+    pub(crate) nack: Named,
+    pub(crate) heartbeat: Named,
+    pub(crate) cancel: Named,
+    pub(crate) promote: Named,
+    pub(crate) requeue: Named,
+    pub(crate) dead_retry: Named,
+    pub(crate) dead_delete: Named,
+    pub(crate) set_priority: Named,
+    pub(crate) set_aging: Named,
+    pub(crate) queue_conf: Named,
+    pub(crate) rl_override: Named,
+    pub(crate) rl_inspect: Named,
+    pub(crate) rl_gauges: Named,
+    pub(crate) cron_set: Named,
+    pub(crate) cron_delete: Named,
+    pub(crate) workflow_get: Named,
+    pub(crate) workflow_cancel: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
 pub(crate) struct Named {
-    name: &'static str,
-    function: String,
+    pub(crate) name: &'static str,
+    pub(crate) function: String,
 }
 
-fn script(s: ScriptSource) -> Named {
+pub(crate) fn script(s: ScriptSource) -> Named {
     Named {
         name: s.name,
         function: s.function_name(),
@@ -107,7 +105,8 @@ async fn load_library(conn: &mut ConnectionManager) -> Result<()> {
     Ok(())
 }
 
-/// The store: one async fn per Lua script plus the read-only queries.
+/// The store: one async fn per Lua script (each in its script's typed twin, `ops/<op>.rs`) plus the
+/// read-only queries (here).
 ///
 /// Connections: a few multiplexed, self-reconnecting connections (`redis::aio::ConnectionManager`),
 /// used round-robin; concurrent requests pipeline over each. (A checkout pool such as deadpool-redis
@@ -123,86 +122,6 @@ pub struct Store {
     pub(crate) scripts: Scripts,
 }
 
-/// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
-#[derive(Debug, Clone)]
-pub struct Enqueued {
-    /// Redis time of the call: every job written has it as `created_at`.
-    pub now_ms: i64,
-    /// Per job: `available` or `scheduled` (written); `ignored` (not written: a unique `ignore` or
-    /// `raise_priority` duplicate); and, for `each` calls only, `conflict` (unique `reject`),
-    /// `duplicate` (the id exists) or `full` (its queue is at its depth bound).
-    pub states: Vec<String>,
-    /// Each bounded queue the call touched, as it left it.
-    pub pressure: Vec<Pressure>,
-    /// Per job: for a `conflict` or `ignored` one, the existing job it met: (id, its hash after the
-    /// call).
-    pub existing: Vec<Option<(String, JobFields)>>,
-}
-
-impl Enqueued {
-    fn from_reply(items: &[Value]) -> Self {
-        let existing = match at(items, 4) {
-            Value::Array(a) => a
-                .iter()
-                .map(|v| match v {
-                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), flat_map(&pair[1]))),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Self {
-            now_ms: val_i64(at(items, 1)),
-            states: strings(at(items, 2)),
-            pressure: pressures(at(items, 3)),
-            existing,
-        }
-    }
-}
-
-#[derive(Debug)]
-pub enum EnqueueOutcome {
-    Created(Enqueued),
-    Duplicate(String),
-    /// Job `index` of the batch has a unique policy with `on_conflict: reject` and met a job holding
-    /// its uniqueness key in one of the policy's states: a stored one, or the batch's job
-    /// `existing_index`. Nothing was written.
-    Conflict {
-        index: usize,
-        existing_id: String,
-        existing_state: String,
-        existing_index: Option<usize>,
-    },
-    /// The batch would take this queue past its depth bound; nothing was written.
-    Full(Pressure),
-}
-
-/// Fields per job in the enqueue script's ARGV (`lua/enqueue-1.lua`, its `STRIDE`).
-pub const ENQUEUE_STRIDE: usize = 26;
-
-/// A queue with a depth bound (backpressure), as an enqueue left it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pressure {
-    pub queue: String,
-    /// Available + scheduled + retryable jobs of the queue.
-    pub depth: u64,
-    pub bound: u64,
-    /// Above depth / bound = this, successful enqueues carry warning headers.
-    pub warning_threshold: f64,
-    /// `reject` or `block` (the server waits for room up to the request's OJS-Block-Timeout).
-    pub strategy: String,
-}
-
-impl Pressure {
-    pub fn ratio(&self) -> f64 {
-        if self.bound == 0 {
-            1.0
-        } else {
-            self.depth as f64 / self.bound as f64
-        }
-    }
-}
-
 /// A queue's depth bound (ojs-backpressure §6), stored as P q:<queue>:conf bp_* fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backpressure {
@@ -212,26 +131,9 @@ pub struct Backpressure {
     pub warning_threshold: f64,
 }
 
-const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
+pub(crate) const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
 
-fn pressures(v: &Value) -> Vec<Pressure> {
-    match v {
-        Value::Array(a) => a
-            .chunks(5)
-            .filter(|c| c.len() == 5)
-            .map(|c| Pressure {
-                queue: val_str(&c[0]),
-                depth: val_i64(&c[1]).max(0) as u64,
-                bound: val_i64(&c[2]).max(0) as u64,
-                warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
-                strategy: val_str(&c[4]),
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn strings(v: &Value) -> Vec<String> {
+pub(crate) fn strings(v: &Value) -> Vec<String> {
     match v {
         Value::Array(a) => a.iter().map(val_str).collect(),
         _ => Vec::new(),
@@ -267,28 +169,6 @@ pub(crate) fn wrr_key(queues: &[(String, u32)]) -> String {
         }
     }
     format!("{h:016x}")
-}
-
-/// A workflow as lua/workflow-get-1.lua read it.
-#[derive(Debug)]
-pub struct WorkflowRecord {
-    /// Redis time of the read.
-    pub now_ms: i64,
-    /// The workflow hash (lua/includes/workflow.lua).
-    pub fields: JobFields,
-    /// Its first steps or jobs, in order.
-    pub jobs: Vec<WorkflowMember>,
-    /// (callback name, job) for each callback a batch declared.
-    pub callbacks: Vec<(String, WorkflowMember)>,
-}
-
-/// A workflow's job, as much as a workflow view shows of it (`None` where the job's hash is gone).
-#[derive(Debug)]
-pub struct WorkflowMember {
-    pub id: String,
-    pub job_type: Option<String>,
-    pub state: Option<String>,
-    pub queue: Option<String>,
 }
 
 /// A job claimed by FETCH.
@@ -329,7 +209,7 @@ impl ClaimRef {
 }
 
 /// A script reply for a job transition: `ok` → `done(items)`, else the shared refusal tags.
-fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
+pub(crate) fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
     match tag(items).as_str() {
         "ok" => Transition::Done(done(items)),
         "not_found" => Transition::NotFound,
@@ -339,96 +219,11 @@ fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transitio
 }
 
 #[derive(Debug)]
-pub struct NackResult {
-    pub now_ms: i64,
-    pub state: String,
-    pub attempt: i64,
-    /// Delay before the retry, when `state` is `retryable`.
-    pub delay_ms: Option<i64>,
-    pub max_attempts: i64,
-    pub queue: String,
-    pub job_type: String,
-}
-
-#[derive(Debug)]
 pub struct Acked {
     pub now_ms: i64,
     pub attempt: i64,
     pub queue: String,
     pub job_type: String,
-}
-
-#[derive(Debug)]
-pub struct Heartbeat {
-    pub now_ms: i64,
-    pub signal: Option<String>,
-    /// (job id, state, new lease deadline when extended)
-    pub jobs: Vec<(String, String, Option<i64>)>,
-}
-
-/// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
-/// same Lua functions as FETCH).
-#[derive(Debug, Default, Clone)]
-pub struct RateLimitState {
-    pub now_ms: i64,
-    /// The key has been seen (a job used it, or an override was set).
-    pub known: bool,
-    /// The limits FETCH applies: the key's policy (its newest job's) with the override on top.
-    pub concurrency: Option<u64>,
-    pub rate: Option<Window>,
-    pub throttle: Option<Window>,
-    /// The newest job's on_limit (each job keeps its own).
-    pub on_limit: String,
-    pub active: u64,
-    /// Starts in the current sliding window, and the oldest of them.
-    pub window_count: u64,
-    pub window_oldest_ms: Option<i64>,
-    /// When the throttle next allows a start (never before now).
-    pub throttle_next_ms: Option<i64>,
-    /// A dynamic block (`rate_limit_until`) still in force.
-    pub dynamic_until_ms: Option<i64>,
-    pub waiting: u64,
-    pub override_fields: JobFields,
-    pub override_ttl_ms: i64,
-    /// The current blocking episode: `blocked_since`, `strategy`, `until`.
-    pub episode: JobFields,
-    /// `exceeded_<strategy>` counters.
-    pub stats: JobFields,
-}
-
-/// A registered or updated cron entry's bookkeeping.
-#[derive(Debug, Clone)]
-pub struct CronSaved {
-    pub created: bool,
-    pub created_at: i64,
-    pub last_run_at: Option<i64>,
-    pub run_count: u64,
-}
-
-/// What firing a cron tick did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CronFired {
-    /// The tick's job was created.
-    Created,
-    /// Another pod fired this tick first (or the entry changed meanwhile): nothing done.
-    Taken,
-    /// overlap_policy skip: the previous run (this job id) is still active; the tick was used up.
-    Skipped(String),
-    /// The target queue is at its backpressure bound; the tick was used up.
-    QueueFull,
-    /// The job template's unique policy met a job holding its key (`reject` or `ignore`): no job was
-    /// written; the tick was used up.
-    Deduplicated(String),
-}
-
-/// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
-#[derive(Debug, Default, Clone)]
-pub struct RateLimitGauges {
-    pub key: String,
-    pub active: u64,
-    pub waiting: u64,
-    /// `exceeded_<strategy>` counters.
-    pub stats: JobFields,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -507,34 +302,8 @@ pub(crate) fn at(items: &[Value], i: usize) -> &Value {
     items.get(i).unwrap_or(&Value::Nil)
 }
 
-fn tag(items: &[Value]) -> String {
+pub(crate) fn tag(items: &[Value]) -> String {
     items.first().map(val_str).unwrap_or_default()
-}
-
-/// Encodes a rate-limit policy for the job's `rl` field (see lua/includes/ratelimit.lua).
-pub fn policy_spec(p: &RateLimitPolicy) -> String {
-    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-    format!(
-        "{} {} {} {} {} {}",
-        opt(p.concurrency),
-        opt(p.rate.map(|w| w.limit)),
-        opt(p.rate.map(|w| w.period_ms)),
-        opt(p.throttle.map(|w| w.limit)),
-        opt(p.throttle.map(|w| w.period_ms)),
-        p.on_limit.as_str()
-    )
-}
-
-/// Encodes a retry policy for the `backoff` field the Lua `fail` include parses.
-fn backoff_spec(r: &RetryPolicy) -> String {
-    format!(
-        "{} {} {} {} {}",
-        r.strategy.as_str(),
-        r.initial_interval_ms,
-        r.backoff_coefficient,
-        r.max_interval_ms,
-        u8::from(r.jitter)
-    )
 }
 
 impl Store {
@@ -638,161 +407,6 @@ impl Store {
         }
     }
 
-    /// Enqueues a batch, all or nothing: any duplicate id and nothing is written.
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
-        let items = self.enqueue_script(jobs, "all").await?;
-        enqueue_outcome(&items)
-    }
-
-    /// Creates a workflow and all of its jobs, all or nothing (enqueue-1.lua's `workflow` mode): the
-    /// first step (chain) or every job (group, batch) is made ready; later steps and callbacks wait
-    /// `pending`. A duplicate is a job id or the workflow id.
-    pub async fn create_workflow(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome> {
-        let mut extra = vec![
-            wf.id.clone(),
-            wf.kind.as_str().to_string(),
-            wf.name.clone(),
-            wf.members.to_string(),
-        ];
-        extra.extend(wf.callbacks.iter().map(|c| c.to_string()));
-        let items = self.enqueue_script_with(&wf.jobs, "workflow", extra).await?;
-        enqueue_outcome(&items)
-    }
-
-    /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
-    pub async fn workflow(&self, id: &str, limit: u64) -> Result<Option<WorkflowRecord>> {
-        let args = vec![self.keys.prefix().to_string(), limit.max(1).to_string()];
-        let items = self
-            .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
-            .await?;
-        if tag(&items) != "ok" {
-            return Ok(None);
-        }
-        let member = |c: &[String]| WorkflowMember {
-            id: c[0].clone(),
-            job_type: Some(c[1].clone()).filter(|s| !s.is_empty()),
-            state: Some(c[2].clone()).filter(|s| !s.is_empty()),
-            queue: Some(c[3].clone()).filter(|s| !s.is_empty()),
-        };
-        let jobs = strings(at(&items, 3));
-        let callbacks = strings(at(&items, 4));
-        Ok(Some(WorkflowRecord {
-            now_ms: val_i64(at(&items, 1)),
-            fields: flat_map(at(&items, 2)),
-            jobs: jobs.chunks_exact(4).map(member).collect(),
-            callbacks: callbacks
-                .chunks_exact(5)
-                .map(|c| (c[0].clone(), member(&c[1..])))
-                .collect(),
-        }))
-    }
-
-    /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua): Redis time and
-    /// how many jobs were cancelled; `WrongState` when the workflow already ended.
-    pub async fn cancel_workflow(&self, id: &str) -> Result<Transition<(i64, u64)>> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self
-            .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
-            .await?;
-        Ok(transition(&items, |i| {
-            (val_i64(at(i, 1)), val_i64(at(i, 2)).max(0) as u64)
-        }))
-    }
-
-    /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job
-    /// stands alone (see [`Enqueued::states`]); a unique duplicate meets the jobs before it in the call
-    /// exactly as stored ones.
-    pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<Enqueued> {
-        let items = self.enqueue_script(jobs, "each").await?;
-        match tag(&items).as_str() {
-            "ok" => Ok(Enqueued::from_reply(&items)),
-            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
-        }
-    }
-
-    async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        self.enqueue_script_with(jobs, mode, Vec::new()).await
-    }
-
-    /// The enqueue script with `extra` arguments after the jobs' fields and the retention (the `cron`
-    /// mode's).
-    async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Result<Vec<Value>> {
-        let mut args = Vec::with_capacity(4 + jobs.len() * ENQUEUE_STRIDE + extra.len());
-        args.push(self.keys.prefix().to_string());
-        args.push(jobs.len().to_string());
-        args.push(mode.to_string());
-        for j in jobs {
-            let unique = j.unique.as_ref();
-            let root = j.root_job.as_ref();
-            let fields: [String; ENQUEUE_STRIDE] = [
-                j.id.clone(),
-                j.queue.clone(),
-                j.job_type.clone(),
-                j.rank.to_string(),
-                j.doc.clone(),
-                j.retry.max_attempts.to_string(),
-                backoff_spec(&j.retry),
-                j.retry.on_exhaustion.as_str().to_string(),
-                j.retry.non_retryable_json(),
-                j.timeout_ms.to_string(),
-                j.visibility_ms.to_string(),
-                j.expires_at_ms.to_string(),
-                j.scheduled_at_ms.to_string(),
-                j.delay_ms.to_string(),
-                j.priority.to_string(),
-                j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
-                j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
-                j.expires_in_ms.to_string(),
-                unique.map(|u| u.key.clone()).unwrap_or_default(),
-                unique.map(|u| u.states.join(",")).unwrap_or_default(),
-                unique.map_or(0, |u| u.period_ms).to_string(),
-                unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().to_string(),
-                j.dedup.clone().unwrap_or_default(),
-                root.map(|r| r.key.clone()).unwrap_or_default(),
-                root.map_or(0, |r| r.timestamp_ms).to_string(),
-                if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.to_string(),
-            ];
-            args.extend(fields);
-        }
-        args.push(self.cfg.retention_ms.to_string());
-        args.extend(extra);
-        self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
-    }
-
-    /// Changes the priority of an available or scheduled job: (previous priority, queue).
-    pub async fn set_priority(&self, id: &str, priority: i64, rank: i64) -> Result<Transition<(i64, String)>> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            priority.to_string(),
-            rank.to_string(),
-        ];
-        let items = self.run(&self.scripts.set_priority, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| (val_i64(at(i, 2)), val_str(at(i, 4)))))
-    }
-
-    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the
-    /// queue is re-scored under the new setting in the same script; returns how many were.
-    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<u64> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            queue.to_string(),
-            interval_s.map(|s| s.to_string()).unwrap_or_default(),
-        ];
-        let items = self
-            .run(
-                &self.scripts.set_aging,
-                &[self.keys.queue_conf(queue), self.keys.ready(queue)],
-                args,
-            )
-            .await?;
-        Ok(val_i64(at(&items, 1)).max(0) as u64)
-    }
-
     /// Sets one hash field, or deletes it for `None`.
     async fn set_field(&self, key: &str, field: &str, value: Option<String>) -> Result<()> {
         let mut conn = self.conn().await?;
@@ -851,154 +465,6 @@ impl Store {
                 v
             })
             .collect())
-    }
-
-    /// The first `limit` rate-limit keys (lexicographic) with their active and waiting jobs and
-    /// exceeded counters, in one script call.
-    pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
-        let args = vec![self.keys.prefix().to_string(), limit.max(1).to_string()];
-        let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
-        Ok(items
-            .get(2..)
-            .unwrap_or_default()
-            .chunks(4)
-            .filter(|c| c.len() == 4)
-            .map(|c| RateLimitGauges {
-                key: val_str(&c[0]),
-                active: val_i64(&c[1]).max(0) as u64,
-                waiting: val_i64(&c[2]).max(0) as u64,
-                stats: flat_map(&c[3]),
-            })
-            .collect())
-    }
-
-    /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
-    /// the downstream's rate limit (seed §9): the job's key is blocked until then and no attempt is spent.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn nack(
-        &self,
-        id: &str,
-        claim: &ClaimRef,
-        error_json: &str,
-        match_key: &str,
-        retryable: bool,
-        requeue: bool,
-        rate_limit_until_ms: i64,
-    ) -> Result<Transition<NackResult>> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            error_json.to_string(),
-            match_key.to_string(),
-            if retryable { "1" } else { "0" }.to_string(),
-            if requeue { "1" } else { "0" }.to_string(),
-            format!("{:.6}", rand_unit()),
-            self.cfg.retention_ms.to_string(),
-            rate_limit_until_ms.to_string(),
-        ];
-        args.extend(claim.args());
-        let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| {
-            let delay = val_i64(at(i, 4));
-            NackResult {
-                now_ms: val_i64(at(i, 1)),
-                state: val_str(at(i, 2)),
-                attempt: val_i64(at(i, 3)),
-                delay_ms: (delay >= 0).then_some(delay),
-                max_attempts: val_i64(at(i, 5)),
-                queue: val_str(at(i, 6)),
-                job_type: val_str(at(i, 7)),
-            }
-        }))
-    }
-
-    /// Extends the leases of `jobs` (id, lease id if the worker named one) held by this worker, by
-    /// `extend_ms` or else by the lease length chosen when each was claimed. A lapsed lease is never
-    /// revived: such a job comes back with no new deadline (the worker lost it). `reported` is the state
-    /// the worker reports of itself (`running`, `quiet`, `drain`, `terminate`), kept in its record for
-    /// the operator (`None` leaves it as it was).
-    pub async fn heartbeat(
-        &self,
-        worker_id: &str,
-        jobs: &[(String, Option<String>)],
-        extend_ms: Option<u64>,
-        worker_state: Option<&str>,
-    ) -> Result<Heartbeat> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            worker_id.to_string(),
-            extend_ms.unwrap_or(0).to_string(),
-            self.cfg.default_visibility_ms.to_string(),
-            WORKER_TTL_MS.to_string(),
-            worker_state.unwrap_or("").to_string(),
-        ];
-        for (id, lease) in jobs {
-            args.push(id.clone());
-            args.push(lease.clone().unwrap_or_default());
-        }
-        let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
-        let signal = val_str(at(&items, 2));
-        let jobs = items
-            .get(3..)
-            .unwrap_or_default()
-            .chunks(3)
-            .map(|c| {
-                let lease = val_i64(&c[2]);
-                (val_str(&c[0]), val_str(&c[1]), (lease >= 0).then_some(lease))
-            })
-            .collect();
-        Ok(Heartbeat {
-            now_ms: val_i64(at(&items, 1)),
-            signal: (!signal.is_empty()).then_some(signal),
-            jobs,
-        })
-    }
-
-    pub async fn cancel(&self, id: &str) -> Result<Transition<(i64, String)>> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self.run(&self.scripts.cancel, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| (val_i64(at(i, 1)), val_str(at(i, 2)))))
-    }
-
-    /// Moves due scheduled/retryable jobs to ready. Returns (moved, how many ms until the next due job
-    /// or lane wake, by Redis' clock).
-    pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            limit.to_string(),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
-        let (next, now) = (val_i64(at(&items, 2)), val_i64(at(&items, 3)));
-        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next - now)))
-    }
-
-    /// Takes back jobs whose lease expired. Returns (requeued, failed by timeout or exhaustion).
-    pub async fn requeue_expired(&self, limit: u32) -> Result<(u64, u64)> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            limit.to_string(),
-            format!("{:.6}", rand_unit()),
-            self.cfg.retention_ms.to_string(),
-        ];
-        let items = self.run(&self.scripts.requeue, &[self.keys.active()], args).await?;
-        Ok((val_i64(at(&items, 1)) as u64, val_i64(at(&items, 2)) as u64))
-    }
-
-    pub async fn dead_retry(&self, id: &str) -> Result<bool> {
-        let args = vec![self.keys.prefix().to_string(), id.to_string()];
-        let items = self.run(&self.scripts.dead_retry, &[self.keys.dead()], args).await?;
-        Ok(tag(&items) == "ok")
-    }
-
-    pub async fn dead_delete(&self, id: &str) -> Result<bool> {
-        let args = vec![self.keys.prefix().to_string(), id.to_string()];
-        let items = self.run(&self.scripts.dead_delete, &[self.keys.dead()], args).await?;
-        Ok(tag(&items) == "ok")
     }
 
     // ---- reads (no state change, so plain commands) ----
@@ -1163,65 +629,6 @@ impl Store {
         Ok(stream_entries(&v))
     }
 
-    /// Sets (`Some(fields)`) or clears (`None`) the operator override of a key; `expires_at_ms` 0 = never.
-    /// Returns false (and changes nothing) when the expiry is not after Redis' clock.
-    pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<bool> {
-        let mut args = vec![self.keys.prefix().to_string(), key.to_string()];
-        match set {
-            Some((fields, expires)) => {
-                args.push(expires.to_string());
-                for (f, v) in fields {
-                    args.push(f.clone());
-                    args.push(v.clone());
-                }
-            }
-            None => args.push("-1".into()),
-        }
-        let items = self
-            .run(&self.scripts.rl_override, &[self.keys.rl(key, "ovr")], args)
-            .await?;
-        Ok(tag(&items) == "ok")
-    }
-
-    /// A rate-limit key as FETCH sees it now, in one read-only script.
-    pub async fn rate_limit_state(&self, key: &str) -> Result<RateLimitState> {
-        let args = vec![self.keys.prefix().to_string(), key.to_string()];
-        let items = self
-            .run(&self.scripts.rl_inspect, &[self.keys.rl(key, "policy")], args)
-            .await?;
-        let list = |i: usize| match at(&items, i) {
-            Value::Array(a) => a.clone(),
-            _ => Vec::new(),
-        };
-        let (limits, state) = (list(3), list(4));
-        let num = |v: &[Value], i: usize| val_str(at(v, i)).parse::<u64>().ok();
-        let opt = |v: &[Value], i: usize| Some(val_i64(at(v, i))).filter(|n| *n >= 0);
-        let window = |l: usize, p: usize| {
-            Some(Window {
-                limit: num(&limits, l)?,
-                period_ms: num(&limits, p)?,
-            })
-        };
-        Ok(RateLimitState {
-            now_ms: val_i64(at(&items, 1)),
-            known: val_i64(at(&items, 2)) == 1,
-            concurrency: num(&limits, 0),
-            rate: window(1, 2),
-            throttle: window(3, 4),
-            on_limit: val_str(at(&limits, 5)),
-            active: val_i64(at(&state, 0)).max(0) as u64,
-            window_count: val_i64(at(&state, 1)).max(0) as u64,
-            window_oldest_ms: opt(&state, 2),
-            throttle_next_ms: opt(&state, 3),
-            dynamic_until_ms: opt(&state, 4),
-            waiting: val_i64(at(&state, 5)).max(0) as u64,
-            override_ttl_ms: val_i64(at(&state, 6)),
-            override_fields: flat_map(at(&items, 5)),
-            episode: flat_map(at(&items, 6)),
-            stats: flat_map(at(&items, 7)),
-        })
-    }
-
     /// Rate-limit keys in lexicographic order: (total, page).
     pub async fn rate_limit_keys(&self, offset: u64, limit: u64) -> Result<(u64, Vec<String>)> {
         let mut conn = self.conn().await?;
@@ -1237,54 +644,6 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         Ok((total, keys))
-    }
-
-    /// Replaces a group of a queue's settings in one script: every field of `group` is removed, then
-    /// `values` are written (empty = the group is cleared).
-    async fn set_queue_conf(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Result<()> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            queue.to_string(),
-            group.len().to_string(),
-        ];
-        args.extend(group.iter().map(|f| f.to_string()));
-        for (f, v) in values {
-            args.push(f.to_string());
-            args.push(v.clone());
-        }
-        self.run(&self.scripts.queue_conf, &[self.keys.queue_conf(queue)], args)
-            .await?;
-        Ok(())
-    }
-
-    /// Queue-level limits (`None` clears them), replaced in one script. Checked by FETCH before it
-    /// takes from the queue.
-    pub async fn set_queue_rate_limit(&self, queue: &str, limits: Option<(Option<u64>, Option<Window>)>) -> Result<()> {
-        let (conc, rate) = limits.unwrap_or((None, None));
-        let mut values = Vec::new();
-        if let Some(c) = conc {
-            values.push(("rl_concurrency", c.to_string()));
-        }
-        if let Some(w) = rate {
-            values.push(("rl_rate_limit", w.limit.to_string()));
-            values.push(("rl_rate_period", w.period_ms.to_string()));
-        }
-        self.set_queue_conf(queue, &["rl_concurrency", "rl_rate_limit", "rl_rate_period"], &values)
-            .await
-    }
-
-    /// A queue's depth bound (backpressure; `None` makes it unbounded), checked by the enqueue script.
-    pub async fn set_backpressure(&self, queue: &str, bp: Option<&Backpressure>) -> Result<()> {
-        let values = bp
-            .map(|b| {
-                vec![
-                    ("bp_max_depth", b.max_depth.to_string()),
-                    ("bp_strategy", b.strategy.clone()),
-                    ("bp_warn", b.warning_threshold.to_string()),
-                ]
-            })
-            .unwrap_or_default();
-        self.set_queue_conf(queue, &BACKPRESSURE_FIELDS, &values).await
     }
 
     pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {
@@ -1393,39 +752,12 @@ impl Store {
             .unwrap_or_else(|| "0-0".into()))
     }
 
-    // ---- cron (lua/cron-set-1.lua, cron-delete-1.lua, enqueue-1.lua's cron mode) ----
+    // ---- cron reads (cron-set-1.lua, cron-delete-1.lua: ops/cron_*.rs; the cron tick: ops/enqueue.rs) ----
 
     /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
         let mut conn = self.conn().await?;
         redis_now_ms(&mut conn).await
-    }
-
-    /// Registers or updates a cron entry; `next_run_at` None keeps it registered but idle (disabled).
-    pub async fn cron_set(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Result<CronSaved> {
-        let args = vec![
-            self.keys.prefix().to_string(),
-            name.to_string(),
-            def.to_string(),
-            next_run_at.map(|n| n.to_string()).unwrap_or_default(),
-        ];
-        let items = self.run(&self.scripts.cron_set, &[self.keys.cron(name)], args).await?;
-        let opt = |i: usize| val_str(at(&items, i)).parse::<i64>().ok();
-        Ok(CronSaved {
-            created: val_i64(at(&items, 1)) == 1,
-            created_at: opt(2).unwrap_or(0),
-            last_run_at: opt(3),
-            run_count: opt(4).unwrap_or(0).max(0) as u64,
-        })
-    }
-
-    /// Removes a cron entry; returns it as it was, or None when there was none.
-    pub async fn cron_delete(&self, name: &str) -> Result<Option<JobFields>> {
-        let args = vec![self.keys.prefix().to_string(), name.to_string()];
-        let items = self
-            .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
-            .await?;
-        Ok((tag(&items) == "ok").then(|| flat_map(at(&items, 1))))
     }
 
     pub async fn cron_get(&self, name: &str) -> Result<Option<JobFields>> {
@@ -1495,81 +827,12 @@ impl Store {
         Ok(names.into_iter().zip(maps).filter(|(_, m)| !m.is_empty()).collect())
     }
 
-    /// Fires one tick of cron entry `name`: the tick `expected` (its next_run_at as read) is claimed and
-    /// the entry advanced to `next` in the same script that creates `job` (enqueue-1.lua's cron mode).
-    pub async fn cron_fire(
-        &self,
-        job: &NewJob,
-        name: &str,
-        expected: &str,
-        next: Option<i64>,
-        overlap: &str,
-    ) -> Result<CronFired> {
-        let extra = vec![
-            name.to_string(),
-            expected.to_string(),
-            next.map(|n| n.to_string()).unwrap_or_default(),
-            overlap.to_string(),
-        ];
-        let items = self
-            .enqueue_script_with(std::slice::from_ref(job), "cron", extra)
-            .await?;
-        Ok(match tag(&items).as_str() {
-            "ok" => {
-                let e = Enqueued::from_reply(&items);
-                match e.existing.into_iter().next().flatten() {
-                    Some((id, _)) => CronFired::Deduplicated(id),
-                    None => CronFired::Created,
-                }
-            }
-            "cron_taken" => CronFired::Taken,
-            "cron_skipped" => CronFired::Skipped(val_str(at(&items, 1))),
-            "full" => CronFired::QueueFull,
-            t => return Err(StoreError::Reply(format!("cron fire: unknown tag {t}"))),
-        })
-    }
-
     /// A raw connection for read-only helpers (events, inspection) that live in the server crate.
     pub async fn connection(&self) -> Result<ConnectionManager> {
         self.conn().await
     }
 
-    // ---- operator extensions: progress, workers, admin listings (ext-progress, ext-admin-api) ----
-
-    /// Records a progress report of an active job and extends its lease as a heartbeat would
-    /// (`lua/progress-1.lua`). `progress` is already clamped to [0, 1]; `data` is JSON text.
-    /// Done((now, stored progress, new lease deadline or None when it had lapsed)); `WrongState` when the
-    /// job is not active (the report was dropped); `LeaseLost` for a fenced-off claim.
-    pub async fn report_progress(
-        &self,
-        id: &str,
-        claim: &ClaimRef,
-        progress: Option<f64>,
-        message: Option<&str>,
-        data: Option<&str>,
-    ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
-        let mut args = vec![
-            self.keys.prefix().to_string(),
-            id.to_string(),
-            progress.map(|p| format!("{p}")).unwrap_or_default(),
-            message.unwrap_or("").to_string(),
-            data.unwrap_or("").to_string(),
-            self.cfg.default_visibility_ms.to_string(),
-        ];
-        args.extend(claim.args());
-        let items = self.run(&PROGRESS_SCRIPT, &[self.keys.job(id)], args).await?;
-        if tag(&items) == "ignored" {
-            return Ok(Transition::WrongState(val_str(at(&items, 1))));
-        }
-        Ok(transition(&items, |i| {
-            let lease = val_i64(at(i, 3));
-            (
-                val_i64(at(i, 1)),
-                val_str(at(i, 2)).parse::<f64>().ok(),
-                (lease >= 0).then_some(lease),
-            )
-        }))
-    }
+    // ---- operator extensions: workers, admin listings (ext-admin-api; progress reports: ops/progress.rs) ----
 
     /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
     pub async fn worker_record(&self, worker_id: &str) -> Result<Option<JobFields>> {
@@ -1690,28 +953,6 @@ impl Store {
     }
 }
 
-/// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
-fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
-    match tag(items).as_str() {
-        "ok" => Ok(EnqueueOutcome::Created(Enqueued::from_reply(items))),
-        "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
-        "conflict" => Ok(EnqueueOutcome::Conflict {
-            index: val_i64(at(items, 1)).max(0) as usize,
-            existing_id: val_str(at(items, 2)),
-            existing_state: val_str(at(items, 3)),
-            existing_index: val_str(at(items, 4)).parse().ok(),
-        }),
-        "full" => Ok(EnqueueOutcome::Full(Pressure {
-            queue: val_str(at(items, 1)),
-            depth: val_i64(at(items, 2)).max(0) as u64,
-            bound: val_i64(at(items, 3)).max(0) as u64,
-            warning_threshold: 1.0,
-            strategy: val_str(at(items, 4)),
-        })),
-        t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
-    }
-}
-
 /// An ack reply (includes/ack.lua), as fetch-1.lua returns it per request.
 pub(crate) fn acked(items: &[redis::Value]) -> Transition<Acked> {
     transition(items, |i| Acked {
@@ -1743,7 +984,7 @@ fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
 }
 
 /// A uniform number in [0, 1) for backoff jitter, passed to the scripts so they stay deterministic.
-fn rand_unit() -> f64 {
+pub(crate) fn rand_unit() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -1754,9 +995,6 @@ fn rand_unit() -> f64 {
     );
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
-
-/// `lua/progress-1.lua` (ext-progress), kept beside its method rather than in [`Scripts`].
-static PROGRESS_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::PROGRESS));
 
 /// The ZRANGE ranks of `limit` (at least 1) entries from `offset`. Redis ranks are i64, so a range past
 /// that (a client's huge offset) is cut there: past the end anyway, it reads nothing, where the sum

@@ -6,7 +6,26 @@
 //! from the header, and the twin writes its arguments through an [`ArgWriter`] over those names, which
 //! checks (in debug builds, so in every test) that each value is written under the name due next.
 
+pub mod cancel;
+pub mod cron_delete;
+pub mod cron_set;
+pub mod dead_delete;
+pub mod dead_retry;
+pub mod enqueue;
 pub mod fetch;
+pub mod heartbeat;
+pub mod nack;
+pub mod progress;
+pub mod promote;
+pub mod queue_conf;
+pub mod requeue;
+pub mod rl_gauges;
+pub mod rl_inspect;
+pub mod rl_override;
+pub mod set_aging;
+pub mod set_priority;
+pub mod workflow_cancel;
+pub mod workflow_get;
 
 /// Writes a script's arguments in the order a list of names declares.
 pub(crate) struct ArgWriter<'a> {
@@ -43,4 +62,18 @@ impl<'a> ArgWriter<'a> {
             self.names.get(self.at)
         );
     }
+}
+
+/// A store for the twins' unit tests: building arguments needs its keys and settings, never Redis
+/// (`Store::new` connects on first use only).
+#[cfg(test)]
+pub(crate) fn test_store() -> crate::Store {
+    crate::Store::new(crate::StoreConfig {
+        redis_url: "redis://127.0.0.1:1".into(),
+        namespace: "t".into(),
+        default_visibility_ms: 30_000,
+        retention_ms: 86_400_000,
+        pool_size: 1,
+    })
+    .expect("test store")
 }

@@ -1,0 +1,100 @@
+//! The typed twin of `lua/heartbeat-1.lua`: a worker is alive; the leases of the jobs it holds are
+//! extended and its signal read. See the script's header.
+
+use super::ArgWriter;
+
+use crate::store::{at, val_i64, val_str, Result, Store, WORKER_TTL_MS};
+
+#[derive(Debug)]
+pub struct Heartbeat {
+    pub now_ms: i64,
+    pub signal: Option<String>,
+    /// (job id, state, new lease deadline when extended)
+    pub jobs: Vec<(String, String, Option<i64>)>,
+}
+
+/// The script's leading arguments, as its header names them (checked by build.rs); the header's
+/// `ARGV[7..] pairs` (job id, lease id) follow them.
+const ARGV: &[&str] = &[
+    "P",
+    "worker_id",
+    "extend_ms",
+    "default_ms",
+    "worker_ttl_ms",
+    "worker_state",
+];
+
+impl Store {
+    /// The script's arguments, in the order of its header.
+    fn heartbeat_args(
+        &self,
+        worker_id: &str,
+        jobs: &[(String, Option<String>)],
+        extend_ms: Option<u64>,
+        worker_state: Option<&str>,
+    ) -> Vec<String> {
+        let mut args = Vec::with_capacity(ARGV.len() + 2 * jobs.len());
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", self.keys.prefix())
+            .arg("worker_id", worker_id)
+            .arg("extend_ms", extend_ms.unwrap_or(0).to_string())
+            .arg("default_ms", self.cfg.default_visibility_ms.to_string())
+            .arg("worker_ttl_ms", WORKER_TTL_MS.to_string())
+            .arg("worker_state", worker_state.unwrap_or(""))
+            .done();
+        for (id, lease) in jobs {
+            args.push(id.clone());
+            args.push(lease.clone().unwrap_or_default());
+        }
+        args
+    }
+
+    /// Extends the leases of `jobs` (id, lease id if the worker named one) held by this worker, by
+    /// `extend_ms` or else by the lease length chosen when each was claimed. A lapsed lease is never
+    /// revived: such a job comes back with no new deadline (the worker lost it). `reported` is the state
+    /// the worker reports of itself (`running`, `quiet`, `drain`, `terminate`), kept in its record for
+    /// the operator (`None` leaves it as it was).
+    pub async fn heartbeat(
+        &self,
+        worker_id: &str,
+        jobs: &[(String, Option<String>)],
+        extend_ms: Option<u64>,
+        worker_state: Option<&str>,
+    ) -> Result<Heartbeat> {
+        let args = self.heartbeat_args(worker_id, jobs, extend_ms, worker_state);
+        let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
+        let signal = val_str(at(&items, 2));
+        let jobs = items
+            .get(3..)
+            .unwrap_or_default()
+            .chunks(3)
+            .map(|c| {
+                let lease = val_i64(&c[2]);
+                (val_str(&c[0]), val_str(&c[1]), (lease >= 0).then_some(lease))
+            })
+            .collect();
+        Ok(Heartbeat {
+            now_ms: val_i64(at(&items, 1)),
+            signal: (!signal.is_empty()).then_some(signal),
+            jobs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_is_written_in_the_order_the_header_declares() {
+        let s = super::super::test_store();
+        let jobs = [("a".to_string(), Some("7".to_string())), ("b".to_string(), None)];
+        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
+        let args = s.heartbeat_args("w", &jobs, None, Some("quiet"));
+        assert_eq!(args.len(), ARGV.len() + 4);
+        assert_eq!(&args[..4], ["ojs:{t}:", "w", "0", "30000"]);
+        assert_eq!(args[4], WORKER_TTL_MS.to_string());
+        assert_eq!(args[5], "quiet");
+        assert_eq!(&args[6..], ["a", "7", "b", ""]);
+    }
+}

@@ -1,0 +1,127 @@
+//! The typed twin of `lua/nack-1.lua`: an active job failed; its retry policy is applied, or it is
+//! released untouched (requeue). See the script's header.
+
+use super::ArgWriter;
+
+use crate::store::{at, rand_unit, transition, val_i64, val_str, ClaimRef, Result, Store, Transition};
+
+#[derive(Debug)]
+pub struct NackResult {
+    pub now_ms: i64,
+    pub state: String,
+    pub attempt: i64,
+    /// Delay before the retry, when `state` is `retryable`.
+    pub delay_ms: Option<i64>,
+    pub max_attempts: i64,
+    pub queue: String,
+    pub job_type: String,
+}
+
+/// The script's arguments, as its header names them (checked by build.rs).
+const ARGV: &[&str] = &[
+    "P",
+    "id",
+    "error",
+    "match",
+    "retryable",
+    "requeue",
+    "jitter_u",
+    "retention_ms",
+    "rate_limit_until",
+    "lease_id",
+    "attempt",
+    "worker_id",
+];
+
+impl Store {
+    /// The script's arguments, in the order of its header.
+    #[allow(clippy::too_many_arguments)]
+    fn nack_args(
+        &self,
+        id: &str,
+        claim: &ClaimRef,
+        error_json: &str,
+        match_key: &str,
+        retryable: bool,
+        requeue: bool,
+        rate_limit_until_ms: i64,
+        jitter_u: f64,
+    ) -> Vec<String> {
+        let mut args = Vec::with_capacity(ARGV.len());
+        let [lease, attempt, worker] = claim.args();
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", self.keys.prefix())
+            .arg("id", id)
+            .arg("error", error_json)
+            .arg("match", match_key)
+            .arg("retryable", if retryable { "1" } else { "0" })
+            .arg("requeue", if requeue { "1" } else { "0" })
+            .arg("jitter_u", format!("{jitter_u:.6}"))
+            .arg("retention_ms", self.cfg.retention_ms.to_string())
+            .arg("rate_limit_until", rate_limit_until_ms.to_string())
+            .arg("lease_id", lease)
+            .arg("attempt", attempt)
+            .arg("worker_id", worker)
+            .done();
+        args
+    }
+
+    /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
+    /// the downstream's rate limit (seed §9): the job's key is blocked until then and no attempt is spent.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn nack(
+        &self,
+        id: &str,
+        claim: &ClaimRef,
+        error_json: &str,
+        match_key: &str,
+        retryable: bool,
+        requeue: bool,
+        rate_limit_until_ms: i64,
+    ) -> Result<Transition<NackResult>> {
+        let args = self.nack_args(
+            id,
+            claim,
+            error_json,
+            match_key,
+            retryable,
+            requeue,
+            rate_limit_until_ms,
+            rand_unit(),
+        );
+        let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
+        Ok(transition(&items, |i| {
+            let delay = val_i64(at(i, 4));
+            NackResult {
+                now_ms: val_i64(at(i, 1)),
+                state: val_str(at(i, 2)),
+                attempt: val_i64(at(i, 3)),
+                delay_ms: (delay >= 0).then_some(delay),
+                max_attempts: val_i64(at(i, 5)),
+                queue: val_str(at(i, 6)),
+                job_type: val_str(at(i, 7)),
+            }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nack_is_written_in_the_order_the_header_declares() {
+        let s = super::super::test_store();
+        let claim = ClaimRef {
+            lease_id: Some("7".into()),
+            attempt: None,
+            worker_id: Some("w".into()),
+        };
+        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
+        let args = s.nack_args("j", &claim, "{\"k\":1}", "E", true, false, 5, 0.25);
+        assert_eq!(args.len(), ARGV.len());
+        assert_eq!(&args[..4], ["ojs:{t}:", "j", "{\"k\":1}", "E"]);
+        assert_eq!(&args[4..9], ["1", "0", "0.250000", "86400000", "5"]);
+        assert_eq!(&args[9..], ["7", "", "w"]);
+    }
+}

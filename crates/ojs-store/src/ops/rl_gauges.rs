@@ -1,0 +1,61 @@
+//! The typed twin of `lua/rl-gauges-1.lua`: the rate-limit keys' gauges for a metrics scrape. See the
+//! script's header.
+
+use super::ArgWriter;
+
+use crate::store::{flat_map, val_i64, val_str, JobFields, Result, Store};
+
+/// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
+#[derive(Debug, Default, Clone)]
+pub struct RateLimitGauges {
+    pub key: String,
+    pub active: u64,
+    pub waiting: u64,
+    /// `exceeded_<strategy>` counters.
+    pub stats: JobFields,
+}
+
+/// The script's arguments, as its header names them (checked by build.rs).
+const ARGV: &[&str] = &["P", "limit"];
+
+impl Store {
+    /// The script's arguments, in the order of its header.
+    fn rl_gauges_args(&self, limit: usize) -> Vec<String> {
+        let mut args = Vec::with_capacity(ARGV.len());
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", self.keys.prefix())
+            .arg("limit", limit.max(1).to_string())
+            .done();
+        args
+    }
+
+    /// The first `limit` rate-limit keys (lexicographic) with their active and waiting jobs and
+    /// exceeded counters, in one script call.
+    pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
+        let args = self.rl_gauges_args(limit);
+        let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
+        Ok(items
+            .get(2..)
+            .unwrap_or_default()
+            .chunks(4)
+            .filter(|c| c.len() == 4)
+            .map(|c| RateLimitGauges {
+                key: val_str(&c[0]),
+                active: val_i64(&c[1]).max(0) as u64,
+                waiting: val_i64(&c[2]).max(0) as u64,
+                stats: flat_map(&c[3]),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_gauges_read_is_written_in_the_order_the_header_declares() {
+        let s = super::super::test_store();
+        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
+        assert_eq!(s.rl_gauges_args(100), ["ojs:{t}:", "100"]);
+        assert_eq!(s.rl_gauges_args(0), ["ojs:{t}:", "1"]);
+    }
+}

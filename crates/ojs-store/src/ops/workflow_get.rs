@@ -1,0 +1,82 @@
+//! The typed twin of `lua/workflow-get-1.lua`: one workflow with its first jobs and its callbacks. See
+//! the script's header.
+
+use super::ArgWriter;
+
+use crate::store::{at, flat_map, strings, tag, val_i64, JobFields, Result, Store};
+
+/// A workflow as lua/workflow-get-1.lua read it.
+#[derive(Debug)]
+pub struct WorkflowRecord {
+    /// Redis time of the read.
+    pub now_ms: i64,
+    /// The workflow hash (lua/includes/workflow.lua).
+    pub fields: JobFields,
+    /// Its first steps or jobs, in order.
+    pub jobs: Vec<WorkflowMember>,
+    /// (callback name, job) for each callback a batch declared.
+    pub callbacks: Vec<(String, WorkflowMember)>,
+}
+
+/// A workflow's job, as much as a workflow view shows of it (`None` where the job's hash is gone).
+#[derive(Debug)]
+pub struct WorkflowMember {
+    pub id: String,
+    pub job_type: Option<String>,
+    pub state: Option<String>,
+    pub queue: Option<String>,
+}
+
+/// The script's arguments, as its header names them (checked by build.rs).
+const ARGV: &[&str] = &["P", "limit"];
+
+impl Store {
+    /// The script's arguments, in the order of its header.
+    fn workflow_get_args(&self, limit: u64) -> Vec<String> {
+        let mut args = Vec::with_capacity(ARGV.len());
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", self.keys.prefix())
+            .arg("limit", limit.max(1).to_string())
+            .done();
+        args
+    }
+
+    /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
+    pub async fn workflow(&self, id: &str, limit: u64) -> Result<Option<WorkflowRecord>> {
+        let args = self.workflow_get_args(limit);
+        let items = self
+            .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
+            .await?;
+        if tag(&items) != "ok" {
+            return Ok(None);
+        }
+        let member = |c: &[String]| WorkflowMember {
+            id: c[0].clone(),
+            job_type: Some(c[1].clone()).filter(|s| !s.is_empty()),
+            state: Some(c[2].clone()).filter(|s| !s.is_empty()),
+            queue: Some(c[3].clone()).filter(|s| !s.is_empty()),
+        };
+        let jobs = strings(at(&items, 3));
+        let callbacks = strings(at(&items, 4));
+        Ok(Some(WorkflowRecord {
+            now_ms: val_i64(at(&items, 1)),
+            fields: flat_map(at(&items, 2)),
+            jobs: jobs.chunks_exact(4).map(member).collect(),
+            callbacks: callbacks
+                .chunks_exact(5)
+                .map(|c| (c[0].clone(), member(&c[1..])))
+                .collect(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_workflow_read_is_written_in_the_order_the_header_declares() {
+        let s = super::super::test_store();
+        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
+        assert_eq!(s.workflow_get_args(50), ["ojs:{t}:", "50"]);
+        assert_eq!(s.workflow_get_args(0), ["ojs:{t}:", "1"]);
+    }
+}
