@@ -1,7 +1,7 @@
 -- cancel-1.lua: cancel a job that has not finished.
 --
 -- KEYS
---   KEYS[1] P..'job:'..id   hash   the job
+--   KEYS[1] P..'job:'..id   string the job's record (includes/record.lua)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id

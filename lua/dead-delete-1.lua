@@ -19,9 +19,9 @@
 local P, id = ARGV[1], ARGV[2]
 if not redis.call('ZSCORE', KEYS[1], id) then return {'not_found'} end
 local jk = P .. 'job:' .. id
-local f = redis.call('HMGET', jk, 'queue', 'type')
+local f = rec('HMGET', jk, 'queue', 'type')
 redis.call('ZREM', KEYS[1], id)
-redis.call('DEL', jk)
+rec('DEL', jk)
 if f[1] then
     emit(P, 'job.deleted', id, f[1], f[2], now_ms(), nil)
 end

@@ -20,12 +20,12 @@
 local P, id = ARGV[1], ARGV[2]
 if not redis.call('ZSCORE', KEYS[1], id) then return {'not_found'} end
 local jk = P .. 'job:' .. id
-local f = redis.call('HMGET', jk, 'queue', 'type', 'rank', 'priority', 'rl_key')
+local f = rec('HMGET', jk, 'queue', 'type', 'rank', 'priority', 'rl_key')
 redis.call('ZREM', KEYS[1], id)
 if not f[1] then return {'not_found'} end
 local now = now_ms()
-redis.call('HSET', jk, 'state', 'available', 'attempt', 0, 'enqueued_at', now)
-redis.call('HDEL', jk, 'discarded_at', 'started_at', 'completed_at', 'worker_id')
+rec('HSET', jk, 'state', 'available', 'attempt', 0, 'enqueued_at', now)
+rec('HDEL', jk, 'discarded_at', 'started_at', 'completed_at', 'worker_id')
 make_ready(P, jk, id, f[1], tonumber(f[3]), f[4], now, f[5])
 emit(P, 'job.retried', id, f[1], f[2], now, '{"from":"dead_letter"}')
 return {'ok', now}

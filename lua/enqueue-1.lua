@@ -118,7 +118,7 @@ if not each then
   local seen = {}
   for i = 0, n - 1 do
     local id = ARGV[BASE + i * STRIDE]
-    if seen[id] or redis.call('EXISTS', P .. 'job:' .. id) == 1 then
+    if seen[id] or rec('EXISTS', P .. 'job:' .. id) == 1 then
       return {'duplicate', id}
     end
     seen[id] = true
@@ -169,7 +169,7 @@ if mode == 'all' then
       if creates[i] then
         local at = run_at(b)
         if id and state == 'scheduled' and u.on_conflict == 'replace_except_schedule' then
-          at = t and t.at or tonumber(redis.call('HGET', P .. 'job:' .. id, 'scheduled_at'))
+          at = t and t.at or tonumber(rec('HGET', P .. 'job:' .. id, 'scheduled_at'))
         end
         taken[u.key] = { id = ARGV[b], index = i, at = at, state = at > now and 'scheduled' or 'available' }
       end
@@ -194,7 +194,7 @@ if cron then
   -- skip: the previous run has not ended (running, or still waiting to run: another run would only pile
   -- up behind it); cancel_previous: the previous run is running.
   local prev = cur[2]
-  local prev_state = prev and redis.call('HGET', P .. 'job:' .. prev, 'state')
+  local prev_state = prev and rec('HGET', P .. 'job:' .. prev, 'state')
   if cron.overlap == 'skip' and prev_state and prev_state ~= 'completed' and prev_state ~= 'cancelled'
     and prev_state ~= 'discarded' then
     emit(P, 'cron.skipped', prev, ARGV[BASE + 1], ARGV[BASE + 2], now, cjson.encode({ cron_name = cron.name,
@@ -298,19 +298,19 @@ for i = 0, n - 1 do
   local u = policy(b)
   local held, held_state
   if u then held, held_state = unique_holder(P, u.key, u.states) end
-  if each and redis.call('EXISTS', jk) == 1 then
+  if each and rec('EXISTS', jk) == 1 then
     states[#states + 1] = 'duplicate'
     found[#found + 1] = {}
   elseif held and not replaces(u) then
     -- A duplicate that is not written: refused, ignored, or ignored after raising the holder's priority
     -- (only if the newcomer runs sooner and the holder still waits; set_priority refuses other states).
     local hk = P .. 'job:' .. held
-    if u.on_conflict == 'raise_priority' and rank < tonumber(redis.call('HGET', hk, 'rank')) then
+    if u.on_conflict == 'raise_priority' and rank < tonumber(rec('HGET', hk, 'rank')) then
       flush()
       set_priority(P, hk, held, ARGV[b + 14], rank, now)
     end
     states[#states + 1] = u.on_conflict == 'reject' and 'conflict' or 'ignored'
-    found[#found + 1] = {held, redis.call('HGETALL', hk)}
+    found[#found + 1] = {held, rec('HGETALL', hk)}
     if cron then
       emit(P, 'cron.skipped', held, queue, jtype, now,
         cjson.encode({ cron_name = cron.name, reason = 'unique: a job with this uniqueness key exists' }))
@@ -324,7 +324,7 @@ for i = 0, n - 1 do
     if held then
       -- on_conflict replace: the holder is cancelled (job.cancelled) and this job takes its place.
       local hk = P .. 'job:' .. held
-      local hf = redis.call('HMGET', hk, 'queue', 'scheduled_at')
+      local hf = rec('HMGET', hk, 'queue', 'scheduled_at')
       if u.on_conflict == 'replace_except_schedule' and held_state == 'scheduled' then at = tonumber(hf[2]) end
       flush()
       local cancelled = cancel_job(P, hk, held, retention, now)
@@ -368,13 +368,13 @@ for i = 0, n - 1 do
       opt(h, 'state', 'pending', '')
       opt(h, 'scheduled_at', ARGV[b + 12], '0')
       opt(h, 'hold_delay_ms', ARGV[b + 13], '0')
-      redis.call('HSET', jk, unpack(h))
+      rec('HSET', jk, unpack(h))
       emit(P, 'job.enqueued', id, queue, jtype, now, cjson.encode({state = 'pending', workflow_id = wf.id}))
       states[#states + 1] = 'pending'
     elseif at > now then
       opt(h, 'state', 'scheduled', '')
       opt(h, 'scheduled_at', at, '')
-      redis.call('HSET', jk, unpack(h))
+      rec('HSET', jk, unpack(h))
       redis.call('ZADD', P .. 'scheduled', at, id)
       c.sched = c.sched + 1
       emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. at .. '}')
@@ -382,7 +382,7 @@ for i = 0, n - 1 do
     elseif rl_key then
       -- Through its lane, one by one (lane heads, parking: see ratelimit.lua).
       opt(h, 'state', 'available', '')
-      redis.call('HSET', jk, unpack(h))
+      rec('HSET', jk, unpack(h))
       make_ready(P, jk, id, queue, rank, priority, now, rl_key, member)
       emit(P, 'job.enqueued', id, queue, jtype, now, nil)
       states[#states + 1] = 'available'
@@ -390,7 +390,7 @@ for i = 0, n - 1 do
       member = member or next_member(P, id)
       opt(h, 'state', 'available', '')
       opt(h, 'member', member, '')
-      redis.call('HSET', jk, unpack(h))
+      rec('HSET', jk, unpack(h))
       local r = c.ready
       r[#r + 1] = aging_score(c.aging, rank, now)
       r[#r + 1] = member

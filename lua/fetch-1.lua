@@ -105,12 +105,12 @@ end
 -- claimed (discarded, or completed as superseded); counts against MAX_DISCARDS (per request).
 local discards = 0
 local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
-  redis.call('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
-  redis.call('HDEL', jk, 'member')
+  rec('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
+  rec('HDEL', jk, 'member')
   stat(P, queue, state, 1)
   emit(P, event, id, queue, jtype, now, data)
   finish(jk, retention)
-  local w = redis.call('HMGET', jk, 'wf', 'wf_i')
+  local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
   discards = discards + 1
 end
@@ -136,7 +136,7 @@ local function claim_one(queue)
     local member, score = popped[1], popped[2]
     local id = member_id(member)
     local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
+    local f = rec('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
       'attempt', 'claims', 'dedup', 'root', 'root_ts', 'root_self', 'created_at', 'wf')
     local jtype, key = f[1] or '', f[6]
     local dup = { dedup = f[10], root = f[11], root_ts = f[12], root_self = f[13], created_at = f[14] }
@@ -178,8 +178,8 @@ local function claim_one(queue)
           if wake >= 0 then redis.call('ZADD', P .. 'rl:wake', wake, queue .. '\n' .. key) end
         elseif e.on_limit == 'reschedule' and wake > now then
           not_available(P, queue, f[5])
-          redis.call('HDEL', jk, 'member')
-          redis.call('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
+          rec('HDEL', jk, 'member')
+          rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
           redis.call('ZADD', P .. 'scheduled', wake, id)
           stat(P, queue, 'scheduled', 1)
           emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. wake .. ',"reason":"rate_limit"}')
@@ -189,12 +189,12 @@ local function claim_one(queue)
         end
       else
         not_available(P, queue, f[5])
-        redis.call('HDEL', jk, 'member')
+        rec('HDEL', jk, 'member')
         local vt = tonumber(f[3]) or default_vt
         local lease = lease_deadline(now, vt, now, tonumber(f[4]))
         local attempt = (tonumber(f[8]) or 0) + 1
         local claim = (tonumber(f[9]) or 0) + 1
-        redis.call('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker,
+        rec('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker,
           'attempt', attempt, 'claims', claim, 'lease_ms', vt)
         redis.call('ZADD', KEYS[1], lease, id)
         stat(P, queue, 'active', 1)
@@ -210,13 +210,13 @@ local function claim_one(queue)
             redis.call('ZADD', P .. 'q:' .. queue .. ':rl:win', now, id .. ':' .. claim)
             redis.call('PEXPIRE', P .. 'q:' .. queue .. ':rl:win', ql.rate_period)
           end
-          redis.call('HSET', jk, 'qrl', 1)
+          rec('HSET', jk, 'qrl', 1)
         end
         if f[15] and redis.call('EXISTS', P .. 'wf:' .. f[15]) == 1 then
           redis.call('HSETNX', P .. 'wf:' .. f[15], 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
-        reply[#reply + 1] = redis.call('HMGET', jk, unpack(view_fields))
+        reply[#reply + 1] = rec('HMGET', jk, unpack(view_fields))
         ready_index_check(P, queue)
         return true
       end

@@ -46,7 +46,7 @@ local held_ids = {}
 for i = 7, #ARGV, 2 do
   local id, lease_id = ARGV[i], ARGV[i + 1]
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
+  local f = rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
     'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms')
   local lease = -1
   local held = f[1] == 'active' and tonumber(f[9] or '0') > now
@@ -55,7 +55,7 @@ for i = 7, #ARGV, 2 do
   if held then
     local len = extend_ms > 0 and extend_ms or tonumber(f[3]) or tonumber(f[12]) or default_ms
     lease = lease_deadline(now, len, tonumber(f[4]), tonumber(f[5]))
-    redis.call('HSET', jk, 'lease_until', lease)
+    rec('HSET', jk, 'lease_until', lease)
     redis.call('ZADD', KEYS[1], lease, id)
     -- Rate-limit slots are leases too: they follow the job's lease.
     if f[6] then redis.call('ZADD', P .. 'rl:' .. f[6] .. ':active', 'XX', lease, id) end

@@ -1,7 +1,7 @@
 -- nack-1.lua: an active job failed; apply its retry policy, or release it untouched (requeue).
 --
 -- KEYS
---   KEYS[1] P..'job:'..id   hash   the job
+--   KEYS[1] P..'job:'..id   string the job's record (includes/record.lua)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id
@@ -39,7 +39,7 @@
 
 local P, id, err, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local jk = KEYS[1]
-local r = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
+local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
   'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id')
 if not r[1] then return {'not_found'} end
 local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker = r[14] },
@@ -52,18 +52,18 @@ local now = now_ms()
 leave_active(P, jk, id, f.queue, now)
 local rl_until = tonumber(ARGV[9])
 if rl_until > now then
-  redis.call('HINCRBY', jk, 'attempt', -1)
+  rec('HINCRBY', jk, 'attempt', -1)
   if r[12] then
     -- Dynamic back-off (seed §9): block the key, and wait in its lane without spending an attempt.
     redis.call('SET', P .. 'rl:' .. r[12] .. ':until', rl_until, 'PXAT', rl_until)
-    redis.call('HSET', jk, 'state', 'available')
+    rec('HSET', jk, 'state', 'available')
     make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
     emit(P, 'rate_limit.dynamic_adjusted', id, f.queue, f.type, now,
       '{"key":"' .. r[12] .. '","until":' .. rl_until .. ',"reason":' .. err .. '}')
     return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
   end
   -- No key to block: retry at that time, still without spending the attempt.
-  redis.call('HSET', jk, 'state', 'retryable', 'scheduled_at', rl_until, 'retry_delay_ms', rl_until - now)
+  rec('HSET', jk, 'state', 'retryable', 'scheduled_at', rl_until, 'retry_delay_ms', rl_until - now)
   redis.call('ZADD', P .. 'scheduled', rl_until, id)
   stat(P, f.queue, 'scheduled', 1)
   emit(P, 'job.retrying', id, f.queue, f.type, now, '{"delay_ms":' .. (rl_until - now) .. ',"rate_limited":true}')
@@ -71,8 +71,8 @@ if rl_until > now then
 end
 if ARGV[6] == '1' then
   -- A graceful release: the worker did not run the job to a failure, so the attempt is given back.
-  redis.call('HINCRBY', jk, 'attempt', -1)
-  redis.call('HSET', jk, 'state', 'available')
+  rec('HINCRBY', jk, 'attempt', -1)
+  rec('HSET', jk, 'state', 'available')
   make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
   emit(P, 'job.released', id, f.queue, f.type, now, nil)
   return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}

@@ -1,7 +1,7 @@
 -- progress-1.lua: a worker reports the progress of an active job (ojs-progress); also a heartbeat for it.
 --
 -- KEYS
---   KEYS[1] P..'job:'..id   hash   the job
+--   KEYS[1] P..'job:'..id   string the job's record (includes/record.lua)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id
@@ -33,7 +33,7 @@
 
 local P, id = ARGV[1], ARGV[2]
 local jk = KEYS[1]
-local f = redis.call('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_until', 'lease_ms',
+local f = rec('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_until', 'lease_ms',
   'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl', 'queue', 'type', 'progress', 'progress_claim',
   'progress_at')
 if not f[1] then return {'not_found'} end
@@ -51,17 +51,17 @@ if value == '' then
 elseif same_claim and f[14] and tonumber(f[14]) > tonumber(value) then
   value = f[14]
 end
-if value ~= '' then redis.call('HSET', jk, 'progress', value) else redis.call('HDEL', jk, 'progress') end
-if ARGV[4] ~= '' then redis.call('HSET', jk, 'progress_message', ARGV[4]) else redis.call('HDEL', jk, 'progress_message') end
-if ARGV[5] ~= '' then redis.call('HSET', jk, 'progress_data', ARGV[5]) else redis.call('HDEL', jk, 'progress_data') end
-redis.call('HSET', jk, 'progress_at', now, 'progress_claim', claim)
+if value ~= '' then rec('HSET', jk, 'progress', value) else rec('HDEL', jk, 'progress') end
+if ARGV[4] ~= '' then rec('HSET', jk, 'progress_message', ARGV[4]) else rec('HDEL', jk, 'progress_message') end
+if ARGV[5] ~= '' then rec('HSET', jk, 'progress_data', ARGV[5]) else rec('HDEL', jk, 'progress_data') end
+rec('HSET', jk, 'progress_at', now, 'progress_claim', claim)
 
 -- A progress report is a heartbeat for this job (ojs-progress §6.3).
 local lease = -1
 if tonumber(f[5] or '0') > now then
   local len = tonumber(f[6]) or tonumber(f[7]) or tonumber(ARGV[6])
   lease = lease_deadline(now, len, tonumber(f[8]), tonumber(f[9]))
-  redis.call('HSET', jk, 'lease_until', lease)
+  rec('HSET', jk, 'lease_until', lease)
   redis.call('ZADD', P .. 'active', lease, id)
   if f[10] then redis.call('ZADD', P .. 'rl:' .. f[10] .. ':active', 'XX', lease, id) end
   if f[11] then redis.call('ZADD', P .. 'q:' .. f[12] .. ':rl:active', 'XX', lease, id) end

@@ -30,19 +30,19 @@ local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, to
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key',
+  local f = rec('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key',
     'wf', 'wf_i')
   if f[1] then
     stat(P, f[1], 'scheduled', -1)
     if f[4] and tonumber(f[4]) <= now then
-      redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now,
+      rec('HSET', jk, 'state', 'discarded', 'discarded_at', now,
         'error', '{"code":"expired","message":"expires_at passed before the job started"}')
       stat(P, f[1], 'discarded', 1)
       emit(P, 'job.expired', id, f[1], f[2], now, nil)
       finish(jk, tonumber(ARGV[3]))
       wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARGV[3]))
     else
-      redis.call('HSET', jk, 'state', 'available', 'enqueued_at', now)
+      rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
       make_ready(P, jk, id, f[1], tonumber(f[3]), f[6], now, f[7])
       emit(P, 'job.available', id, f[1], f[2], now, '{"from":"' .. f[5] .. '"}')
     end

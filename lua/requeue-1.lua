@@ -30,7 +30,7 @@ local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0
 local requeued, timed_out = 0, 0
 for _, id in ipairs(expired) do
   local jk = P .. 'job:' .. id
-  local r = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
+  local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
     'on_exhaustion', 'non_retryable', 'rank', 'started_at', 'timeout_ms', 'priority', 'enqueued_at', 'rl_key')
   if r[1] ~= 'active' then
     -- Only reachable if the hash vanished (retention on a job that was active): drop the stale entry.
@@ -52,7 +52,7 @@ for _, id in ipairs(expired) do
         'VisibilityTimeout', true, now, tonumber(ARGV[3]), tonumber(ARGV[4]))
     else
       requeued = requeued + 1
-      redis.call('HSET', jk, 'state', 'available')
+      rec('HSET', jk, 'state', 'available')
       make_ready(P, jk, id, f.queue, tonumber(r[9]), r[12], tonumber(r[13]), r[14])
       emit(P, 'job.requeued', id, f.queue, f.type, now, '{"reason":"visibility_timeout"}')
     end

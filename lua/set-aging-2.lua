@@ -35,7 +35,7 @@ local function rescore(zkey)
   local members = redis.call('ZRANGE', zkey, 0, -1)
   local batch = {}
   for _, m in ipairs(members) do
-    local f = redis.call('HMGET', P .. 'job:' .. member_id(m), 'rank', 'enqueued_at')
+    local f = rec('HMGET', P .. 'job:' .. member_id(m), 'rank', 'enqueued_at')
     if f[1] then
       batch[#batch + 1] = aging_score(aging, tonumber(f[1]), tonumber(f[2]) or 0)
       batch[#batch + 1] = m

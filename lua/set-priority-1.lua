@@ -1,7 +1,7 @@
 -- set-priority-1.lua: change the priority of a job that has not started (PATCH /jobs/{id}).
 --
 -- KEYS
---   KEYS[1] P..'job:'..id   hash   the job
+--   KEYS[1] P..'job:'..id   string the job's record (includes/record.lua)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id

@@ -24,7 +24,7 @@ local fields = redis.call('HGETALL', wk)
 if #fields == 0 then return {'not_found'} end
 local jobs = {}
 for _, id in ipairs(redis.call('LRANGE', wk .. ':jobs', 0, tonumber(ARGV[2]) - 1)) do
-  local f = redis.call('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
+  local f = rec('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
   jobs[#jobs + 1] = id
   jobs[#jobs + 1] = f[1] or ''
   jobs[#jobs + 1] = f[2] or ''
@@ -34,7 +34,7 @@ local callbacks = {}
 for _, name in ipairs({'on_complete', 'on_success', 'on_failure'}) do
   local id = redis.call('HGET', wk, 'cb_' .. name)
   if id then
-    local f = redis.call('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
+    local f = rec('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
     for _, v in ipairs({name, id, f[1] or '', f[2] or '', f[3] or ''}) do callbacks[#callbacks + 1] = v end
   end
 end

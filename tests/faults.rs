@@ -503,15 +503,9 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
             .query_async(&mut conn)
             .await
             .expect("SCAN");
-        for k in keys {
-            let s: Option<String> = redis::cmd("HGET")
-                .arg(&k)
-                .arg("state")
-                .query_async(&mut conn)
-                .await
-                .expect("HGET");
+        for row in ojs_testkit::job_fields(&mut conn, &keys, &["state"]).await {
             jobs += 1;
-            *states.entry(s.unwrap_or_default()).or_default() += 1;
+            *states.entry(row[0].clone().unwrap_or_default()).or_default() += 1;
         }
         if next == 0 {
             break;

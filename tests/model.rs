@@ -1139,17 +1139,12 @@ impl Harness {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for id in ids {
-            pipe.cmd("HMGET")
-                .arg(self.nodes[0].key(&format!("job:{id}")))
-                .arg("state")
-                .arg("attempt")
-                .arg("priority");
-        }
-        pipe.query_async(&mut self.redis)
-            .await
-            .map_err(|e| format!("redis: {e}"))
+        let keys: Vec<String> = ids.iter().map(|id| self.nodes[0].key(&format!("job:{id}"))).collect();
+        let rows = ojs_testkit::job_fields(&mut self.redis, &keys, &["state", "attempt", "priority"]).await;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r[0].clone(), r[1].clone(), r[2].clone()))
+            .collect())
     }
 
     /// Waits until none of `ids` is in `state` (background timers move them), returns their states.

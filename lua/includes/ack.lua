@@ -14,7 +14,7 @@
 --@include workflow
 
 local function ack_job(P, jk, id, result, retention_ms, now, want)
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at', 'rl_key', 'qrl', 'claims',
+  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at', 'rl_key', 'qrl', 'claims',
     'worker_id', 'wf', 'wf_i')
   if not f[1] then return {'not_found'} end
   local refused = lease_refusal({ state = f[1], claims = f[8], attempt = f[4], worker = f[9] }, want)
@@ -22,9 +22,9 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   if f[1] ~= 'active' then return {'state', f[1]} end
   leave_active(P, jk, id, f[2], now, {f[6], f[7]}, 'error')
   if result ~= '' then
-    redis.call('HSET', jk, 'state', 'completed', 'completed_at', now, 'result', result)
+    rec('HSET', jk, 'state', 'completed', 'completed_at', now, 'result', result)
   else
-    redis.call('HSET', jk, 'state', 'completed', 'completed_at', now)
+    rec('HSET', jk, 'state', 'completed', 'completed_at', now)
   end
   stat(P, f[2], 'completed', 1)
   emit(P, 'job.completed', id, f[2], f[3], now,

@@ -26,11 +26,11 @@ end
 -- is nil or one more field to delete from the job hash in the same HDEL.
 local function leave_active(P, jk, id, queue, now, pre, also_del)
   redis.call('ZREM', P .. 'active', id)
-  local f = pre or redis.call('HMGET', jk, 'rl_key', 'qrl')
+  local f = pre or rec('HMGET', jk, 'rl_key', 'qrl')
   if also_del then
-    redis.call('HDEL', jk, 'lease_until', 'qrl', also_del)
+    rec('HDEL', jk, 'lease_until', 'qrl', also_del)
   else
-    redis.call('HDEL', jk, 'lease_until', 'qrl')
+    rec('HDEL', jk, 'lease_until', 'qrl')
   end
   stat(P, queue, 'active', -1)
   if f[1] then rl_release(P, f[1], id, now) end
@@ -40,6 +40,6 @@ end
 -- finish(jk, retention_ms): a terminal job keeps its hash for retention_ms (0 = forever).
 local function finish(jk, retention_ms)
   if retention_ms > 0 then
-    redis.call('PEXPIRE', jk, retention_ms)
+    rec('PEXPIRE', jk, retention_ms)
   end
 end

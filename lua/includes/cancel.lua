@@ -11,7 +11,7 @@
 --@include workflow
 
 local function cancel_job(P, jk, id, retention_ms, now)
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'wf', 'wf_i')
+  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'wf', 'wf_i')
   local state, queue = f[1], f[2]
   if not state then return {'not_found'} end
   if state == 'available' then
@@ -24,7 +24,7 @@ local function cancel_job(P, jk, id, retention_ms, now)
   elseif state ~= 'pending' then
     return {'state', state}
   end
-  redis.call('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
+  rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, queue, 'cancelled', 1)
   emit(P, 'job.cancelled', id, queue, f[3], now, '{"previous_state":"' .. state .. '"}')
   finish(jk, retention_ms)

@@ -48,19 +48,19 @@ end
 local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, retention_ms)
   local attempt = tonumber(f.attempt) or 0
   local entry = '{"attempt":' .. attempt .. ',"occurred_at":' .. now .. ',' .. string.sub(err, 2)
-  local history = redis.call('HGET', jk, 'errors')
+  local history = rec('HGET', jk, 'errors')
   if history then
     history = string.sub(history, 1, -2) .. ',' .. entry .. ']'
   else
     history = '[' .. entry .. ']'
   end
-  redis.call('HSET', jk, 'error', entry, 'errors', history)
+  rec('HSET', jk, 'error', entry, 'errors', history)
   stat(P, f.queue, 'failed', 1)
   local final = (not retryable) or attempt >= (tonumber(f.max_attempts) or 3)
     or matches_non_retryable(f.non_retryable, match)
   if not final then
     local delay = backoff_ms(f.backoff, attempt, jitter_u)
-    redis.call('HSET', jk, 'state', 'retryable', 'scheduled_at', now + delay, 'retry_delay_ms', delay)
+    rec('HSET', jk, 'state', 'retryable', 'scheduled_at', now + delay, 'retry_delay_ms', delay)
     redis.call('ZADD', P .. 'scheduled', now + delay, id)
     stat(P, f.queue, 'scheduled', 1)
     emit(P, 'job.retrying', id, f.queue, f.type, now,
@@ -69,10 +69,10 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
   end
   -- A job that ran and failed for good has finished: completed_at marks when (jobs discarded without
   -- running, expired or dropped by a rate limit, get only discarded_at).
-  redis.call('HSET', jk, 'state', 'discarded', 'discarded_at', now, 'completed_at', now)
+  rec('HSET', jk, 'state', 'discarded', 'discarded_at', now, 'completed_at', now)
   stat(P, f.queue, 'discarded', 1)
   emit(P, 'job.failed', id, f.queue, f.type, now, '{"attempt":' .. attempt .. ',"error":' .. err .. '}')
-  local w = redis.call('HMGET', jk, 'wf', 'wf_i')
+  local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention_ms)
   if f.on_exhaustion == 'dead_letter' then
     redis.call('ZADD', P .. 'dead', now, id)

@@ -9,7 +9,7 @@
 --@include ready
 
 local function set_priority(P, jk, id, priority, rank, now)
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'priority', 'member', 'enqueued_at', 'rl_key')
+  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'priority', 'member', 'enqueued_at', 'rl_key')
   local state, queue = f[1], f[2]
   if not state then return {'not_found'} end
   if state ~= 'available' and state ~= 'scheduled' then return {'state', state} end
@@ -26,7 +26,7 @@ local function set_priority(P, jk, id, priority, rank, now)
     if redis.call('HINCRBY', pk, f[4], -1) <= 0 then redis.call('HDEL', pk, f[4]) end
     redis.call('HINCRBY', pk, priority, 1)
   end
-  redis.call('HSET', jk, 'priority', priority, 'rank', rank)
+  rec('HSET', jk, 'priority', priority, 'rank', rank)
   emit(P, 'priority.changed', id, queue, f[3], now,
     cjson.encode({ previous_priority = tonumber(f[4]), new_priority = tonumber(priority) }))
   return {'ok', now, tonumber(f[4]), state, queue}

@@ -72,7 +72,7 @@ end
 local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, member)
   member = member or next_member(P, id)
   local score = ready_score(P, queue, rank, since_ms)
-  redis.call('HSET', jk, 'member', member)
+  rec('HSET', jk, 'member', member)
   redis.call('HINCRBY', P .. 'q:' .. queue .. ':pri', priority, 1)
   if rl_key then
     if lane_add(P, queue, rl_key, score, member) == 'rebalance' then lane_rebalance(P, queue, rl_key) end
@@ -99,7 +99,7 @@ end
 
 -- unready(P, jk, queue): take an available job out of wherever it waits (cancel).
 local function unready(P, jk, queue)
-  local f = redis.call('HMGET', jk, 'member', 'priority', 'rl_key')
+  local f = rec('HMGET', jk, 'member', 'priority', 'rl_key')
   if not f[1] then return end
   local member, key = f[1], f[3]
   if key and redis.call('HGET', P .. 'q:' .. queue .. ':heads', key) ~= member then
@@ -112,6 +112,6 @@ local function unready(P, jk, queue)
     end
     ready_index_check(P, queue)
   end
-  redis.call('HDEL', jk, 'member')
+  rec('HDEL', jk, 'member')
   not_available(P, queue, f[2])
 end

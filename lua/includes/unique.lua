@@ -10,7 +10,7 @@
 local function unique_holder(P, key, states)
   local id = redis.call('GET', P .. 'unique:' .. key)
   if not id then return nil end
-  local state = redis.call('HGET', P .. 'job:' .. id, 'state')
+  local state = rec('HGET', P .. 'job:' .. id, 'state')
   if state and states[state] then return id, state end
   return nil
 end

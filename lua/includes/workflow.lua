@@ -38,18 +38,18 @@ end
 -- scheduled when it asked for a delay or a time still ahead. Anything but pending is left alone.
 local function wf_release(P, id, parent_results, now)
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type', 'rank', 'priority', 'rl_key', 'scheduled_at',
+  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'rank', 'priority', 'rl_key', 'scheduled_at',
     'hold_delay_ms')
   if f[1] ~= 'pending' then return end
-  if parent_results then redis.call('HSET', jk, 'parent_results', parent_results) end
+  if parent_results then rec('HSET', jk, 'parent_results', parent_results) end
   local run_at = math.max(tonumber(f[7]) or 0, now + (tonumber(f[8]) or 0))
   if run_at > now then
-    redis.call('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
+    rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
     redis.call('ZADD', P .. 'scheduled', run_at, id)
     stat(P, f[2], 'scheduled', 1)
     emit(P, 'job.scheduled', id, f[2], f[3], now, cjson.encode({scheduled_at = run_at}))
   else
-    redis.call('HSET', jk, 'state', 'available', 'enqueued_at', now)
+    rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
     make_ready(P, jk, id, f[2], tonumber(f[4]), f[5], now, f[6])
     emit(P, 'job.available', id, f[2], f[3], now, '{"from":"pending"}')
   end
@@ -59,9 +59,9 @@ end
 -- callback was not triggered) ends cancelled.
 local function wf_drop(P, id, now, retention_ms, reason)
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'state', 'queue', 'type')
+  local f = rec('HMGET', jk, 'state', 'queue', 'type')
   if f[1] ~= 'pending' then return end
-  redis.call('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
+  rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, f[2], 'cancelled', 1)
   emit(P, 'job.cancelled', id, f[2], f[3], now, cjson.encode({previous_state = 'pending', reason = reason}))
   finish(jk, retention_ms)

@@ -17,6 +17,9 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_millis(st.config.tick_ms.max(5));
     let mut failing = false;
     let mut sleep = tick;
+    // A key-schema v1 keyspace is upgraded once, before the first round (jobs are served meanwhile:
+    // the scripts read v1 job hashes); retried each round until Redis answers.
+    let mut upgraded = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
@@ -26,6 +29,18 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
             return;
         }
         sleep = tick;
+        if !upgraded {
+            match st.store.upgrade_schema().await {
+                Ok(_) => upgraded = true,
+                Err(e) => {
+                    if !failing {
+                        warn!(error = %e, "key schema upgrade failed; will keep retrying");
+                    }
+                    failing = true;
+                    continue;
+                }
+            }
+        }
         match step(&st).await {
             Ok(Some(due_in_ms)) => {
                 failing = false;

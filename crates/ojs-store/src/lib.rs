@@ -19,5 +19,7 @@ pub use ops::rl_inspect::RateLimitState;
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use store::*;
 
-/// Version of the key schema this code reads and writes; stored at `<prefix>schema`.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the key schema this code writes; stored at `<prefix>schema`.
+pub const SCHEMA_VERSION: u32 = 2;
+/// The older version this code also reads, and upgrades at start ([`Store::upgrade_schema`]).
+pub const SCHEMA_VERSION_UPGRADED: u32 = 1;

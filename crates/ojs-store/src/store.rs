@@ -258,6 +258,14 @@ pub(crate) fn val_str(v: &Value) -> String {
     }
 }
 
+/// A value that may be absent (nil, or false from Lua): None.
+pub(crate) fn val_opt_str(v: &Value) -> Option<String> {
+    match v {
+        Value::Nil => None,
+        other => Some(val_str(other)),
+    }
+}
+
 pub(crate) fn val_i64(v: &Value) -> i64 {
     match v {
         Value::Int(i) => *i,
@@ -349,7 +357,7 @@ impl Store {
         &self.cfg
     }
 
-    async fn conn(&self) -> Result<ConnectionManager> {
+    pub(crate) async fn conn(&self) -> Result<ConnectionManager> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let cm = self.conns[i]
             .get_or_try_init(|| async {
@@ -399,7 +407,8 @@ impl Store {
                     .await?;
                 Ok(())
             }
-            Some(v) if v == crate::SCHEMA_VERSION => Ok(()),
+            // A v1 keyspace is being upgraded (see `upgrade_schema`); every script reads it meanwhile.
+            Some(v) if v == crate::SCHEMA_VERSION || v == crate::SCHEMA_VERSION_UPGRADED => Ok(()),
             Some(v) => Err(StoreError::Reply(format!(
                 "key schema version {v} found in Redis, this server speaks {}; see migrations-notes/",
                 crate::SCHEMA_VERSION
@@ -469,15 +478,6 @@ impl Store {
 
     // ---- reads (no state change, so plain commands) ----
 
-    pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
-        let mut conn = self.conn().await?;
-        let m: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.keys.job(id))
-            .query_async(&mut conn)
-            .await?;
-        Ok((!m.is_empty()).then_some(m))
-    }
-
     /// Dead-lettered jobs, newest first: (total, page of job hashes).
     pub async fn dead_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<JobFields>)> {
         let mut conn = self.conn().await?;
@@ -490,15 +490,8 @@ impl Store {
             .arg("REV")
             .query_async(&mut conn)
             .await?;
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.cmd("HGETALL").arg(self.keys.job(id));
-        }
-        let jobs: Vec<HashMap<String, String>> = if ids.is_empty() {
-            vec![]
-        } else {
-            pipe.query_async(&mut conn).await?
-        };
+        drop(conn);
+        let jobs = self.jobs(&ids).await?;
         Ok((total, jobs.into_iter().filter(|m| !m.is_empty()).collect()))
     }
 
@@ -897,24 +890,6 @@ impl Store {
         }
         if n == 0 {
             return Ok(Vec::new());
-        }
-        let mut conn = self.conn().await?;
-        Ok(pipe.query_async(&mut conn).await?)
-    }
-
-    /// The jobs' hashes in one pipeline (an empty map for a job that is gone).
-    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<JobFields>> {
-        self.hashes(ids.iter().map(|id| self.keys.job(id))).await
-    }
-
-    /// A few fields of each job in one pipeline (None where a job or field is missing).
-    pub async fn jobs_fields(&self, ids: &[String], fields: &[&str]) -> Result<Vec<Vec<Option<String>>>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in ids {
-            pipe.cmd("HMGET").arg(self.keys.job(id)).arg(fields);
         }
         let mut conn = self.conn().await?;
         Ok(pipe.query_async(&mut conn).await?)

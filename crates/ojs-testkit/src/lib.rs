@@ -13,7 +13,7 @@ use ojs_server::Config;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-pub use invariants::check_invariants;
+pub use invariants::{check_invariants, job_fields};
 
 static REDIS: OnceLock<String> = OnceLock::new();
 

@@ -14,6 +14,8 @@ pub mod dead_retry;
 pub mod enqueue;
 pub mod fetch;
 pub mod heartbeat;
+pub mod job_migrate;
+pub mod job_read;
 pub mod nack;
 pub mod progress;
 pub mod promote;

@@ -1,0 +1,148 @@
+-- Job records (key schema v2). P..'job:'..id is one STRING: the job's fields (name -> string value, the
+-- same fields v1 kept in a hash) packed as one MessagePack map (cmsgpack). One compact value per job
+-- stays small whatever its size (a v1 hash left Redis' listpack encoding as soon as one value passed
+-- hash-max-listpack-value, 64 bytes by default, which a ~100-byte args payload always does): measured
+-- 560 B per queued job instead of 912 B (migrations-notes/README.md).
+--
+-- Scripts touch a job only through rec(cmd, key, ...), which answers the hash commands scripts used on
+-- v1 (HGET, HMGET, HSET, HDEL, HINCRBY, HEXISTS, HGETALL, EXISTS, DEL, PEXPIRE) exactly as redis.call
+-- would (missing values are false, counts are numbers), from a per-call cache: a record is read (GET +
+-- unpack) at most once per call and written (pack + SET) at most once, when the call ends. Every
+-- function of the library is wrapped by build.rs as rec_begin(); ...; rec_end(reply), so nothing
+-- cached outlives its call. A v1 hash found in place of a record (a keyspace not yet migrated) is read
+-- with HGETALL and written back as a record, keeping its TTL.
+--
+-- INVARIANTS: a job key holds a record (or, before migration, a v1 hash), never anything else; a
+-- record's values are strings, as a hash's were; the writes reach Redis before the call returns, in the
+-- same script as every other write of the transition.
+local REC = {}
+
+local function rec_begin()
+  REC = {}
+end
+
+-- Lua numbers become strings as Redis would store them: integers in full (tostring would write
+-- 1e+15), others with 17 significant digits.
+local function rec_str(v)
+  if type(v) == 'number' then
+    if v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then
+      return string.format('%d', v)
+    end
+    return string.format('%.17g', v)
+  end
+  return tostring(v)
+end
+
+local function rec_load(key)
+  local e = REC[key]
+  if e then return e end
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    -- A v1 hash: read it and write it back as a record at the end of this call.
+    local h = redis.call('HGETALL', key)
+    local f = {}
+    for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+    e = {f = f, dirty = true}
+  elseif v then
+    e = {f = cmsgpack.unpack(v)}
+  else
+    e = {f = false, fresh = true}
+  end
+  REC[key] = e
+  return e
+end
+
+-- rec(cmd, key, ...): the hash command cmd on the job record at key (see above).
+local function rec(cmd, key, ...)
+  local e = rec_load(key)
+  local f = e.f
+  local a = {...}
+  if cmd == 'HGET' then
+    return f and f[a[1]] or false
+  elseif cmd == 'HMGET' then
+    local out = {}
+    for i = 1, #a do out[i] = f and f[a[i]] or false end
+    return out
+  elseif cmd == 'HSET' then
+    if not f then
+      f = {}
+      e.f = f
+    end
+    local added = 0
+    for i = 1, #a, 2 do
+      if f[a[i]] == nil then added = added + 1 end
+      f[a[i]] = rec_str(a[i + 1])
+    end
+    e.dirty = true
+    return added
+  elseif cmd == 'HDEL' then
+    local n = 0
+    if f then
+      for i = 1, #a do
+        if f[a[i]] ~= nil then
+          f[a[i]] = nil
+          n = n + 1
+        end
+      end
+      if n > 0 then e.dirty = true end
+    end
+    return n
+  elseif cmd == 'HINCRBY' then
+    if not f then
+      f = {}
+      e.f = f
+    end
+    local v = (tonumber(f[a[1]]) or 0) + a[2]
+    f[a[1]] = rec_str(v)
+    e.dirty = true
+    return v
+  elseif cmd == 'HEXISTS' then
+    return (f and f[a[1]] ~= nil) and 1 or 0
+  elseif cmd == 'HGETALL' then
+    local out = {}
+    if f then
+      for k, v in pairs(f) do
+        out[#out + 1] = k
+        out[#out + 1] = v
+      end
+    end
+    return out
+  elseif cmd == 'EXISTS' then
+    return f and 1 or 0
+  elseif cmd == 'DEL' then
+    if not f then return 0 end
+    e.f = false
+    e.dirty = true
+    e.fresh = true
+    e.ttl = nil
+    return 1
+  elseif cmd == 'PEXPIRE' then
+    if not f then return 0 end
+    e.ttl = tonumber(a[1])
+    return 1
+  end
+  error('rec: unsupported command ' .. tostring(cmd))
+end
+
+-- rec_end(reply): writes every changed record (a new or deleted-and-recreated one without the old TTL,
+-- an updated one keeping its TTL, PEXPIRE applied) and returns reply.
+local function rec_end(reply)
+  for key, e in pairs(REC) do
+    if e.f and e.dirty then
+      local v = cmsgpack.pack(e.f)
+      if e.ttl then
+        redis.call('SET', key, v, 'PX', e.ttl)
+      elseif e.fresh then
+        redis.call('SET', key, v)
+      else
+        redis.call('SET', key, v, 'KEEPTTL')
+      end
+    elseif e.f and e.ttl then
+      redis.call('PEXPIRE', key, e.ttl)
+    elseif e.dirty then
+      redis.call('DEL', key)
+    end
+  end
+  REC = {}
+  return reply
+end

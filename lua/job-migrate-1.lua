@@ -1,0 +1,26 @@
+-- job-migrate-1.lua: key schema v1 -> v2 for a batch of job keys: each v1 job hash becomes a record
+-- (includes/record.lua), its TTL kept. Run by the server at start over every job key (SCAN), in batches.
+--
+-- KEYS
+--   KEYS[1] P..'job:'..id  string the first job's key (gives the call its slot)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2..] the job ids
+-- RETURNS
+--   {'ok', converted}     how many of them were v1 hashes (now records)
+-- COST   O(fields) per job
+-- CLOCK  none
+-- INVARIANTS
+--   idempotent: a record or a missing key is left as it is, so racing servers and a restarted
+--   migration need no coordination; a job is converted whole, in one script, fields and TTL together
+
+local P = ARGV[1]
+local converted = 0
+for i = 2, #ARGV do
+  local jk = P .. 'job:' .. ARGV[i]
+  if redis.call('TYPE', jk).ok == 'hash' then
+    rec('EXISTS', jk)
+    converted = converted + 1
+  end
+end
+return {'ok', converted}

@@ -1,0 +1,31 @@
+-- job-read-1.lua: the API's reads of job records (one job, a page of jobs, a few fields of many jobs).
+-- Records are MessagePack (includes/record.lua), so reads go through the same decoder the scripts use.
+--
+-- KEYS
+--   KEYS[1] P..'job:'..id  string the first job's record (gives the call its slot)
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] nfields       int    0: each job comes back whole, as a flat name/value list (HGETALL's
+--                                shape); n > 0: as the values of the n field names that follow
+--   ARGV[3..2+nfields] the field names; then the job ids, at least one
+-- RETURNS
+--   {'ok', job_1, ..., job_m}    one per id, in order; a job that does not exist is an empty list
+--                                (whole) or n false values (fields)
+-- COST   O(1) per job: one GET and one unpack
+-- CLOCK  none
+-- INVARIANTS
+--   writes nothing, except that a v1 hash read here is rewritten as a record (includes/record.lua)
+
+local P, nfields = ARGV[1], tonumber(ARGV[2])
+local fields = {}
+for i = 1, nfields do fields[i] = ARGV[2 + i] end
+local out = {'ok'}
+for i = 3 + nfields, #ARGV do
+  local jk = P .. 'job:' .. ARGV[i]
+  if nfields == 0 then
+    out[#out + 1] = rec('HGETALL', jk)
+  else
+    out[#out + 1] = rec('HMGET', jk, unpack(fields))
+  end
+end
+return out
