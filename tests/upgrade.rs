@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/v1-keyspace.json");
 /// The fixture writes the namespace's key prefix as this placeholder.
 const PREFIX: &str = "ojs:{NS}:";
+/// Leases and retry delays in the fixture: 3,600 days.
+const LONG_MS: u64 = 3_600 * 86_400_000;
 
 /// Every key of a namespace (streams left out): key (prefix replaced by PREFIX), type, PTTL, content.
 const DUMP: &str = r#"
@@ -51,8 +53,9 @@ async fn make_v1_fixture() {
     s.enqueue(json!({"type": "api.call", "args": [2], "options": {"queue": "api"},
         "rate_limit": {"key": "partner-a", "concurrency": 1}}))
         .await;
-    // Scheduled for tomorrow.
-    s.enqueue(json!({"type": "report", "args": [], "options": {"queue": "later", "scheduled_at": "+PT24H"}}))
+    // Scheduled in ten years. (Every time in the fixture lies years ahead, so that no timer moves a job
+    // while the test compares it with the fixture, however old the fixture is.)
+    s.enqueue(json!({"type": "report", "args": [], "options": {"queue": "later", "scheduled_at": "+P3600D"}}))
         .await;
     // Active (claimed, never acked), completed (with a result), retryable, dead-lettered, cancelled.
     let work = |t: &str, extra: Value| {
@@ -63,11 +66,11 @@ async fn make_v1_fixture() {
         json!({"type": t, "args": [payload], "options": options})
     };
     for (t, extra) in [
-        ("w.active", json!({})),
+        ("w.active", json!({"visibility_timeout_ms": LONG_MS})),
         ("w.completed", json!({})),
         (
             "w.retryable",
-            json!({"retry": {"max_attempts": 3, "initial_interval": "PT1H"}}),
+            json!({"retry": {"max_attempts": 3, "initial_interval": "P3600D", "max_interval": "P3600D"}}),
         ),
         (
             "w.dead",
