@@ -5,6 +5,8 @@
 # With OJS_BASELINE_SERVER=<path to another ojs-server binary> (an earlier commit's release build), every
 # scenario also runs against that binary, alternating with this build's, and a second table prints this
 # build against the baseline: what a change bought, measured in one run.
+# OJS_BENCH_SCENARIOS="add bulk" runs only those scenarios (default: add bulk process process_split
+# latency); the table then shows only them.
 # Installs what it needs: redis-server (apt), BullMQ (npm, pinned in benches/peers/bullmq).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +40,7 @@ results="$work/results.jsonl"
 start_server ./target/release/ojs-server
 
 for round in $(seq "$rounds"); do
-  for scenario in add bulk process process_split latency; do
+  for scenario in ${OJS_BENCH_SCENARIOS:-add bulk process process_split latency}; do
     n=$jobs; [ "$scenario" = latency ] && n=$((jobs / 10))
     run_ours ojs "$scenario" "$n"
     if [ -n "$baseline" ]; then
@@ -62,6 +64,7 @@ names = {"add": "add (1 job per request, 64 in flight)", "bulk": "bulk (1,000 pe
          "process": "process, ack-and-fetch-next (50 workers)",
          "process_split": "process, separate fetch + ack (50 workers, as the SDKs)",
          "latency": "latency (500 jobs/s)"}
+names = {k: v for k, v in names.items() if any(r["scenario"] == k for r in rows)}
 print("| scenario | ours (median) | BullMQ (median) | ratio | Redis CPU µs/job ours | BullMQ | ratio | server CPU µs/request |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for sc in names:
@@ -72,10 +75,11 @@ for sc in names:
           if r["peer"] == "ojs" and r["scenario"] == sc and r.get("server_cpu_us") is not None and r.get("requests")]
     scpu = f"{statistics.median(sv):.1f}" if sv else "n/a"
     print(f"| {names[sc]} | {o:,.0f} jobs/s | {b:,.0f} jobs/s | {o/b:.2f}x | {oc:.1f} | {bc:.1f} | {oc/bc:.2f}x | {scpu} |")
-for k in ["fetched_p50_ms", "fetched_p99_ms", "acked_p50_ms", "acked_p99_ms"]:
+for k in ["fetched_p50_ms", "fetched_p99_ms", "acked_p50_ms", "acked_p99_ms"] if "latency" in names else []:
     print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med('bullmq','latency',k):.1f} ms | | | | | |")
-mo, mb = med("ojs", "process", "memory_per_queued_job"), med("bullmq", "process", "memory_per_queued_job")
-print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | |")
+if "process" in names:
+    mo, mb = med("ojs", "process", "memory_per_queued_job"), med("bullmq", "process", "memory_per_queued_job")
+    print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | |")
 if any(r["peer"] == "ojs-baseline" for r in rows):
     def server_us(peer, sc):
         v = [r["server_cpu_us"] / r["requests"] for r in rows
@@ -89,6 +93,9 @@ if any(r["peer"] == "ojs-baseline" for r in rows):
         jobs = next(r["jobs"] for r in rows if r["scenario"] == sc)
         oc, bc = med("ojs", sc, "redis_cpu_us") / jobs, med("ojs-baseline", sc, "redis_cpu_us") / jobs
         print(f"| {names[sc]} | {o:,.0f} jobs/s | {b:,.0f} jobs/s | {o/b:.2f}x | {oc:.1f} | {bc:.1f} | {oc/bc:.2f}x | {server_us('ojs', sc):.1f} | {server_us('ojs-baseline', sc):.1f} |")
-    for k in ["fetched_p99_ms", "acked_p99_ms"]:
+    for k in ["fetched_p99_ms", "acked_p99_ms"] if "latency" in names else []:
         print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med('ojs-baseline','latency',k):.1f} ms | | | | | | |")
+    if "process" in names:
+        mo, mb = med("ojs", "process", "memory_per_queued_job"), med("ojs-baseline", "process", "memory_per_queued_job")
+        print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | | |")
 PY

@@ -252,11 +252,10 @@ if not each then
   end
 end
 
--- opt(h, field, v, none): append field = v to the HSET arguments h unless v is the "none" value.
+-- opt(h, field, v, none): set field = v in the new job's fields h unless v is the "none" value.
 local function opt(h, field, v, none)
   if v ~= none then
-    h[#h + 1] = field
-    h[#h + 1] = v
+    h[field] = rec_str(v)
   end
 end
 
@@ -334,9 +333,9 @@ for i = 0, n - 1 do
     if c.bound and not waits(i) then c.depth = c.depth + 1 end
     local priority = ARGV[b + 14]
     local rl_key = ARGV[b + 15] ~= '' and ARGV[b + 15] or nil
-    local h = {'doc', doc, 'queue', queue, 'type', jtype, 'rank', rank, 'priority', priority,
-      'attempt', 0, 'max_attempts', ARGV[b + 5], 'backoff', ARGV[b + 6], 'on_exhaustion', ARGV[b + 7],
-      'created_at', now, 'enqueued_at', now}
+    local h = {doc = doc, queue = queue, type = jtype, rank = rec_str(rank), priority = priority,
+      attempt = '0', max_attempts = ARGV[b + 5], backoff = ARGV[b + 6], on_exhaustion = ARGV[b + 7],
+      created_at = rec_str(now), enqueued_at = rec_str(now)}
     opt(h, 'non_retryable', ARGV[b + 8], '')
     opt(h, 'timeout_ms', ARGV[b + 9], '0')
     opt(h, 'visibility_ms', ARGV[b + 10], '0')
@@ -368,13 +367,13 @@ for i = 0, n - 1 do
       opt(h, 'state', 'pending', '')
       opt(h, 'scheduled_at', ARGV[b + 12], '0')
       opt(h, 'hold_delay_ms', ARGV[b + 13], '0')
-      rec('HSET', jk, unpack(h))
+      rec_put(jk, h)
       emit(P, 'job.enqueued', id, queue, jtype, now, cjson.encode({state = 'pending', workflow_id = wf.id}))
       states[#states + 1] = 'pending'
     elseif at > now then
       opt(h, 'state', 'scheduled', '')
       opt(h, 'scheduled_at', at, '')
-      rec('HSET', jk, unpack(h))
+      rec_put(jk, h)
       redis.call('ZADD', P .. 'scheduled', at, id)
       c.sched = c.sched + 1
       emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. at .. '}')
@@ -382,7 +381,7 @@ for i = 0, n - 1 do
     elseif rl_key then
       -- Through its lane, one by one (lane heads, parking: see ratelimit.lua).
       opt(h, 'state', 'available', '')
-      rec('HSET', jk, unpack(h))
+      rec_put(jk, h)
       make_ready(P, jk, id, queue, rank, priority, now, rl_key, member)
       emit(P, 'job.enqueued', id, queue, jtype, now, nil)
       states[#states + 1] = 'available'
@@ -390,7 +389,7 @@ for i = 0, n - 1 do
       member = member or next_member(P, id)
       opt(h, 'state', 'available', '')
       opt(h, 'member', member, '')
-      rec('HSET', jk, unpack(h))
+      rec_put(jk, h)
       local r = c.ready
       r[#r + 1] = aging_score(c.aging, rank, now)
       r[#r + 1] = member

@@ -7,10 +7,7 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:' (see enqueue-1.lua)
 --   ARGV[2] retention_ms  int    how long an ended (acked, discarded) job's hash is kept; 0 = forever
---   ARGV[3] nfields       int    how many job field names follow: a claimed job comes back as the values
---                                of these fields (HMGET), in this order; the server sends what its job
---                                view reads (ojs_core::job::VIEW_FIELDS)
---   ARGV[4..3+nfields] the field names; then the requests, each REQ_FIELDS fields and then its queues:
+--   ARGV[3..] the requests, each REQ_FIELDS fields and then its queues:
 --     +0  worker_id     string recorded on claimed jobs ('' when the worker gave none)
 --     +1  count         int    most jobs to claim (0: an ACK that claims nothing)
 --     +2  visibility_ms int    lease length for claimed jobs that set no visibility_timeout_ms
@@ -28,9 +25,9 @@
 --                              > 0 for weighted)
 -- RETURNS
 --   {'ok', now_ms, reply_1, ..., reply_n}   one reply per request, in order; reply_i is
---                                            {ack, job_1, ..., job_k}: k <= count; job_i is the values of
---                                            the nfields fields named in ARGV, in that order (nil for an
---                                            absent field); ack is '' (no ACK asked) or ack_job's reply
+--                                            {ack, job_1, ..., job_k}: k <= count; job_i is the claimed
+--                                            job's record as stored after the claim (the MessagePack of
+--                                            includes/record.lua); ack is '' (no ACK asked) or ack_job's reply
 --                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
 --                                            A refused request changes nothing and does not affect the
 --                                            others.
@@ -77,9 +74,6 @@ local MAX_DISCARDS = 100
 local REQ_FIELDS = 11
 local P = ARGV[1]
 local retention = tonumber(ARGV[2])
-local nfields = tonumber(ARGV[3])
-local view_fields = {}
-for i = 1, nfields do view_fields[i] = ARGV[3 + i] end
 local now = now_ms()
 -- The request being served: its worker, lease length and reply (set by serve()).
 local worker, default_vt, reply
@@ -216,7 +210,7 @@ local function claim_one(queue)
           redis.call('HSETNX', P .. 'wf:' .. f[15], 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
-        reply[#reply + 1] = rec('HMGET', jk, unpack(view_fields))
+        reply[#reply + 1] = rec_packed(jk)
         ready_index_check(P, queue)
         return true
       end
@@ -297,7 +291,7 @@ local function serve(a)
 end
 
 local out = {'ok', now}
-local a = 4 + nfields
+local a = 3
 while a <= #ARGV do
   local r
   r, a = serve(a)

@@ -1,16 +1,16 @@
 -- job-read-1.lua: the API's reads of job records (one job, a page of jobs, a few fields of many jobs).
--- Records are MessagePack (includes/record.lua), so reads go through the same decoder the scripts use.
+-- Whole jobs come back as their records, decoded by the server as FETCH's are (store.rs decode_record).
 --
 -- KEYS
 --   KEYS[1] P..'job:'..id  string the first job's record (gives the call its slot)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] nfields       int    0: each job comes back whole, as a flat name/value list (HGETALL's
---                                shape); n > 0: as the values of the n field names that follow
+--   ARGV[2] nfields       int    0: each job comes back whole, as its record (the MessagePack map of
+--                                includes/record.lua); n > 0: as the values of the n field names that follow
 --   ARGV[3..2+nfields] the field names; then the job ids, at least one
 -- RETURNS
---   {'ok', job_1, ..., job_m}    one per id, in order; a job that does not exist is an empty list
---                                (whole) or n false values (fields)
+--   {'ok', job_1, ..., job_m}    one per id, in order; a job that does not exist is false (whole) or
+--                                n false values (fields)
 -- COST   O(1) per job: one GET and one unpack
 -- CLOCK  none
 -- INVARIANTS
@@ -23,7 +23,7 @@ local out = {'ok'}
 for i = 3 + nfields, #ARGV do
   local jk = P .. 'job:' .. ARGV[i]
   if nfields == 0 then
-    out[#out + 1] = rec('HGETALL', jk)
+    out[#out + 1] = rec_packed(jk)
   else
     out[#out + 1] = rec('HMGET', jk, unpack(fields))
   end

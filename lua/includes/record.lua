@@ -24,7 +24,10 @@ end
 -- Lua numbers become strings as Redis would store them: integers in full (tostring would write
 -- 1e+15), others with 17 significant digits.
 local function rec_str(v)
-  if type(v) == 'number' then
+  local t = type(v)
+  if t == 'string' then
+    return v
+  elseif t == 'number' then
     if v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then
       return string.format('%d', v)
     end
@@ -52,11 +55,14 @@ local function rec_load(key)
   return e
 end
 
+local REC_READS = {HGET = true, HMGET = true, HEXISTS = true, HGETALL = true, EXISTS = true}
+
 -- rec(cmd, key, ...): the hash command cmd on the job record at key (see above).
 local function rec(cmd, key, ...)
   local e = rec_load(key)
   local f = e.f
   local a = {...}
+  if not REC_READS[cmd] then e.packed = nil end
   if cmd == 'HGET' then
     return f and f[a[1]] or false
   elseif cmd == 'HMGET' then
@@ -124,12 +130,32 @@ local function rec(cmd, key, ...)
   error('rec: unsupported command ' .. tostring(cmd))
 end
 
+-- rec_put(key, f): a new job's record is exactly the fields f (name -> string value), with no TTL; the
+-- enqueue script's fast path (it has already checked that key holds no job).
+local function rec_put(key, f)
+  local e = rec_load(key)
+  e.f = f
+  e.dirty = true
+  e.fresh = true
+  e.ttl = nil
+  e.packed = nil
+end
+
+-- rec_packed(key): the record as it stands, packed (false for no job); when nothing changes it
+-- afterwards, rec_end writes this very string, so a script that returns a job it wrote packs it once.
+local function rec_packed(key)
+  local e = rec_load(key)
+  if not e.f then return false end
+  e.packed = e.packed or cmsgpack.pack(e.f)
+  return e.packed
+end
+
 -- rec_end(reply): writes every changed record (a new or deleted-and-recreated one without the old TTL,
 -- an updated one keeping its TTL, PEXPIRE applied) and returns reply.
 local function rec_end(reply)
   for key, e in pairs(REC) do
     if e.f and e.dirty then
-      local v = cmsgpack.pack(e.f)
+      local v = e.packed or cmsgpack.pack(e.f)
       if e.ttl then
         redis.call('SET', key, v, 'PX', e.ttl)
       elseif e.fresh then

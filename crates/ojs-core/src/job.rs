@@ -176,40 +176,6 @@ const SYSTEM_FIELDS: [&str; 14] = [
     "superseded",
 ];
 
-/// Every stored job field the API view of a job reads ([`job_view`], with [`progress_view`]), plus what
-/// FETCH's metrics read (`rl_key`): all a claimed job needs to come back with, so FETCH asks Redis for
-/// these alone. A unit test checks that the view of a job read through this list is the view of the
-/// whole hash.
-pub static VIEW_FIELDS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-    let own = [
-        "doc",
-        "type",
-        "queue",
-        "state",
-        "priority",
-        "attempt",
-        "retry_delay_ms",
-        "max_attempts",
-        "expires_at",
-        "worker_id",
-        "lease_until",
-        "claims",
-        "result",
-        "wf",
-        "parent_results",
-        "error",
-        "errors",
-        "superseded",
-        "progress",
-        "progress_message",
-        "progress_data",
-        "progress_at",
-        "progress_claim",
-        "rl_key",
-    ];
-    own.into_iter().chain(TIME_FIELDS).collect()
-});
-
 /// The API view of a stored job hash: the client's envelope plus the system-managed fields.
 pub fn job_view(f: &HashMap<String, String>) -> Value {
     let mut obj: Map<String, Value> = f
@@ -339,53 +305,6 @@ pub fn progress_view(f: &HashMap<String, String>) -> Option<(Value, Value, Value
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_view_of_a_job_read_through_view_fields_is_the_view_of_the_whole_hash() {
-        let doc = json!({"id": "j", "type": "t", "queue": "q", "args": [1, "x"], "meta": {"k": "v"}});
-        let value = |k: &str| -> String {
-            match k {
-                "doc" => doc.to_string(),
-                "state" => "active".into(),
-                "type" | "queue" | "worker_id" | "wf" | "rl_key" | "progress_message" => format!("{k}-value"),
-                "result" | "parent_results" | "superseded" | "progress_data" => r#"{"r":[1,2]}"#.into(),
-                "error" => r#"{"message":"m","occurred_at":1700000000000}"#.into(),
-                "errors" => r#"[{"message":"m","occurred_at":1700000000000}]"#.into(),
-                "progress" => "0.5".into(),
-                "claims" | "progress_claim" => "3".into(),
-                _ => "1700000000123".into(),
-            }
-        };
-        // Every field a stored job can have: VIEW_FIELDS and the ones only the scripts read.
-        let others = [
-            "member",
-            "rl",
-            "qrl",
-            "lease_ms",
-            "visibility_ms",
-            "timeout_ms",
-            "wf_i",
-            "unique",
-            "dedup",
-            "root",
-            "root_ts",
-            "root_self",
-            "retry",
-            "retention_ms",
-            "id",
-        ];
-        let whole: HashMap<String, String> = VIEW_FIELDS
-            .iter()
-            .chain(others.iter())
-            .map(|k| (k.to_string(), value(k)))
-            .collect();
-        let projected: HashMap<String, String> = VIEW_FIELDS.iter().map(|k| (k.to_string(), value(k))).collect();
-        assert_eq!(job_view(&projected), job_view(&whole));
-        assert!(
-            job_view(&whole).get("progress").is_some(),
-            "the test covers the progress fields"
-        );
-    }
 
     #[test]
     fn client_fields_named_like_system_fields_are_not_echoed() {

@@ -258,6 +258,16 @@ pub(crate) fn val_str(v: &Value) -> String {
     }
 }
 
+/// A job record's fields from its stored bytes (key schema v2: a MessagePack map of field name ->
+/// string value, written by lua/includes/record.lua). Bytes that are not one (never written by this
+/// server) read as no fields.
+pub(crate) fn decode_record(bytes: &[u8]) -> JobFields {
+    rmp_serde::from_slice(bytes).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "a job record is not a MessagePack map of strings");
+        JobFields::default()
+    })
+}
+
 /// A value that may be absent (nil, or false from Lua): None.
 pub(crate) fn val_opt_str(v: &Value) -> Option<String> {
     match v {
@@ -270,17 +280,6 @@ pub(crate) fn val_i64(v: &Value) -> i64 {
     match v {
         Value::Int(i) => *i,
         other => val_str(other).parse().unwrap_or(0),
-    }
-}
-
-/// [`val_str`] of an owned value: a bulk string's bytes become the `String` without a copy.
-pub(crate) fn into_str(v: Value) -> String {
-    match v {
-        Value::BulkString(b) => {
-            String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-        }
-        Value::SimpleString(s) => s,
-        other => val_str(&other),
     }
 }
 

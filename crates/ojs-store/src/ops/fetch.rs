@@ -3,12 +3,10 @@
 
 use redis::Value;
 
-use ojs_core::job::VIEW_FIELDS;
-
 use super::ArgWriter;
 
 use crate::store::{
-    acked, at, into_str, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
+    acked, at, decode_record, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
 };
 
 /// The acknowledgement part of a [`WorkerRequest`].
@@ -35,7 +33,7 @@ pub struct WorkerRequest {
     pub visibility_ms: Option<u64>,
 }
 
-/// What one [`WorkerRequest`] got. Claimed jobs carry the fields of [`VIEW_FIELDS`] only.
+/// What one [`WorkerRequest`] got.
 #[derive(Debug)]
 pub struct WorkerReply {
     /// The ACK's outcome, when the request had one.
@@ -44,7 +42,7 @@ pub struct WorkerReply {
 }
 
 /// The script's leading arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "retention_ms", "nfields"];
+const ARGV: &[&str] = &["P", "retention_ms"];
 
 /// The fields of one request, before its queue pairs, as the header names them (checked by build.rs
 /// against the header and the script's REQ_FIELDS).
@@ -100,18 +98,13 @@ impl WorkerRequest {
     }
 }
 
-/// A claimed job as the script returns it: the values of [`VIEW_FIELDS`], in order (nil when absent).
+/// A claimed job as the script returns it: its record (a MessagePack map of field name -> string
+/// value, lua/includes/record.lua), decoded straight into the fields map.
 fn claimed_job(v: Value) -> Claimed {
-    let values = match v {
-        Value::Array(a) => a,
-        _ => Vec::new(),
+    let fields = match v {
+        Value::BulkString(b) => decode_record(&b),
+        _ => Default::default(),
     };
-    let fields = VIEW_FIELDS
-        .iter()
-        .zip(values)
-        .filter(|(_, v)| !matches!(v, Value::Nil))
-        .map(|(k, v)| (k.to_string(), into_str(v)))
-        .collect();
     Claimed { fields }
 }
 
@@ -144,9 +137,7 @@ impl Store {
         ArgWriter::new(ARGV, &mut args)
             .arg("P", self.keys.prefix())
             .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .arg("nfields", VIEW_FIELDS.len().to_string())
             .done();
-        args.extend(VIEW_FIELDS.iter().map(|f| f.to_string()));
         for r in requests {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }

@@ -6,12 +6,20 @@ use redis::Value;
 use super::ArgWriter;
 
 use crate::scripts::{self};
-use crate::store::{at, flat_map, script, val_opt_str, JobFields, Named, Result, Store};
+use crate::store::{at, decode_record, script, val_opt_str, JobFields, Named, Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "nfields"];
 
 static JOB_READ_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::JOB_READ));
+
+/// A whole job as the script returns it: its record, or false for no job (no fields).
+fn record(v: &Value) -> JobFields {
+    match v {
+        Value::BulkString(b) => decode_record(b),
+        _ => JobFields::default(),
+    }
+}
 
 impl Store {
     /// The script's arguments, in the order of its header: `fields` empty reads whole jobs.
@@ -39,18 +47,13 @@ impl Store {
     /// One job's fields, or None when there is no such job.
     pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
         let one = [id.to_string()];
-        let m = self
-            .job_read(&[], &one)
-            .await?
-            .first()
-            .map(flat_map)
-            .unwrap_or_default();
+        let m = self.job_read(&[], &one).await?.first().map(record).unwrap_or_default();
         Ok((!m.is_empty()).then_some(m))
     }
 
     /// The jobs' fields in one call (an empty map for a job that is gone).
     pub async fn jobs(&self, ids: &[String]) -> Result<Vec<JobFields>> {
-        Ok(self.job_read(&[], ids).await?.iter().map(flat_map).collect())
+        Ok(self.job_read(&[], ids).await?.iter().map(record).collect())
     }
 
     /// A few fields of each job in one call (None where a job or field is missing).
