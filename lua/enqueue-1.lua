@@ -220,8 +220,10 @@ local function qinfo(queue)
     c = { aging = conf[1] and tonumber(conf[1]), ready = {}, pri = {}, sched = 0, bound = tonumber(conf[2]),
       warn = conf[3] or '0.8', strategy = conf[4] or 'reject' }
     if c.bound then
-      local depth = tonumber(redis.call('HGET', P .. 'q:' .. queue .. ':stats', 'scheduled') or '0')
-      for _, v in ipairs(redis.call('HVALS', P .. 'q:' .. queue .. ':pri')) do depth = depth + tonumber(v) end
+      local sk, pk = P .. 'q:' .. queue .. ':stats', P .. 'q:' .. queue .. ':pri'
+      local depth = tonumber(redis.call('HGET', sk, 'scheduled') or '0') + count_pending(sk, 'scheduled')
+        + count_pending(pk)
+      for _, v in ipairs(redis.call('HVALS', pk)) do depth = depth + tonumber(v) end
       c.depth = depth
     end
     qs[queue] = c

@@ -80,10 +80,18 @@ local worker, default_vt, reply
 
 -- Queue-level limits (PUT /admin/queues/{q}/rate-limit), checked before taking anything from a queue.
 local qlimits = {}
+-- Paused queues (P..'paused'), read once per call and queue.
+local paused = {}
 local function queue_blocked(queue)
-  local c = redis.call('HMGET', P .. 'q:' .. queue .. ':conf', 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period')
-  local conc, rlim, rper = tonumber(c[1]), tonumber(c[2]), tonumber(c[3])
-  qlimits[queue] = { conc = conc, rate_limit = rlim, rate_period = rper }
+  -- The settings are read once per call (no operation of this script changes them); the counts below
+  -- move with every claim, so they are read each time.
+  local l = qlimits[queue]
+  if not l then
+    local c = redis.call('HMGET', P .. 'q:' .. queue .. ':conf', 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period')
+    l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]) }
+    qlimits[queue] = l
+  end
+  local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
   if conc and redis.call('ZCOUNT', P .. 'q:' .. queue .. ':rl:active', '(' .. now, '+inf') >= conc then
     return true
   end
@@ -243,7 +251,8 @@ local function serve(a)
   local has_ready = redis.call('SMISMEMBER', P .. 'ready', unpack(queues))
   local live = {}
   for i, q in ipairs(queues) do
-    live[i] = has_ready[i] == 1 and redis.call('SISMEMBER', P .. 'paused', q) == 0
+    if has_ready[i] == 1 and paused[q] == nil then paused[q] = redis.call('SISMEMBER', P .. 'paused', q) == 1 end
+    live[i] = has_ready[i] == 1 and not paused[q]
   end
   local got = 0
   if strategy == 'weighted' then

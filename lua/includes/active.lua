@@ -7,7 +7,7 @@
 --@include ratelimit
 
 local function stat(P, queue, field, delta)
-  redis.call('HINCRBY', P .. 'q:' .. queue .. ':stats', field, delta)
+  count(P .. 'q:' .. queue .. ':stats', field, delta)
 end
 
 -- lease_deadline: a lease lasts visibility_ms but never past the execution timeout.

@@ -23,8 +23,8 @@ local function set_priority(P, jk, id, priority, rank, now)
     end
     if key then lane_rebalance(P, queue, key) end
     local pk = P .. 'q:' .. queue .. ':pri'
-    if redis.call('HINCRBY', pk, f[4], -1) <= 0 then redis.call('HDEL', pk, f[4]) end
-    redis.call('HINCRBY', pk, priority, 1)
+    count(pk, f[4], -1, true)
+    count(pk, priority, 1, true)
   end
   rec('HSET', jk, 'priority', priority, 'rank', rank)
   emit(P, 'priority.changed', id, queue, f[3], now,

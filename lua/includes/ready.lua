@@ -73,7 +73,7 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
   member = member or next_member(P, id)
   local score = ready_score(P, queue, rank, since_ms)
   rec('HSET', jk, 'member', member)
-  redis.call('HINCRBY', P .. 'q:' .. queue .. ':pri', priority, 1)
+  count(P .. 'q:' .. queue .. ':pri', priority, 1, true)
   if rl_key then
     if lane_add(P, queue, rl_key, score, member) == 'rebalance' then lane_rebalance(P, queue, rl_key) end
     return
@@ -84,10 +84,7 @@ end
 
 -- not_available(P, queue, priority): a job stopped being available (claimed, cancelled, dropped…).
 local function not_available(P, queue, priority)
-  local pk = P .. 'q:' .. queue .. ':pri'
-  if redis.call('HINCRBY', pk, priority, -1) <= 0 then
-    redis.call('HDEL', pk, priority)
-  end
+  count(P .. 'q:' .. queue .. ':pri', priority, -1, true)
 end
 
 -- ready_index_check(P, queue): keep P..'ready' exact after taking from a ready set.
