@@ -822,3 +822,104 @@ async fn concurrent_single_enqueues_are_coalesced_yet_each_stands_alone() {
     assert!(pris.windows(2).all(|w| w[0] <= w[1]), "{pris:?}");
     s.assert_invariants().await;
 }
+
+/// Enqueues `n` jobs into `queue` in one batch (one script call); returns their ids in order.
+async fn batch_into(s: &TestServer, queue: &str, n: usize) -> Vec<String> {
+    let jobs: Vec<_> = (0..n)
+        .map(|i| json!({"type": "a", "args": [i], "options": {"queue": queue}}))
+        .collect();
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(st, 201, "{b}");
+    b["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// How many entries the namespace's event stream holds.
+async fn stream_len(s: &TestServer) -> i64 {
+    let mut r = s.redis().await;
+    redis::cmd("XLEN")
+        .arg(s.key("events"))
+        .query_async(&mut r)
+        .await
+        .expect("XLEN")
+}
+
+/// The jobs (`subject`) of a `GET /events` answer's events, in order.
+fn subjects(b: &serde_json::Value) -> Vec<String> {
+    b["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn one_call_writes_one_stream_entry_and_cursors_resume_inside_it() {
+    let s = TestServer::start().await;
+    let ids = batch_into(&s, "evb", 5).await;
+    // The batch is one script call: its five events are one stream entry (one XADD).
+    assert_eq!(stream_len(&s).await, 1, "one entry for the batch's events");
+    // The API still shows one event per job, each with its own id, in order.
+    let (st, b) = s.get("/ojs/v1/events?queue=evb").await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(subjects(&b), ids);
+    let eids: Vec<String> = b["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        eids[1..]
+            .iter()
+            .enumerate()
+            .all(|(k, id)| *id == format!("{}.{}", eids[0], k + 1)),
+        "event ids: {eids:?}"
+    );
+    // A cursor inside the entry resumes after it, not after the whole entry.
+    let (st, b) = s.get(&format!("/ojs/v1/events?queue=evb&after={}", eids[1])).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(subjects(&b), ids[2..]);
+    assert_eq!(b["next_cursor"], eids[4].as_str());
+    // And a malformed cursor is a 400 naming the form.
+    let (st, b) = s.get("/ojs/v1/events?after=1-2.x").await;
+    assert_eq!(st, 400, "{b}");
+}
+
+#[tokio::test]
+async fn the_events_of_a_big_batch_page_through_the_api_in_order_without_repeats() {
+    let s = TestServer::start().await;
+    // 1,200 jobs in one call: three stream entries (500 events each at most, lua/includes/emit.lua).
+    let want = batch_into(&s, "evbig", 1200).await;
+    assert_eq!(stream_len(&s).await, 3);
+    let mut got = Vec::new();
+    let mut cursor = "0-0".to_string();
+    for _ in 0..10 {
+        let (st, b) = s
+            .get(&format!("/ojs/v1/events?queue=evbig&limit=333&after={cursor}"))
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let page = subjects(&b);
+        if page.is_empty() {
+            break;
+        }
+        got.extend(page);
+        cursor = b["next_cursor"].as_str().expect("cursor").to_string();
+    }
+    assert_eq!(
+        got, want,
+        "every event once, in order, across pages that end inside entries"
+    );
+    // The newest events, newest first, cross entries too.
+    let (_, b) = s.get("/ojs/v1/events?queue=evbig&limit=600").await;
+    assert_eq!(
+        subjects(&b),
+        want[600..],
+        "the newest 600, oldest first as the list answers"
+    );
+}

@@ -359,27 +359,6 @@ async fn wait_all_completed(pods: &Pods, ids: &HashSet<String>, within: Duration
     }
 }
 
-/// Every entry of the stream at `key`, read in pages so no one reply is large.
-async fn all_events(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(String, HashMap<String, String>)> {
-    let mut out: Vec<(String, HashMap<String, String>)> = Vec::new();
-    loop {
-        let from = out.last().map_or("-".to_string(), |(id, _)| format!("({id}"));
-        let page: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
-            .arg(key)
-            .arg(from)
-            .arg("+")
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .expect("XRANGE");
-        if page.is_empty() {
-            return out;
-        }
-        out.extend(page);
-    }
-}
-
 async fn zcard(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
     redis::cmd("ZCARD").arg(key).query_async(conn).await.expect("ZCARD")
 }
@@ -476,7 +455,7 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let (most_live, samples) = sampler.await.expect("sampler");
 
     // The event stream is Redis's own record of every transition (its times are Redis TIME).
-    let events = all_events(&mut conn, &format!("{p}events")).await;
+    let events = ojs_testkit::stream_events(&mut conn, &format!("{p}events")).await;
     let (mut completions, mut enqueue_events) = (HashMap::<String, usize>::new(), 0usize);
     let mut completed_at = HashMap::new();
     for (_, f) in &events {

@@ -2,7 +2,6 @@
 //! in, its times are Redis TIME): limits are never exceeded by 64 racing fetchers on two nodes, slots
 //! come back after worker deaths, limited jobs never block free ones, and every on_limit behaves.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,13 +21,7 @@ async fn two_nodes() -> (Arc<TestServer>, Arc<TestServer>) {
 /// Every event of the namespace, in stream order: (type, job_id, time ms).
 async fn events(s: &TestServer) -> Vec<(String, String, i64)> {
     let mut r = s.redis().await;
-    let v: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
-        .arg(s.key("events"))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut r)
-        .await
-        .expect("XRANGE");
+    let v = ojs_testkit::stream_events(&mut r, &s.key("events")).await;
     v.into_iter()
         .map(|(_, f)| {
             (

@@ -15,6 +15,7 @@
 -- INVARIANTS: a job key holds a record (or, before migration, a v1 hash), never anything else; a
 -- record's values are strings, as a hash's were; the writes reach Redis before the call returns, in the
 -- same script as every other write of the transition.
+--@include emit
 local REC = {}
 
 -- Counters (the per-queue gauges and counts of includes/active.lua and includes/ready.lua): count() adds
@@ -27,6 +28,7 @@ local CNT, CNT_DROP = {}, {}
 local function rec_begin()
   REC = {}
   CNT, CNT_DROP = {}, {}
+  emit_begin()
 end
 
 local function count(key, field, delta, drop_at_zero)
@@ -178,8 +180,9 @@ local function rec_packed(key)
   return e.packed
 end
 
--- rec_end(reply): writes the counters, then every changed record (a new or deleted-and-recreated one without the old TTL,
--- an updated one keeping its TTL, PEXPIRE applied) and returns reply.
+-- rec_end(reply): writes the counters, every changed record (a new or deleted-and-recreated one without the old TTL,
+-- an updated one keeping its TTL, PEXPIRE applied), then the call's events (emit.lua), and returns
+-- reply.
 local function rec_end(reply)
   for key, e in pairs(REC) do
     if e.f and e.dirty then
@@ -207,5 +210,6 @@ local function rec_end(reply)
   end
   REC = {}
   CNT, CNT_DROP = {}, {}
+  emit_flush()
   return reply
 end

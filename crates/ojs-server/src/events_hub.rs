@@ -44,7 +44,8 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
             match read {
                 Ok(entries) => {
                     for (id, fields) in entries {
-                        last = id.clone();
+                        // XREAD goes on from the entry (one entry holds one call's events).
+                        last = ojs_store::event_entry(&id).to_string();
                         if fields.get("type").is_some_and(|t| crate::wake::makes_ready(t)) {
                             if let Some(q) = fields.get("queue") {
                                 st.wake.wake(q);

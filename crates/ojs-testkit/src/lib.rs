@@ -15,6 +15,33 @@ use tokio::sync::oneshot;
 
 pub use invariants::{check_invariants, job_fields};
 
+/// Every event of the stream at `key`, oldest first, as the server reads them (one entry holds one
+/// script call's events: `ojs_store::stream_entries`), read in pages so no one reply is large.
+pub async fn stream_events(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Vec<(String, std::collections::HashMap<String, String>)> {
+    let mut out = Vec::new();
+    let mut from = "-".to_string();
+    loop {
+        let page: redis::Value = redis::cmd("XRANGE")
+            .arg(key)
+            .arg(&from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .expect("XRANGE");
+        let events = ojs_store::stream_entries(&page);
+        let Some((last, _)) = events.last() else {
+            return out;
+        };
+        from = format!("({}", ojs_store::event_entry(last));
+        out.extend(events);
+    }
+}
+
 static REDIS: OnceLock<String> = OnceLock::new();
 
 fn free_port() -> u16 {

@@ -37,7 +37,8 @@ struct Filter {
     /// The official SDKs' subscription channel (`subscribeJob` / `subscribe_queue`…): `job:<id>` or
     /// `queue:<name>`, the same filters as `job_id` and `queues`.
     channel: Option<String>,
-    /// A cursor (`next_cursor`, or an event id such as `1700000000000-0`): only later events.
+    /// A cursor (`next_cursor`, or an event id such as `1700000000000-0` or `1700000000000-0.3`): only
+    /// later events.
     after: Option<String>,
     /// 1 to 1000 (default 100).
     #[param(minimum = 0)]
@@ -166,13 +167,11 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
     let queues = csv(&q.queues, &q.queue);
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     if let Some(a) = &q.after {
-        if !a
-            .split('-')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return Err(
-                OjsError::invalid(format!("after must be an event id such as 1700000000000-0; got {a:?}")).into(),
-            );
+        if ojs_store::event_position(a).is_none() {
+            return Err(OjsError::invalid(format!(
+                "after must be an event id such as 1700000000000-0 or 1700000000000-0.3; got {a:?}"
+            ))
+            .into());
         }
     }
     let keep = |f: &std::collections::HashMap<String, String>| {
@@ -284,9 +283,9 @@ async fn stream_job(
     sse(st, headers, q).await
 }
 
-fn stream_id(id: &str) -> (u64, u64) {
-    let (a, b) = id.split_once('-').unwrap_or((id, "0"));
-    (a.parse().unwrap_or(0), b.parse().unwrap_or(0))
+/// An event id's position (0 for anything that is not one).
+fn stream_id(id: &str) -> (u64, u64, u64) {
+    ojs_store::event_position(id).unwrap_or_default()
 }
 
 async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
@@ -311,11 +310,8 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
     // Subscribe before catching up, so nothing falls between the two.
     let live = tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe());
     let mut backlog = Vec::new();
-    let mut seen = (0, 0);
-    if let Some(after) = resume.filter(|a| {
-        a.split('-')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-    }) {
+    let mut seen = (0, 0, 0);
+    if let Some(after) = resume.filter(|a| ojs_store::event_position(a).is_some()) {
         seen = stream_id(&after);
         for (id, f) in st.store.events_after(&after, 10_000).await? {
             seen = stream_id(&id);
