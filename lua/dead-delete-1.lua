@@ -11,7 +11,7 @@
 -- COST   O(log n)
 -- CLOCK  Redis TIME
 -- INVARIANTS
---   the job leaves P..'dead' and its hash is deleted in the same script
+--   the job leaves P..'dead' and its record is deleted in the same script
 --@include clock
 --@include emit
 --@include active

@@ -40,7 +40,7 @@
 --               exists, 'full' when its queue is at its depth bound
 --      pressure {queue, depth, bound, warning_threshold, strategy, ...} for each bounded queue the
 --               call touched, depth counted after the call
---      found    {found_1, ..., found_n}: for a 'conflict' or 'ignored' job, {existing id, its hash as a
+--      found    {found_1, ..., found_n}: for a 'conflict' or 'ignored' job, {existing id, its fields as a
 --               flat field/value array, as it is after this call's changes to it}; else {}
 --   {'duplicate', id}                        'all' and 'workflow': that job id exists (or repeats in
 --                                            the batch), or that workflow id does; nothing was written
@@ -58,11 +58,12 @@
 --   {'full', queue, depth, bound, strategy}  'all', 'workflow' and 'cron' (a cron tick is claimed even so): the batch would take that queue past its
 --                                            depth bound; no job was written (one
 --                                            backpressure.rejected event was)
--- COST   O(log n) per job; per job three calls (EXISTS, HSET, XADD), the rest once per batch and
+-- COST   O(log n) per job; per job a GET (does the id exist) and a SET of its record; once per batch and
 --        queue: one ZADD of all the queue's ready entries, one sequence reservation, the per-priority
---        counts, the index SADDs (rate-limited jobs go through their lane one by one); a job with a
---        unique policy adds GET + HGET of its key's holder (twice in an 'all' batch: the replay, then
---        the writes) and a SET; a duplicate adds HGETALL of the holder, and replace a cancel
+--        counts, the index SADDs (rate-limited jobs go through their lane one by one); once per call:
+--        one XADD of all its events (includes/emit.lua); a job with a unique policy adds a GET of its key
+--        (twice in an 'all' batch: the replay, then the writes), one GET of the holder's record (cached
+--        for the call) and a SET; replace adds a cancel
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or

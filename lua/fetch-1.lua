@@ -6,7 +6,7 @@
 --   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:' (see enqueue-1.lua)
---   ARGV[2] retention_ms  int    how long an ended (acked, discarded) job's hash is kept; 0 = forever
+--   ARGV[2] retention_ms  int    how long an ended (acked, discarded) job's record is kept; 0 = forever
 --   ARGV[3..] the requests, each REQ_FIELDS fields and then its queues:
 --     +0  worker_id     string recorded on claimed jobs ('' when the worker gave none)
 --     +1  count         int    most jobs to claim (0: an ACK that claims nothing)

@@ -10,7 +10,7 @@
 --   ARGV[5] retryable     '1' or '0' (the worker's verdict)
 --   ARGV[6] requeue       '1': release the job back to available at once, keeping its attempt unspent
 --   ARGV[7] jitter_u      number in [0,1) for backoff jitter
---   ARGV[8] retention_ms  int    retention of a discarded job's hash; 0 = forever
+--   ARGV[8] retention_ms  int    retention of a discarded job's record; 0 = forever
 --   ARGV[9] rate_limit_until int  ms; when > now the worker reports the downstream is rate-limiting
 --                                (error.rate_limit_until): the job's key is blocked until then and the
 --                                job goes back to waiting without spending the attempt

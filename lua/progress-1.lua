@@ -18,7 +18,8 @@
 --   {'not_found'}
 --   {'ignored', state}    the job is not active: the report is dropped, silently (ojs-progress §6.1)
 --   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
--- COST   O(log n) (the lease's ZADD to P..'active'), plus one XADD at most once a second per job
+-- COST   O(log n) (the lease's ZADD to P..'active'), plus one event at most once a second per job
+--        (the call's events are one XADD)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   only an active job's progress fields change (progress, progress_message, progress_data,

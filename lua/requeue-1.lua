@@ -6,7 +6,7 @@
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] limit         int    most jobs to take back in this call
 --   ARGV[3] jitter_u      number in [0,1) for backoff jitter
---   ARGV[4] retention_ms  int    retention of a discarded job's hash; 0 = forever
+--   ARGV[4] retention_ms  int    retention of a discarded job's record; 0 = forever
 -- RETURNS
 --   {'ok', requeued, timed_out}
 -- COST   O(k log n) for k expired leases
@@ -33,7 +33,7 @@ for _, id in ipairs(expired) do
   local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
     'on_exhaustion', 'non_retryable', 'rank', 'started_at', 'timeout_ms', 'priority', 'enqueued_at', 'rl_key')
   if r[1] ~= 'active' then
-    -- Only reachable if the hash vanished (retention on a job that was active): drop the stale entry.
+    -- Only reachable if the record vanished (retention on a job that was active): drop the stale entry.
     redis.call('ZREM', KEYS[1], id)
   else
     local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],

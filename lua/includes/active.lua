@@ -3,6 +3,7 @@
 -- gauges ('active', 'scheduled' = scheduled + retryable) that every script moves in the same script as
 -- the index they mirror, so they cannot drift (the invariant checker verifies this), and cumulative
 -- counters ('completed', 'failed', 'discarded', 'cancelled') that only ever grow.
+--@include counters
 
 --@include ratelimit
 
@@ -23,7 +24,7 @@ end
 -- leave_active(P, jk, id, queue, now, pre, also_del): the job stops being active (ack, nack, cancel,
 -- lease expiry); its rate-limit slots (key and queue) are released in the same script, so they can never
 -- leak. pre is nil, or {rl_key, qrl} when the caller already read those fields (saves a call); also_del
--- is nil or one more field to delete from the job hash in the same HDEL.
+-- is nil or one more field to delete from the job's record.
 local function leave_active(P, jk, id, queue, now, pre, also_del)
   redis.call('ZREM', P .. 'active', id)
   local f = pre or rec('HMGET', jk, 'rl_key', 'qrl')

@@ -7,6 +7,7 @@
 -- emits priority.changed.
 --@include emit
 --@include ready
+--@include counters
 
 local function set_priority(P, jk, id, priority, rank, now)
   local f = rec('HMGET', jk, 'state', 'queue', 'type', 'priority', 'member', 'enqueued_at', 'rl_key')

@@ -11,6 +11,7 @@
 -- P..'ready' is the set of queues that hold at least one ready job (MediaWiki's ready-queue aggregator).
 -- P..'q:'..queue..':pri' counts ready jobs per priority (as the client gave it), for priority-stats.
 --@include ratelimit
+--@include counters
 local SEQ_LO_LIMIT = 1000000000000000
 
 local function seq_member(hi, lo, id)

@@ -16,39 +16,15 @@
 -- record's values are strings, as a hash's were; the writes reach Redis before the call returns, in the
 -- same script as every other write of the transition.
 --@include emit
+--@include counters
 local REC = {}
 
--- Counters (the per-queue gauges and counts of includes/active.lua and includes/ready.lua): count() adds
--- a delta that is summed per call and written at rec_end with one HINCRBY per field that moved, so a
--- claim's +1 and an ACK's -1 of 'active' in one group-commit call write nothing. A field counted with
--- drop_at_zero is deleted when it reaches 0 or less. A script that reads such a counter adds
--- count_pending(key) (see enqueue-1.lua's depth).
-local CNT, CNT_DROP = {}, {}
-
+-- rec_begin(): a call starts with no cached record, no counter moved and no event (build.rs runs it
+-- before every function's body; rec_end after it).
 local function rec_begin()
   REC = {}
-  CNT, CNT_DROP = {}, {}
+  count_begin()
   emit_begin()
-end
-
-local function count(key, field, delta, drop_at_zero)
-  local c = CNT[key]
-  if not c then
-    c = {}
-    CNT[key] = c
-  end
-  c[field] = (c[field] or 0) + delta
-  if drop_at_zero then CNT_DROP[key] = true end
-end
-
--- count_pending(key, field): the delta of key's field not yet written (field nil: of all its fields).
-local function count_pending(key, field)
-  local c = CNT[key]
-  if not c then return 0 end
-  if field then return c[field] or 0 end
-  local sum = 0
-  for _, d in pairs(c) do sum = sum + d end
-  return sum
 end
 
 -- Lua numbers become strings as Redis would store them: integers in full (tostring would write
@@ -200,16 +176,8 @@ local function rec_end(reply)
       redis.call('DEL', key)
     end
   end
-  for key, c in pairs(CNT) do
-    for field, d in pairs(c) do
-      if d ~= 0 then
-        local v = redis.call('HINCRBY', key, field, d)
-        if CNT_DROP[key] and v <= 0 then redis.call('HDEL', key, field) end
-      end
-    end
-  end
+  count_flush()
   REC = {}
-  CNT, CNT_DROP = {}, {}
   emit_flush()
   return reply
 end

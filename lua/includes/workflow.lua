@@ -12,7 +12,7 @@
 -- P..'wf:'..W..':results' hash   index -> result JSON ('null' when none or failed) of each ended job;
 --                                written with HSETNX, so a job's first end is the one that counts
 -- P..'workflows'          zset   workflow ids by created_at
--- A member job's hash carries wf = W and wf_i = its index, or the callback's name (on_complete...).
+-- A member job's record carries wf = W and wf_i = its index, or the callback's name (on_complete...).
 -- Jobs that wait for their turn (chain steps after the first, batch callbacks) are 'pending': in no
 -- index at all, released by wf_release. Advancing costs O(1) per ended job (counters, LINDEX), except
 -- the ends that release work: a chain step gets the results before it (O(step)), a batch's callbacks
@@ -68,7 +68,7 @@ local function wf_drop(P, id, now, retention_ms, reason)
 end
 
 -- wf_close(P, W, wk, state, now, retention_ms): the workflow reached a terminal state; its keys then
--- live as long as a finished job's hash. Also drops up to 10 index entries of workflows that expired.
+-- live as long as a finished job's record. Also drops up to 10 index entries of workflows that expired.
 local function wf_close(P, W, wk, state, now, retention_ms)
   redis.call('HSET', wk, 'state', state, 'completed_at', now)
   local w = redis.call('HMGET', wk, 'type', 'name')
