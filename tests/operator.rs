@@ -127,6 +127,21 @@ async fn drain_reports_reach_worker_health_and_the_admin_list() {
 }
 
 #[tokio::test]
+async fn the_worker_listing_shows_worker_ids_of_any_length_whole() {
+    // Worker ids are the SDKs' choice (host name, pid, thread): often longer than a job id's 36 bytes.
+    let s = TestServer::start().await;
+    let long = "worker-host-17.eu-west-1.compute.internal:48213:thread-3";
+    let (st, b) = s
+        .post("/ojs/v1/workers/beat", json!({"worker_id": long, "state": "running"}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (st, w) = s.get("/ojs/v1/admin/workers").await;
+    assert_eq!(st, 200);
+    assert_eq!(w["summary"]["total"], 1, "{w}");
+    assert_eq!(w["items"][0]["id"], long, "{w}");
+}
+
+#[tokio::test]
 async fn progress_is_for_active_jobs_fenced_monotonic_and_a_heartbeat() {
     let s = TestServer::start().await;
     let id = s

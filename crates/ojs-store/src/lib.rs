@@ -1,10 +1,14 @@
 //! The only crate that knows the Redis key schema and calls the Lua scripts in `lua/`.
 //!
-//! Every state change is one script ([`scripts`]), called by one async fn on [`Store`]. The key
+//! Every state change is one script ([`scripts`]), called by one async fn on [`Store`] in the script's
+//! typed twin (`ops/<op>.rs`); reads are plain commands in `reads/<what they read>.rs`; `store.rs` holds
+//! the connections and the runner. The key
 //! schema is described in `docs/architecture.md` and versioned in `migrations-notes/`.
 
 pub mod keys;
 mod ops;
+mod reads;
+mod reply;
 pub mod scripts;
 mod store;
 
@@ -12,11 +16,16 @@ pub use keys::Keys;
 pub use ops::cron_set::CronSaved;
 pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure, ENQUEUE_STRIDE};
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
+pub use ops::fetch::{Claimed, Strategy};
 pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;
 pub use ops::rl_gauges::RateLimitGauges;
 pub use ops::rl_inspect::RateLimitState;
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
+pub use ops::{Acked, ClaimRef, Transition};
+pub use reads::events::{event_entry, event_position, stream_entries, EVENTS_BLOCK_MS};
+pub use reads::queues::{Backpressure, QueueCounts};
+pub use reads::workers::WORKER_TTL_MS;
 pub use store::*;
 
 /// Version of the key schema this code writes; stored at `<prefix>schema`.

@@ -2,7 +2,8 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, flat_map, tag, JobFields, Result, Store};
+use crate::reply::{at, flat_map, tag};
+use crate::store::{JobFields, Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "name"];

@@ -3,7 +3,8 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, val_i64, val_str, Result, Store};
+use crate::reply::{at, val_i64, val_str};
+use crate::store::{Result, Store};
 
 /// A registered or updated cron entry's bookkeeping.
 #[derive(Debug, Clone)]

@@ -3,7 +3,8 @@
 
 use super::ArgWriter;
 
-use crate::store::{tag, Result, Store};
+use crate::reply::tag;
+use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "id"];

@@ -16,7 +16,8 @@ use redis::Value;
 
 use super::ArgWriter;
 
-use crate::store::{at, flat_map, strings, tag, val_i64, val_str, JobFields, Result, Store, StoreError};
+use crate::reply::{at, flat_map, strings, tag, val_i64, val_str};
+use crate::store::{JobFields, Result, Store, StoreError};
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
 #[derive(Debug, Clone)]

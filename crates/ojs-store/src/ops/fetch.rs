@@ -5,9 +5,9 @@ use redis::Value;
 
 use super::ArgWriter;
 
-use crate::store::{
-    acked, at, decode_record, val_i64, wrr_key, Acked, ClaimRef, Claimed, Result, Store, Strategy, Transition,
-};
+use super::{acked, Acked, ClaimRef, Transition};
+use crate::reply::{at, decode_record, val_i64};
+use crate::store::{JobFields, Result, Store};
 
 /// The acknowledgement part of a [`WorkerRequest`].
 #[derive(Debug, Clone)]
@@ -201,6 +201,43 @@ impl Store {
             .await?;
         Ok(reply.acked.unwrap_or(Transition::NotFound))
     }
+}
+
+/// How FETCH chooses among several queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// In the order given, each drained before the next.
+    Strict,
+    /// Smooth weighted round-robin over the queues with ready jobs, state shared in Redis.
+    Weighted,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Strict => "strict",
+            Strategy::Weighted => "weighted",
+        }
+    }
+}
+
+/// The round-robin state is per set of (queue, weight): a short stable hash of it names the key.
+pub(crate) fn wrr_key(queues: &[(String, u32)]) -> String {
+    // FNV-1a 64: stable across processes and versions (std's hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (q, w) in queues {
+        for b in q.bytes().chain([0u8]).chain(w.to_string().into_bytes()).chain([0u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// A job claimed by FETCH.
+#[derive(Debug)]
+pub struct Claimed {
+    pub fields: JobFields,
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, val_i64, val_str, Result, Store, WORKER_TTL_MS};
+use crate::reads::workers::WORKER_TTL_MS;
+use crate::reply::{at, val_i64, val_str};
+use crate::store::{Result, Store};
 
 #[derive(Debug)]
 pub struct Heartbeat {

@@ -3,8 +3,9 @@
 
 use super::ArgWriter;
 
+use crate::reply::{at, val_i64};
 use crate::scripts;
-use crate::store::{at, script, val_i64, Named, Result, Store};
+use crate::store::{script, Named, Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P"];

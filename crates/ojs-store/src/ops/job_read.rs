@@ -5,8 +5,9 @@ use redis::Value;
 
 use super::ArgWriter;
 
+use crate::reply::{at, decode_record, val_opt_str};
 use crate::scripts::{self};
-use crate::store::{at, decode_record, script, val_opt_str, JobFields, Named, Result, Store};
+use crate::store::{script, JobFields, Named, Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "nfields"];

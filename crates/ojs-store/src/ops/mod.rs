@@ -29,6 +29,82 @@ pub mod set_priority;
 pub mod workflow_cancel;
 pub mod workflow_get;
 
+use redis::Value;
+
+use crate::reply::{at, tag, val_i64, val_str};
+
+#[derive(Debug)]
+pub enum Transition<T> {
+    Done(T),
+    NotFound,
+    /// The job exists but is in this state, which does not allow the operation.
+    WrongState(String),
+    /// The request named a claim (lease id, attempt or worker) that the job no longer holds; the job
+    /// is in this state now and nothing changed (lua/includes/lease.lua).
+    LeaseLost(String),
+}
+
+/// The claim a worker says it acts for in ACK, NACK and heartbeat (lua/includes/lease.lua). All `None`
+/// acts on whoever holds the job now, which is what the official SDKs send.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub lease_id: Option<String>,
+    pub attempt: Option<i64>,
+    pub worker_id: Option<String>,
+}
+
+impl ClaimRef {
+    /// The three script arguments: lease id, attempt, worker id ('' = not named).
+    pub(crate) fn args(&self) -> [String; 3] {
+        [
+            self.lease_id.clone().unwrap_or_default(),
+            self.attempt.map(|a| a.to_string()).unwrap_or_default(),
+            self.worker_id.clone().unwrap_or_default(),
+        ]
+    }
+}
+
+/// A script reply for a job transition: `ok` → `done(items)`, else the shared refusal tags.
+pub(crate) fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
+    match tag(items).as_str() {
+        "ok" => Transition::Done(done(items)),
+        "not_found" => Transition::NotFound,
+        "lease_lost" => Transition::LeaseLost(items.get(1).map(val_str).unwrap_or_default()),
+        _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
+    }
+}
+
+#[derive(Debug)]
+pub struct Acked {
+    pub now_ms: i64,
+    pub attempt: i64,
+    pub queue: String,
+    pub job_type: String,
+}
+
+/// An ack reply (includes/ack.lua), as fetch-1.lua returns it per request.
+pub(crate) fn acked(items: &[redis::Value]) -> Transition<Acked> {
+    transition(items, |i| Acked {
+        now_ms: val_i64(at(i, 1)),
+        attempt: val_i64(at(i, 2)),
+        queue: val_str(at(i, 3)),
+        job_type: val_str(at(i, 4)),
+    })
+}
+
+/// A uniform number in [0, 1) for backoff jitter, passed to the scripts so they stay deterministic.
+pub(crate) fn rand_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// Writes a script's arguments in the order a list of names declares.
 pub(crate) struct ArgWriter<'a> {
     names: &'static [&'static str],

@@ -3,7 +3,10 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, rand_unit, transition, val_i64, val_str, ClaimRef, Result, Store, Transition};
+use super::rand_unit;
+use super::{transition, ClaimRef, Transition};
+use crate::reply::{at, val_i64, val_str};
+use crate::store::{Result, Store};
 
 #[derive(Debug)]
 pub struct NackResult {

@@ -3,8 +3,10 @@
 
 use super::ArgWriter;
 
+use super::{transition, ClaimRef, Transition};
+use crate::reply::{at, tag, val_i64, val_str};
 use crate::scripts;
-use crate::store::{at, script, tag, transition, val_i64, val_str, ClaimRef, Named, Result, Store, Transition};
+use crate::store::{script, Named, Result, Store};
 
 /// `lua/progress-1.lua`, kept beside its method rather than in the store's `Scripts`.
 static PROGRESS_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::PROGRESS));

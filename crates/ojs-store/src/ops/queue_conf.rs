@@ -5,7 +5,8 @@ use ojs_core::ratelimit::Window;
 
 use super::ArgWriter;
 
-use crate::store::{Backpressure, Result, Store, BACKPRESSURE_FIELDS};
+use crate::reads::queues::{Backpressure, BACKPRESSURE_FIELDS};
+use crate::store::{Result, Store};
 
 /// The script's leading arguments, as its header names them (checked by build.rs); the header's
 /// `ARGV[4..3+n] fields` (the group's field names) and `ARGV[4+n..] pairs` (field, value) follow them.

@@ -3,7 +3,9 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, rand_unit, val_i64, Result, Store};
+use super::rand_unit;
+use crate::reply::{at, val_i64};
+use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "limit", "jitter_u", "retention_ms"];

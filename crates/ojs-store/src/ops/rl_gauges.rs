@@ -3,7 +3,8 @@
 
 use super::ArgWriter;
 
-use crate::store::{flat_map, val_i64, val_str, JobFields, Result, Store};
+use crate::reply::{flat_map, val_i64, val_str};
+use crate::store::{JobFields, Result, Store};
 
 /// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
 #[derive(Debug, Default, Clone)]

@@ -6,7 +6,8 @@ use redis::Value;
 
 use super::ArgWriter;
 
-use crate::store::{at, flat_map, val_i64, val_str, JobFields, Result, Store};
+use crate::reply::{at, flat_map, val_i64, val_str};
+use crate::store::{JobFields, Result, Store};
 
 /// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
 /// same Lua functions as FETCH).

@@ -3,7 +3,8 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, val_i64, Result, Store};
+use crate::reply::{at, val_i64};
+use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "queue", "aging_s"];

@@ -3,7 +3,9 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, transition, val_i64, val_str, Result, Store, Transition};
+use super::{transition, Transition};
+use crate::reply::{at, val_i64, val_str};
+use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "id", "priority", "rank"];

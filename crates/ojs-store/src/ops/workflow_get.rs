@@ -3,7 +3,8 @@
 
 use super::ArgWriter;
 
-use crate::store::{at, flat_map, strings, tag, val_i64, JobFields, Result, Store};
+use crate::reply::{at, flat_map, strings, tag, val_i64};
+use crate::store::{JobFields, Result, Store};
 
 /// A workflow as lua/workflow-get-1.lua read it.
 #[derive(Debug)]

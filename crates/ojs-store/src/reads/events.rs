@@ -1,0 +1,263 @@
+//! The event stream `P events` (lua/includes/emit.lua): paging, the blocking tail, and event ids.
+
+use redis::Value;
+
+use crate::reply::val_str;
+use crate::store::{JobFields, Result, Store};
+
+/// How long one blocking read of the event tail waits for new events.
+pub const EVENTS_BLOCK_MS: u64 = 1_000;
+
+/// Stream entries per read of the event stream (see `Store::read_events`).
+const EVENT_PAGE: usize = 256;
+
+/// The events of stream entries (an XRANGE reply), in order (lua/includes/emit.lua): an entry holds one
+/// call's events, each starting at a `type` field; the k-th event of entry `<id>` has the event id `<id>`
+/// (k = 0) or `<id>.<k>`.
+pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
+    let Value::Array(entries) = v else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let Value::Array(pair) = e else { continue };
+        let ([id, Value::Array(fields)] | [id, Value::Array(fields), ..]) = pair.as_slice() else {
+            continue;
+        };
+        let id = val_str(id);
+        let mut k = 0usize;
+        let mut event: Option<JobFields> = None;
+        for f in fields.chunks(2) {
+            let [name, value] = f else { continue };
+            let name = val_str(name);
+            if name == "type" {
+                if let Some(ev) = event.take() {
+                    out.push((event_id(&id, k), ev));
+                    k += 1;
+                }
+            }
+            event.get_or_insert_with(JobFields::new).insert(name, val_str(value));
+        }
+        if let Some(ev) = event {
+            out.push((event_id(&id, k), ev));
+        }
+    }
+    out
+}
+
+/// The newest `count` events of an XREVRANGE reply (entries newest first, each entry's events oldest
+/// first), newest first.
+fn newest_first(v: &Value, count: usize) -> Vec<(String, JobFields)> {
+    let mut events = stream_entries(v);
+    // Entries come newest first; reverse the events within each entry.
+    let mut out = Vec::with_capacity(events.len());
+    while !events.is_empty() {
+        let entry = event_entry(&events[0].0).to_string();
+        let n = events.iter().take_while(|(id, _)| event_entry(id) == entry).count();
+        out.extend(events.drain(..n).rev());
+    }
+    out.truncate(count);
+    out
+}
+
+fn event_id(entry: &str, k: usize) -> String {
+    if k == 0 {
+        entry.to_string()
+    } else {
+        format!("{entry}.{k}")
+    }
+}
+
+/// The stream entry an event id lives in: `<ms>-<seq>` of `<ms>-<seq>[.<k>]`.
+pub fn event_entry(id: &str) -> &str {
+    id.split_once('.').map_or(id, |(e, _)| e)
+}
+
+/// An event id's position, comparable across entries: `(ms, seq, k)` of `<ms>-<seq>[.<k>]`; None for
+/// anything else.
+pub fn event_position(id: &str) -> Option<(u64, u64, u64)> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (entry, k) = match id.split_once('.') {
+        Some((e, k)) if digits(k) => (e, k.parse().ok()?),
+        Some(_) => return None,
+        None => (id, 0),
+    };
+    let (ms, seq) = entry.split_once('-')?;
+    if !digits(ms) || !digits(seq) {
+        return None;
+    }
+    Some((ms.parse().ok()?, seq.parse().ok()?, k))
+}
+
+impl Store {
+    /// Up to `count` events strictly after the event `cursor` (an event id, see [`event_position`];
+    /// `0-0` for the beginning), oldest first. The entry holding the cursor is read again (it may hold
+    /// later events of the same call), and what the cursor has seen is dropped.
+    pub async fn events_after(&self, cursor: &str, count: usize) -> Result<Vec<(String, JobFields)>> {
+        let seen = event_position(cursor).unwrap_or_default();
+        // The cursor's own entry gives back its events 0..=k again (k = seen.2), dropped below.
+        let want = count.saturating_add(seen.2 as usize + 1);
+        let mut events = self
+            .read_events(true, event_entry(cursor).to_string(), "+", want)
+            .await?;
+        events.retain(|(id, _)| event_position(id).unwrap_or_default() > seen);
+        events.truncate(count);
+        Ok(events)
+    }
+
+    /// The newest `count` events, newest first.
+    pub async fn events_latest(&self, count: usize) -> Result<Vec<(String, JobFields)>> {
+        self.read_events(false, "+".into(), "-", count).await
+    }
+
+    /// Up to `count` of the newest events at or after `since_ms` (Redis time), newest first.
+    pub async fn events_since(&self, since_ms: i64, count: usize) -> Result<Vec<(String, JobFields)>> {
+        let start = since_ms.max(0).to_string();
+        self.read_events(false, "+".into(), &start, count).await
+    }
+
+    /// Reads at least `count` events (or all there are) from `from` (inclusive) towards `to`: forward
+    /// (XRANGE, oldest first) or backward (XREVRANGE, newest first). Entries hold one call's events (up
+    /// to 500), so the stream is read in pages of [`EVENT_PAGE`] entries until enough events are in,
+    /// and no one reply grows with the size of the calls that wrote it.
+    async fn read_events(
+        &self,
+        forward: bool,
+        mut from: String,
+        to: &str,
+        count: usize,
+    ) -> Result<Vec<(String, JobFields)>> {
+        let mut conn = self.conn().await?;
+        let mut out = Vec::new();
+        while out.len() < count {
+            let (cmd, a, b) = if forward {
+                ("XRANGE", from.as_str(), to)
+            } else {
+                ("XREVRANGE", from.as_str(), to)
+            };
+            let v: Value = redis::cmd(cmd)
+                .arg(self.keys.events())
+                .arg(a)
+                .arg(b)
+                .arg("COUNT")
+                .arg(EVENT_PAGE)
+                .query_async(&mut conn)
+                .await?;
+            let entries = match &v {
+                Value::Array(e) => e.len(),
+                _ => 0,
+            };
+            let page = if forward {
+                stream_entries(&v)
+            } else {
+                newest_first(&v, usize::MAX)
+            };
+            let Some((last, _)) = page.last() else { break };
+            from = format!("({}", event_entry(last));
+            out.extend(page);
+            if entries < EVENT_PAGE {
+                break;
+            }
+        }
+        out.truncate(count);
+        Ok(out)
+    }
+
+    /// Waits up to `block_ms` for events after `last` on a dedicated connection; oldest first.
+    pub async fn events_block(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        last: &str,
+        block_ms: u64,
+    ) -> Result<Vec<(String, JobFields)>> {
+        let v: Value = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1000)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(self.keys.events())
+            .arg(last)
+            .query_async(conn)
+            .await?;
+        // Reply: [[stream, [[id, [f, v…]], …]]] (RESP2) or a map (RESP3); nil on timeout.
+        let entries = match &v {
+            Value::Array(streams) => streams.first().and_then(|s| match s {
+                Value::Array(pair) => pair.get(1).cloned(),
+                _ => None,
+            }),
+            Value::Map(m) => m.first().map(|(_, e)| e.clone()),
+            _ => None,
+        };
+        Ok(entries.map(|e| stream_entries(&e)).unwrap_or_default())
+    }
+
+    /// The id of the newest stream entry (where a tail starts), or "0-0".
+    pub async fn events_last_id(&self) -> Result<String> {
+        Ok(self
+            .events_latest(1)
+            .await?
+            .first()
+            .map(|(id, _)| event_entry(id).to_string())
+            .unwrap_or_else(|| "0-0".into()))
+    }
+}
+
+#[cfg(test)]
+mod event_tests {
+    use super::*;
+
+    fn entry(id: &str, fields: &[&str]) -> Value {
+        Value::Array(vec![
+            Value::BulkString(id.as_bytes().to_vec()),
+            Value::Array(
+                fields
+                    .iter()
+                    .map(|f| Value::BulkString(f.as_bytes().to_vec()))
+                    .collect(),
+            ),
+        ])
+    }
+
+    fn ev(t: &str, job: &str) -> Vec<&'static str> {
+        let t: &'static str = Box::leak(t.to_string().into_boxed_str());
+        let job: &'static str = Box::leak(job.to_string().into_boxed_str());
+        vec![
+            "type", t, "job_id", job, "queue", "q", "job_type", "x", "time", "1", "data", "{}",
+        ]
+    }
+
+    #[test]
+    fn an_entry_of_one_call_reads_as_its_events_each_with_its_own_id() {
+        let one = ev("job.enqueued", "a");
+        let three: Vec<&str> = [ev("job.started", "a"), ev("job.started", "b"), ev("job.completed", "c")].concat();
+        let v = Value::Array(vec![entry("5-0", &one), entry("5-1", &three)]);
+        let got: Vec<(String, String)> = stream_entries(&v)
+            .into_iter()
+            .map(|(id, f)| (id, format!("{} {}", f["type"], f["job_id"])))
+            .collect();
+        let want = [
+            ("5-0", "job.enqueued a"),
+            ("5-1", "job.started a"),
+            ("5-1.1", "job.started b"),
+            ("5-1.2", "job.completed c"),
+        ];
+        assert_eq!(got, want.map(|(a, b)| (a.to_string(), b.to_string())));
+        // Newest first (an XREVRANGE reply: entries newest first), events reversed within their entry.
+        let rev = Value::Array(vec![entry("5-1", &three), entry("5-0", &one)]);
+        let ids: Vec<String> = newest_first(&rev, 3).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["5-1.2", "5-1.1", "5-1"]);
+    }
+
+    #[test]
+    fn event_ids_order_across_and_within_entries() {
+        assert!(event_position("5-1.2") > event_position("5-1.1"));
+        assert!(event_position("5-1.1") > event_position("5-1"));
+        assert!(event_position("5-2") > event_position("5-1.9"));
+        assert_eq!(event_entry("5-1.2"), "5-1");
+        assert_eq!(event_entry("5-1"), "5-1");
+        for bad in ["", "5", "5-", "-1", "a-1", "5-1.", "5-1.x", "5-1.+2"] {
+            assert_eq!(event_position(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Sorted indexes read by page (the admin listings) and hashes read in one pipeline.
+
+use super::rank_range;
+use crate::store::{JobFields, Result, Store};
+
+impl Store {
+    /// ZCARD of an index.
+    pub async fn index_len(&self, key: &str) -> Result<u64> {
+        let mut conn = self.conn().await?;
+        Ok(redis::cmd("ZCARD").arg(key).query_async(&mut conn).await?)
+    }
+
+    /// Members `offset .. offset + count` of a sorted index (descending when `rev`), as job ids: a
+    /// ready-set member (FIFO sequence + id) is cut to its last 36 bytes, the id.
+    pub async fn index_ids(&self, key: &str, offset: u64, count: u64, rev: bool) -> Result<Vec<String>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let mut cmd = redis::cmd("ZRANGE");
+        // Ranks past i64::MAX are refused by Redis: clamp them (such a page is empty).
+        let (first, last) = rank_range(offset, count);
+        cmd.arg(key).arg(first).arg(last);
+        if rev {
+            cmd.arg("REV");
+        }
+        let members: Vec<String> = cmd.query_async(&mut conn).await?;
+        Ok(members
+            .into_iter()
+            .map(|m| match m.len() {
+                n if n > 36 && m.is_char_boundary(n - 36) => m[n - 36..].to_string(),
+                _ => m,
+            })
+            .collect())
+    }
+
+    /// A page of a sorted index with the index's size, in one round trip: (ZCARD, members `offset ..
+    /// offset + limit` ascending, or descending when `rev`). The listings of dead jobs, cron entries,
+    /// rate-limit keys and workers read through it.
+    pub(crate) async fn page(&self, key: &str, offset: u64, limit: u64, rev: bool) -> Result<(u64, Vec<String>)> {
+        let mut conn = self.conn().await?;
+        // Ranks past i64::MAX are refused by Redis: clamp them (such a page is empty).
+        let (first, last) = rank_range(offset, limit);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZCARD").arg(key);
+        pipe.cmd("ZRANGE").arg(key).arg(first).arg(last);
+        if rev {
+            pipe.arg("REV");
+        }
+        Ok(pipe.query_async(&mut conn).await?)
+    }
+
+    /// HGETALL of each key in one pipeline (an empty map for a missing key).
+    pub async fn hashes(&self, keys: impl IntoIterator<Item = String>) -> Result<Vec<JobFields>> {
+        let mut pipe = redis::pipe();
+        let mut n = 0;
+        for k in keys {
+            pipe.cmd("HGETALL").arg(k);
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        Ok(pipe.query_async(&mut conn).await?)
+    }
+}

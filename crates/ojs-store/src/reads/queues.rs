@@ -1,0 +1,183 @@
+//! Queues: names, counts, per-priority counts, settings (aging, backpressure) and the pause switch.
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use crate::reply::{flat_map, val_i64};
+use crate::store::{Result, Store};
+
+/// A queue's depth bound (ojs-backpressure §6), stored as P q:<queue>:conf bp_* fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backpressure {
+    pub max_depth: u64,
+    /// `reject` or `block`.
+    pub strategy: String,
+    pub warning_threshold: f64,
+}
+
+pub(crate) const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
+
+#[derive(Debug, Default, Clone)]
+pub struct QueueCounts {
+    pub name: String,
+    pub available: u64,
+    pub active: u64,
+    pub scheduled: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub discarded: u64,
+    pub cancelled: u64,
+    pub paused: bool,
+}
+
+impl QueueCounts {
+    /// The jobs that wait to run: available (rate-limit lanes included) + scheduled + retryable. What a
+    /// backpressure bound counts (the enqueue script computes the same sum).
+    pub fn depth(&self) -> u64 {
+        self.available + self.scheduled
+    }
+}
+
+impl Store {
+    pub async fn get_aging(&self, queue: &str) -> Result<Option<u64>> {
+        let mut conn = self.conn().await?;
+        Ok(redis::cmd("HGET")
+            .arg(self.keys.queue_conf(queue))
+            .arg("aging_s")
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// Ready jobs of a queue counted by priority: (priority, count), ascending by priority.
+    pub async fn priority_counts(&self, queue: &str) -> Result<Vec<(i64, u64)>> {
+        Ok(self
+            .priority_counts_of(&[queue.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// [`Store::priority_counts`] of many queues in one pipeline (one round trip).
+    pub async fn priority_counts_of(&self, queues: &[String]) -> Result<Vec<Vec<(i64, u64)>>> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let mut pipe = redis::pipe();
+        for q in queues {
+            pipe.cmd("HGETALL").arg(self.keys.queue_priorities(q));
+        }
+        let maps: Vec<HashMap<String, i64>> = pipe.query_async(&mut conn).await?;
+        Ok(maps
+            .into_iter()
+            .map(|m| {
+                let mut v: Vec<(i64, u64)> = m
+                    .into_iter()
+                    .filter_map(|(p, n)| Some((p.parse().ok()?, u64::try_from(n).ok()?)))
+                    .filter(|(_, n)| *n > 0)
+                    .collect();
+                v.sort();
+                v
+            })
+            .collect())
+    }
+
+    pub async fn queue_names(&self) -> Result<Vec<String>> {
+        let mut conn = self.conn().await?;
+        let mut names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.keys.queues())
+            .query_async(&mut conn)
+            .await?;
+        names.sort();
+        Ok(names)
+    }
+
+    pub async fn queue_counts(&self, names: &[String]) -> Result<Vec<QueueCounts>> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut conn = self.conn().await?;
+        let mut pipe = redis::pipe();
+        for q in names {
+            // Available = every waiting job, rate-limit lanes included: the per-priority counts.
+            pipe.cmd("HVALS").arg(self.keys.queue_priorities(q));
+            pipe.cmd("HGETALL").arg(self.keys.queue_stats(q));
+            pipe.cmd("SISMEMBER").arg(self.keys.paused()).arg(q);
+        }
+        let vals: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let mut out = Vec::with_capacity(names.len());
+        for (q, c) in names.iter().zip(vals.chunks(3)) {
+            let stats = flat_map(&c[1]);
+            let g = |k: &str| stats.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+            out.push(QueueCounts {
+                name: q.clone(),
+                available: match &c[0] {
+                    Value::Array(v) => v.iter().map(|n| val_i64(n).max(0) as u64).sum(),
+                    _ => 0,
+                },
+                active: g("active"),
+                scheduled: g("scheduled"),
+                completed: g("completed"),
+                failed: g("failed"),
+                discarded: g("discarded"),
+                cancelled: g("cancelled"),
+                paused: val_i64(&c[2]) == 1,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Pausing is one SADD/SREM: FETCH checks P..'paused' inside its script, so a paused queue is
+    /// skipped atomically with every claim.
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd(if paused { "SADD" } else { "SREM" })
+            .arg(self.keys.paused())
+            .arg(queue)
+            .ignore();
+        pipe.cmd("SADD").arg(self.keys.queues()).arg(queue).ignore();
+        pipe.cmd("XADD")
+            .arg(self.keys.events())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(100_000)
+            .arg("*")
+            .arg("type")
+            .arg(if paused { "queue.paused" } else { "queue.resumed" })
+            .arg("job_id")
+            .arg("")
+            .arg("queue")
+            .arg(queue)
+            .arg("job_type")
+            .arg("")
+            .arg("time")
+            .arg(now as u64)
+            .arg("data")
+            .arg("{}")
+            .ignore();
+        let _: () = pipe.query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {
+        let mut conn = self.conn().await?;
+        let f: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.keys.queue_conf(queue))
+            .arg(&BACKPRESSURE_FIELDS[..])
+            .query_async(&mut conn)
+            .await?;
+        let get = |i: usize| f.get(i).cloned().flatten();
+        Ok(get(0).and_then(|d| d.parse().ok()).map(|max_depth| Backpressure {
+            max_depth,
+            strategy: get(1).unwrap_or_else(|| "reject".into()),
+            warning_threshold: get(2).and_then(|w| w.parse().ok()).unwrap_or(0.8),
+        }))
+    }
+}
