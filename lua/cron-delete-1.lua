@@ -18,6 +18,6 @@ local P, name = ARGV[1], ARGV[2]
 local entry = redis.call('HGETALL', KEYS[1])
 if #entry == 0 then return {'not_found'} end
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', P .. 'crons', name)
-redis.call('ZREM', P .. 'cron:due', name)
+redis.call('ZREM', key_crons(P), name)
+redis.call('ZREM', key_cron_due(P), name)
 return {'ok', entry}

@@ -28,11 +28,11 @@ local created = redis.call('HSETNX', ck, 'created_at', now)
 redis.call('HSET', ck, 'def', def, 'updated_at', now)
 if nxt ~= '' then
   redis.call('HSET', ck, 'next_run_at', nxt)
-  redis.call('ZADD', P .. 'cron:due', nxt, name)
+  redis.call('ZADD', key_cron_due(P), nxt, name)
 else
   redis.call('HDEL', ck, 'next_run_at')
-  redis.call('ZREM', P .. 'cron:due', name)
+  redis.call('ZREM', key_cron_due(P), name)
 end
-redis.call('ZADD', P .. 'crons', 0, name)
+redis.call('ZADD', key_crons(P), 0, name)
 local f = redis.call('HMGET', ck, 'created_at', 'last_run_at', 'run_count')
 return {'ok', created, f[1], f[2] or '', f[3] or '0'}

@@ -18,7 +18,7 @@
 
 local P, id = ARGV[1], ARGV[2]
 if not redis.call('ZSCORE', KEYS[1], id) then return {'not_found'} end
-local jk = P .. 'job:' .. id
+local jk = key_job(P, id)
 local f = rec('HMGET', jk, 'queue', 'type')
 redis.call('ZREM', KEYS[1], id)
 rec('DEL', jk)

@@ -113,13 +113,13 @@ local function waits(i)
   return wf ~= nil and ((wf.type == 'chain' and i > 0) or i >= wf.m)
 end
 
-if wf and redis.call('EXISTS', P .. 'wf:' .. wf.id) == 1 then return {'duplicate', wf.id} end
+if wf and redis.call('EXISTS', key_workflow(P, wf.id)) == 1 then return {'duplicate', wf.id} end
 
 if not each then
   local seen = {}
   for i = 0, n - 1 do
     local id = ARGV[BASE + i * STRIDE]
-    if seen[id] or rec('EXISTS', P .. 'job:' .. id) == 1 then
+    if seen[id] or rec('EXISTS', key_job(P, id)) == 1 then
       return {'duplicate', id}
     end
     seen[id] = true
@@ -170,7 +170,7 @@ if mode == 'all' then
       if creates[i] then
         local at = run_at(b)
         if id and state == 'scheduled' and u.on_conflict == 'replace_except_schedule' then
-          at = t and t.at or tonumber(rec('HGET', P .. 'job:' .. id, 'scheduled_at'))
+          at = t and t.at or tonumber(rec('HGET', key_job(P, id), 'scheduled_at'))
         end
         taken[u.key] = { id = ARGV[b], index = i, at = at, state = at > now and 'scheduled' or 'available' }
       end
@@ -180,22 +180,22 @@ end
 
 -- A cron firing claims its tick first: only the caller that saw this next_run_at fires it.
 if cron then
-  local ck = P .. 'cron:' .. cron.name
+  local ck = key_cron(P, cron.name)
   local cur = redis.call('HMGET', ck, 'next_run_at', 'last_job')
   if cur[1] ~= cron.expected then return {'cron_taken'} end
   if cron.nxt ~= '' then
     redis.call('HSET', ck, 'next_run_at', cron.nxt)
-    redis.call('ZADD', P .. 'cron:due', cron.nxt, cron.name)
+    redis.call('ZADD', key_cron_due(P), cron.nxt, cron.name)
   else
     redis.call('HDEL', ck, 'next_run_at')
-    redis.call('ZREM', P .. 'cron:due', cron.name)
+    redis.call('ZREM', key_cron_due(P), cron.name)
   end
   redis.call('HSET', ck, 'last_run_at', now)
   redis.call('HINCRBY', ck, 'run_count', 1)
   -- skip: the previous run has not ended (running, or still waiting to run: another run would only pile
   -- up behind it); cancel_previous: the previous run is running.
   local prev = cur[2]
-  local prev_state = prev and rec('HGET', P .. 'job:' .. prev, 'state')
+  local prev_state = prev and rec('HGET', key_job(P, prev), 'state')
   if cron.overlap == 'skip' and prev_state and prev_state ~= 'completed' and prev_state ~= 'cancelled'
     and prev_state ~= 'discarded' then
     emit(P, 'cron.skipped', prev, ARGV[BASE + 1], ARGV[BASE + 2], now, cjson.encode({ cron_name = cron.name,
@@ -203,7 +203,7 @@ if cron then
     return {'cron_skipped', prev}
   end
   if cron.overlap == 'cancel_previous' and prev_state == 'active' then
-    cancel_job(P, P .. 'job:' .. prev, prev, retention, now)
+    cancel_job(P, key_job(P, prev), prev, retention, now)
   end
 end
 
@@ -216,12 +216,12 @@ local qs, order = {}, {}
 local function qinfo(queue)
   local c = qs[queue]
   if not c then
-    local conf = redis.call('HMGET', P .. 'q:' .. queue .. ':conf', 'aging_s', 'bp_max_depth', 'bp_warn',
+    local conf = redis.call('HMGET', key_queue_conf(P, queue), 'aging_s', 'bp_max_depth', 'bp_warn',
       'bp_strategy')
     c = { aging = conf[1] and tonumber(conf[1]), ready = {}, pri = {}, sched = 0, bound = tonumber(conf[2]),
       warn = conf[3] or '0.8', strategy = conf[4] or 'reject' }
     if c.bound then
-      local sk, pk = P .. 'q:' .. queue .. ':stats', P .. 'q:' .. queue .. ':pri'
+      local sk, pk = key_queue_stats(P, queue), key_queue_pri(P, queue)
       local depth = tonumber(redis.call('HGET', sk, 'scheduled') or '0') + count_pending(sk, 'scheduled')
         + count_pending(pk)
       for _, v in ipairs(redis.call('HVALS', pk)) do depth = depth + tonumber(v) end
@@ -270,12 +270,12 @@ local function flush()
     local c = qs[queue]
     local r = c.ready
     if #r > 0 then
-      local rk = P .. 'q:' .. queue .. ':ready'
+      local rk = key_queue_ready(P, queue)
       for s = 1, #r, 1000 do
         redis.call('ZADD', rk, unpack(r, s, math.min(s + 999, #r)))
       end
-      redis.call('SADD', P .. 'ready', queue)
-      local pk = P .. 'q:' .. queue .. ':pri'
+      redis.call('SADD', key_ready_index(P), queue)
+      local pk = key_queue_pri(P, queue)
       for priority, count in pairs(c.pri) do
         redis.call('HINCRBY', pk, priority, count)
       end
@@ -291,7 +291,7 @@ local hi, lo = seq_block(P, n)
 for i = 0, n - 1 do
   local b = BASE + i * STRIDE
   local id, queue, jtype, rank, doc = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4]
-  local jk = P .. 'job:' .. id
+  local jk = key_job(P, id)
   local member = nil
   if hi then
     member = seq_member(hi, lo + i, id)
@@ -306,7 +306,7 @@ for i = 0, n - 1 do
   elseif held and not replaces(u) then
     -- A duplicate that is not written: refused, ignored, or ignored after raising the holder's priority
     -- (only if the newcomer runs sooner and the holder still waits; set_priority refuses other states).
-    local hk = P .. 'job:' .. held
+    local hk = key_job(P, held)
     if u.on_conflict == 'raise_priority' and rank < tonumber(rec('HGET', hk, 'rank')) then
       flush()
       set_priority(P, hk, held, ARGV[b + 14], rank, now)
@@ -325,7 +325,7 @@ for i = 0, n - 1 do
     local at = run_at(b)
     if held then
       -- on_conflict replace: the holder is cancelled (job.cancelled) and this job takes its place.
-      local hk = P .. 'job:' .. held
+      local hk = key_job(P, held)
       local hf = rec('HMGET', hk, 'queue', 'scheduled_at')
       if u.on_conflict == 'replace_except_schedule' and held_state == 'scheduled' then at = tonumber(hf[2]) end
       flush()
@@ -358,7 +358,7 @@ for i = 0, n - 1 do
     if rl_key then
       opt(h, 'rl_key', rl_key, '')
       opt(h, 'rl', ARGV[b + 16], '')
-      redis.call('ZADD', P .. 'rl:keys', 0, rl_key)
+      redis.call('ZADD', key_rl_keys(P), 0, rl_key)
       rl_register(P, rl_key, ARGV[b + 16], now)
     end
     if wf then
@@ -377,7 +377,7 @@ for i = 0, n - 1 do
       opt(h, 'state', 'scheduled', '')
       opt(h, 'scheduled_at', at, '')
       rec_put(jk, h)
-      redis.call('ZADD', P .. 'scheduled', at, id)
+      redis.call('ZADD', key_scheduled(P), at, id)
       c.sched = c.sched + 1
       emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. at .. '}')
       states[#states + 1] = 'scheduled'
@@ -416,7 +416,7 @@ for _, queue in ipairs(order) do
   end
 end
 if wf then
-  local wk = P .. 'wf:' .. wf.id
+  local wk = key_workflow(P, wf.id)
   local h = {'type', wf.type, 'name', wf.name, 'state', 'running', 'total', wf.m, 'completed', 0, 'failed', 0,
     'created_at', now}
   if wf.type == 'chain' then
@@ -435,14 +435,14 @@ if wf then
   end
   redis.call('HSET', wk, unpack(h))
   for s = 1, #ids, 1000 do
-    redis.call('RPUSH', wk .. ':jobs', unpack(ids, s, math.min(s + 999, #ids)))
+    redis.call('RPUSH', key_workflow_jobs(P, wf.id), unpack(ids, s, math.min(s + 999, #ids)))
   end
-  redis.call('ZADD', P .. 'workflows', now, wf.id)
+  redis.call('ZADD', key_workflows(P), now, wf.id)
   emit(P, 'workflow.created', '', '', '', now, cjson.encode({workflow_id = wf.id, type = wf.type, name = wf.name}))
 end
 if cron and (states[1] == 'available' or states[1] == 'scheduled') then
   local id = ARGV[BASE]
-  redis.call('HSET', P .. 'cron:' .. cron.name, 'last_job', id)
+  redis.call('HSET', key_cron(P, cron.name), 'last_job', id)
   emit(P, 'cron.triggered', id, ARGV[BASE + 1], ARGV[BASE + 2], now, '{"cron_name":"' .. cron.name .. '"}')
 end
 return reply

@@ -87,16 +87,16 @@ local function queue_blocked(queue)
   -- move with every claim, so they are read each time.
   local l = qlimits[queue]
   if not l then
-    local c = redis.call('HMGET', P .. 'q:' .. queue .. ':conf', 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period')
+    local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period')
     l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]) }
     qlimits[queue] = l
   end
   local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
-  if conc and redis.call('ZCOUNT', P .. 'q:' .. queue .. ':rl:active', '(' .. now, '+inf') >= conc then
+  if conc and redis.call('ZCOUNT', key_queue_rl_active(P, queue), '(' .. now, '+inf') >= conc then
     return true
   end
   if rlim and rper then
-    local wk = P .. 'q:' .. queue .. ':rl:win'
+    local wk = key_queue_rl_win(P, queue)
     redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - rper)
     if redis.call('ZCARD', wk) >= rlim then return true end
   end
@@ -125,19 +125,19 @@ end
 -- claim_one(queue): take the queue's best job that may start and make it active; false when none can.
 -- A job whose rate-limit key is limited parks its lane (ratelimit.lua) and the loop goes on.
 local function claim_one(queue)
-  local rk = P .. 'q:' .. queue .. ':ready'
+  local rk = key_queue_ready(P, queue)
   if queue_blocked(queue) then return false end
   while true do
     -- Bounded work per call: past MAX_DISCARDS the rest waits for the next FETCH.
     if discards >= MAX_DISCARDS then return false end
     local popped = redis.call('ZPOPMIN', rk)
     if #popped == 0 then
-      redis.call('SREM', P .. 'ready', queue)
+      redis.call('SREM', key_ready_index(P), queue)
       return false
     end
     local member, score = popped[1], popped[2]
     local id = member_id(member)
-    local jk = P .. 'job:' .. id
+    local jk = key_job(P, id)
     local f = rec('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
       'attempt', 'claims', 'dedup', 'root', 'root_ts', 'root_self', 'created_at', 'wf')
     local jtype, key = f[1] or '', f[6]
@@ -146,7 +146,7 @@ local function claim_one(queue)
     if dup.dedup or dup.root then superseded = superseded_by(P, id, dup) end
     local e, limited = nil, nil
     if key then
-      redis.call('HDEL', P .. 'q:' .. queue .. ':heads', key)
+      redis.call('HDEL', key_queue_heads(P, queue), key)
       e = rl_effective(P, key, rl_policy(P, key, f[7]))
     end
     if f[2] and tonumber(f[2]) <= now then
@@ -164,9 +164,9 @@ local function claim_one(queue)
       if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
       if strategy then
         -- One rate_limit.exceeded per blocking episode, not one per skipped job.
-        if redis.call('HSETNX', P .. 'rl:' .. key .. ':state', 'blocked_since', now) == 1 then
-          redis.call('HSET', P .. 'rl:' .. key .. ':state', 'strategy', strategy, 'until', wake)
-          redis.call('HINCRBY', P .. 'rl:' .. key .. ':stats', 'exceeded_' .. strategy, 1)
+        if redis.call('HSETNX', key_rl_state(P, key), 'blocked_since', now) == 1 then
+          redis.call('HSET', key_rl_state(P, key), 'strategy', strategy, 'until', wake)
+          redis.call('HINCRBY', key_rl_stats(P, key), 'exceeded_' .. strategy, 1)
           emit(P, 'rate_limit.exceeded', id, queue, jtype, now, '{"key":"' .. key .. '","strategy":"' .. strategy
             .. '","limit":' .. limit .. ',"current":' .. current .. '}')
         end
@@ -177,12 +177,12 @@ local function claim_one(queue)
           -- A dropped job does not park its lane: the next job of the lane faces the limit under its
           -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
           lane_open(P, queue, key)
-          if wake >= 0 then redis.call('ZADD', P .. 'rl:wake', wake, queue .. '\n' .. key) end
+          if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
         elseif e.on_limit == 'reschedule' and wake > now then
           not_available(P, queue, f[5])
           rec('HDEL', jk, 'member')
           rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
-          redis.call('ZADD', P .. 'scheduled', wake, id)
+          redis.call('ZADD', key_scheduled(P), wake, id)
           stat(P, queue, 'scheduled', 1)
           emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. wake .. ',"reason":"rate_limit"}')
           lane_park(P, queue, key, nil, nil, wake)
@@ -207,15 +207,15 @@ local function claim_one(queue)
         end
         local ql = qlimits[queue]
         if ql.conc or ql.rate_limit then
-          if ql.conc then redis.call('ZADD', P .. 'q:' .. queue .. ':rl:active', lease, id) end
+          if ql.conc then redis.call('ZADD', key_queue_rl_active(P, queue), lease, id) end
           if ql.rate_limit and ql.rate_period then
-            redis.call('ZADD', P .. 'q:' .. queue .. ':rl:win', now, id .. ':' .. claim)
-            redis.call('PEXPIRE', P .. 'q:' .. queue .. ':rl:win', ql.rate_period)
+            redis.call('ZADD', key_queue_rl_win(P, queue), now, id .. ':' .. claim)
+            redis.call('PEXPIRE', key_queue_rl_win(P, queue), ql.rate_period)
           end
           rec('HSET', jk, 'qrl', 1)
         end
-        if f[15] and redis.call('EXISTS', P .. 'wf:' .. f[15]) == 1 then
-          redis.call('HSETNX', P .. 'wf:' .. f[15], 'started_at', now)
+        if f[15] and redis.call('EXISTS', key_workflow(P, f[15])) == 1 then
+          redis.call('HSETNX', key_workflow(P, f[15]), 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
         reply[#reply + 1] = rec_packed(jk)
@@ -235,7 +235,7 @@ local function serve(a)
   discards = 0
   local ack_id = ARGV[a + 5]
   if ack_id ~= '' then
-    local acked = ack_job(P, P .. 'job:' .. ack_id, ack_id, ARGV[a + 6], retention, now,
+    local acked = ack_job(P, key_job(P, ack_id), ack_id, ARGV[a + 6], retention, now,
       { lease = ARGV[a + 7], attempt = ARGV[a + 8], worker = ARGV[a + 9] })
     reply[1] = acked
     if acked[1] ~= 'ok' then return reply, next_a end
@@ -248,15 +248,15 @@ local function serve(a)
     weights[#weights + 1] = tonumber(ARGV[i + 1])
   end
   -- One SMISMEMBER against the ready-queue index skips every empty queue without touching it.
-  local has_ready = redis.call('SMISMEMBER', P .. 'ready', unpack(queues))
+  local has_ready = redis.call('SMISMEMBER', key_ready_index(P), unpack(queues))
   local live = {}
   for i, q in ipairs(queues) do
-    if has_ready[i] == 1 and paused[q] == nil then paused[q] = redis.call('SISMEMBER', P .. 'paused', q) == 1 end
+    if has_ready[i] == 1 and paused[q] == nil then paused[q] = redis.call('SISMEMBER', key_paused(P), q) == 1 end
     live[i] = has_ready[i] == 1 and not paused[q]
   end
   local got = 0
   if strategy == 'weighted' then
-    local sk = P .. 'wrr:' .. ARGV[a + 4]
+    local sk = key_wrr(P, ARGV[a + 4])
     local cw = {}
     local saved = redis.call('HMGET', sk, unpack(queues))
     for i = 1, #queues do cw[i] = tonumber(saved[i]) or 0 end

@@ -37,7 +37,7 @@ local P, worker = ARGV[1], ARGV[2]
 local extend_ms, default_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 local signal = ''
-local wk = P .. 'worker:' .. worker
+local wk = key_worker(P, worker)
 if worker ~= '' then
   signal = redis.call('HGET', wk, 'signal') or ''
 end
@@ -45,7 +45,7 @@ local reply = {'ok', now, signal}
 local held_ids = {}
 for i = 7, #ARGV, 2 do
   local id, lease_id = ARGV[i], ARGV[i + 1]
-  local jk = P .. 'job:' .. id
+  local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
     'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms')
   local lease = -1
@@ -58,8 +58,8 @@ for i = 7, #ARGV, 2 do
     rec('HSET', jk, 'lease_until', lease)
     redis.call('ZADD', KEYS[1], lease, id)
     -- Rate-limit slots are leases too: they follow the job's lease.
-    if f[6] then redis.call('ZADD', P .. 'rl:' .. f[6] .. ':active', 'XX', lease, id) end
-    if f[7] then redis.call('ZADD', P .. 'q:' .. f[8] .. ':rl:active', 'XX', lease, id) end
+    if f[6] then redis.call('ZADD', key_rl_active(P, f[6]), 'XX', lease, id) end
+    if f[7] then redis.call('ZADD', key_queue_rl_active(P, f[8]), 'XX', lease, id) end
     held_ids[#held_ids + 1] = id
   end
   reply[#reply + 1] = id
@@ -71,7 +71,7 @@ if worker ~= '' then
   redis.call('HSET', wk, 'last_seen', now, 'active_jobs', #held_ids, 'jobs', table.concat(held_ids, ' '))
   if ARGV[6] ~= '' then redis.call('HSET', wk, 'state', ARGV[6]) end
   redis.call('PEXPIRE', wk, ttl)
-  redis.call('ZADD', P .. 'workers', now, worker)
-  redis.call('ZREMRANGEBYSCORE', P .. 'workers', '-inf', '(' .. (now - ttl))
+  redis.call('ZADD', key_workers(P), now, worker)
+  redis.call('ZREMRANGEBYSCORE', key_workers(P), '-inf', '(' .. (now - ttl))
 end
 return reply

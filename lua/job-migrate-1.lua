@@ -17,7 +17,7 @@
 local P = ARGV[1]
 local converted = 0
 for i = 2, #ARGV do
-  local jk = P .. 'job:' .. ARGV[i]
+  local jk = key_job(P, ARGV[i])
   if redis.call('TYPE', jk).ok == 'hash' then
     rec('EXISTS', jk)
     converted = converted + 1

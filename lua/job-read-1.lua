@@ -21,7 +21,7 @@ local fields = {}
 for i = 1, nfields do fields[i] = ARGV[2 + i] end
 local out = {'ok'}
 for i = 3 + nfields, #ARGV do
-  local jk = P .. 'job:' .. ARGV[i]
+  local jk = key_job(P, ARGV[i])
   if nfields == 0 then
     out[#out + 1] = rec_packed(jk)
   else

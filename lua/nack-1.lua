@@ -55,7 +55,7 @@ if rl_until > now then
   rec('HINCRBY', jk, 'attempt', -1)
   if r[12] then
     -- Dynamic back-off (seed §9): block the key, and wait in its lane without spending an attempt.
-    redis.call('SET', P .. 'rl:' .. r[12] .. ':until', rl_until, 'PXAT', rl_until)
+    redis.call('SET', key_rl_until(P, r[12]), rl_until, 'PXAT', rl_until)
     rec('HSET', jk, 'state', 'available')
     make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
     emit(P, 'rate_limit.dynamic_adjusted', id, f.queue, f.type, now,
@@ -64,7 +64,7 @@ if rl_until > now then
   end
   -- No key to block: retry at that time, still without spending the attempt.
   rec('HSET', jk, 'state', 'retryable', 'scheduled_at', rl_until, 'retry_delay_ms', rl_until - now)
-  redis.call('ZADD', P .. 'scheduled', rl_until, id)
+  redis.call('ZADD', key_scheduled(P), rl_until, id)
   stat(P, f.queue, 'scheduled', 1)
   emit(P, 'job.retrying', id, f.queue, f.type, now, '{"delay_ms":' .. (rl_until - now) .. ',"rate_limited":true}')
   return {'ok', now, 'retryable', tonumber(f.attempt) - 1, rl_until - now, tonumber(f.max_attempts), f.queue, f.type}

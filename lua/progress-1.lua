@@ -63,9 +63,9 @@ if tonumber(f[5] or '0') > now then
   local len = tonumber(f[6]) or tonumber(f[7]) or tonumber(ARGV[6])
   lease = lease_deadline(now, len, tonumber(f[8]), tonumber(f[9]))
   rec('HSET', jk, 'lease_until', lease)
-  redis.call('ZADD', P .. 'active', lease, id)
-  if f[10] then redis.call('ZADD', P .. 'rl:' .. f[10] .. ':active', 'XX', lease, id) end
-  if f[11] then redis.call('ZADD', P .. 'q:' .. f[12] .. ':rl:active', 'XX', lease, id) end
+  redis.call('ZADD', key_active(P), lease, id)
+  if f[10] then redis.call('ZADD', key_rl_active(P, f[10]), 'XX', lease, id) end
+  if f[11] then redis.call('ZADD', key_queue_rl_active(P, f[12]), 'XX', lease, id) end
 end
 
 -- At most one progress event a second per job (ojs-progress §6.2).

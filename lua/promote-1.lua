@@ -29,7 +29,7 @@ local now = now_ms()
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
-  local jk = P .. 'job:' .. id
+  local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key',
     'wf', 'wf_i')
   if f[1] then
@@ -49,18 +49,18 @@ for _, id in ipairs(due) do
   end
 end
 -- Parked rate-limit lanes whose wake time came: put their best job back in the ready set.
-local wakes = redis.call('ZRANGE', P .. 'rl:wake', '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local wakes = redis.call('ZRANGE', key_rl_wake(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
 for _, m in ipairs(wakes) do
-  redis.call('ZREM', P .. 'rl:wake', m)
+  redis.call('ZREM', key_rl_wake(P), m)
   local queue, key = string.match(m, '^(.-)\n(.*)$')
   local head = lane_open(P, queue, key)
   if head then
     emit(P, 'rate_limit.released', head, queue, '', now, '{"key":"' .. key .. '"}')
   end
-  redis.call('DEL', P .. 'rl:' .. key .. ':state')
+  redis.call('DEL', key_rl_state(P, key))
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local nwake = redis.call('ZRANGE', P .. 'rl:wake', 0, 0, 'WITHSCORES')
+local nwake = redis.call('ZRANGE', key_rl_wake(P), 0, 0, 'WITHSCORES')
 local next_due = nxt[2] and tonumber(nxt[2]) or -1
 if nwake[2] and (next_due < 0 or tonumber(nwake[2]) < next_due) then next_due = tonumber(nwake[2]) end
 return {'ok', #due, next_due, now}

@@ -29,7 +29,7 @@ local now = now_ms()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
 local requeued, timed_out = 0, 0
 for _, id in ipairs(expired) do
-  local jk = P .. 'job:' .. id
+  local jk = key_job(P, id)
   local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
     'on_exhaustion', 'non_retryable', 'rank', 'started_at', 'timeout_ms', 'priority', 'enqueued_at', 'rl_key')
   if r[1] ~= 'active' then

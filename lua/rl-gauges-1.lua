@@ -23,6 +23,6 @@ for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)) do
   reply[#reply + 1] = key
   reply[#reply + 1] = rl_active(P, key, now)
   reply[#reply + 1] = rl_waiting(P, key)
-  reply[#reply + 1] = redis.call('HGETALL', P .. 'rl:' .. key .. ':stats')
+  reply[#reply + 1] = redis.call('HGETALL', key_rl_stats(P, key))
 end
 return reply

@@ -22,9 +22,8 @@
 --@include ratelimit
 
 local P, key = ARGV[1], ARGV[2]
-local base = P .. 'rl:' .. key
 local now = now_ms()
-local known = redis.call('ZSCORE', P .. 'rl:keys', key) and 1 or 0
+local known = redis.call('ZSCORE', key_rl_keys(P), key) and 1 or 0
 local e = rl_effective(P, key, rl_policy(P, key, nil) or { on_limit = 'wait' })
 local function opt(v) return v and tostring(v) or '' end
 local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
@@ -33,18 +32,18 @@ local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throt
 local active = rl_active(P, key, now)
 local wcount, woldest = 0, -1
 if e.rate_limit and e.rate_period then
-  wcount = redis.call('ZCOUNT', base .. ':win', '(' .. (now - e.rate_period), '+inf')
-  local first = redis.call('ZRANGE', base .. ':win', '(' .. (now - e.rate_period), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
+  wcount = redis.call('ZCOUNT', key_rl_win(P, key), '(' .. (now - e.rate_period), '+inf')
+  local first = redis.call('ZRANGE', key_rl_win(P, key), '(' .. (now - e.rate_period), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
     'WITHSCORES')
   if first[2] then woldest = tonumber(first[2]) end
 end
 local tnext = -1
 if e.throttle_limit and e.throttle_period then
-  tnext = math.max(throttle_allowed(base, throttle_interval(e)), now)
+  tnext = math.max(throttle_allowed(P, key, throttle_interval(e)), now)
 end
-local until_ms = tonumber(redis.call('GET', base .. ':until') or '-1')
+local until_ms = tonumber(redis.call('GET', key_rl_until(P, key)) or '-1')
 if until_ms <= now then until_ms = -1 end
 local waiting = rl_waiting(P, key)
-local state = { active, wcount, woldest, tnext, until_ms, waiting, redis.call('PTTL', base .. ':ovr') }
-return {'ok', now, known, limits, state, redis.call('HGETALL', base .. ':ovr'),
-  redis.call('HGETALL', base .. ':state'), redis.call('HGETALL', base .. ':stats')}
+local state = { active, wcount, woldest, tnext, until_ms, waiting, redis.call('PTTL', key_rl_ovr(P, key)) }
+return {'ok', now, known, limits, state, redis.call('HGETALL', key_rl_ovr(P, key)),
+  redis.call('HGETALL', key_rl_state(P, key)), redis.call('HGETALL', key_rl_stats(P, key))}

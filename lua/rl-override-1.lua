@@ -31,7 +31,7 @@ if ARGV[3] ~= '-1' then
   for i = 4, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'set_at', now, unpack(pairs_))
   if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[3])) end
-  redis.call('ZADD', P .. 'rl:keys', 0, key)
+  redis.call('ZADD', key_rl_keys(P), 0, key)
 end
 lane_wake_all(P, key, now)
 return {'ok', now}

@@ -35,7 +35,7 @@ local function rescore(zkey)
   local members = redis.call('ZRANGE', zkey, 0, -1)
   local batch = {}
   for _, m in ipairs(members) do
-    local f = rec('HMGET', P .. 'job:' .. member_id(m), 'rank', 'enqueued_at')
+    local f = rec('HMGET', key_job(P, member_id(m)), 'rank', 'enqueued_at')
     if f[1] then
       batch[#batch + 1] = aging_score(aging, tonumber(f[1]), tonumber(f[2]) or 0)
       batch[#batch + 1] = m
@@ -55,11 +55,11 @@ end
 rescore(KEYS[2])
 -- Every non-empty lane is open (its key in heads) or parked (in parked).
 local seen = {}
-for _, h in ipairs({'heads', 'parked'}) do
-  for _, key in ipairs(redis.call('HKEYS', P .. 'q:' .. queue .. ':' .. h)) do
+for _, h in ipairs({key_queue_heads(P, queue), key_queue_parked(P, queue)}) do
+  for _, key in ipairs(redis.call('HKEYS', h)) do
     if not seen[key] then
       seen[key] = true
-      rescore(lane_key(P, queue, key))
+      rescore(key_queue_lane(P, queue, key))
     end
   end
 end

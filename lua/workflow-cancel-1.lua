@@ -27,12 +27,12 @@ if not w[1] then return {'not_found'} end
 if w[1] ~= 'running' then return {'state', w[1]} end
 local now = now_ms()
 wf_close(P, W, wk, 'cancelled', now, retention)
-local ids = redis.call('LRANGE', wk .. ':jobs', 0, -1)
+local ids = redis.call('LRANGE', key_workflow_jobs(P, W), 0, -1)
 for i = 2, 4 do
   if w[i] then ids[#ids + 1] = w[i] end
 end
 local cancelled = 0
 for _, id in ipairs(ids) do
-  if cancel_job(P, P .. 'job:' .. id, id, retention, now)[1] == 'ok' then cancelled = cancelled + 1 end
+  if cancel_job(P, key_job(P, id), id, retention, now)[1] == 'ok' then cancelled = cancelled + 1 end
 end
 return {'ok', now, cancelled}

@@ -4,7 +4,8 @@
 --   KEYS[1] P..'wf:'..W   hash   the workflow (includes/workflow.lua)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] limit         int    most member jobs to describe (the first ones, in order)
+--   ARGV[2] W             string workflow id
+--   ARGV[3] limit         int    most member jobs to describe (the first ones, in order)
 -- RETURNS
 --   {'ok', now_ms, fields, jobs, callbacks}
 --      fields     the workflow hash as a flat field/value array
@@ -18,13 +19,13 @@
 --   reads only
 --@include clock
 
-local P = ARGV[1]
+local P, W = ARGV[1], ARGV[2]
 local wk = KEYS[1]
 local fields = redis.call('HGETALL', wk)
 if #fields == 0 then return {'not_found'} end
 local jobs = {}
-for _, id in ipairs(redis.call('LRANGE', wk .. ':jobs', 0, tonumber(ARGV[2]) - 1)) do
-  local f = rec('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
+for _, id in ipairs(redis.call('LRANGE', key_workflow_jobs(P, W), 0, tonumber(ARGV[3]) - 1)) do
+  local f = rec('HMGET', key_job(P, id), 'type', 'state', 'queue')
   jobs[#jobs + 1] = id
   jobs[#jobs + 1] = f[1] or ''
   jobs[#jobs + 1] = f[2] or ''
@@ -34,7 +35,7 @@ local callbacks = {}
 for _, name in ipairs({'on_complete', 'on_success', 'on_failure'}) do
   local id = redis.call('HGET', wk, 'cb_' .. name)
   if id then
-    local f = rec('HMGET', P .. 'job:' .. id, 'type', 'state', 'queue')
+    local f = rec('HMGET', key_job(P, id), 'type', 'state', 'queue')
     for _, v in ipairs({name, id, f[1] or '', f[2] or '', f[3] or ''}) do callbacks[#callbacks + 1] = v end
   end
 end

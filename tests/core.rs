@@ -842,7 +842,7 @@ async fn batch_into(s: &TestServer, queue: &str, n: usize) -> Vec<String> {
 async fn stream_len(s: &TestServer) -> i64 {
     let mut r = s.redis().await;
     redis::cmd("XLEN")
-        .arg(s.key("events"))
+        .arg(s.keys().events())
         .query_async(&mut r)
         .await
         .expect("XLEN")

@@ -370,7 +370,7 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let mut redis = AofRedis::start(&dir).await;
     let url = redis.url();
     let ns = ojs_testkit::unique_namespace();
-    let p = format!("ojs:{{{ns}}}:");
+    let keys = ojs_store::Keys::new(&ns);
     let lease = LEASE_MS.to_string();
     let env = [("OJS_VISIBILITY_TIMEOUT_MS", lease.as_str())];
     let mut servers = [
@@ -383,7 +383,7 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let calm = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
 
-    let sampler = tokio::spawn(sample_holders(url.clone(), format!("{p}rl:{KEY}:active"), stop.clone()));
+    let sampler = tokio::spawn(sample_holders(url.clone(), keys.rl_active(KEY), stop.clone()));
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|i| tokio::spawn(produce(i, pods.clone(), log_.clone(), start)))
         .collect();
@@ -432,12 +432,12 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     loop {
         let mut left = 0;
         for k in [
-            "active".to_string(),
-            "scheduled".to_string(),
-            format!("q:{QUEUE}:ready"),
-            format!("q:{QUEUE}:lane:{KEY}"),
+            keys.active(),
+            keys.scheduled(),
+            keys.queue_ready(QUEUE),
+            keys.queue_lane(QUEUE, KEY),
         ] {
-            left += zcard(&mut conn, &format!("{p}{k}")).await;
+            left += zcard(&mut conn, &k).await;
         }
         if left == 0 {
             break;
@@ -455,7 +455,7 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let (most_live, samples) = sampler.await.expect("sampler");
 
     // The event stream is Redis's own record of every transition (its times are Redis TIME).
-    let events = ojs_testkit::stream_events(&mut conn, &format!("{p}events")).await;
+    let events = ojs_testkit::stream_events(&mut conn, &keys.events()).await;
     let (mut completions, mut enqueue_events) = (HashMap::<String, usize>::new(), 0usize);
     let mut completed_at = HashMap::new();
     for (_, f) in &events {
@@ -476,7 +476,7 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{p}job:*"))
+            .arg(keys.pattern("job"))
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut conn)
@@ -554,18 +554,13 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     );
 
     // 4. No lease or slot left behind.
+    assert_eq!(live_holders(&mut conn, &keys.rl_active(KEY)).await.expect("holders"), 0);
     assert_eq!(
-        live_holders(&mut conn, &format!("{p}rl:{KEY}:active"))
-            .await
-            .expect("holders"),
-        0
-    );
-    assert_eq!(
-        zcard(&mut conn, &format!("{p}rl:{KEY}:active")).await,
+        zcard(&mut conn, &keys.rl_active(KEY)).await,
         0,
         "a slot entry was left behind"
     );
-    assert_eq!(zcard(&mut conn, &format!("{p}active")).await, 0);
+    assert_eq!(zcard(&mut conn, &keys.active()).await, 0);
 
     // 5. The keyspace is consistent.
     let problems = ojs_testkit::check_invariants(&url, &ns).await;

@@ -1139,7 +1139,7 @@ impl Harness {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = ids.iter().map(|id| self.nodes[0].key(&format!("job:{id}"))).collect();
+        let keys: Vec<String> = ids.iter().map(|id| self.nodes[0].keys().job(id)).collect();
         let rows = ojs_testkit::job_fields(&mut self.redis, &keys, &["state", "attempt", "priority"]).await;
         Ok(rows
             .into_iter()
@@ -1233,9 +1233,10 @@ impl Harness {
         let deadline = Instant::now() + SETTLE;
         while Instant::now() < deadline {
             let mut next = i64::MAX;
-            for key in ["active", "scheduled", "rl:wake"] {
+            let keys = self.nodes[0].keys();
+            for key in [keys.active(), keys.scheduled(), keys.rl_wake()] {
                 let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                    .arg(self.nodes[0].key(key))
+                    .arg(key)
                     .arg(0)
                     .arg(0)
                     .arg("WITHSCORES")

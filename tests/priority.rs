@@ -131,7 +131,7 @@ async fn fifo_holds_across_the_sequence_carry() {
     let mut r = s.redis().await;
     // Seed the low counter just below its limit (10^15): the third job carries into `hi`.
     let _: () = redis::cmd("HSET")
-        .arg(s.key("seq"))
+        .arg(s.keys().seq())
         .arg("lo")
         .arg(999_999_999_999_998i64)
         .query_async(&mut r)
@@ -145,7 +145,7 @@ async fn fifo_holds_across_the_sequence_carry() {
         );
     }
     let hi: i64 = redis::cmd("HGET")
-        .arg(s.key("seq"))
+        .arg(s.keys().seq())
         .arg("hi")
         .query_async(&mut r)
         .await
@@ -161,7 +161,7 @@ async fn fifo_holds_across_the_sequence_carry() {
     // A batch reserves its sequence numbers in one block; one that would cross the carry falls back
     // to one number per job and carries in the middle of the batch, still in batch order.
     let _: () = redis::cmd("HSET")
-        .arg(s.key("seq"))
+        .arg(s.keys().seq())
         .arg("lo")
         .arg(999_999_999_999_995i64)
         .query_async(&mut r)
@@ -179,7 +179,7 @@ async fn fifo_holds_across_the_sequence_carry() {
         .map(|j| j["id"].as_str().unwrap_or_default().to_string())
         .collect();
     let hi: i64 = redis::cmd("HGET")
-        .arg(s.key("seq"))
+        .arg(s.keys().seq())
         .arg("hi")
         .query_async(&mut r)
         .await

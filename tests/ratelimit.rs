@@ -21,7 +21,7 @@ async fn two_nodes() -> (Arc<TestServer>, Arc<TestServer>) {
 /// Every event of the namespace, in stream order: (type, job_id, time ms).
 async fn events(s: &TestServer) -> Vec<(String, String, i64)> {
     let mut r = s.redis().await;
-    let v = ojs_testkit::stream_events(&mut r, &s.key("events")).await;
+    let v = ojs_testkit::stream_events(&mut r, &s.keys().events()).await;
     v.into_iter()
         .map(|(_, f)| {
             (
@@ -241,7 +241,7 @@ async fn slots_come_back_after_200_worker_deaths() {
     assert_eq!(state["concurrency"]["active"], 0, "no slot drifted: {state}");
     let mut r = s.redis().await;
     let left: i64 = redis::cmd("ZCARD")
-        .arg(s.key("rl:death-key:active"))
+        .arg(s.keys().rl_active("death-key"))
         .query_async(&mut r)
         .await
         .expect("ZCARD");

@@ -358,11 +358,11 @@ async fn the_invariant_checker_sees_a_job_missing_from_its_index() {
     s.assert_invariants().await;
     // Break one invariant behind the server's back: the available job leaves its ready set.
     let mut r = s.redis().await;
-    let member = ojs_testkit::job_fields(&mut r, &[s.key(&format!("job:{id}"))], &["member"]).await[0][0]
+    let member = ojs_testkit::job_fields(&mut r, &[s.keys().job(&id)], &["member"]).await[0][0]
         .clone()
         .expect("member");
     let _: i64 = redis::cmd("ZREM")
-        .arg(s.key("q:chk:ready"))
+        .arg(s.keys().queue_ready("chk"))
         .arg(&member)
         .query_async(&mut r)
         .await

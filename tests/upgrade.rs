@@ -113,7 +113,7 @@ async fn make_v1_fixture() {
     assert_eq!(st, 201, "{b}");
 
     let mut conn = s.redis().await;
-    let prefix = s.key("");
+    let prefix = s.keys().prefix().to_string();
     let keys: Vec<(String, String, i64, Vec<String>)> = redis::Script::new(DUMP)
         .arg(&prefix)
         .invoke_async(&mut conn)
@@ -200,7 +200,7 @@ async fn a_v1_keyspace_is_upgraded_and_every_job_survives() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let v: Option<String> = redis::cmd("GET")
-            .arg(s.key("schema"))
+            .arg(s.keys().schema())
             .query_async(&mut conn)
             .await
             .expect("schema");
@@ -216,14 +216,14 @@ async fn a_v1_keyspace_is_upgraded_and_every_job_survives() {
     ]
     .to_vec();
     let ids: Vec<String> = v1.keys().cloned().collect();
-    let keys: Vec<String> = ids.iter().map(|id| s.key(&format!("job:{id}"))).collect();
+    let keys: Vec<String> = ids.iter().map(|id| s.keys().job(id)).collect();
     let rows = ojs_testkit::job_fields(&mut conn, &keys, &names).await;
     for (id, row) in ids.iter().zip(rows) {
         for (name, got) in names.iter().zip(row) {
             assert_eq!(got.as_ref(), v1[id].get(*name), "job {id} field {name}");
         }
         let ttl: i64 = redis::cmd("PTTL")
-            .arg(s.key(&format!("job:{id}")))
+            .arg(s.keys().job(id))
             .query_async(&mut conn)
             .await
             .expect("pttl");

@@ -8,7 +8,7 @@
 --@include ratelimit
 
 local function stat(P, queue, field, delta)
-  count(P .. 'q:' .. queue .. ':stats', field, delta)
+  count(key_queue_stats(P, queue), field, delta)
 end
 
 -- lease_deadline: a lease lasts visibility_ms but never past the execution timeout.
@@ -26,7 +26,7 @@ end
 -- leak. pre is nil, or {rl_key, qrl} when the caller already read those fields (saves a call); also_del
 -- is nil or one more field to delete from the job's record.
 local function leave_active(P, jk, id, queue, now, pre, also_del)
-  redis.call('ZREM', P .. 'active', id)
+  redis.call('ZREM', key_active(P), id)
   local f = pre or rec('HMGET', jk, 'rl_key', 'qrl')
   if also_del then
     rec('HDEL', jk, 'lease_until', 'qrl', also_del)
@@ -35,7 +35,7 @@ local function leave_active(P, jk, id, queue, now, pre, also_del)
   end
   stat(P, queue, 'active', -1)
   if f[1] then rl_release(P, f[1], id, now) end
-  if f[2] then redis.call('ZREM', P .. 'q:' .. queue .. ':rl:active', id) end
+  if f[2] then redis.call('ZREM', key_queue_rl_active(P, queue), id) end
 end
 
 -- finish(jk, retention_ms): a terminal job keeps its hash for retention_ms (0 = forever).

@@ -17,7 +17,7 @@ local function cancel_job(P, jk, id, retention_ms, now)
   if state == 'available' then
     unready(P, jk, queue)
   elseif state == 'scheduled' or state == 'retryable' then
-    redis.call('ZREM', P .. 'scheduled', id)
+    redis.call('ZREM', key_scheduled(P), id)
     stat(P, queue, 'scheduled', -1)
   elseif state == 'active' then
     leave_active(P, jk, id, queue, now)

@@ -16,7 +16,7 @@ local function emit_begin()
 end
 
 local function emit(P, etype, job_id, queue, jtype, now, data)
-  EV_KEY = P .. 'events'
+  EV_KEY = key_events(P)
   local n = #EV
   EV[n + 1] = 'type'
   EV[n + 2] = etype

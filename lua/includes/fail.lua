@@ -61,7 +61,7 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
   if not final then
     local delay = backoff_ms(f.backoff, attempt, jitter_u)
     rec('HSET', jk, 'state', 'retryable', 'scheduled_at', now + delay, 'retry_delay_ms', delay)
-    redis.call('ZADD', P .. 'scheduled', now + delay, id)
+    redis.call('ZADD', key_scheduled(P), now + delay, id)
     stat(P, f.queue, 'scheduled', 1)
     emit(P, 'job.retrying', id, f.queue, f.type, now,
       '{"attempt":' .. attempt .. ',"delay_ms":' .. delay .. ',"error":' .. err .. '}')
@@ -75,7 +75,7 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
   local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention_ms)
   if f.on_exhaustion == 'dead_letter' then
-    redis.call('ZADD', P .. 'dead', now, id)
+    redis.call('ZADD', key_dead(P), now, id)
     emit(P, 'job.dead_lettered', id, f.queue, f.type, now, '{}')
   else
     emit(P, 'job.discarded', id, f.queue, f.type, now, '{}')

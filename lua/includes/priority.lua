@@ -17,13 +17,13 @@ local function set_priority(P, jk, id, priority, rank, now)
   if state == 'available' and f[5] then
     local score = ready_score(P, queue, rank, tonumber(f[6]))
     local key = f[7]
-    if key and redis.call('HGET', P .. 'q:' .. queue .. ':heads', key) ~= f[5] then
-      redis.call('ZADD', lane_key(P, queue, key), 'XX', score, f[5])
+    if key and redis.call('HGET', key_queue_heads(P, queue), key) ~= f[5] then
+      redis.call('ZADD', key_queue_lane(P, queue, key), 'XX', score, f[5])
     else
-      redis.call('ZADD', P .. 'q:' .. queue .. ':ready', 'XX', score, f[5])
+      redis.call('ZADD', key_queue_ready(P, queue), 'XX', score, f[5])
     end
     if key then lane_rebalance(P, queue, key) end
-    local pk = P .. 'q:' .. queue .. ':pri'
+    local pk = key_queue_pri(P, queue)
     count(pk, f[4], -1, true)
     count(pk, priority, 1, true)
   end

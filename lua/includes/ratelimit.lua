@@ -47,7 +47,7 @@ end
 -- policy when the key has no registry yet, as for jobs enqueued before registries existed).
 local function rl_policy(P, key, job_spec)
   local job = rl_parse(job_spec)
-  local reg = rl_parse(redis.call('GET', P .. 'rl:' .. key .. ':policy'))
+  local reg = rl_parse(redis.call('GET', key_rl_policy(P, key)))
   if not reg then return job end
   if job then reg.on_limit = job.on_limit end
   return reg
@@ -55,7 +55,7 @@ end
 
 -- The limits in force for key K: the operator's override, field by field, over the key's policy.
 local function rl_effective(P, key, pol)
-  local o = redis.call('HMGET', P .. 'rl:' .. key .. ':ovr', 'concurrency', 'rate_limit', 'rate_period',
+  local o = redis.call('HMGET', key_rl_ovr(P, key), 'concurrency', 'rate_limit', 'rate_period',
     'throttle_limit', 'throttle_period')
   local e = { conc = pol.conc, rate_limit = pol.rate_limit, rate_period = pol.rate_period,
     throttle_limit = pol.throttle_limit, throttle_period = pol.throttle_period, on_limit = pol.on_limit }
@@ -71,8 +71,8 @@ end
 -- the previous allowed time + the new interval, never closer than 90% of it to the last start. A
 -- bare number (older data) is taken as the next allowed time.
 local THROTTLE_KEEP_MS = 86400000
-local function throttle_allowed(base, interval)
-  local v = redis.call('GET', base .. ':tat')
+local function throttle_allowed(P, key, interval)
+  local v = redis.call('GET', key_rl_tat(P, key))
   if not v then return 0 end
   local nxt, iv, last = string.match(v, '^(%S+) (%S+) (%S+)$')
   if not nxt then return tonumber(v) or 0 end
@@ -89,21 +89,20 @@ end
 -- Returns nil when it may; else strategy, limit, current, wake_at (ms, or -1 for "when released").
 -- An override that expires before wake_at brings wake_at forward: its expiry changes the limits.
 local function rl_check(P, key, e, now)
-  local base = P .. 'rl:' .. key
   local strategy, limit, current, wake
-  local until_ms = tonumber(redis.call('GET', base .. ':until') or '0')
+  local until_ms = tonumber(redis.call('GET', key_rl_until(P, key)) or '0')
   if until_ms > now then
     strategy, limit, current, wake = 'dynamic', 0, 0, until_ms
   end
   if not strategy and e.conc then
-    local active = redis.call('ZCOUNT', base .. ':active', '(' .. now, '+inf')
+    local active = redis.call('ZCOUNT', key_rl_active(P, key), '(' .. now, '+inf')
     if active >= e.conc then
-      local first = redis.call('ZRANGE', base .. ':active', '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+      local first = redis.call('ZRANGE', key_rl_active(P, key), '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
       strategy, limit, current, wake = 'concurrency', e.conc, active, first[2] and tonumber(first[2]) or -1
     end
   end
   if not strategy and e.rate_limit and e.rate_period then
-    local wk = base .. ':win'
+    local wk = key_rl_win(P, key)
     redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - e.rate_period)
     local n = redis.call('ZCARD', wk)
     if n >= e.rate_limit then
@@ -112,13 +111,13 @@ local function rl_check(P, key, e, now)
     end
   end
   if not strategy and e.throttle_limit and e.throttle_period then
-    local allowed = throttle_allowed(base, throttle_interval(e))
+    local allowed = throttle_allowed(P, key, throttle_interval(e))
     if allowed > now then strategy, limit, current, wake = 'throttle', e.throttle_limit, 1, allowed end
   end
   if not strategy then return nil end
   -- PTTL 0: the override expires this very millisecond (Redis expires a key only after its time), so
   -- the lane must wake now, not when the override's own limits would have let it.
-  local ovr_ttl = redis.call('PTTL', base .. ':ovr')
+  local ovr_ttl = redis.call('PTTL', key_rl_ovr(P, key))
   if ovr_ttl >= 0 and (wake < 0 or now + ovr_ttl < wake) then wake = now + ovr_ttl end
   return strategy, limit, current, wake
 end
@@ -127,37 +126,35 @@ end
 -- lasts until `lease`. The window entry is id:claim, unique per start: a give-back of the attempt
 -- (requeue, rate_limit_until, dead-letter retry) can never make a later start overwrite this one.
 local function rl_take(P, key, e, id, claim, lease, now)
-  local base = P .. 'rl:' .. key
   if e.conc then
-    redis.call('ZADD', base .. ':active', lease, id)
+    redis.call('ZADD', key_rl_active(P, key), lease, id)
   end
   if e.rate_limit and e.rate_period then
-    redis.call('ZADD', base .. ':win', now, id .. ':' .. claim)
-    redis.call('PEXPIRE', base .. ':win', e.rate_period)
+    redis.call('ZADD', key_rl_win(P, key), now, id .. ':' .. claim)
+    redis.call('PEXPIRE', key_rl_win(P, key), e.rate_period)
   end
   if e.throttle_limit and e.throttle_period then
     -- Next start at the previous allowed time + interval, so a start that came a little late (waiting
     -- for a FETCH) does not push every later one back; but never closer than 90% of the interval.
     local interval = throttle_interval(e)
-    local nxt = math.max(throttle_allowed(base, interval) + interval, now + math.floor(interval * 0.9))
-    redis.call('SET', base .. ':tat', nxt .. ' ' .. interval .. ' ' .. now, 'PX', interval + THROTTLE_KEEP_MS)
+    local nxt = math.max(throttle_allowed(P, key, interval) + interval, now + math.floor(interval * 0.9))
+    redis.call('SET', key_rl_tat(P, key), nxt .. ' ' .. interval .. ' ' .. now, 'PX', interval + THROTTLE_KEEP_MS)
   end
 end
 
 -- lane helpers -------------------------------------------------------------------------------------
-local function lane_key(P, queue, key) return P .. 'q:' .. queue .. ':lane:' .. key end
 
 -- rl_active(P, key, now): jobs holding an unexpired concurrency slot of K.
 local function rl_active(P, key, now)
-  return redis.call('ZCOUNT', P .. 'rl:' .. key .. ':active', '(' .. now, '+inf')
+  return redis.call('ZCOUNT', key_rl_active(P, key), '(' .. now, '+inf')
 end
 
 -- rl_waiting(P, key): available jobs of K, in its lanes and as their heads, across its queues.
 local function rl_waiting(P, key)
   local waiting = 0
-  for _, queue in ipairs(redis.call('SMEMBERS', P .. 'rl:' .. key .. ':queues')) do
-    waiting = waiting + redis.call('ZCARD', lane_key(P, queue, key))
-      + redis.call('HEXISTS', P .. 'q:' .. queue .. ':heads', key)
+  for _, queue in ipairs(redis.call('SMEMBERS', key_rl_queues(P, key))) do
+    waiting = waiting + redis.call('ZCARD', key_queue_lane(P, queue, key))
+      + redis.call('HEXISTS', key_queue_heads(P, queue), key)
   end
   return waiting
 end
@@ -165,14 +162,14 @@ end
 -- lane_open(P, queue, key): move the lane's best job into the ready set, if it has none there.
 -- Returns the head's job id, or nil when the lane is empty or already open.
 local function lane_open(P, queue, key)
-  local hk = P .. 'q:' .. queue .. ':heads'
+  local hk = key_queue_heads(P, queue)
   if redis.call('HEXISTS', hk, key) == 1 then return nil end
-  redis.call('HDEL', P .. 'q:' .. queue .. ':parked', key)
-  local best = redis.call('ZPOPMIN', lane_key(P, queue, key))
+  redis.call('HDEL', key_queue_parked(P, queue), key)
+  local best = redis.call('ZPOPMIN', key_queue_lane(P, queue, key))
   if #best == 0 then return nil end
-  redis.call('ZADD', P .. 'q:' .. queue .. ':ready', best[2], best[1])
+  redis.call('ZADD', key_queue_ready(P, queue), best[2], best[1])
   redis.call('HSET', hk, key, best[1])
-  redis.call('SADD', P .. 'ready', queue)
+  redis.call('SADD', key_ready_index(P), queue)
   return string.sub(best[1], -36)
 end
 
@@ -180,17 +177,17 @@ end
 -- member is given) with the lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot
 -- of the key is released).
 local function lane_park(P, queue, key, member, score, wake)
-  if member then redis.call('ZADD', lane_key(P, queue, key), score, member) end
-  redis.call('HSET', P .. 'q:' .. queue .. ':parked', key, wake)
-  if wake >= 0 then redis.call('ZADD', P .. 'rl:wake', wake, queue .. '\n' .. key) end
+  if member then redis.call('ZADD', key_queue_lane(P, queue, key), score, member) end
+  redis.call('HSET', key_queue_parked(P, queue), key, wake)
+  if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
 end
 
 -- lane_add(P, queue, key, score, member): a job of key K became available in queue Q.
 local function lane_add(P, queue, key, score, member)
-  redis.call('ZADD', lane_key(P, queue, key), score, member)
-  redis.call('SADD', P .. 'rl:' .. key .. ':queues', queue)
-  if redis.call('HEXISTS', P .. 'q:' .. queue .. ':parked', key) == 1 then return end
-  if redis.call('HEXISTS', P .. 'q:' .. queue .. ':heads', key) == 1 then
+  redis.call('ZADD', key_queue_lane(P, queue, key), score, member)
+  redis.call('SADD', key_rl_queues(P, key), queue)
+  if redis.call('HEXISTS', key_queue_parked(P, queue), key) == 1 then return end
+  if redis.call('HEXISTS', key_queue_heads(P, queue), key) == 1 then
     return 'rebalance'
   end
   lane_open(P, queue, key)
@@ -198,13 +195,13 @@ end
 
 -- lane_rebalance(P, queue, key): keep an open lane's head its best job (after an enqueue or a PATCH).
 local function lane_rebalance(P, queue, key)
-  local hk = P .. 'q:' .. queue .. ':heads'
+  local hk = key_queue_heads(P, queue)
   local head = redis.call('HGET', hk, key)
   if not head then return end
-  local lk = lane_key(P, queue, key)
+  local lk = key_queue_lane(P, queue, key)
   local best = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
   if #best == 0 then return end
-  local rk = P .. 'q:' .. queue .. ':ready'
+  local rk = key_queue_ready(P, queue)
   local hs = tonumber(redis.call('ZSCORE', rk, head))
   local bs = tonumber(best[2])
   if bs < hs or (bs == hs and best[1] < head) then
@@ -219,21 +216,21 @@ end
 -- lane_wake_all(P, key): re-open every parked lane of key K (a slot was released or a block ended).
 local function lane_wake_all(P, key, now)
   local opened = nil
-  for _, queue in ipairs(redis.call('SMEMBERS', P .. 'rl:' .. key .. ':queues')) do
+  for _, queue in ipairs(redis.call('SMEMBERS', key_rl_queues(P, key))) do
     local head = lane_open(P, queue, key)
     if head then
       opened = opened or head
-      redis.call('ZREM', P .. 'rl:wake', queue .. '\n' .. key)
+      redis.call('ZREM', key_rl_wake(P), queue .. '\n' .. key)
       emit(P, 'rate_limit.released', head, queue, '', now, '{"key":"' .. key .. '"}')
     end
   end
-  redis.call('DEL', P .. 'rl:' .. key .. ':state')
+  redis.call('DEL', key_rl_state(P, key))
   return opened
 end
 
 -- rl_release(P, key, id, now): job id gives back its concurrency slot of key K.
 local function rl_release(P, key, id, now)
-  if redis.call('ZREM', P .. 'rl:' .. key .. ':active', id) == 1 then
+  if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
     lane_wake_all(P, key, now)
   end
 end
@@ -246,6 +243,6 @@ local function rl_limits_part(spec)
 end
 
 local function rl_register(P, key, spec, now)
-  local old = redis.call('SET', P .. 'rl:' .. key .. ':policy', spec, 'GET')
+  local old = redis.call('SET', key_rl_policy(P, key), spec, 'GET')
   if old and rl_limits_part(old) ~= rl_limits_part(spec) then lane_wake_all(P, key, now) end
 end

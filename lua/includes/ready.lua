@@ -20,7 +20,7 @@ local function seq_member(hi, lo, id)
 end
 
 local function next_member(P, id)
-  local seq = P .. 'seq'
+  local seq = key_seq(P)
   local lo = redis.call('HINCRBY', seq, 'lo', 1)
   local hi
   if lo >= SEQ_LO_LIMIT then
@@ -37,7 +37,7 @@ end
 -- first lo, or nil when the block would reach the carry (the caller then takes next_member per job,
 -- which carries). seq_member(hi, lo, id) spells the member exactly as next_member does.
 local function seq_block(P, n)
-  local seq = P .. 'seq'
+  local seq = key_seq(P)
   local lo = redis.call('HINCRBY', seq, 'lo', n)
   if lo >= SEQ_LO_LIMIT then
     redis.call('HINCRBY', seq, 'lo', -n)
@@ -62,7 +62,7 @@ end
 
 -- ready_score(P, queue, rank, since_ms): the score a job of this rank, ready since since_ms, gets.
 local function ready_score(P, queue, rank, since_ms)
-  local aging = redis.call('HGET', P .. 'q:' .. queue .. ':conf', 'aging_s')
+  local aging = redis.call('HGET', key_queue_conf(P, queue), 'aging_s')
   return aging_score(aging and tonumber(aging), rank, since_ms)
 end
 
@@ -74,24 +74,24 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
   member = member or next_member(P, id)
   local score = ready_score(P, queue, rank, since_ms)
   rec('HSET', jk, 'member', member)
-  count(P .. 'q:' .. queue .. ':pri', priority, 1, true)
+  count(key_queue_pri(P, queue), priority, 1, true)
   if rl_key then
     if lane_add(P, queue, rl_key, score, member) == 'rebalance' then lane_rebalance(P, queue, rl_key) end
     return
   end
-  redis.call('ZADD', P .. 'q:' .. queue .. ':ready', score, member)
-  redis.call('SADD', P .. 'ready', queue)
+  redis.call('ZADD', key_queue_ready(P, queue), score, member)
+  redis.call('SADD', key_ready_index(P), queue)
 end
 
 -- not_available(P, queue, priority): a job stopped being available (claimed, cancelled, dropped…).
 local function not_available(P, queue, priority)
-  count(P .. 'q:' .. queue .. ':pri', priority, -1, true)
+  count(key_queue_pri(P, queue), priority, -1, true)
 end
 
 -- ready_index_check(P, queue): keep P..'ready' exact after taking from a ready set.
 local function ready_index_check(P, queue)
-  if redis.call('ZCARD', P .. 'q:' .. queue .. ':ready') == 0 then
-    redis.call('SREM', P .. 'ready', queue)
+  if redis.call('ZCARD', key_queue_ready(P, queue)) == 0 then
+    redis.call('SREM', key_ready_index(P), queue)
   end
 end
 
@@ -100,12 +100,12 @@ local function unready(P, jk, queue)
   local f = rec('HMGET', jk, 'member', 'priority', 'rl_key')
   if not f[1] then return end
   local member, key = f[1], f[3]
-  if key and redis.call('HGET', P .. 'q:' .. queue .. ':heads', key) ~= member then
-    redis.call('ZREM', lane_key(P, queue, key), member)
+  if key and redis.call('HGET', key_queue_heads(P, queue), key) ~= member then
+    redis.call('ZREM', key_queue_lane(P, queue, key), member)
   else
-    redis.call('ZREM', P .. 'q:' .. queue .. ':ready', member)
+    redis.call('ZREM', key_queue_ready(P, queue), member)
     if key then
-      redis.call('HDEL', P .. 'q:' .. queue .. ':heads', key)
+      redis.call('HDEL', key_queue_heads(P, queue), key)
       lane_open(P, queue, key)
     end
     ready_index_check(P, queue)

@@ -13,7 +13,7 @@ local RECORD_TTL_MS = 10 * 24 * 3600 * 1000
 -- signature with a newer timestamp than its own root timestamp started.
 local function superseded_by(P, id, f)
   if f.dedup then
-    local rec = redis.call('GET', P .. 'dedup:' .. f.dedup)
+    local rec = redis.call('GET', key_dedup(P, f.dedup))
     if rec then
       local at, by = string.match(rec, '^(%d+) (.+)$')
       if by ~= id and tonumber(at) > tonumber(f.created_at) then
@@ -22,7 +22,7 @@ local function superseded_by(P, id, f)
     end
   end
   if f.root then
-    local newest = tonumber(redis.call('GET', P .. 'root:' .. f.root) or '0')
+    local newest = tonumber(redis.call('GET', key_root(P, f.root)) or '0')
     if newest > tonumber(f.root_ts) then
       return { reason = 'root_job', root_timestamp = tonumber(f.root_ts), newest_root_timestamp = newest }
     end
@@ -33,10 +33,10 @@ end
 -- record_start(P, id, f, now): a job with deduplication info or a root job starts: remember it.
 local function record_start(P, id, f, now)
   if f.dedup then
-    redis.call('SET', P .. 'dedup:' .. f.dedup, now .. ' ' .. id, 'PX', RECORD_TTL_MS)
+    redis.call('SET', key_dedup(P, f.dedup), now .. ' ' .. id, 'PX', RECORD_TTL_MS)
   end
   if f.root and f.root_self then
-    local rk = P .. 'root:' .. f.root
+    local rk = key_root(P, f.root)
     local newest = tonumber(redis.call('GET', rk) or '0')
     redis.call('SET', rk, math.max(newest, tonumber(f.root_ts)), 'PX', RECORD_TTL_MS)
   end

@@ -8,9 +8,9 @@
 -- unique_holder(P, key, states): the job holding the key, and its state, when that state is one of
 -- `states` (a set: state -> true); nil otherwise.
 local function unique_holder(P, key, states)
-  local id = redis.call('GET', P .. 'unique:' .. key)
+  local id = redis.call('GET', key_unique(P, key))
   if not id then return nil end
-  local state = rec('HGET', P .. 'job:' .. id, 'state')
+  local state = rec('HGET', key_job(P, id), 'state')
   if state and states[state] then return id, state end
   return nil
 end
@@ -18,8 +18,8 @@ end
 -- unique_take(P, key, id, period_ms): the job id takes the key (for period_ms when > 0).
 local function unique_take(P, key, id, period_ms)
   if period_ms > 0 then
-    redis.call('SET', P .. 'unique:' .. key, id, 'PX', period_ms)
+    redis.call('SET', key_unique(P, key), id, 'PX', period_ms)
   else
-    redis.call('SET', P .. 'unique:' .. key, id)
+    redis.call('SET', key_unique(P, key), id)
   end
 end

@@ -23,10 +23,10 @@
 
 local WF_CALLBACKS = {'on_complete', 'on_success', 'on_failure'}
 
--- wf_results(wk, n): the results of indexes 0..n-1 as a JSON array text. Each stored result is a JSON
+-- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text. Each stored result is a JSON
 -- value written by the server (an ACK's result, already validated), so joining them is well-formed.
-local function wf_results(wk, n)
-  local got = redis.call('HGETALL', wk .. ':results')
+local function wf_results(P, W, n)
+  local got = redis.call('HGETALL', key_workflow_results(P, W))
   local by = {}
   for i = 1, #got, 2 do by[tonumber(got[i])] = got[i + 1] end
   local out = {}
@@ -37,7 +37,7 @@ end
 -- wf_release(P, id, parent_results, now): a pending job's turn came: available (ready set or lane) or
 -- scheduled when it asked for a delay or a time still ahead. Anything but pending is left alone.
 local function wf_release(P, id, parent_results, now)
-  local jk = P .. 'job:' .. id
+  local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type', 'rank', 'priority', 'rl_key', 'scheduled_at',
     'hold_delay_ms')
   if f[1] ~= 'pending' then return end
@@ -45,7 +45,7 @@ local function wf_release(P, id, parent_results, now)
   local run_at = math.max(tonumber(f[7]) or 0, now + (tonumber(f[8]) or 0))
   if run_at > now then
     rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
-    redis.call('ZADD', P .. 'scheduled', run_at, id)
+    redis.call('ZADD', key_scheduled(P), run_at, id)
     stat(P, f[2], 'scheduled', 1)
     emit(P, 'job.scheduled', id, f[2], f[3], now, cjson.encode({scheduled_at = run_at}))
   else
@@ -58,7 +58,7 @@ end
 -- wf_drop(P, id, now, retention_ms, reason): a pending job that will never run (its chain stopped, its
 -- callback was not triggered) ends cancelled.
 local function wf_drop(P, id, now, retention_ms, reason)
-  local jk = P .. 'job:' .. id
+  local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type')
   if f[1] ~= 'pending' then return end
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
@@ -74,10 +74,10 @@ local function wf_close(P, W, wk, state, now, retention_ms)
   local w = redis.call('HMGET', wk, 'type', 'name')
   emit(P, 'workflow.' .. state, '', '', '', now, cjson.encode({workflow_id = W, type = w[1], name = w[2]}))
   if retention_ms > 0 then
-    for _, k in ipairs({wk, wk .. ':jobs', wk .. ':results'}) do redis.call('PEXPIRE', k, retention_ms) end
+    for _, k in ipairs({wk, key_workflow_jobs(P, W), key_workflow_results(P, W)}) do redis.call('PEXPIRE', k, retention_ms) end
   end
-  for _, old in ipairs(redis.call('ZRANGE', P .. 'workflows', 0, 9)) do
-    if redis.call('EXISTS', P .. 'wf:' .. old) == 0 then redis.call('ZREM', P .. 'workflows', old) end
+  for _, old in ipairs(redis.call('ZRANGE', key_workflows(P), 0, 9)) do
+    if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
   end
 end
 
@@ -98,14 +98,14 @@ end
 -- job's wf and wf_i fields; W nil (not a workflow job) does nothing.
 local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
   if not W then return end
-  local wk = P .. 'wf:' .. W
+  local wk = key_workflow(P, W)
   local w = redis.call('HMGET', wk, 'type', 'state', 'total')
   if w[2] ~= 'running' then return end
   local idx = tonumber(slot)
   if not idx then return wf_callback_ended(P, W, wk, slot, outcome, now, retention_ms) end
   local ok = outcome == 'completed'
   local value = (ok and result and result ~= '') and result or 'null'
-  if redis.call('HSETNX', wk .. ':results', idx, value) == 0 then return end
+  if redis.call('HSETNX', key_workflow_results(P, W), idx, value) == 0 then return end
   local total = tonumber(w[3])
   redis.call('HINCRBY', wk, ok and 'completed' or 'failed', 1)
   if w[1] == 'chain' then
@@ -113,13 +113,13 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
       -- The chain stops: its steps still waiting will never run (wf_drop leaves the others alone; a
       -- pending step can also end first, when it is cancelled by itself).
       redis.call('HSET', wk, 'failed_step', idx)
-      for _, id in ipairs(redis.call('LRANGE', wk .. ':jobs', 0, -1)) do
+      for _, id in ipairs(redis.call('LRANGE', key_workflow_jobs(P, W), 0, -1)) do
         wf_drop(P, id, now, retention_ms, 'workflow failed')
       end
       wf_close(P, W, wk, 'failed', now, retention_ms)
     elseif idx + 1 < total then
       redis.call('HSET', wk, 'cursor', idx + 1)
-      wf_release(P, redis.call('LINDEX', wk .. ':jobs', idx + 1), wf_results(wk, idx + 1), now)
+      wf_release(P, redis.call('LINDEX', key_workflow_jobs(P, W), idx + 1), wf_results(P, W, idx + 1), now)
     else
       wf_close(P, W, wk, 'completed', now, retention_ms)
     end
@@ -139,7 +139,7 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
     local id = redis.call('HGET', wk, 'cb_' .. name)
     if id then
       if fire[name] then
-        results = results or wf_results(wk, total)
+        results = results or wf_results(P, W, total)
         wf_release(P, id, results, now)
         fired = fired + 1
       else

@@ -19,8 +19,15 @@ fn lower_dotted(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
+/// Cron entry names the key schema reserves: `P cron:<name>` holds an entry, and `P cron:due` is the
+/// index of due entries (ojs-store's layout.rs; its collision test checks this list).
+pub const RESERVED_CRON_NAMES: &[&str] = &["due"];
+
 /// Cron entry names (OJS cron §2.2): they become key parts and URL segments.
 pub fn check_cron_name(name: &str) -> Result<(), String> {
+    if RESERVED_CRON_NAMES.contains(&name) {
+        return Err(format!("name {name:?} is reserved by the server; choose another"));
+    }
     if lower_dotted(name) {
         Ok(())
     } else {

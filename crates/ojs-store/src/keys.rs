@@ -1,5 +1,8 @@
-//! The key schema. Every key of a deployment starts with `ojs:{<namespace>}:`; the braces are a Redis
-//! Cluster hash tag, so all keys of one deployment live in one slot and every script is single-slot.
+//! The key schema's Rust side. Every key of a deployment starts with `ojs:{<namespace>}:`; the braces are
+//! a Redis Cluster hash tag, so all keys of one deployment live in one slot and every script is
+//! single-slot. The families and their methods come from `layout.rs` (see there).
+
+use crate::layout;
 
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -31,108 +34,159 @@ impl Keys {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
-    pub fn job(&self, id: &str) -> String {
-        format!("{}job:{id}", self.prefix)
+    /// SCAN's pattern for every key of a family (each part a `*`), e.g. `P q:*:ready`.
+    pub fn pattern(&self, family: &str) -> String {
+        let template = family_of(family).template;
+        format!(
+            "{}{}",
+            self.prefix,
+            layout::render(template, |_| "*".into(), str::to_string)
+        )
     }
-    pub fn ready(&self, queue: &str) -> String {
-        format!("{}q:{queue}:ready", self.prefix)
-    }
-    pub fn queue_stats(&self, queue: &str) -> String {
-        format!("{}q:{queue}:stats", self.prefix)
-    }
-    pub fn queue_conf(&self, queue: &str) -> String {
-        format!("{}q:{queue}:conf", self.prefix)
-    }
-    pub fn queue_priorities(&self, queue: &str) -> String {
-        format!("{}q:{queue}:pri", self.prefix)
-    }
-    /// `P rl:<key>:<part>`: the per-key rate-limit state (see lua/includes/ratelimit.lua).
-    pub fn rl(&self, key: &str, part: &str) -> String {
-        format!("{}rl:{key}:{part}", self.prefix)
-    }
-    pub fn rl_keys(&self) -> String {
-        format!("{}rl:keys", self.prefix)
-    }
-    pub fn queues(&self) -> String {
-        format!("{}queues", self.prefix)
-    }
-    pub fn ready_index(&self) -> String {
-        format!("{}ready", self.prefix)
-    }
-    pub fn paused(&self) -> String {
-        format!("{}paused", self.prefix)
-    }
-    pub fn scheduled(&self) -> String {
-        format!("{}scheduled", self.prefix)
-    }
-    pub fn active(&self) -> String {
-        format!("{}active", self.prefix)
-    }
-    pub fn dead(&self) -> String {
-        format!("{}dead", self.prefix)
-    }
-    pub fn events(&self) -> String {
-        format!("{}events", self.prefix)
-    }
-    pub fn seq(&self) -> String {
-        format!("{}seq", self.prefix)
-    }
-    pub fn worker(&self, id: &str) -> String {
-        format!("{}worker:{id}", self.prefix)
-    }
-    /// `P cron:<name>`: one cron entry (see lua/cron-set-1.lua).
-    pub fn cron(&self, name: &str) -> String {
-        format!("{}cron:{name}", self.prefix)
-    }
-    /// `P crons`: every cron entry's name (zset, lexicographic).
-    pub fn crons(&self) -> String {
-        format!("{}crons", self.prefix)
-    }
-    /// `P cron:due`: enabled cron entries by next_run_at (ms).
-    pub fn cron_due(&self) -> String {
-        format!("{}cron:due", self.prefix)
-    }
-    /// `P workers`: every worker heard from within a day, by last heartbeat (zset).
-    pub fn workers(&self) -> String {
-        format!("{}workers", self.prefix)
-    }
-    /// `P wf:<id>`: one workflow (see lua/includes/workflow.lua; `:jobs` and `:results` beside it).
-    pub fn workflow(&self, id: &str) -> String {
-        format!("{}wf:{id}", self.prefix)
-    }
-    /// `P workflows`: every workflow id by created_at (zset).
-    pub fn workflows(&self) -> String {
-        format!("{}workflows", self.prefix)
-    }
-    /// `P unique:<key>`: the job holding a uniqueness key (lua/includes/unique.lua).
-    pub fn unique(&self, key: &str) -> String {
-        format!("{}unique:{key}", self.prefix)
-    }
-    /// `P dedup:<fingerprint>`: the latest start of a job with that deduplication info
-    /// (lua/includes/supersede.lua).
-    pub fn dedup(&self, fingerprint: &str) -> String {
-        format!("{}dedup:{fingerprint}", self.prefix)
-    }
-    /// `P root:<signature hash>`: the newest started root job's timestamp (lua/includes/supersede.lua).
-    pub fn root(&self, signature_key: &str) -> String {
-        format!("{}root:{signature_key}", self.prefix)
-    }
-    pub fn schema(&self) -> String {
-        format!("{}schema", self.prefix)
+
+    /// The parts of `key` if it is a key of `family`, in template order (`P q:a:lane:k` of
+    /// `queue_lane` is `["a", "k"]`). A part ends at the first text that follows it in the template, so
+    /// only the last part may contain that text (rate-limit keys may contain `:`).
+    pub fn parts<'a>(&self, family: &str, key: &'a str) -> Option<Vec<&'a str>> {
+        let mut rest = key.strip_prefix(self.prefix.as_str())?;
+        let pieces = layout::pieces(family_of(family).template);
+        let mut out = Vec::new();
+        for (i, (part, s)) in pieces.iter().enumerate() {
+            if !part {
+                rest = rest.strip_prefix(*s)?;
+                continue;
+            }
+            let value = match pieces.get(i + 1) {
+                None => rest,
+                Some((_, next)) if i + 2 == pieces.len() => rest.strip_suffix(*next)?,
+                Some((_, next)) => &rest[..rest.find(*next)?],
+            };
+            if value.is_empty() {
+                return None;
+            }
+            out.push(value);
+            rest = &rest[value.len()..];
+        }
+        rest.is_empty().then_some(out)
     }
 }
+
+fn family_of(name: &str) -> &'static layout::KeyFamily {
+    layout::KEY_FAMILIES
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no key family {name:?} in layout.rs"))
+}
+
+include!(concat!(env!("OUT_DIR"), "/keys_gen.rs"));
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ojs_core::names;
+
+    /// Every family's key with each part set to `value`.
+    fn key_of(k: &Keys, f: &layout::KeyFamily, value: &str) -> String {
+        format!(
+            "{}{}",
+            k.prefix(),
+            layout::render(f.template, |_| value.into(), str::to_string)
+        )
+    }
+
+    /// Whether `value` can fill the part `part` (the checks the server applies before a name reaches a
+    /// key; ids, fingerprints and weights are made by the server: a UUID or lowercase hex).
+    fn may_fill(part: &str, value: &str) -> bool {
+        let hex = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        match part {
+            "queue" => names::check_queue(value).is_ok(),
+            "name" => names::check_cron_name(value).is_ok(),
+            "key" => names::check_rate_limit_key(value).is_ok(),
+            "id" => value.len() == 36 && value.split('-').all(hex),
+            "fingerprint" | "weights" => hex(value),
+            "worker" => !value.is_empty(),
+            other => panic!("part {other:?} has no check here: add one"),
+        }
+    }
 
     #[test]
-    fn every_key_carries_the_hash_tag() {
+    fn every_key_carries_the_hash_tag_and_reads_back_as_its_parts() {
         let k = Keys::new("main");
-        for key in [k.job("x"), k.ready("default"), k.active(), k.events(), k.seq()] {
+        for f in layout::KEY_FAMILIES {
+            let key = key_of(&k, f, "a.b");
             assert!(key.starts_with("ojs:{main}:"), "{key}");
+            assert!(!layout::pieces(f.template)
+                .iter()
+                .any(|(part, s)| !part && s.contains(['{', '}'])));
+            let n = layout::part_names(f.template).len();
+            assert_eq!(k.parts(f.name, &key), Some(vec!["a.b"; n]), "{}", f.name);
         }
+        assert_eq!(k.queue_lane("q", "user:7"), "ojs:{main}:q:q:lane:user:7");
+        assert_eq!(
+            k.parts("queue_lane", &k.queue_lane("q", "user:7")),
+            Some(vec!["q", "user:7"])
+        );
+        assert_eq!(k.parts("rl_state", &k.rl_state("a:b")), Some(vec!["a:b"]));
+        assert_eq!(k.parts("queue_ready", &k.queue_stats("q")), None);
+        assert_eq!(k.pattern("queue_lane"), "ojs:{main}:q:*:lane:*");
         assert!(Keys::check_namespace("main").is_ok());
         assert!(Keys::check_namespace("a}b").is_err());
+    }
+
+    #[test]
+    fn no_key_of_one_family_is_a_key_of_another() {
+        let k = Keys::new("main");
+        // Values a client may send, some shaped like other families' literal text.
+        let samples = [
+            "a",
+            "due",
+            "keys",
+            "wake",
+            "x:state",
+            "x:active",
+            "ready",
+            "q:a:ready",
+            "1:jobs",
+        ];
+        for a in layout::KEY_FAMILIES {
+            for value in samples {
+                let key = key_of(&k, a, value);
+                for b in layout::KEY_FAMILIES.iter().filter(|b| b.name != a.name) {
+                    let Some(parts) = k.parts(b.name, &key) else { continue };
+                    let names: Vec<&str> = layout::pieces(b.template)
+                        .iter()
+                        .filter(|(p, _)| *p)
+                        .map(|(_, n)| *n)
+                        .collect();
+                    let collides = parts.iter().zip(&names).all(|(v, part)| may_fill(part, v))
+                        && (a.template == "schema" || !a.template.contains('{') || may_fill_all(a, value));
+                    assert!(
+                        !collides,
+                        "{key} is a key of both {} and {} (parts {parts:?})",
+                        a.name, b.name
+                    );
+                }
+            }
+        }
+    }
+
+    fn may_fill_all(f: &layout::KeyFamily, value: &str) -> bool {
+        layout::pieces(f.template)
+            .iter()
+            .filter(|(p, _)| *p)
+            .all(|(_, n)| may_fill(n, value))
+    }
+
+    #[test]
+    fn the_architecture_doc_names_every_key_family() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md"))
+            .expect("docs/architecture.md");
+        for f in layout::KEY_FAMILIES {
+            let shown = layout::render(f.template, |p| format!("<{p}>"), str::to_string);
+            assert!(
+                doc.contains(&format!("`P {shown}`")),
+                "docs/architecture.md does not name `P {shown}`"
+            );
+        }
     }
 }

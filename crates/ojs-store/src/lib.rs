@@ -6,6 +6,7 @@
 //! schema is described in `docs/architecture.md` and versioned in `migrations-notes/`.
 
 pub mod keys;
+pub mod layout;
 mod ops;
 mod reads;
 mod reply;

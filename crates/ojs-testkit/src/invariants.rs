@@ -183,6 +183,13 @@ fn glob(parts: &[&str], key: &str) -> bool {
 
 /// Returns every broken invariant in namespace `ns` (empty when all hold), read from one atomic
 /// snapshot of the namespace.
+/// The first part of a key of `family` (its queue, id, …), or "" when it is not one.
+fn first_part(keys: &ojs_store::Keys, family: &str, key: &str) -> String {
+    keys.parts(family, key)
+        .and_then(|p| p.first().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     let client = redis::Client::open(redis_url).expect("redis url");
     // redis-rs' default 500 ms response timeout is too short for a full keyspace walk on a loaded
@@ -192,22 +199,20 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         .get_multiplexed_async_connection_with_config(&cfg)
         .await
         .expect("redis connection");
-    let p = format!("ojs:{{{ns}}}:");
+    let keys = ojs_store::Keys::new(ns);
+    let p = keys.prefix().to_string();
     let snap = Snapshot::take(&mut conn, &p).await;
     let mut problems = Vec::new();
 
-    let scheduled = snap.zset(&format!("{p}scheduled"));
-    let active = snap.zset(&format!("{p}active"));
-    let dead = snap.zset(&format!("{p}dead"));
-    let ready_index: HashSet<String> = snap.smembers(format!("{p}ready"));
+    let scheduled = snap.zset(keys.scheduled());
+    let active = snap.zset(keys.active());
+    let dead = snap.zset(keys.dead());
+    let ready_index: HashSet<String> = snap.smembers(keys.ready_index());
 
     // ready sets: queue -> member -> score
     let mut ready: HashMap<String, HashMap<String, f64>> = HashMap::new();
-    for key in snap.scan(&format!("{p}q:*:ready")) {
-        let queue = key
-            .trim_start_matches(&format!("{p}q:"))
-            .trim_end_matches(":ready")
-            .to_string();
+    for key in snap.scan(keys.pattern("queue_ready")) {
+        let queue = first_part(&keys, "queue_ready", &key);
         ready.insert(queue, snap.zset(&key));
     }
     let mut ready_owner: HashMap<String, (String, String, f64)> = HashMap::new(); // id -> (queue, member, score)
@@ -234,9 +239,8 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
 
     // Rate-limit lanes: queue -> key -> members; heads: queue -> key -> member; parked: (queue, key).
     let mut lane_owner: HashMap<String, (String, String, String, f64)> = HashMap::new(); // id -> (queue, key, member, score)
-    for key in snap.scan(&format!("{p}q:*:lane:*")) {
-        let rest = key.trim_start_matches(&format!("{p}q:"));
-        let Some((queue, rl_key)) = rest.split_once(":lane:") else {
+    for key in snap.scan(keys.pattern("queue_lane")) {
+        let Some([queue, rl_key]) = keys.parts("queue_lane", &key).as_deref().map(|p| [p[0], p[1]]) else {
             continue;
         };
         for (m, score) in snap.zset(&key) {
@@ -248,18 +252,15 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         }
     }
     let mut heads: HashMap<(String, String), String> = HashMap::new();
-    for key in snap.scan(&format!("{p}q:*:heads")) {
-        let queue = key
-            .trim_start_matches(&format!("{p}q:"))
-            .trim_end_matches(":heads")
-            .to_string();
+    for key in snap.scan(keys.pattern("queue_heads")) {
+        let queue = first_part(&keys, "queue_heads", &key);
         let m: HashMap<String, String> = snap.hgetall(&key);
         for (k, member) in m {
             let in_ready = ready.get(&queue).is_some_and(|r| r.contains_key(&member));
             if !in_ready {
                 problems.push(format!("lane head {queue}/{k} = {member} is not in the ready set"));
             }
-            let parked: bool = snap.hexists(format!("{p}q:{queue}:parked"), &k);
+            let parked: bool = snap.hexists(keys.queue_parked(&queue), &k);
             if parked {
                 problems.push(format!("lane {queue}/{k} is both open (has a head) and parked"));
             }
@@ -270,8 +271,8 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     let mut gauges: HashMap<String, (i64, i64)> = HashMap::new(); // queue -> (active, scheduled)
     let mut ready_by_priority: HashMap<(String, String), i64> = HashMap::new();
     let mut seen = HashSet::new();
-    for key in snap.scan(&format!("{p}job:*")) {
-        let id = key.trim_start_matches(&format!("{p}job:")).to_string();
+    for key in snap.scan(keys.pattern("job")) {
+        let id = first_part(&keys, "job", &key);
         if let Some((t, _)) = snap.keys.get(&key) {
             if t != "record" {
                 problems.push(format!("job {id} is a {t}, not a record (key schema v2)"));
@@ -311,7 +312,7 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             // A workflow job waiting for its turn is in no index; its running workflow holds it.
             "pending" => {
                 let wf = f.get("wf").cloned().unwrap_or_default();
-                let wf_state: Option<String> = snap.hget(format!("{p}wf:{wf}"), "state");
+                let wf_state: Option<String> = snap.hget(keys.workflow(&wf), "state");
                 if wf_state.as_deref() != Some("running") {
                     problems.push(format!(
                         "job {id} is pending but its workflow {wf:?} is {wf_state:?}, not running"
@@ -346,7 +347,7 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
                     ));
                 }
                 let rank: f64 = f.get("rank").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
-                let aging: Option<f64> = snap.hget(format!("{p}q:{queue}:conf"), "aging_s");
+                let aging: Option<f64> = snap.hget(keys.queue_conf(&queue), "aging_s");
                 let expected = match aging {
                     Some(a) => {
                         let since: f64 = f.get("enqueued_at").and_then(|r| r.parse().ok()).unwrap_or(f64::NAN);
@@ -407,11 +408,8 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             problems.push(format!("a ready set holds {id}, which has no job hash"));
         }
     }
-    for key in snap.scan(&format!("{p}q:*:stats")) {
-        let queue = key
-            .trim_start_matches(&format!("{p}q:"))
-            .trim_end_matches(":stats")
-            .to_string();
+    for key in snap.scan(keys.pattern("queue_stats")) {
+        let queue = first_part(&keys, "queue_stats", &key);
         let s: HashMap<String, i64> = snap.hgetall(&key);
         let (a, sch) = gauges.get(&queue).copied().unwrap_or_default();
         let (ga, gs) = (
@@ -426,15 +424,16 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     }
     // Workflows (lua/includes/workflow.lua): each ended member was counted once, as completed or failed,
     // and a workflow that ended for its jobs' sake counted all of them.
-    for key in snap.scan(&format!("{p}wf:*")) {
-        if key.ends_with(":jobs") || key.ends_with(":results") {
+    for key in snap.scan(keys.pattern("workflow")) {
+        let id = first_part(&keys, "workflow", &key);
+        if keys.parts("workflow_jobs", &key).is_some() || keys.parts("workflow_results", &key).is_some() {
             continue;
         }
         let w: HashMap<String, String> = snap.hgetall(&key);
         let num = |k: &str| w.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
         let (total, completed, failed) = (num("total"), num("completed"), num("failed"));
-        let ended: i64 = snap.hlen(format!("{key}:results"));
-        let listed: i64 = snap.llen(format!("{key}:jobs"));
+        let ended: i64 = snap.hlen(keys.workflow_results(&id));
+        let listed: i64 = snap.llen(keys.workflow_jobs(&id));
         if completed + failed != ended || ended > total || listed != total {
             problems.push(format!(
                 "workflow {key}: completed {completed} + failed {failed} vs {ended} results, {listed} listed, total {total}"
@@ -456,13 +455,10 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     }
     // Rate-limit slots: every slot holder is an active job of that key (no leaked or foreign slot),
     // and its slot ends with the job's lease.
-    for key in snap.scan(&format!("{p}rl:*:active")) {
-        let rl_key = key
-            .trim_start_matches(&format!("{p}rl:"))
-            .trim_end_matches(":active")
-            .to_string();
+    for key in snap.scan(keys.pattern("rl_active")) {
+        let rl_key = first_part(&keys, "rl_active", &key);
         for (id, deadline) in snap.zset(&key) {
-            let f: HashMap<String, String> = snap.hgetall(format!("{p}job:{id}"));
+            let f: HashMap<String, String> = snap.hgetall(keys.job(&id));
             if f.get("state").map(String::as_str) != Some("active") || f.get("rl_key") != Some(&rl_key) {
                 problems.push(format!(
                     "rate-limit key {rl_key}: slot held by {id}, which is not an active job of that key"
@@ -478,11 +474,8 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
 
     // Per-priority ready counts (priority-stats) equal the ready sets.
     let mut counted: HashMap<(String, String), i64> = HashMap::new();
-    for key in snap.scan(&format!("{p}q:*:pri")) {
-        let queue = key
-            .trim_start_matches(&format!("{p}q:"))
-            .trim_end_matches(":pri")
-            .to_string();
+    for key in snap.scan(keys.pattern("queue_pri")) {
+        let queue = first_part(&keys, "queue_pri", &key);
         let m: HashMap<String, i64> = snap.hgetall(&key);
         for (prio, n) in m {
             counted.insert((queue.clone(), prio), n);
@@ -496,11 +489,11 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     // Unique locks (lua/includes/unique.lua): P unique:<key> names the job that last took the key; a
     // holder whose hash still exists carries that key (it may have moved on: the script reads its state
     // lazily, so a lock pointing at a finished or expired job is not a broken invariant).
-    for key in snap.scan(&format!("{p}unique:*")) {
-        let fp = key.trim_start_matches(&format!("{p}unique:")).to_string();
+    for key in snap.scan(keys.pattern("unique")) {
+        let fp = first_part(&keys, "unique", &key);
         let holder: Option<String> = snap.get(&key);
         let Some(holder) = holder else { continue };
-        let f: HashMap<String, String> = snap.hgetall(format!("{p}job:{holder}"));
+        let f: HashMap<String, String> = snap.hgetall(keys.job(&holder));
         if !f.is_empty() && f.get("unique") != Some(&fp) {
             problems.push(format!(
                 "unique lock {fp} names job {holder}, whose uniqueness key is {:?}",
@@ -511,14 +504,14 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     // Run-time deduplication (lua/includes/supersede.lua): P dedup:<fp> is '<ms> <id>', the start of a
     // job with that deduplication fingerprint (a job that started: it has started_at); P root:<sig> is
     // the newest started root's timestamp (ms); a superseded job is completed and was not claimed for it.
-    for key in snap.scan(&format!("{p}dedup:*")) {
-        let fp = key.trim_start_matches(&format!("{p}dedup:")).to_string();
+    for key in snap.scan(keys.pattern("dedup")) {
+        let fp = first_part(&keys, "dedup", &key);
         let rec: Option<String> = snap.get(&key);
         let Some((at, id)) = rec.as_deref().and_then(|r| r.split_once(' ')) else {
             problems.push(format!("dedup record {fp} is {rec:?}, not '<ms> <job id>'"));
             continue;
         };
-        let f: HashMap<String, String> = snap.hgetall(format!("{p}job:{id}"));
+        let f: HashMap<String, String> = snap.hgetall(keys.job(&id));
         if at.parse::<i64>().is_err()
             || (!f.is_empty() && (f.get("dedup") != Some(&fp) || !f.contains_key("started_at")))
         {
@@ -529,7 +522,7 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
             ));
         }
     }
-    for key in snap.scan(&format!("{p}root:*")) {
+    for key in snap.scan(keys.pattern("root")) {
         let v: Option<String> = snap.get(&key);
         if v.as_deref()
             .and_then(|v| v.parse::<i64>().ok())
@@ -540,11 +533,11 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
     }
     // Cron entries (lua/cron-set-1.lua): every name in P crons has its hash, and P cron:due holds
     // exactly the entries with a next_run_at, scored by it.
-    let names: Vec<String> = snap.zrange(format!("{p}crons"));
-    let due = snap.zset(&format!("{p}cron:due"));
+    let names: Vec<String> = snap.zrange(keys.crons());
+    let due = snap.zset(keys.cron_due());
     for name in &names {
-        let next: Option<f64> = snap.hget(format!("{p}cron:{name}"), "next_run_at");
-        let exists: bool = snap.exists(format!("{p}cron:{name}"));
+        let next: Option<f64> = snap.hget(keys.cron(&name), "next_run_at");
+        let exists: bool = snap.exists(keys.cron(&name));
         if !exists {
             problems.push(format!("cron entry {name} is listed in crons but has no hash"));
         }

@@ -416,8 +416,9 @@ impl TestServer {
             .expect("redis connection")
     }
 
-    pub fn key(&self, suffix: &str) -> String {
-        format!("ojs:{{{}}}:{suffix}", self.namespace)
+    /// The server's key schema (`ojs_store::Keys`): `s.keys().job(&id)`, `s.keys().queue_ready("q")`.
+    pub fn keys(&self) -> ojs_store::Keys {
+        ojs_store::Keys::new(&self.namespace)
     }
 
     /// Stops the server and waits for it (graceful shutdown).

@@ -300,7 +300,7 @@ pub async fn segments(
                 };
                 for q in queues {
                     out.push(Segment {
-                        key: k.ready(&q),
+                        key: k.queue_ready(&q),
                         rev: false,
                         state: None,
                         queue: Some(q),

@@ -32,16 +32,30 @@ impl Store {
         Ok(val_i64(at(&items, 1)) as u64)
     }
 
-    /// Brings a v1 keyspace to v2: SCANs every job hash, converts them in batches (logging progress),
+    /// Repairs what older builds could leave behind (below), then brings a v1 keyspace to v2: SCANs every job hash, converts them in batches (logging progress),
     /// then records the new version. Jobs are served throughout (scripts read a v1 hash as a record),
     /// and servers racing here do the same idempotent work. Returns how many jobs were converted.
     pub async fn upgrade_schema(&self) -> Result<u64> {
         let mut conn = self.conn().await?;
+        // Before the name `due` was reserved, registering a cron entry of that name on a deployment
+        // with no cron entry yet left a hash at the due index (and answered 500), which broke every
+        // later registration and the cron timer. That entry was never registered: drop the hash.
+        let due_type: String = redis::cmd("TYPE")
+            .arg(self.keys.cron_due())
+            .query_async(&mut conn)
+            .await?;
+        if due_type == "hash" {
+            let _: () = redis::cmd("DEL")
+                .arg(self.keys.cron_due())
+                .query_async(&mut conn)
+                .await?;
+            tracing::warn!(key = %self.keys.cron_due(), "removed a hash left at the cron due index by a refused cron entry named 'due'");
+        }
         let version: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
         if version != Some(crate::SCHEMA_VERSION_UPGRADED) {
             return Ok(0);
         }
-        let pattern = format!("{}job:*", self.keys.prefix());
+        let pattern = self.keys.pattern("job");
         let id_at = self.keys.job("").len();
         let total: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
         tracing::info!(

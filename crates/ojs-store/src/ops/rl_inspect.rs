@@ -57,7 +57,7 @@ impl Store {
     pub async fn rate_limit_state(&self, key: &str) -> Result<RateLimitState> {
         let args = self.rl_inspect_args(key);
         let items = self
-            .run(&self.scripts.rl_inspect, &[self.keys.rl(key, "policy")], args)
+            .run(&self.scripts.rl_inspect, &[self.keys.rl_policy(key)], args)
             .await?;
         let list = |i: usize| match at(&items, i) {
             Value::Array(a) => a.clone(),

@@ -35,7 +35,7 @@ impl Store {
     pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<bool> {
         let args = self.rl_override_args(key, set);
         let items = self
-            .run(&self.scripts.rl_override, &[self.keys.rl(key, "ovr")], args)
+            .run(&self.scripts.rl_override, &[self.keys.rl_ovr(key)], args)
             .await?;
         Ok(tag(&items) == "ok")
     }

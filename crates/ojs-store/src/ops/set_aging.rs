@@ -28,7 +28,7 @@ impl Store {
         let items = self
             .run(
                 &self.scripts.set_aging,
-                &[self.keys.queue_conf(queue), self.keys.ready(queue)],
+                &[self.keys.queue_conf(queue), self.keys.queue_ready(queue)],
                 args,
             )
             .await?;

@@ -29,14 +29,15 @@ pub struct WorkflowMember {
 }
 
 /// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "limit"];
+const ARGV: &[&str] = &["P", "W", "limit"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
-    fn workflow_get_args(&self, limit: u64) -> Vec<String> {
+    fn workflow_get_args(&self, id: &str, limit: u64) -> Vec<String> {
         let mut args = Vec::with_capacity(ARGV.len());
         ArgWriter::new(ARGV, &mut args)
             .arg("P", self.keys.prefix())
+            .arg("W", id)
             .arg("limit", limit.max(1).to_string())
             .done();
         args
@@ -44,7 +45,7 @@ impl Store {
 
     /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
     pub async fn workflow(&self, id: &str, limit: u64) -> Result<Option<WorkflowRecord>> {
-        let args = self.workflow_get_args(limit);
+        let args = self.workflow_get_args(id, limit);
         let items = self
             .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
             .await?;
@@ -77,7 +78,7 @@ mod tests {
     fn a_workflow_read_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
         // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
-        assert_eq!(s.workflow_get_args(50), ["ojs:{t}:", "50"]);
-        assert_eq!(s.workflow_get_args(0), ["ojs:{t}:", "1"]);
+        assert_eq!(s.workflow_get_args("w", 50), ["ojs:{t}:", "w", "50"]);
+        assert_eq!(s.workflow_get_args("w", 0), ["ojs:{t}:", "w", "1"]);
     }
 }

@@ -66,7 +66,7 @@ impl Store {
         let mut conn = self.conn().await?;
         let mut pipe = redis::pipe();
         for q in queues {
-            pipe.cmd("HGETALL").arg(self.keys.queue_priorities(q));
+            pipe.cmd("HGETALL").arg(self.keys.queue_pri(q));
         }
         let maps: Vec<HashMap<String, i64>> = pipe.query_async(&mut conn).await?;
         Ok(maps
@@ -101,7 +101,7 @@ impl Store {
         let mut pipe = redis::pipe();
         for q in names {
             // Available = every waiting job, rate-limit lanes included: the per-priority counts.
-            pipe.cmd("HVALS").arg(self.keys.queue_priorities(q));
+            pipe.cmd("HVALS").arg(self.keys.queue_pri(q));
             pipe.cmd("HGETALL").arg(self.keys.queue_stats(q));
             pipe.cmd("SISMEMBER").arg(self.keys.paused()).arg(q);
         }

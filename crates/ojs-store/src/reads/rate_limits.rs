@@ -26,7 +26,7 @@ impl Store {
             _ => None,
         };
         let active: u64 = redis::cmd("ZCOUNT")
-            .arg(format!("{}q:{queue}:rl:active", self.keys.prefix()))
+            .arg(self.keys.queue_rl_active(queue))
             .arg(format!("({now}"))
             .arg("+inf")
             .query_async(&mut conn)
@@ -34,7 +34,7 @@ impl Store {
         let in_window: u64 = match rate {
             Some(w) => {
                 redis::cmd("ZCOUNT")
-                    .arg(format!("{}q:{queue}:rl:win", self.keys.prefix()))
+                    .arg(self.keys.queue_rl_win(queue))
                     .arg(now - w.period_ms as i64)
                     .arg("+inf")
                     .query_async(&mut conn)

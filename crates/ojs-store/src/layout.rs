@@ -1,0 +1,109 @@
+//! The key schema (version 2), written once. Every Redis key this server writes is `P` followed by one
+//! of these templates, where `P = ojs:{<namespace>}:` (the braces are the Redis Cluster hash tag) and
+//! each `{part}` is filled in by the caller.
+//!
+//! This table is the only place key names are written. `build.rs` reads it (this file is plain data,
+//! included there by path) and generates both sides: the Rust methods of [`crate::Keys`]
+//! (`keys.job(id)`, `keys.queue_ready(queue)`, …) and the Lua functions every script calls
+//! (`key_job(P, id)`, `key_queue_ready(P, queue)`, …). `build.rs` fails the build when a script writes a
+//! key name itself (`P .. '…'`). `docs/architecture.md` describes each family; a test checks that it
+//! names every template here.
+//!
+//! Parts never contain `{`, `}` (no input reaches another deployment's hash tag) and the names that
+//! fill them are checked so that no key of one family is a key of another (`ojs_core::names`; a test in
+//! `keys.rs` tries every pair).
+
+/// One family of keys: `name` (the method and Lua function), `template` (after the prefix).
+pub struct KeyFamily {
+    pub name: &'static str,
+    pub template: &'static str,
+}
+
+const fn k(name: &'static str, template: &'static str) -> KeyFamily {
+    KeyFamily { name, template }
+}
+
+pub const KEY_FAMILIES: &[KeyFamily] = &[
+    // The deployment.
+    k("schema", "schema"),
+    k("queues", "queues"),
+    k("ready_index", "ready"),
+    k("paused", "paused"),
+    k("scheduled", "scheduled"),
+    k("active", "active"),
+    k("dead", "dead"),
+    k("events", "events"),
+    k("seq", "seq"),
+    k("workers", "workers"),
+    k("crons", "crons"),
+    k("cron_due", "cron:due"),
+    k("workflows", "workflows"),
+    k("rl_keys", "rl:keys"),
+    k("rl_wake", "rl:wake"),
+    // One job, worker, cron entry, workflow, uniqueness key, deduplication or root signature.
+    k("job", "job:{id}"),
+    k("worker", "worker:{worker}"),
+    k("cron", "cron:{name}"),
+    k("workflow", "wf:{id}"),
+    k("workflow_jobs", "wf:{id}:jobs"),
+    k("workflow_results", "wf:{id}:results"),
+    k("unique", "unique:{fingerprint}"),
+    k("dedup", "dedup:{fingerprint}"),
+    k("root", "root:{fingerprint}"),
+    k("wrr", "wrr:{weights}"),
+    // One queue.
+    k("queue_ready", "q:{queue}:ready"),
+    k("queue_stats", "q:{queue}:stats"),
+    k("queue_conf", "q:{queue}:conf"),
+    k("queue_pri", "q:{queue}:pri"),
+    k("queue_heads", "q:{queue}:heads"),
+    k("queue_parked", "q:{queue}:parked"),
+    k("queue_lane", "q:{queue}:lane:{key}"),
+    k("queue_rl_active", "q:{queue}:rl:active"),
+    k("queue_rl_win", "q:{queue}:rl:win"),
+    // One rate-limit key.
+    k("rl_policy", "rl:{key}:policy"),
+    k("rl_queues", "rl:{key}:queues"),
+    k("rl_state", "rl:{key}:state"),
+    k("rl_stats", "rl:{key}:stats"),
+    k("rl_active", "rl:{key}:active"),
+    k("rl_win", "rl:{key}:win"),
+    k("rl_tat", "rl:{key}:tat"),
+    k("rl_until", "rl:{key}:until"),
+    k("rl_ovr", "rl:{key}:ovr"),
+];
+
+/// A template's pieces in order: `(true, part name)` for a part, `(false, text)` for literal text.
+pub fn pieces(template: &str) -> Vec<(bool, &str)> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        if i > 0 {
+            out.push((false, &rest[..i]));
+        }
+        let j = rest[i..].find('}').map_or(rest.len(), |j| i + j);
+        out.push((true, &rest[i + 1..j]));
+        rest = rest.get(j + 1..).unwrap_or("");
+    }
+    if !rest.is_empty() {
+        out.push((false, rest));
+    }
+    out
+}
+
+/// A template's part names, in order.
+pub fn part_names(template: &str) -> Vec<&str> {
+    pieces(template)
+        .into_iter()
+        .filter(|(part, _)| *part)
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// A template written out: each part as `part(name)`, each literal as `literal(text)`, concatenated.
+pub fn render(template: &str, part: impl Fn(&str) -> String, literal: impl Fn(&str) -> String) -> String {
+    pieces(template)
+        .into_iter()
+        .map(|(is_part, s)| if is_part { part(s) } else { literal(s) })
+        .collect()
+}
