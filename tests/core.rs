@@ -476,19 +476,6 @@ async fn api_keys_and_scopes() {
 }
 
 /// Reads an SSE response until `needle` appears (or the deadline passes); returns what was read.
-async fn read_sse_until(resp: &mut reqwest::Response, needle: &str) -> String {
-    let mut text = String::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !text.contains(needle) && std::time::Instant::now() < deadline {
-        match tokio::time::timeout(std::time::Duration::from_millis(500), resp.chunk()).await {
-            Ok(Ok(Some(bytes))) => text.push_str(&String::from_utf8_lossy(&bytes)),
-            Ok(_) => break,
-            Err(_) => {}
-        }
-    }
-    text
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_delivers_events_from_the_other_pod_and_resumes() {
     let bin = env!("CARGO_BIN_EXE_ojs-server");
@@ -514,7 +501,7 @@ async fn sse_delivers_events_from_the_other_pod_and_resumes() {
     let id = a
         .enqueue(json!({"type": "a", "args": [], "options": {"queue": "sse"}}))
         .await;
-    let text = read_sse_until(&mut resp, &id).await;
+    let text = ojs_testkit::read_sse_until(&mut resp, &id).await;
     assert!(text.contains("event: job.enqueued"), "{text}");
     assert!(
         text.contains(&id),
@@ -537,7 +524,7 @@ async fn sse_delivers_events_from_the_other_pod_and_resumes() {
         .send()
         .await
         .expect("reconnect");
-    let text = read_sse_until(&mut again, "job.started").await;
+    let text = ojs_testkit::read_sse_until(&mut again, "job.started").await;
     assert!(
         text.contains("event: job.started"),
         "missed events are replayed: {text}"

@@ -584,6 +584,7 @@ async fn the_timer_measures_the_next_due_job_on_redis_time() {
         .await;
     let store = ojs_store::Store::new(ojs_store::StoreConfig {
         redis_url: s.redis_url.clone(),
+        redis_cluster: Vec::new(),
         namespace: s.namespace.clone(),
         default_visibility_ms: 30_000,
         retention_ms: 0,

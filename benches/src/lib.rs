@@ -105,6 +105,7 @@ pub async fn private_store(
     let url = ojs_testkit::redis_url();
     let store = ojs_store::Store::new(ojs_store::StoreConfig {
         redis_url: url.clone(),
+        redis_cluster: Vec::new(),
         namespace: ojs_testkit::unique_namespace(),
         default_visibility_ms,
         retention_ms: 0,

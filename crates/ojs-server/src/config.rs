@@ -9,9 +9,15 @@ use ojs_store::Strategy;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "ojs-server", version, about = "Open Job Spec server on Redis")]
 pub struct Config {
-    /// Redis to keep every job in.
+    /// Redis to keep every job in (a single node; see --redis-cluster for a cluster).
     #[arg(long, env = "OJS_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+
+    /// Run against a Redis Cluster instead: seed nodes, `host:port[,host:port…]`. The server follows
+    /// MOVED/ASK and topology changes; every key of the namespace lives in one slot (see README).
+    /// When given, --redis-url is not used.
+    #[arg(long, env = "OJS_REDIS_CLUSTER", value_delimiter = ',')]
+    pub redis_cluster: Vec<String>,
 
     /// Address to listen on.
     #[arg(long, env = "OJS_LISTEN", default_value = "127.0.0.1:8080")]
@@ -189,6 +195,31 @@ impl Config {
     pub fn for_redis(redis_url: &str) -> Self {
         let mut c = Config::parse_from(["ojs-server"]);
         c.redis_url = redis_url.to_string();
+        c.redis_cluster.clear();
         c
+    }
+
+    /// [`Config::for_redis`] on a Redis Cluster with these seed nodes (`host:port`).
+    pub fn for_cluster(nodes: &[String]) -> Self {
+        let mut c = Config::for_redis("redis://127.0.0.1:6379");
+        c.redis_cluster = nodes.to_vec();
+        c
+    }
+
+    /// The cluster's seed nodes (an empty `OJS_REDIS_CLUSTER` names none: single-node mode).
+    pub fn cluster_nodes(&self) -> Vec<String> {
+        self.redis_cluster
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// Where the jobs are, for the log: the URL, or `cluster <seed nodes>`.
+    pub fn redis_target(&self) -> String {
+        match self.cluster_nodes() {
+            nodes if nodes.is_empty() => self.redis_url.clone(),
+            nodes => format!("cluster {}", nodes.join(",")),
+        }
     }
 }

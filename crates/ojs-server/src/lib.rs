@@ -43,6 +43,7 @@ pub use state::AppState;
 pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Result<AppState> {
     let store = Store::new(StoreConfig {
         redis_url: config.redis_url.clone(),
+        redis_cluster: config.cluster_nodes(),
         namespace: config.namespace.clone(),
         default_visibility_ms: config.visibility_timeout_ms,
         retention_ms: config.retention_secs.saturating_mul(1000),

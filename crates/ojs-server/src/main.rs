@@ -19,7 +19,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
-    tracing::info!(listen = %config.listen, redis = %config.redis_url, namespace = %config.namespace,
+    tracing::info!(listen = %config.listen, redis = %config.redis_target(), namespace = %config.namespace,
         priority_model = config.priority_model.as_str(), "ojs-server started");
     ojs_server::run(listener, config, shutdown_signal()).await
 }

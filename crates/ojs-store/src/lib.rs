@@ -5,6 +5,7 @@
 //! the connections and the runner. The key
 //! schema is described in `docs/architecture.md` and versioned in `migrations-notes/`.
 
+mod conn;
 pub mod keys;
 pub mod layout;
 mod ops;
@@ -13,6 +14,7 @@ mod reply;
 pub mod scripts;
 mod store;
 
+pub use conn::Conn;
 pub use keys::Keys;
 pub use ops::cron_set::CronSaved;
 pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure, ENQUEUE_STRIDE};

@@ -1,11 +1,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::OnceCell;
 
+use crate::conn::{Backend, Conn};
 use crate::keys::Keys;
 use crate::reply::reply_items;
 use crate::scripts::{self, ScriptSource};
@@ -43,7 +43,10 @@ pub type JobFields = HashMap<String, String>;
 /// Settings the scripts need that are not part of any job.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
+    /// The Redis node, when `redis_cluster` is empty.
     pub redis_url: String,
+    /// Seed nodes of a Redis Cluster (`host:port`); empty for a single node.
+    pub redis_cluster: Vec<String>,
     pub namespace: String,
     /// Lease length for jobs that set no `visibility_timeout_ms`.
     pub default_visibility_ms: u64,
@@ -89,7 +92,7 @@ pub(crate) fn script(s: ScriptSource) -> Named {
 
 /// Loads this build's function library (`FUNCTION LOAD REPLACE`: loading the same text again is
 /// harmless, so racing nodes need no coordination).
-async fn load_library(conn: &mut ConnectionManager) -> Result<()> {
+async fn load_library(conn: &mut Conn) -> Result<()> {
     let _: String = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
@@ -109,8 +112,8 @@ async fn load_library(conn: &mut ConnectionManager) -> Result<()> {
 /// see benches/RESULTS.md.) Each connection is made on first use, so a server starts while Redis is
 /// down and answers 503 until it is back.
 pub struct Store {
-    client: redis::Client,
-    conns: Vec<OnceCell<ConnectionManager>>,
+    backend: Backend,
+    conns: Vec<OnceCell<Conn>>,
     next: AtomicUsize,
     pub(crate) keys: Keys,
     pub(crate) cfg: StoreConfig,
@@ -120,11 +123,17 @@ pub struct Store {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Result<Self> {
         Keys::check_namespace(&cfg.namespace).map_err(StoreError::Config)?;
-        let client = redis::Client::open(cfg.redis_url.as_str())
-            .map_err(|e| StoreError::Config(format!("invalid redis url {:?}: {e}", cfg.redis_url)))?;
+        let backend =
+            Backend::new(&cfg.redis_url, &cfg.redis_cluster, blocking_timeout()).map_err(StoreError::Config)?;
+        // A cluster connection is already one multiplexed connection per node.
+        let pool = if cfg.redis_cluster.is_empty() {
+            cfg.pool_size.max(1)
+        } else {
+            1
+        };
         Ok(Self {
-            client,
-            conns: (0..cfg.pool_size.max(1)).map(|_| OnceCell::new()).collect(),
+            backend,
+            conns: (0..pool).map(|_| OnceCell::new()).collect(),
             next: AtomicUsize::new(0),
             keys: Keys::new(&cfg.namespace),
             scripts: Scripts {
@@ -160,20 +169,13 @@ impl Store {
         &self.cfg
     }
 
-    pub(crate) async fn conn(&self) -> Result<ConnectionManager> {
+    pub(crate) async fn conn(&self) -> Result<Conn> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let cm = self.conns[i]
-            .get_or_try_init(|| async {
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(Duration::from_secs(10)))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_secs(1));
-                ConnectionManager::new_with_config(self.client.clone(), cfg).await
-            })
+        let conn = self.conns[i]
+            .get_or_try_init(|| self.backend.shared())
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(cm.clone())
+        Ok(conn.clone())
     }
 
     /// Runs an operation with `FCALL`. When Redis does not know the function (a Redis without
@@ -222,35 +224,35 @@ impl Store {
     /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
         let mut conn = self.conn().await?;
-        redis_now_ms(&mut conn).await
+        redis_now_ms(&mut conn, &self.keys).await
     }
 
     /// A dedicated connection for the event tail's blocking reads (XREAD BLOCK must not hold up the
     /// shared connections). Its response timeout outlasts a whole [`EVENTS_BLOCK_MS`](crate::EVENTS_BLOCK_MS) read (redis-rs'
     /// default of 500 ms would drop an idle tail twice a second), and it is named
     /// `ojs-events:<namespace>` so that `CLIENT LIST` shows which pod tails what.
-    pub async fn blocking_connection(&self) -> Result<redis::aio::MultiplexedConnection> {
-        let cfg = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_millis(crate::EVENTS_BLOCK_MS + 5_000)));
-        let mut conn = self.client.get_multiplexed_async_connection_with_config(&cfg).await?;
-        let _: () = redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(format!("ojs-events:{}", self.cfg.namespace))
-            .query_async(&mut conn)
-            .await?;
+    pub async fn blocking_connection(&self) -> Result<Conn> {
+        let mut conn = self.backend.dedicated(blocking_timeout()).await?;
+        let mut name = redis::cmd("CLIENT");
+        name.arg("SETNAME").arg(format!("ojs-events:{}", self.cfg.namespace));
+        let _: () = conn.on_tag(&name, &self.keys.events()).await?;
         Ok(conn)
     }
 
     /// A raw connection for read-only helpers (events, inspection) that live in the server crate.
-    pub async fn connection(&self) -> Result<ConnectionManager> {
+    pub async fn connection(&self) -> Result<Conn> {
         self.conn().await
     }
 }
 
+/// The response timeout of the event tail's connection: longer than one blocking read.
+fn blocking_timeout() -> Duration {
+    Duration::from_millis(crate::EVENTS_BLOCK_MS + 5_000)
+}
+
 /// Redis `TIME` in ms: reads use the same clock as the scripts.
-pub(crate) async fn redis_now_ms(conn: &mut ConnectionManager) -> Result<i64> {
-    let t: Vec<String> = redis::cmd("TIME").query_async(conn).await?;
+pub(crate) async fn redis_now_ms(conn: &mut Conn, keys: &Keys) -> Result<i64> {
+    let t: Vec<String> = conn.on_tag(&redis::cmd("TIME"), &keys.schema()).await?;
     let part = |i: usize| t.get(i).and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
     Ok(part(0) * 1000 + part(1) / 1000)
 }

@@ -42,6 +42,22 @@ pub async fn stream_events(
     }
 }
 
+pub mod cluster;
+
+/// Reads a server-sent-events response until its text contains `needle` (or 5 s pass); returns it.
+pub async fn read_sse_until(resp: &mut reqwest::Response, needle: &str) -> String {
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !text.contains(needle) && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(500), resp.chunk()).await {
+            Ok(Ok(Some(bytes))) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            Ok(_) => break,
+            Err(_) => {}
+        }
+    }
+    text
+}
+
 static REDIS: OnceLock<String> = OnceLock::new();
 
 fn free_port() -> u16 {
@@ -111,6 +127,20 @@ pub fn redis_url() -> String {
         .clone()
 }
 
+/// A watchdog shell SIGKILLs process `pid` when this test process exits, however it exits.
+pub(crate) fn kill_with_this_process(pid: u32) {
+    let watchdog = format!(
+        "while kill -0 {parent} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -9 {pid} 2>/dev/null",
+        parent = std::process::id()
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(watchdog)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn();
+}
+
 /// A `redis-server` of one test's own, for tests that crash Redis: append-only file on with
 /// `appendfsync always` (an acknowledged write survives a SIGKILL), no RDB snapshots, data in `dir`.
 /// [`AofRedis::kill`] sends SIGKILL; [`AofRedis::restart`] starts it again on the same port and dir, so
@@ -161,17 +191,7 @@ impl AofRedis {
             .stdout(Stdio::null())
             .spawn()
             .expect("start redis-server");
-        let watchdog = format!(
-            "while kill -0 {parent} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -9 {pid} 2>/dev/null",
-            parent = std::process::id(),
-            pid = child.id()
-        );
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(watchdog)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn();
+        kill_with_this_process(child.id());
         self.child = Some(child);
         let client = redis::Client::open(self.url()).expect("redis url");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -229,12 +249,17 @@ impl TestServer {
     }
 
     /// Starts a server with exactly this configuration (e.g. a second node on the same namespace).
+    /// On a cluster (`cfg.redis_cluster`), [`TestServer::redis`] and the invariant check talk to the
+    /// primary that holds the namespace's slot.
     pub async fn start_config(cfg: Config) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (tx, rx) = oneshot::channel();
         let namespace = cfg.namespace.clone();
-        let redis_url = cfg.redis_url.clone();
+        let redis_url = match cfg.cluster_nodes() {
+            nodes if nodes.is_empty() => cfg.redis_url.clone(),
+            nodes => cluster::owner_url(&nodes, &ojs_store::Keys::new(&namespace).schema()),
+        };
         let handle = tokio::spawn(async move {
             let _ = ojs_server::run(listener, cfg, async move {
                 let _ = rx.await;

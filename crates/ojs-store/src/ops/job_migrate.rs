@@ -57,23 +57,23 @@ impl Store {
         }
         let pattern = self.keys.pattern("job");
         let id_at = self.keys.job("").len();
-        let total: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+        let total: u64 = conn.on_tag(&redis::cmd("DBSIZE"), &self.keys.schema()).await?;
         tracing::info!(
             keys_in_db = total,
             "key schema v1 found: converting job hashes to v2 records"
         );
         let (mut cursor, mut converted, mut seen) = (0u64, 0u64, 0u64);
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("TYPE")
                 .arg("hash")
                 .arg("COUNT")
-                .arg(BATCH)
-                .query_async(&mut conn)
-                .await?;
+                .arg(BATCH);
+            // On a cluster: the primary holding the deployment's slot (every key shares its tag).
+            let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys.schema()).await?;
             let ids: Vec<String> = keys.into_iter().map(|k| k[id_at..].to_string()).collect();
             seen += ids.len() as u64;
             for chunk in ids.chunks(BATCH) {

@@ -148,6 +148,7 @@ impl<'a> ArgWriter<'a> {
 pub(crate) fn test_store() -> crate::Store {
     crate::Store::new(crate::StoreConfig {
         redis_url: "redis://127.0.0.1:1".into(),
+        redis_cluster: Vec::new(),
         namespace: "t".into(),
         default_visibility_ms: 30_000,
         retention_ms: 86_400_000,

@@ -2,8 +2,6 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
-
 use crate::store::{JobFields, Result, Store};
 
 impl Store {
@@ -52,7 +50,7 @@ impl Store {
         Ok((now, entries, next))
     }
 
-    async fn cron_entries(&self, conn: &mut ConnectionManager, names: Vec<String>) -> Result<Vec<(String, JobFields)>> {
+    async fn cron_entries(&self, conn: &mut crate::Conn, names: Vec<String>) -> Result<Vec<(String, JobFields)>> {
         if names.is_empty() {
             return Ok(Vec::new());
         }

@@ -166,7 +166,7 @@ impl Store {
     /// Waits up to `block_ms` for events after `last` on a dedicated connection; oldest first.
     pub async fn events_block(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut crate::Conn,
         last: &str,
         block_ms: u64,
     ) -> Result<Vec<(String, JobFields)>> {

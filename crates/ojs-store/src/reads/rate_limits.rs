@@ -20,7 +20,7 @@ impl Store {
             .arg("rl_rate_period")
             .query_async(&mut conn)
             .await?;
-        let now = redis_now_ms(&mut conn).await?;
+        let now = redis_now_ms(&mut conn, &self.keys).await?;
         let rate = match (f.get(1).copied().flatten(), f.get(2).copied().flatten()) {
             (Some(limit), Some(period_ms)) => Some(Window { limit, period_ms }),
             _ => None,

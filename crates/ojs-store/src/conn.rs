@@ -1,0 +1,146 @@
+//! Connections to one Redis node or to a Redis Cluster, behind one type.
+//!
+//! Every key of a deployment carries one hash tag (`keys.rs`), so on a cluster every script, pipeline
+//! and read goes to the primary that owns that slot: redis-rs' cluster client routes each command by
+//! its key (`FCALL` by its first key, `XREAD` by its stream), follows `MOVED` and `ASK`, refreshes the
+//! slot map and reconnects. `FUNCTION LOAD` goes to every primary, so a replica promoted later already
+//! has the library. Commands without a key (`TIME`, `SCAN`, `CLIENT SETNAME`) are sent to the tag's
+//! primary explicitly ([`Conn::on_tag`]), so the clock the server reads is the clock the scripts read.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// A connection to the deployment's Redis: cheap to clone, multiplexed, self-reconnecting.
+#[derive(Clone)]
+pub enum Conn {
+    /// One Redis node (`--redis-url`).
+    Node(ConnectionManager),
+    /// A dedicated connection to one node (the event tail's blocking reads).
+    Dedicated(MultiplexedConnection),
+    /// A Redis Cluster (`--redis-cluster`).
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Runs a command that names no key on the primary that owns `tag_key`'s slot (on one node: there).
+    pub async fn on_tag<T: redis::FromRedisValue>(&mut self, cmd: &Cmd, tag_key: &str) -> redis::RedisResult<T> {
+        match self {
+            Conn::Cluster(c) => {
+                let route = Route::with_key(tag_key, SlotAddr::Master);
+                let v = c
+                    .route_command(
+                        cmd.clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                redis::from_redis_value(v).map_err(Into::into)
+            }
+            other => cmd.query_async(other).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Node(c) => c.req_packed_command(cmd),
+            Conn::Dedicated(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Node(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Dedicated(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Node(c) => c.get_db(),
+            Conn::Dedicated(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where the deployment's Redis is, parsed from the configuration.
+pub(crate) enum Backend {
+    Node(redis::Client),
+    Cluster(redis::cluster::ClusterClient, redis::cluster::ClusterClient),
+}
+
+impl Backend {
+    /// `cluster`: seed nodes (`host:port` or URLs); empty: the single node at `url`.
+    pub(crate) fn new(url: &str, cluster: &[String], blocking_timeout: Duration) -> Result<Self, String> {
+        if cluster.is_empty() {
+            return redis::Client::open(url)
+                .map(Backend::Node)
+                .map_err(|e| format!("invalid redis url {url:?}: {e}"));
+        }
+        let nodes: Vec<String> = cluster
+            .iter()
+            .map(|n| {
+                if n.contains("://") {
+                    n.clone()
+                } else {
+                    format!("redis://{n}")
+                }
+            })
+            .collect();
+        let build = |response: Duration| {
+            redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(response)
+                .retries(3)
+                .build()
+                .map_err(|e| format!("invalid redis cluster nodes {cluster:?}: {e}"))
+        };
+        Ok(Backend::Cluster(
+            build(Duration::from_secs(10))?,
+            build(blocking_timeout)?,
+        ))
+    }
+
+    pub(crate) async fn shared(&self) -> redis::RedisResult<Conn> {
+        match self {
+            Backend::Node(client) => {
+                let cfg = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(10)))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(1));
+                Ok(Conn::Node(
+                    ConnectionManager::new_with_config(client.clone(), cfg).await?,
+                ))
+            }
+            Backend::Cluster(client, _) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+        }
+    }
+
+    /// A connection of its own whose response timeout is `blocking_timeout`.
+    pub(crate) async fn dedicated(&self, blocking_timeout: Duration) -> redis::RedisResult<Conn> {
+        match self {
+            Backend::Node(client) => {
+                let cfg = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(blocking_timeout));
+                Ok(Conn::Dedicated(
+                    client.get_multiplexed_async_connection_with_config(&cfg).await?,
+                ))
+            }
+            Backend::Cluster(_, blocking) => Ok(Conn::Cluster(blocking.get_async_connection().await?)),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! A real Redis Cluster for tests: `redis-server --cluster-enabled yes` processes on free ports, joined
+//! with `redis-cli --cluster create`. Killed on drop, and by a watchdog shell if the test process dies.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::redis_server_bin;
+
+pub struct LocalCluster {
+    pub ports: Vec<u16>,
+    pub dir: std::path::PathBuf,
+    children: Vec<Child>,
+}
+
+impl LocalCluster {
+    /// Starts `primaries` primaries with `replicas` replicas each, and waits until the cluster is ok.
+    pub fn start(primaries: usize, replicas: usize) -> Self {
+        let n = primaries * (1 + replicas);
+        let ports: Vec<u16> = (0..n).map(|_| free_cluster_port()).collect();
+        let dir = std::env::temp_dir().join(format!("ojs-test-cluster-{}", ports[0]));
+        std::fs::create_dir_all(&dir).expect("create the cluster dir");
+        let mut c = Self {
+            ports: ports.clone(),
+            dir,
+            children: Vec::new(),
+        };
+        for &port in &ports {
+            c.spawn(port);
+        }
+        for &port in &ports {
+            wait_ping(port);
+        }
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for p in &ports {
+            create.arg(format!("127.0.0.1:{p}"));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create (is redis-tools installed?)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ports.iter().all(|&p| cluster_ok(p)) {
+            assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    }
+
+    fn spawn(&mut self, port: u16) {
+        let child = Command::new(redis_server_bin())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start redis-server in cluster mode");
+        crate::kill_with_this_process(child.id());
+        self.children.push(child);
+    }
+
+    /// The seed nodes, `127.0.0.1:<port>`, as `--redis-cluster` takes them.
+    pub fn seeds(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+    }
+
+    /// The URL of the primary that holds `key`'s slot now.
+    pub fn owner_url(&self, key: &str) -> String {
+        owner_url(&self.seeds(), key)
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A free port for a cluster node: its cluster bus listens on port + 10000, which must exist and be free.
+fn free_cluster_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = l.local_addr().expect("addr").port();
+        if let Some(bus) = port.checked_add(10_000) {
+            if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+                return port;
+            }
+        }
+    }
+}
+
+fn conn(port: u16) -> redis::RedisResult<redis::Connection> {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))?.get_connection()
+}
+
+fn wait_ping(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !conn(port)
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cluster_ok(port: u16) -> bool {
+    conn(port)
+        .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
+        .is_ok_and(|info| info.contains("cluster_state:ok"))
+}
+
+/// The URL of the primary that holds `key`'s slot, asked of the first seed that answers (`CLUSTER
+/// KEYSLOT`, `CLUSTER SLOTS`).
+pub fn owner_url(seeds: &[String], key: &str) -> String {
+    for seed in seeds {
+        let Ok(mut c) = redis::Client::open(format!("redis://{seed}")).and_then(|c| c.get_connection()) else {
+            continue;
+        };
+        let Ok(slot) = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query::<i64>(&mut c) else {
+            continue;
+        };
+        let Ok(ranges) = redis::cmd("CLUSTER").arg("SLOTS").query::<redis::Value>(&mut c) else {
+            continue;
+        };
+        let redis::Value::Array(ranges) = ranges else { continue };
+        for r in ranges {
+            let redis::Value::Array(r) = r else { continue };
+            let (Some(redis::Value::Int(lo)), Some(redis::Value::Int(hi)), Some(redis::Value::Array(node))) =
+                (r.first(), r.get(1), r.get(2))
+            else {
+                continue;
+            };
+            if (*lo..=*hi).contains(&slot) {
+                let host = match node.first() {
+                    Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "127.0.0.1".into(),
+                };
+                let port = match node.get(1) {
+                    Some(redis::Value::Int(p)) => *p,
+                    _ => continue,
+                };
+                let host = if host.is_empty() { "127.0.0.1".into() } else { host };
+                return format!("redis://{host}:{port}");
+            }
+        }
+    }
+    panic!("no seed of {seeds:?} knows who holds {key:?}");
+}
