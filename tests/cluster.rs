@@ -206,3 +206,91 @@ async fn a_pods_sse_stream_carries_events_written_through_another_pod() {
     let text = ojs_testkit::read_sse_until(&mut resp, &id).await;
     assert!(text.contains("event: job.enqueued") && text.contains(&id), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn told_to_wait_for_a_replica_no_acknowledged_change_is_lost_when_its_primary_dies() {
+    let mut cluster = LocalCluster::start(3, 1);
+    let (ns, owner) = namespace_on_another_primary(&cluster, &[]);
+    let mut cfg = ojs_server::Config::for_cluster(&cluster.seeds());
+    cfg.namespace = ns.clone();
+    cfg.tick_ms = 20;
+    cfg.redis_wait_replicas = 1;
+    cfg.redis_wait_timeout_ms = 2_000;
+    let s = TestServer::start_config(cfg).await;
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        ids.push(
+            s.enqueue(json!({"type": "c.w", "args": [i], "options": {"queue": "w"}}))
+                .await,
+        );
+    }
+    let mut acked = Vec::new();
+    for _ in 0..30 {
+        let got = s.fetch(&["w"], 1).await;
+        let id = got[0]["id"].as_str().expect("id").to_string();
+        assert_eq!(s.ack(&id).await.0, 200);
+        acked.push(id);
+    }
+
+    // The primary dies at once; its replica takes over (cluster-node-timeout 1 s).
+    let port: u16 = owner.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+    cluster.kill(port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seeds = cluster.live_seeds();
+        if ojs_testkit::cluster::owner_url(&seeds, &ojs_store::Keys::new(&ns).schema()) != owner {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no replica took over");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Every job the server acknowledged is on the new primary, in the state it acknowledged.
+    for (i, id) in ids.iter().enumerate() {
+        let want = if acked.contains(id) { "completed" } else { "available" };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (st, b) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+            if st == 200 {
+                assert_eq!(b["job"]["state"], want, "job {i} {id}");
+                break;
+            }
+            assert!(
+                st == 503 && std::time::Instant::now() < deadline,
+                "job {i} {id}: {st} {b}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // The new primary has no replica yet: a change cannot be confirmed, so it is answered 503 (it may
+    // or may not have been applied), never 2xx.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "c.w", "args": [], "options": {"queue": "w2"}}),
+        )
+        .await;
+    assert_eq!(st, 503, "{b}");
+    // The dead node comes back as the new primary's replica: the server goes on as before.
+    cluster.restart(port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        let (st, b) = s
+            .post(
+                "/ojs/v1/jobs",
+                json!({"type": "c.w", "args": [], "options": {"queue": "w3"}}),
+            )
+            .await;
+        if st == 201 {
+            break b["job"]["id"].as_str().expect("id").to_string();
+        }
+        assert!(st == 503 && std::time::Instant::now() < deadline, "{st} {b}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let got = s.fetch(&["w3"], 1).await;
+    assert_eq!(got[0]["id"], id.as_str());
+    assert_eq!(s.ack(&id).await.0, 200);
+    let now_owner = ojs_testkit::cluster::owner_url(&cluster.live_seeds(), &ojs_store::Keys::new(&ns).schema());
+    let problems = ojs_testkit::check_invariants(&now_owner, &ns).await;
+    assert!(problems.is_empty(), "{problems:#?}");
+}

@@ -589,6 +589,8 @@ async fn the_timer_measures_the_next_due_job_on_redis_time() {
         default_visibility_ms: 30_000,
         retention_ms: 0,
         pool_size: 1,
+        wait_replicas: 0,
+        wait_timeout_ms: 0,
     })
     .expect("store");
     let (moved, due_in) = store.promote(10).await.expect("promote");

@@ -110,6 +110,8 @@ pub async fn private_store(
         default_visibility_ms,
         retention_ms: 0,
         pool_size: 4,
+        wait_replicas: 0,
+        wait_timeout_ms: 0,
     })?;
     let conn = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()

@@ -99,8 +99,9 @@ fn main() {
         let const_name = op.to_uppercase().replace('-', "_");
         writeln!(
             out,
-            "/// `lua/{stem}.lua`: function `{fname}_<LIBRARY_VERSION>` of [`LIBRARY`].\npub const {const_name}: ScriptSource = ScriptSource {{ name: {op:?}, function: {fname:?}, keys: {nkeys} }};\n",
-            fname = op.replace('-', "_")
+            "/// `lua/{stem}.lua`: function `{fname}_<LIBRARY_VERSION>` of [`LIBRARY`].\npub const {const_name}: ScriptSource = ScriptSource {{ name: {op:?}, function: {fname:?}, keys: {nkeys}, writes: {writes} }};\n",
+            fname = op.replace('-', "_"),
+            writes = writes(&text)
         )
         .expect("write");
     }
@@ -205,6 +206,19 @@ fn check_no_key_names(code: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a script changes state: not when its header's INVARIANTS start with "reads only" or "writes
+/// nothing" (the store then does not wait for replicas after it).
+fn writes(text: &str) -> bool {
+    let head = header(text);
+    let first = head
+        .iter()
+        .skip_while(|l| l.trim_start_matches('-').trim() != "INVARIANTS")
+        .nth(1)
+        .map(|l| l.trim_start_matches('-').trim())
+        .unwrap_or_default();
+    !(first.starts_with("reads only") || first.starts_with("writes nothing"))
 }
 
 fn header(text: &str) -> Vec<&str> {

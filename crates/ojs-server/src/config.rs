@@ -48,6 +48,15 @@ pub struct Config {
     #[arg(long, env = "OJS_REDIS_POOL", default_value_t = 32)]
     pub redis_pool: usize,
 
+    /// Answer a state change only once this many replicas have it (`WAIT`, in the same round trip as
+    /// the script), so a failover cannot lose what the server acknowledged. 0 = do not wait.
+    #[arg(long, env = "OJS_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+
+    /// How long a state change waits for those replicas before it is answered 503, in ms.
+    #[arg(long, env = "OJS_REDIS_WAIT_TIMEOUT_MS", default_value_t = 1_000)]
+    pub redis_wait_timeout_ms: u64,
+
     /// Largest request body, in bytes.
     #[arg(long, env = "OJS_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
     pub max_body_bytes: usize,

@@ -48,6 +48,8 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         default_visibility_ms: config.visibility_timeout_ms,
         retention_ms: config.retention_secs.saturating_mul(1000),
         pool_size: config.redis_pool,
+        wait_replicas: config.redis_wait_replicas,
+        wait_timeout_ms: config.redis_wait_timeout_ms,
     })?;
     metrics::install();
     let rules = EnvelopeRules {

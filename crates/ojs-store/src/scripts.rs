@@ -3,12 +3,13 @@
 //! name is a compile error.
 
 /// One operation of the library: its name (also the metric label), its function's name without the
-/// version suffix, and its declared key count.
+/// version suffix, its declared key count, and whether it changes state (from its header's INVARIANTS).
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptSource {
     pub name: &'static str,
     pub function: &'static str,
     pub keys: usize,
+    pub writes: bool,
 }
 
 impl ScriptSource {

@@ -53,6 +53,10 @@ pub struct StoreConfig {
     /// How long completed, cancelled and discarded jobs stay readable. 0 keeps them forever.
     pub retention_ms: u64,
     pub pool_size: usize,
+    /// After each script call, `WAIT` for this many replicas (0: do not wait); see [`Store::run`].
+    pub wait_replicas: u32,
+    /// How long that `WAIT` may take, in ms.
+    pub wait_timeout_ms: u64,
 }
 
 pub(crate) struct Scripts {
@@ -81,12 +85,15 @@ pub(crate) struct Scripts {
 pub(crate) struct Named {
     pub(crate) name: &'static str,
     pub(crate) function: String,
+    /// Whether it changes state: only then does a call wait for replicas.
+    pub(crate) writes: bool,
 }
 
 pub(crate) fn script(s: ScriptSource) -> Named {
     Named {
         name: s.name,
         function: s.function_name(),
+        writes: s.writes,
     }
 }
 
@@ -186,16 +193,39 @@ impl Store {
         let mut conn = self.conn().await?;
         let mut cmd = redis::cmd("FCALL");
         cmd.arg(&s.function).arg(keys.len()).arg(keys).arg(args);
-        let v: Value = match cmd.query_async(&mut conn).await {
-            Err(e) if e.to_string().contains("Function not found") => {
+        let v: Value = match self.call(&mut conn, &cmd, s.writes).await {
+            Err(StoreError::Reply(e)) if e.contains("Function not found") => {
                 load_library(&mut conn).await?;
-                cmd.query_async(&mut conn).await?
+                self.call(&mut conn, &cmd, s.writes).await?
             }
             other => other?,
         };
         metrics::histogram!("ojs_redis_script_duration_seconds", "script" => s.name)
             .record(started.elapsed().as_secs_f64());
         reply_items(v)
+    }
+
+    /// One script call. With `wait_replicas`, the call and a `WAIT` travel in one pipeline (one round
+    /// trip, routed to the same primary on a cluster), and a write that fewer replicas than asked have
+    /// confirmed is answered as unavailable: the client must not count on it surviving a failover.
+    async fn call(&self, conn: &mut Conn, cmd: &redis::Cmd, writes: bool) -> Result<Value> {
+        if self.cfg.wait_replicas == 0 || !writes {
+            return Ok(cmd.query_async(conn).await?);
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(self.cfg.wait_replicas)
+            .arg(self.cfg.wait_timeout_ms);
+        let (v, acked): (Value, u32) = pipe.query_async(conn).await?;
+        if acked < self.cfg.wait_replicas {
+            metrics::counter!("ojs_redis_wait_shortfall_total").increment(1);
+            return Err(StoreError::Unavailable(format!(
+                "written, but confirmed by {acked} of {} replicas within {} ms",
+                self.cfg.wait_replicas, self.cfg.wait_timeout_ms
+            )));
+        }
+        Ok(v)
     }
 
     /// Checks Redis and records (or verifies) the key-schema version.

@@ -25,7 +25,8 @@ impl LocalCluster {
             children: Vec::new(),
         };
         for &port in &ports {
-            c.spawn(port);
+            let child = c.spawn(port);
+            c.children.push(child);
         }
         for &port in &ports {
             wait_ping(port);
@@ -51,10 +52,34 @@ impl LocalCluster {
             assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok");
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Replicas: wait until each one's link to its primary is up (WAIT counts only those).
+        while replicas > 0 && !ports.iter().all(|&p| replica_ready(p)) {
+            assert!(Instant::now() < deadline, "the replicas did not sync");
+            std::thread::sleep(Duration::from_millis(100));
+        }
         c
     }
 
-    fn spawn(&mut self, port: u16) {
+    /// SIGKILLs the node on `port`, as a crash would.
+    pub fn kill(&mut self, port: u16) {
+        if let Some(i) = self.ports.iter().position(|&p| p == port) {
+            let _ = self.children[i].kill();
+            let _ = self.children[i].wait();
+        }
+    }
+
+    /// The seeds of the nodes still running.
+    pub fn live_seeds(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, c) in self.ports.iter().zip(self.children.iter_mut()) {
+            if matches!(c.try_wait(), Ok(None)) {
+                out.push(format!("127.0.0.1:{p}"));
+            }
+        }
+        out
+    }
+
+    fn spawn(&self, port: u16) -> Child {
         let child = Command::new(redis_server_bin())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
@@ -67,7 +92,22 @@ impl LocalCluster {
             .spawn()
             .expect("start redis-server in cluster mode");
         crate::kill_with_this_process(child.id());
-        self.children.push(child);
+        child
+    }
+
+    /// Starts the node on `port` again (after [`LocalCluster::kill`]) with its cluster state, so it
+    /// rejoins; waits until it answers and, if it comes back as a replica, until its link is up.
+    pub fn restart(&mut self, port: u16) {
+        let Some(i) = self.ports.iter().position(|&p| p == port) else {
+            return;
+        };
+        self.children[i] = self.spawn(port);
+        wait_ping(port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(cluster_ok(port) && replica_ready(port)) {
+            assert!(Instant::now() < deadline, "node {port} did not rejoin");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The seed nodes, `127.0.0.1:<port>`, as `--redis-cluster` takes them.
@@ -123,6 +163,13 @@ fn cluster_ok(port: u16) -> bool {
     conn(port)
         .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
         .is_ok_and(|info| info.contains("cluster_state:ok"))
+}
+
+/// A replica whose link to its primary is up, or a primary (nothing to wait for).
+fn replica_ready(port: u16) -> bool {
+    conn(port)
+        .and_then(|mut c| redis::cmd("INFO").arg("replication").query::<String>(&mut c))
+        .is_ok_and(|info| info.contains("role:master") || info.contains("master_link_status:up"))
 }
 
 /// The URL of the primary that holds `key`'s slot, asked of the first seed that answers (`CLUSTER

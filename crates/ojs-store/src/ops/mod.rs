@@ -153,6 +153,8 @@ pub(crate) fn test_store() -> crate::Store {
         default_visibility_ms: 30_000,
         retention_ms: 86_400_000,
         pool_size: 1,
+        wait_replicas: 0,
+        wait_timeout_ms: 0,
     })
     .expect("test store")
 }
