@@ -201,6 +201,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         }
         Some(v) => return Err(invalid(format!("args must be a JSON array; got {v}"))),
     }
+    let id_generated = matches!(doc.get("id"), None | Some(Value::Null));
     let id = match doc.get("id") {
         None | Some(Value::Null) => crate::names::new_job_id(),
         Some(Value::String(s)) => {
@@ -350,6 +351,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
 
     Ok(NewJob {
         id,
+        id_generated,
         job_type,
         queue,
         priority,

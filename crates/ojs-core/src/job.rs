@@ -120,6 +120,8 @@ impl RetryPolicy {
 #[derive(Debug, Clone)]
 pub struct NewJob {
     pub id: String,
+    /// Whether the server made `id` (the client sent none): only then may [`NewJob::place_on`] change it.
+    pub id_generated: bool,
     pub job_type: String,
     pub queue: String,
     /// The priority as the client gave it (or the model's default), echoed back as `priority`.
@@ -145,6 +147,27 @@ pub struct NewJob {
     pub dedup: Option<String>,
     /// `options.root_job`: MediaWiki's root-job parameters, checked at FETCH.
     pub root_job: Option<crate::unique::RootJob>,
+}
+
+impl NewJob {
+    /// Makes a server-made id name `shard` (see [`crate::names::id_on_shard`]), in `id` and in the stored
+    /// envelope; a client's own id is left as it is.
+    pub fn place_on(&mut self, shard: usize) {
+        if !self.id_generated {
+            return;
+        }
+        let id = crate::names::id_on_shard(&self.id, shard);
+        if id == self.id {
+            return;
+        }
+        if let Ok(serde_json::Value::Object(mut doc)) = serde_json::from_str(&self.doc) {
+            doc.insert("id".into(), serde_json::Value::String(id.clone()));
+            if let Ok(text) = serde_json::to_string(&doc) {
+                self.doc = text;
+                self.id = id;
+            }
+        }
+    }
 }
 
 const TIME_FIELDS: [&str; 7] = [

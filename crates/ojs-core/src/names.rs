@@ -96,6 +96,22 @@ pub fn new_job_id() -> String {
     Uuid::now_v7().hyphenated().to_string()
 }
 
+/// A server-made job or workflow id rewritten to name shard `shard` in its last byte (on a deployment of
+/// several shards, so that a request naming the id goes straight to the shard that holds it; the id
+/// stays a UUIDv7 with 54 random bits). `shard` must be below 256.
+pub fn id_on_shard(id: &str, shard: usize) -> String {
+    debug_assert!(shard < 256 && id.len() == 36);
+    format!("{}{:02x}", &id[..id.len() - 2], shard as u8)
+}
+
+/// The shard an id names in its last byte (see [`id_on_shard`]); a client's own id names one by chance,
+/// so callers look elsewhere when the job is not there.
+pub fn id_shard_hint(id: &str) -> Option<usize> {
+    id.get(id.len().checked_sub(2)?..)
+        .and_then(|h| u8::from_str_radix(h, 16).ok())
+        .map(usize::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +164,10 @@ mod tests {
     fn ids() {
         assert!(check_job_id("019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f").is_ok());
         assert!(check_job_id(&new_job_id()).is_ok());
+        let on_5 = id_on_shard(&new_job_id(), 5);
+        assert!(check_job_id(&on_5).is_ok(), "{on_5}");
+        assert_eq!(id_shard_hint(&on_5), Some(5));
+        assert_eq!(id_shard_hint("x"), None);
         for bad in [
             "",
             "not-a-uuid-at-all",

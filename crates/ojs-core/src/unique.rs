@@ -71,6 +71,9 @@ pub struct UniquePolicy {
     /// How long the constraint lasts from the holder's creation; 0 = as long as the holder is in `states`.
     pub period_ms: u64,
     pub on_conflict: OnConflict,
+    /// Whether `queue` is not one of the key's dimensions, so jobs of different queues can collide (on a
+    /// deployment of several shards, only queues of one shard can be checked together).
+    pub spans_queues: bool,
 }
 
 /// A validated `options.root_job` (MediaWiki's `rootJobSignature` / `rootJobTimestamp`).
@@ -251,6 +254,7 @@ pub fn parse_unique(v: &Value, field: &str, s: &Subject) -> Result<UniquePolicy,
         states,
         period_ms,
         on_conflict,
+        spans_queues: !dims.keys.iter().any(|k| k == "queue"),
     })
 }
 

@@ -20,6 +20,7 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     // A key-schema v1 keyspace is upgraded once, before the first round (jobs are served meanwhile:
     // the scripts read v1 job hashes); retried each round until Redis answers.
     let mut upgraded = false;
+    let mut round: u64 = 0;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
@@ -30,7 +31,8 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
         }
         sleep = tick;
         if !upgraded {
-            match st.store.upgrade_schema().await {
+            // Only shard 0 can hold a v1 keyspace: shards came with v2.
+            match st.shards.first().upgrade_schema().await {
                 Ok(_) => upgraded = true,
                 Err(e) => {
                     if !failing {
@@ -41,7 +43,8 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
                 }
             }
         }
-        match step(&st).await {
+        round += 1;
+        match step(&st, round).await {
             Ok(Some(due_in_ms)) => {
                 failing = false;
                 sleep = tick.min(Duration::from_millis(due_in_ms.clamp(2, 1_000) as u64));
@@ -58,22 +61,40 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// One round of both timers; returns how soon (ms, measured on Redis' clock) the next scheduled job or
-/// lane wake is due.
-async fn step(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
+/// One round of the timers on every shard; returns how soon (ms, measured on Redis' clock) the next
+/// scheduled job, lane wake or cron tick is due.
+async fn step(st: &AppState, round: u64) -> Result<Option<i64>, ojs_store::StoreError> {
+    // Learn of shards another pod added (about once a second; the count only grows).
+    if round % REFRESH_ROUNDS == 0 {
+        st.shards.refresh().await?;
+    }
+    let mut soonest: Option<i64> = None;
+    for store in st.shards.all() {
+        if let Some(due) = step_shard(st, store).await? {
+            soonest = Some(soonest.map_or(due, |s| s.min(due)));
+        }
+    }
+    Ok(soonest)
+}
+
+/// How many rounds pass between two reads of the deployment's number of shards.
+const REFRESH_ROUNDS: u64 = 10;
+
+/// One round of the timers of one shard: promotion, lease reclaim, cron.
+async fn step_shard(st: &AppState, store: &ojs_store::Store) -> Result<Option<i64>, ojs_store::StoreError> {
     let next_due = loop {
-        let (moved, next) = st.store.promote(BATCH).await?;
+        let (moved, next) = store.promote(BATCH).await?;
         if moved < u64::from(BATCH) {
             break next;
         }
     };
     loop {
-        let (requeued, failed) = st.store.requeue_expired(BATCH).await?;
+        let (requeued, failed) = store.requeue_expired(BATCH).await?;
         if requeued + failed < u64::from(BATCH) {
             break;
         }
     }
-    let cron_due = crate::cron::fire_due(st).await?;
+    let cron_due = crate::cron::fire_due(st, store).await?;
     // Both ends of every interval come from Redis TIME: a pod whose clock is off sleeps just as long.
     Ok(match (next_due, cron_due) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -19,6 +19,19 @@ pub struct Config {
     #[arg(long, env = "OJS_REDIS_CLUSTER", value_delimiter = ',')]
     pub redis_cluster: Vec<String>,
 
+    /// Spread the deployment's queues over this many shards, each under its own hash tag (so its own
+    /// Redis Cluster slot, which the cluster may put on its own primary). A queue is placed on first
+    /// use, on its --queue-shard pin or on the hash of its name, and stays there; the number may be
+    /// raised at any time (new queues spread over the new shards) and is never lowered (see README).
+    #[arg(long, env = "OJS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
+    pub shards: u16,
+
+    /// Pin queues to shards, `name=shard[,name=shard…]` (shards count from 0), e.g. to keep the queues
+    /// that share a rate-limit key or a workflow together. A pin applies when the queue is first
+    /// placed; a queue already placed keeps its shard.
+    #[arg(long, env = "OJS_QUEUE_SHARDS", default_value = "", value_parser = parse_pins)]
+    pub queue_shards: Pins,
+
     /// Address to listen on.
     #[arg(long, env = "OJS_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -153,31 +166,52 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
     }
 }
 
-/// Queue weights: `name=weight` pairs.
+/// A setting per queue: `name=value` pairs, `value` parsed by the setting.
 #[derive(Debug, Clone, Default)]
-pub struct Weights(pub Vec<(String, u32)>);
+pub struct PerQueue<T>(pub Vec<(String, T)>);
 
-impl Weights {
-    pub fn get(&self, queue: &str) -> Option<u32> {
-        self.0.iter().find(|(q, _)| q == queue).map(|(_, w)| *w)
+impl<T: Copy> PerQueue<T> {
+    pub fn get(&self, queue: &str) -> Option<T> {
+        self.0.iter().find(|(q, _)| q == queue).map(|(_, v)| *v)
     }
 }
 
-fn parse_weights(s: &str) -> Result<Weights, String> {
+/// Parses `name=value[,name=value…]` (`what` names the value in errors; `value` checks one).
+fn per_queue<T>(s: &str, what: &str, value: impl Fn(&str) -> Option<T>, rule: &str) -> Result<PerQueue<T>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (q, w) = part
+        let (q, v) = part
             .split_once('=')
-            .ok_or_else(|| format!("queue weight {part:?} is not name=weight"))?;
+            .ok_or_else(|| format!("queue {what} {part:?} is not name={what}"))?;
         ojs_core::names::check_queue(q)?;
-        let w: u32 = w
-            .parse()
-            .ok()
-            .filter(|w| (1..=MAX_WEIGHT).contains(w))
-            .ok_or_else(|| format!("weight of {q} must be 1..={MAX_WEIGHT}"))?;
-        out.push((q.to_string(), w));
+        let v = value(v).ok_or_else(|| format!("{what} of {q} must be {rule}; got {v:?}"))?;
+        out.push((q.to_string(), v));
     }
-    Ok(Weights(out))
+    Ok(PerQueue(out))
+}
+
+/// Queue weights: `name=weight` pairs.
+pub type Weights = PerQueue<u32>;
+
+fn parse_weights(s: &str) -> Result<Weights, String> {
+    let range = format!("1..={MAX_WEIGHT}");
+    per_queue(
+        s,
+        "weight",
+        |w| w.parse().ok().filter(|w| (1..=MAX_WEIGHT).contains(w)),
+        &range,
+    )
+}
+
+/// Most shards a deployment may have (a server-made id names its shard in one byte).
+pub const MAX_SHARDS: usize = 64;
+
+/// Queue pins: `name=shard` pairs.
+pub type Pins = PerQueue<usize>;
+
+fn parse_pins(s: &str) -> Result<Pins, String> {
+    let range = format!("0..{MAX_SHARDS}");
+    per_queue(s, "shard", |n| n.parse().ok().filter(|n| *n < MAX_SHARDS), &range)
 }
 
 /// Largest queue weight (keeps one weighted round a bounded number of claims).
@@ -195,6 +229,12 @@ impl Config {
                 "refusing to listen on {} without API keys: set OJS_API_KEYS (e.g. admin:<key>,worker:<key>), \
                  listen on loopback, or pass --insecure-no-auth if the network is trusted",
                 self.listen
+            ));
+        }
+        if let Some((q, n)) = self.queue_shards.0.iter().find(|(_, n)| *n >= usize::from(self.shards)) {
+            return Err(format!(
+                "--queue-shard {q}={n} names shard {n}, but --shards is {}: shards count from 0",
+                self.shards
             ));
         }
         Ok(())

@@ -25,6 +25,8 @@ pub struct Registration {
     /// The stored definition.
     pub def: CronDef,
     pub enabled: bool,
+    /// The queue of the template's jobs: the entry lives on its shard.
+    pub queue: String,
 }
 
 /// An entry's definition as stored (JSON in `P cron:<name>`).
@@ -190,10 +192,12 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
         t.entry("args").or_insert_with(|| json!([]));
     }
     // Fail fast: the template must be a job this server accepts, as every tick will create it.
-    job_for_tick(&template, &name, &overlap, 0, rules).map_err(|e| OjsError {
-        message: format!("job_template: {}", e.message),
-        ..e
-    })?;
+    let queue = job_for_tick(&template, &name, &overlap, 0, rules)
+        .map_err(|e| OjsError {
+            message: format!("job_template: {}", e.message),
+            ..e
+        })?
+        .queue;
     let def = CronDef {
         expression,
         timezone,
@@ -207,6 +211,7 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
         schedule,
         def,
         enabled,
+        queue,
     })
 }
 
@@ -279,10 +284,11 @@ pub fn entry_view(name: &str, f: &JobFields) -> CronEntry {
 /// Entries fired per timer round at most; more wait for the next round.
 const FIRE_BATCH: usize = 100;
 
-/// Fires every due tick (one per entry: a catch-up after an outage is one occurrence). Returns how
-/// long until the next tick is due, by Redis' clock.
-pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreError> {
-    let (now, due, next_due) = st.store.cron_due(FIRE_BATCH).await?;
+/// Fires every due tick of the entries on shard `store` (one per entry: a catch-up after an outage is
+/// one occurrence). An entry lives on the shard of its template's queue, so its job is written by the
+/// same script that advances it. Returns how long until the next tick is due, by Redis' clock.
+pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<i64>, ojs_store::StoreError> {
+    let (now, due, next_due) = store.cron_due(FIRE_BATCH).await?;
     for (name, f) in due {
         let Some(expected) = f.get("next_run_at").cloned() else {
             continue;
@@ -294,19 +300,34 @@ pub async fn fire_due(st: &AppState) -> Result<Option<i64>, ojs_store::StoreErro
             .and_then(|s| s.next_after_ms(now.max(tick)));
         let overlap = def.overlap_policy.as_str();
         let job = match job_for_tick(&def.job_template, &name, overlap, tick, &st.rules) {
+            Ok(mut j) => match st.shards.place_jobs(std::slice::from_mut(&mut j)).await {
+                Ok(at) if at[0] == store.shard_index() => Ok(j),
+                Ok(at) => Err(OjsError::unprocessable(format!(
+                    "the entry is on shard {} but its queue {} lives on shard {}; register it again",
+                    store.shard_index(),
+                    j.queue,
+                    at[0]
+                ))),
+                Err(crate::error::ApiError(e)) if e.code == ojs_core::ErrorCode::BackendUnavailable => {
+                    return Err(ojs_store::StoreError::Unavailable(e.message))
+                }
+                Err(crate::error::ApiError(e)) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        let job = match job {
             Ok(j) => j,
             Err(e) => {
                 // A template that stopped being valid (e.g. the priority model changed): advance the
                 // entry without a job rather than retry the same tick forever.
                 tracing::warn!(cron = %name, error = %e.message, "cron template no longer valid; tick skipped");
-                let _ = st
-                    .store
+                let _ = store
                     .cron_set(&name, f.get("def").map(String::as_str).unwrap_or("{}"), next)
                     .await;
                 continue;
             }
         };
-        match st.store.cron_fire(&job, &name, &expected, next, overlap).await? {
+        match store.cron_fire(&job, &name, &expected, next, overlap).await? {
             CronFired::Created => crate::metrics::job_event("enqueued", &job.queue, &job.job_type),
             CronFired::Skipped(prev) => {
                 tracing::info!(cron = %name, previous = %prev, "cron tick skipped: previous run still active")

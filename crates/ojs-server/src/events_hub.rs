@@ -1,29 +1,177 @@
-//! Live events: one task per node tails the Redis event stream (XREAD BLOCK on its own connection) and
-//! fans entries out to this node's SSE clients. Every node tails the same stream, so a client connected
-//! to any pod sees every event, whichever pod's request caused it. The same tail wakes this node's
-//! waiting long-polls (see `wake`).
+//! Live events: one task per node and shard tails that shard's Redis event stream (XREAD BLOCK on its
+//! own connection) and fans entries out to this node's SSE clients. Every node tails every stream, so a
+//! client connected to any pod sees every event, whichever pod's request caused it. The same tails wake
+//! this node's waiting long-polls (see `wake`).
+//!
+//! Event ids: an event of shard 0 keeps its stream id (`<ms>-<seq>[.<k>]`, see
+//! `ojs_store::event_position`); an event of shard `i > 0` is `<ms>-<seq>[.<k>]@<i>`. Reading "after"
+//! an id reads its own shard exactly from there, and the other shards from [`RESUME_MARGIN_MS`] before
+//! its time: their streams have their own sequences, and their nodes their own clocks. So on a
+//! deployment of several shards a resume may repeat a few events of other shards (ids are unique:
+//! a client drops what it has seen) and misses none unless the nodes' clocks are further apart than
+//! the margin. A deployment of one shard reads exactly as before.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ojs_store::{JobFields, StoreError};
 use tokio::sync::{broadcast, watch};
 
 use crate::state::AppState;
 
+/// (event id, fields).
 pub type Entry = Arc<(String, HashMap<String, String>)>;
+
+/// How far before a cursor's time the other shards' streams are read again on a resume.
+pub const RESUME_MARGIN_MS: u64 = 1_000;
 
 pub fn channel() -> broadcast::Sender<Entry> {
     broadcast::channel(4096).0
 }
 
+/// The API's id of an event of shard `shard` whose stream id is `id`.
+pub fn event_id(id: &str, shard: usize) -> String {
+    match shard {
+        0 => id.to_string(),
+        s => format!("{id}@{s}"),
+    }
+}
+
+/// An API event id's shard and stream id (`None` for anything that is not one).
+pub fn parse_event_id(id: &str) -> Option<(usize, &str)> {
+    let (inner, shard) = match id.split_once('@') {
+        Some((inner, s)) => (
+            inner,
+            s.parse().ok().filter(|s| *s > 0 && *s < crate::config::MAX_SHARDS)?,
+        ),
+        None => (id, 0),
+    };
+    ojs_store::event_position(inner).map(|_| (shard, inner))
+}
+
+/// Where an event stands for ordering and "seen" checks: its stream position, then its shard.
+pub fn position(id: &str) -> (u64, u64, u64, usize) {
+    match parse_event_id(id) {
+        Some((shard, inner)) => {
+            let (ms, seq, k) = ojs_store::event_position(inner).unwrap_or_default();
+            (ms, seq, k, shard)
+        }
+        None => (0, 0, 0, 0),
+    }
+}
+
+/// What a client has seen of each shard's stream after reading up to `cursor` (see the module's
+/// documentation): the cursor's own shard exactly, the others up to the margin before its time.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    per_shard: HashMap<usize, (u64, u64, u64)>,
+    others: (u64, u64, u64),
+}
+
+impl Seen {
+    pub fn after(cursor: &str) -> Self {
+        let (ms, seq, k, shard) = position(cursor);
+        Self {
+            per_shard: HashMap::from([(shard, (ms, seq, k))]),
+            others: (ms.saturating_sub(RESUME_MARGIN_MS), 0, 0),
+        }
+    }
+
+    fn of(&self, shard: usize) -> (u64, u64, u64) {
+        self.per_shard.get(&shard).copied().unwrap_or(self.others)
+    }
+
+    /// The stream id to read shard `shard` after.
+    fn cursor(&self, shard: usize) -> String {
+        let (ms, seq, k) = self.of(shard);
+        if k > 0 {
+            format!("{ms}-{seq}.{k}")
+        } else {
+            format!("{ms}-{seq}")
+        }
+    }
+
+    /// Whether the event `id` is new to the client; records it as seen.
+    pub fn take(&mut self, id: &str) -> bool {
+        let (ms, seq, k, shard) = position(id);
+        if (ms, seq, k) <= self.of(shard) {
+            return false;
+        }
+        self.per_shard.insert(shard, (ms, seq, k));
+        true
+    }
+}
+
+/// Up to `count` events after `cursor` (an API event id; `0-0` for the beginning) from every shard,
+/// oldest first (by time, then shard).
+pub async fn events_after(st: &AppState, cursor: &str, count: usize) -> Result<Vec<(String, JobFields)>, StoreError> {
+    let seen = Seen::after(cursor);
+    let mut out = Vec::new();
+    for store in st.shards.all() {
+        let s = store.shard_index();
+        for (id, f) in store.events_after(&seen.cursor(s), count).await? {
+            out.push((event_id(&id, s), f));
+        }
+    }
+    if st.shards.count() > 1 {
+        out.sort_by_key(|(id, _)| position(id));
+        out.truncate(count);
+    }
+    Ok(out)
+}
+
+/// The newest `count` events of every shard, newest first; `since_ms` (Redis time) bounds how old.
+pub async fn events_latest(
+    st: &AppState,
+    count: usize,
+    since_ms: Option<i64>,
+) -> Result<Vec<(String, JobFields)>, StoreError> {
+    let mut out = Vec::new();
+    for store in st.shards.all() {
+        let s = store.shard_index();
+        let events = match since_ms {
+            Some(ms) => store.events_since(ms, count).await?,
+            None => store.events_latest(count).await?,
+        };
+        out.extend(events.into_iter().map(|(id, f)| (event_id(&id, s), f)));
+    }
+    if st.shards.count() > 1 {
+        out.sort_by_key(|(id, _)| std::cmp::Reverse(position(id)));
+        out.truncate(count);
+    }
+    Ok(out)
+}
+
+/// Tails every shard's stream; starts a tail for a shard another pod adds later.
 pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
+    let mut tails = Vec::new();
+    loop {
+        while tails.len() < st.shards.count() {
+            tails.push(tokio::spawn(tail(st.clone(), tails.len(), shutdown.clone())));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            for t in tails {
+                let _ = t.await;
+            }
+            return;
+        }
+    }
+}
+
+/// Tails one shard's stream.
+async fn tail(st: AppState, shard: usize, mut shutdown: watch::Receiver<bool>) {
+    let store = Arc::clone(st.shards.get(shard));
     let mut last = "$".to_string();
     loop {
         if *shutdown.borrow() {
             return;
         }
-        let mut conn = match st.store.blocking_connection().await {
+        let mut conn = match store.blocking_connection().await {
             Ok(c) => c,
             Err(_) => {
                 tokio::select! {
@@ -34,11 +182,11 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
         };
         if last == "$" {
             // Start from the newest entry so a reconnect does not skip what arrived meanwhile.
-            last = st.store.events_last_id().await.unwrap_or_else(|_| "$".into());
+            last = store.events_last_id().await.unwrap_or_else(|_| "$".into());
         }
         loop {
             let read = tokio::select! {
-                r = st.store.events_block(&mut conn, &last, ojs_store::EVENTS_BLOCK_MS) => r,
+                r = store.events_block(&mut conn, &last, ojs_store::EVENTS_BLOCK_MS) => r,
                 _ = shutdown.changed() => return,
             };
             match read {
@@ -52,7 +200,7 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
                             }
                         }
                         // No receiver is fine: nobody is listening on this node.
-                        let _ = st.events.send(Arc::new((id, fields)));
+                        let _ = st.events.send(Arc::new((event_id(&id, shard), fields)));
                     }
                 }
                 Err(_) => break,

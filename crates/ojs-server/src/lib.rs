@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod respond;
 pub mod routes;
 pub mod schemas;
+pub mod shards;
 pub mod state;
 pub mod ui;
 pub mod wake;
@@ -56,16 +57,17 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         priority_model: config.priority_model,
         ..Default::default()
     };
+    let shards = shards::Shards::new(store, &config);
     Ok(AppState(Arc::new(state::Inner {
-        store: Arc::new(store),
+        shards,
         config,
         rules,
         started: Instant::now(),
         shutting_down,
         events: events_hub::channel(),
         wake: wake::ReadyWake::default(),
-        enqueues: Default::default(),
-        worker_calls: Default::default(),
+        enqueues: (0..config::MAX_SHARDS).map(|_| Default::default()).collect(),
+        worker_calls: (0..config::MAX_SHARDS).map(|_| Default::default()).collect(),
     })))
 }
 
@@ -249,7 +251,7 @@ pub async fn run(
     config.validate().map_err(anyhow::Error::msg)?;
     let (tx, rx) = watch::channel(false);
     let st = state(config, rx.clone())?;
-    if let Err(e) = st.store.ping().await {
+    if let Err(e) = st.shards.first().ping().await {
         tracing::warn!(error = %e, "redis is not reachable yet; requests answer 503 until it is");
     }
     let timers = tokio::spawn(background::run(st.clone(), rx.clone()));

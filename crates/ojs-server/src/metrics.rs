@@ -150,9 +150,13 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         rl_exceeded.clone(),
     );
 
-    let mut names = st.store.queue_names().await?;
+    let mut names = st.shards.queue_names().await?;
     names.truncate(MAX_QUEUES);
-    for c in st.store.queue_counts(&names).await? {
+    let counts = st
+        .shards
+        .per_queue(&names, |s, qs| async move { s.queue_counts(&qs).await })
+        .await?;
+    for c in counts {
         for (state, n) in [
             ("available", c.available),
             ("active", c.active),
@@ -163,7 +167,11 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
                 .set(n as i64);
         }
     }
-    for (q, per) in names.iter().zip(st.store.priority_counts_of(&names).await?) {
+    let per_priority = st
+        .shards
+        .per_queue(&names, |s, qs| async move { s.priority_counts_of(&qs).await })
+        .await?;
+    for (q, per) in names.iter().zip(per_priority) {
         let mut other = 0u64;
         for (i, (p, n)) in per.iter().enumerate() {
             let label = priority_label(*p);
@@ -181,7 +189,11 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
                 .set(other as i64);
         }
     }
-    for s in st.store.rate_limit_gauges(MAX_KEYS).await? {
+    let mut gauges = Vec::new();
+    for s in st.shards.all() {
+        gauges.extend(s.rate_limit_gauges(MAX_KEYS).await?);
+    }
+    for s in gauges {
         let k = s.key.as_str();
         rl_active.get_or_create(&labels(&[("key", k)])).set(s.active as i64);
         rl_waiting.get_or_create(&labels(&[("key", k)])).set(s.waiting as i64);

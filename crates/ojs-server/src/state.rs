@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ojs_core::envelope::EnvelopeRules;
-use ojs_store::Store;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -14,7 +13,8 @@ use crate::config::Config;
 pub struct AppState(pub Arc<Inner>);
 
 pub struct Inner {
-    pub store: Arc<Store>,
+    /// The deployment's shards: each a store over the same connections (one when `--shards` is 1).
+    pub shards: crate::shards::Shards,
     pub config: Config,
     pub rules: EnvelopeRules,
     pub started: Instant,
@@ -24,26 +24,29 @@ pub struct Inner {
     pub events: tokio::sync::broadcast::Sender<crate::events_hub::Entry>,
     /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
     pub wake: crate::wake::ReadyWake,
-    /// Group commit of this node's concurrent single enqueues (see `coalesce`); started on first use,
-    /// inside the runtime.
-    pub enqueues: std::sync::OnceLock<crate::coalesce::Enqueues>,
-    /// Group commit of this node's concurrent FETCH, ACK and ack-and-fetch-next requests.
-    pub worker_calls: std::sync::OnceLock<crate::coalesce::WorkerCalls>,
+    /// Group commit of this node's concurrent single enqueues (see `coalesce`), one per shard; each
+    /// started on first use, inside the runtime.
+    pub enqueues: Vec<std::sync::OnceLock<crate::coalesce::Enqueues>>,
+    /// Group commit of this node's concurrent FETCH, ACK and ack-and-fetch-next requests, per shard.
+    pub worker_calls: Vec<std::sync::OnceLock<crate::coalesce::WorkerCalls>>,
 }
 
 /// Most requests one coalesced script call serves.
 const MAX_COALESCED: usize = 256;
 
 impl Inner {
-    pub fn enqueues(&self) -> &crate::coalesce::Enqueues {
-        self.enqueues.get_or_init(|| {
-            crate::coalesce::enqueues(Arc::clone(&self.store), self.config.max_batch.min(MAX_COALESCED))
-        })
+    /// The single-enqueue coalescer of shard `shard`.
+    pub fn enqueues(&self, shard: usize) -> &crate::coalesce::Enqueues {
+        let store = self.shards.get(shard);
+        self.enqueues[store.shard_index()]
+            .get_or_init(|| crate::coalesce::enqueues(Arc::clone(store), self.config.max_batch.min(MAX_COALESCED)))
     }
 
-    pub fn worker_calls(&self) -> &crate::coalesce::WorkerCalls {
-        self.worker_calls
-            .get_or_init(|| crate::coalesce::worker_calls(Arc::clone(&self.store), MAX_COALESCED))
+    /// The worker-request coalescer of shard `shard`.
+    pub fn worker_calls(&self, shard: usize) -> &crate::coalesce::WorkerCalls {
+        let store = self.shards.get(shard);
+        self.worker_calls[store.shard_index()]
+            .get_or_init(|| crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED))
     }
 }
 

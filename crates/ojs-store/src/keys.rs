@@ -1,6 +1,7 @@
-//! The key schema's Rust side. Every key of a deployment starts with `ojs:{<namespace>}:`; the braces are
-//! a Redis Cluster hash tag, so all keys of one deployment live in one slot and every script is
-//! single-slot. The families and their methods come from `layout.rs` (see there).
+//! The key schema's Rust side. Every key of a deployment's shard 0 starts with `ojs:{<namespace>}:`, of
+//! shard `i > 0` with `ojs:{<namespace>.<i>}:`; the braces are a Redis Cluster hash tag, so all keys of
+//! one shard live in one slot and every script is single-slot. (`.` is not allowed in a namespace, so
+//! no namespace's shard 0 is another's shard.) The families and their methods come from `layout.rs`.
 
 use crate::layout;
 
@@ -10,11 +11,19 @@ pub struct Keys {
 }
 
 impl Keys {
+    /// The keys of the deployment's shard 0 (the only shard of a deployment that has one).
     /// `namespace` must already be validated (see [`Keys::check_namespace`]).
     pub fn new(namespace: &str) -> Self {
-        Self {
-            prefix: format!("ojs:{{{namespace}}}:"),
-        }
+        Self::for_shard(namespace, 0)
+    }
+
+    /// The keys of shard `shard` (see the module's documentation).
+    pub fn for_shard(namespace: &str, shard: usize) -> Self {
+        let prefix = match shard {
+            0 => format!("ojs:{{{namespace}}}:"),
+            i => format!("ojs:{{{namespace}.{i}}}:"),
+        };
+        Self { prefix }
     }
 
     /// Namespaces: 1–64 of `[a-z0-9_-]`, so no namespace can contain another's hash tag.

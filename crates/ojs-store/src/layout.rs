@@ -40,6 +40,11 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("workflows", "workflows"),
     k("rl_keys", "rl:keys"),
     k("rl_wake", "rl:wake"),
+    // Shard 0 only: the number of shards, and where each queue and rate-limit key lives.
+    k("shard_count", "shards"),
+    k("placement", "placement"),
+    k("rl_home", "rl:home"),
+    k("unique_home", "unique:home"),
     // One job, worker, cron entry, workflow, uniqueness key, deduplication or root signature.
     k("job", "job:{id}"),
     k("worker", "worker:{worker}"),

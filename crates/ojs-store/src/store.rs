@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
@@ -59,6 +60,7 @@ pub struct StoreConfig {
     pub wait_timeout_ms: u64,
 }
 
+#[derive(Clone)]
 pub(crate) struct Scripts {
     pub(crate) enqueue: Named,
     pub(crate) fetch: Named,
@@ -79,9 +81,11 @@ pub(crate) struct Scripts {
     pub(crate) cron_delete: Named,
     pub(crate) workflow_get: Named,
     pub(crate) workflow_cancel: Named,
+    pub(crate) place: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
+#[derive(Clone)]
 pub(crate) struct Named {
     pub(crate) name: &'static str,
     pub(crate) function: String,
@@ -118,13 +122,22 @@ async fn load_library(conn: &mut Conn) -> Result<()> {
 /// sends UNWATCH + PING on every checkout: one extra round trip and two extra commands per request;
 /// see benches/RESULTS.md.) Each connection is made on first use, so a server starts while Redis is
 /// down and answers 503 until it is back.
+///
+/// A `Store` serves one shard of the deployment (see `keys.rs`); [`Store::shard`] makes the store of
+/// another shard over the same connections.
 pub struct Store {
-    backend: Backend,
-    conns: Vec<OnceCell<Conn>>,
-    next: AtomicUsize,
+    links: Arc<Links>,
+    shard: usize,
     pub(crate) keys: Keys,
     pub(crate) cfg: StoreConfig,
     pub(crate) scripts: Scripts,
+}
+
+/// The connections, shared by the stores of every shard.
+struct Links {
+    backend: Backend,
+    conns: Vec<OnceCell<Conn>>,
+    next: AtomicUsize,
 }
 
 impl Store {
@@ -139,9 +152,12 @@ impl Store {
             1
         };
         Ok(Self {
-            backend,
-            conns: (0..pool).map(|_| OnceCell::new()).collect(),
-            next: AtomicUsize::new(0),
+            links: Arc::new(Links {
+                backend,
+                conns: (0..pool).map(|_| OnceCell::new()).collect(),
+                next: AtomicUsize::new(0),
+            }),
+            shard: 0,
             keys: Keys::new(&cfg.namespace),
             scripts: Scripts {
                 enqueue: script(scripts::ENQUEUE),
@@ -163,6 +179,7 @@ impl Store {
                 cron_delete: script(scripts::CRON_DELETE),
                 workflow_get: script(scripts::WORKFLOW_GET),
                 workflow_cancel: script(scripts::WORKFLOW_CANCEL),
+                place: script(scripts::PLACE),
             },
             cfg,
         })
@@ -172,14 +189,31 @@ impl Store {
         &self.keys
     }
 
+    /// The store of shard `shard` of the same deployment, over the same connections.
+    pub fn shard(&self, shard: usize) -> Store {
+        Store {
+            links: Arc::clone(&self.links),
+            shard,
+            keys: Keys::for_shard(&self.cfg.namespace, shard),
+            cfg: self.cfg.clone(),
+            scripts: self.scripts.clone(),
+        }
+    }
+
+    /// Which shard this store serves (0 for a deployment of one shard).
+    pub fn shard_index(&self) -> usize {
+        self.shard
+    }
+
     pub fn config(&self) -> &StoreConfig {
         &self.cfg
     }
 
     pub(crate) async fn conn(&self) -> Result<Conn> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let conn = self.conns[i]
-            .get_or_try_init(|| self.backend.shared())
+        let links = &self.links;
+        let i = links.next.fetch_add(1, Ordering::Relaxed) % links.conns.len();
+        let conn = links.conns[i]
+            .get_or_try_init(|| links.backend.shared())
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         Ok(conn.clone())
@@ -262,7 +296,7 @@ impl Store {
     /// default of 500 ms would drop an idle tail twice a second), and it is named
     /// `ojs-events:<namespace>` so that `CLIENT LIST` shows which pod tails what.
     pub async fn blocking_connection(&self) -> Result<Conn> {
-        let mut conn = self.backend.dedicated(blocking_timeout()).await?;
+        let mut conn = self.links.backend.dedicated(blocking_timeout()).await?;
         let mut name = redis::cmd("CLIENT");
         name.arg("SETNAME").arg(format!("ojs-events:{}", self.cfg.namespace));
         let _: () = conn.on_tag(&name, &self.keys.events()).await?;

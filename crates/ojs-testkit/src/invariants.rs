@@ -191,6 +191,12 @@ fn first_part(keys: &ojs_store::Keys, family: &str, key: &str) -> String {
 }
 
 pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
+    check_shard_invariants(redis_url, ns, 0).await
+}
+
+/// [`check_invariants`] of shard `shard` of a deployment run with `--shards` (its keys live on the
+/// node at `redis_url`).
+pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> Vec<String> {
     let client = redis::Client::open(redis_url).expect("redis url");
     // redis-rs' default 500 ms response timeout is too short for a full keyspace walk on a loaded
     // machine; a slow answer is not a broken invariant.
@@ -199,7 +205,7 @@ pub async fn check_invariants(redis_url: &str, ns: &str) -> Vec<String> {
         .get_multiplexed_async_connection_with_config(&cfg)
         .await
         .expect("redis connection");
-    let keys = ojs_store::Keys::new(ns);
+    let keys = ojs_store::Keys::for_shard(ns, shard);
     let p = keys.prefix().to_string();
     let snap = Snapshot::take(&mut conn, &p).await;
     let mut problems = Vec::new();

@@ -257,6 +257,8 @@ impl JobFilter {
 /// One index a listing reads: its key, its order, the state its entries must have (None: any; the
 /// index implies it), and the queue its membership implies (ready sets).
 pub struct Segment {
+    /// The shard whose index this is.
+    shard: usize,
     key: String,
     rev: bool,
     state: Option<&'static str>,
@@ -270,7 +272,6 @@ pub async fn segments(
     f: &JobFilter,
     states: &[&'static str],
 ) -> Result<Vec<Segment>, crate::error::ApiError> {
-    let k = st.store.keys();
     let wanted: Vec<&'static str> = match &f.state {
         Some(s) => match states.iter().find(|x| **x == s.as_str()) {
             Some(x) => vec![*x],
@@ -292,47 +293,58 @@ pub async fn segments(
     };
     let mut out = Vec::new();
     for s in wanted {
-        match s {
-            "available" => {
-                let queues = match &f.queue {
-                    Some(q) => vec![q.clone()],
-                    None => st.store.queue_names().await?,
-                };
-                for q in queues {
-                    out.push(Segment {
-                        key: k.queue_ready(&q),
-                        rev: false,
-                        state: None,
-                        queue: Some(q),
-                    });
-                }
-            }
-            "active" => out.push(Segment {
-                key: k.active(),
-                rev: false,
-                state: None,
-                queue: None,
-            }),
-            "discarded" => out.push(Segment {
-                key: k.dead(),
-                rev: true,
-                state: None,
-                queue: None,
-            }),
-            "scheduled" | "retryable" => {
-                // Both live in P scheduled: with only one of them asked for, each entry's state is read.
-                let both = f.state.is_none() && states.contains(&"scheduled") && states.contains(&"retryable");
-                if both && s == "retryable" {
-                    continue;
-                }
+        if s == "available" {
+            let queues = match &f.queue {
+                Some(q) => vec![q.clone()],
+                None => st.shards.queue_names().await?,
+            };
+            let names: Vec<&str> = queues.iter().map(String::as_str).collect();
+            let at = st.shards.of_queues(&names).await?;
+            for (q, shard) in queues.into_iter().zip(at) {
                 out.push(Segment {
-                    key: k.scheduled(),
+                    shard,
+                    key: st.shards.get(shard).keys().queue_ready(&q),
                     rev: false,
-                    state: if both { None } else { Some(s) },
-                    queue: None,
+                    state: None,
+                    queue: Some(q),
                 });
             }
-            _ => {}
+            continue;
+        }
+        // The other indexes are one per shard.
+        for store in st.shards.all() {
+            let (shard, k) = (store.shard_index(), store.keys());
+            match s {
+                "active" => out.push(Segment {
+                    shard,
+                    key: k.active(),
+                    rev: false,
+                    state: None,
+                    queue: None,
+                }),
+                "discarded" => out.push(Segment {
+                    shard,
+                    key: k.dead(),
+                    rev: true,
+                    state: None,
+                    queue: None,
+                }),
+                "scheduled" | "retryable" => {
+                    // Both live in P scheduled: with only one of them asked for, each entry's state is read.
+                    let both = f.state.is_none() && states.contains(&"scheduled") && states.contains(&"retryable");
+                    if both && s == "retryable" {
+                        continue;
+                    }
+                    out.push(Segment {
+                        shard,
+                        key: k.scheduled(),
+                        rev: false,
+                        state: if both { None } else { Some(s) },
+                        queue: None,
+                    });
+                }
+                _ => {}
+            }
         }
     }
     Ok(out)
@@ -356,16 +368,17 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
     let mut examined = 0u64;
     let end = offset.saturating_add(count);
     for seg in segs {
+        let store = st.shards.get(seg.shard);
         let queue_ok = |q: Option<&str>| f.queue.as_deref().is_none_or(|want| q == Some(want));
         let filtered = seg.state.is_some() || (f.queue.is_some() && seg.queue.is_none()) || f.job_type.is_some();
         if !filtered {
             // Every entry matches: count it, and read only the part of the window it holds.
-            let n = st.store.index_len(&seg.key).await?;
+            let n = store.index_len(&seg.key).await?;
             let (lo, hi) = (w.total, w.total + n);
             if offset < hi && end > lo {
                 let from = offset.max(lo) - lo;
                 let take = end.min(hi) - lo - from;
-                w.ids.extend(st.store.index_ids(&seg.key, from, take, seg.rev).await?);
+                w.ids.extend(store.index_ids(&seg.key, from, take, seg.rev).await?);
             }
             w.total = hi;
             continue;
@@ -376,13 +389,13 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
                 w.exact = false;
                 return Ok(w);
             }
-            let chunk = st.store.index_ids(&seg.key, pos, CHUNK, seg.rev).await?;
+            let chunk = store.index_ids(&seg.key, pos, CHUNK, seg.rev).await?;
             if chunk.is_empty() {
                 break;
             }
             pos += chunk.len() as u64;
             examined += chunk.len() as u64;
-            let fields = st.store.jobs_fields(&chunk, &["state", "queue", "type"]).await?;
+            let fields = store.jobs_fields(&chunk, &["state", "queue", "type"]).await?;
             for (id, f3) in chunk.into_iter().zip(fields) {
                 let get = |i: usize| f3.get(i).and_then(|v| v.as_deref());
                 let ok = get(0).is_some()
@@ -404,7 +417,7 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
 /// The jobs with these ids as the API shows them (jobs gone meanwhile are left out).
 pub async fn views(st: &AppState, ids: &[String]) -> ApiResult<Vec<Value>> {
     Ok(st
-        .store
+        .shards
         .jobs(ids)
         .await?
         .iter()
@@ -420,7 +433,7 @@ pub async fn views(st: &AppState, ids: &[String]) -> ApiResult<Vec<Value>> {
 /// the span those 1,000 cover. Shared by every node (the stream is in Redis).
 async fn throughput(st: &AppState, now: i64) -> ApiResult<(f64, f64)> {
     const SAMPLE: usize = 1_000;
-    let events = st.store.events_since(now - 60_000, SAMPLE).await?;
+    let events = crate::events_hub::events_latest(st, SAMPLE, Some(now - 60_000)).await?;
     let (mut done, mut failed) = (0u64, 0u64);
     for (_, e) in &events {
         match e.get("type").map(String::as_str) {
@@ -432,7 +445,7 @@ async fn throughput(st: &AppState, now: i64) -> ApiResult<(f64, f64)> {
     let span_ms = if events.len() == SAMPLE {
         let oldest = events
             .last()
-            .and_then(|(id, _)| id.split('-').next()?.parse::<i64>().ok())
+            .and_then(|(id, _)| crate::events_hub::position(id).0.try_into().ok())
             .unwrap_or(now - 60_000);
         (now - oldest).clamp(1, 60_000)
     } else {
@@ -483,11 +496,11 @@ struct Throughput {
     responses((status = 200, description = "OK", body = Stats, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
-    let names = st.store.queue_names().await?;
-    let counts = st.store.queue_counts(&names).await?;
-    let (dead, _, _) = st.store.dead_summary().await?;
-    let (workers, _) = st.store.workers_page(0, 0).await?;
-    let now = st.store.now_ms().await?;
+    let names = st.shards.queue_names().await?;
+    let counts = st.shards.queue_counts(&names).await?;
+    let (dead, _, _) = st.shards.dead_summary().await?;
+    let (workers, _) = st.shards.workers_page(0, 0).await?;
+    let now = st.shards.first().now_ms().await?;
     let (processed, failed) = throughput(&st, now).await?;
     Ok(ok(json!(Stats {
         queues: names.len(),
@@ -546,14 +559,14 @@ struct AdminQueueList {
 )]
 async fn queues(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(20, 1000)?;
-    let names = st.store.queue_names().await?;
+    let names = st.shards.queue_names().await?;
     let total = names.len() as u64;
     let page: Vec<String> = names
         .into_iter()
         .skip(p.offset.min(total) as usize)
         .take(p.count as usize)
         .collect();
-    let counts = st.store.queue_counts(&page).await?;
+    let counts = st.shards.queue_counts(&page).await?;
     Ok(ok(json!(AdminQueueList {
         items: counts.iter().map(AdminQueue::from).collect(),
         pagination: p.of(total),
@@ -579,12 +592,12 @@ struct AdminQueueDetail {
 )]
 async fn queue_detail(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    if !st.store.queue_names().await?.contains(&q) {
+    if !st.shards.queue_names().await?.contains(&q) {
         return Err(OjsError::not_found("queue", &q).into());
     }
     Ok(ok(json!(AdminQueueDetail {
         queue: AdminQueue::from(&one_queue(&st, &q).await?),
-        priority_aging_seconds: st.store.get_aging(&q).await?,
+        priority_aging_seconds: st.shards.for_queue(&q).await?.get_aging(&q).await?,
     })))
 }
 
@@ -605,12 +618,12 @@ struct AdminQueueChange {
 
 async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response> {
     queue_name(q)?;
-    st.store.set_paused(q, paused).await?;
+    st.shards.for_queue(&q).await?.set_paused(q, paused).await?;
     let queue = AdminQueue {
         paused,
         ..AdminQueue::from(&one_queue(st, q).await?)
     };
-    let at = Some(clock::format_ms(st.store.now_ms().await?));
+    let at = Some(clock::format_ms(st.shards.first().now_ms().await?));
     Ok(ok(json!(AdminQueueChange {
         queue,
         paused_at: at.clone().filter(|_| paused),
@@ -682,8 +695,8 @@ struct WorkerList {
 )]
 async fn workers(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(20, 1000)?;
-    let (total, all) = st.store.workers_page(0, MAX_WORKERS).await?;
-    let now = st.store.now_ms().await?;
+    let (total, all) = st.shards.workers_page(0, MAX_WORKERS).await?;
+    let now = st.shards.first().now_ms().await?;
     let views: Vec<WorkerView> = all
         .iter()
         .map(|(id, rec)| worker_view(id, rec, now, st.config.visibility_timeout_ms))
@@ -735,11 +748,11 @@ struct WorkerDetail {
 async fn worker_detail(State(st): State<AppState>, OjsPath(w): OjsPath<String>) -> ApiResult<Response> {
     crate::routes::workers::check_worker_id(&w)?;
     let rec = st
-        .store
+        .shards
         .worker_record(&w)
         .await?
         .ok_or_else(|| OjsError::not_found("worker", &w))?;
-    let now = st.store.now_ms().await?;
+    let now = st.shards.first().now_ms().await?;
     let worker = worker_view(&w, &rec, now, st.config.visibility_timeout_ms);
     let jobs = views(&st, &worker.current_jobs).await?;
     Ok(ok(json!(WorkerDetail { worker, jobs })))
@@ -910,7 +923,11 @@ async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) 
     let s = st.clone();
     bulk(&st, req, "retry", &["discarded"], move |id| {
         let s = s.clone();
-        async move { Ok((!s.store.dead_retry(&id).await?).then(|| "no longer in the dead letter set".to_string())) }
+        async move {
+            let id = id.as_str();
+            Ok((!s.shards.on_id(id, |t| async move { t.dead_retry(id).await }).await?)
+                .then(|| "no longer in the dead letter set".to_string()))
+        }
     })
     .await
 }
@@ -935,7 +952,8 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
         move |id| {
             let s = s.clone();
             async move {
-                Ok(match s.store.cancel(&id).await? {
+                let id = id.as_str();
+                Ok(match s.shards.on_id(id, |t| async move { t.cancel(id).await }).await? {
                     Transition::Done(_) => None,
                     Transition::NotFound => Some("job not found".to_string()),
                     Transition::WrongState(state) | Transition::LeaseLost(state) => {
@@ -962,7 +980,11 @@ async fn bulk_delete(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
     let s = st.clone();
     bulk(&st, req, "delete", &["discarded"], move |id| {
         let s = s.clone();
-        async move { Ok((!s.store.dead_delete(&id).await?).then(|| "no longer in the dead letter set".to_string())) }
+        async move {
+            let id = id.as_str();
+            Ok((!s.shards.on_id(id, |t| async move { t.dead_delete(id).await }).await?)
+                .then(|| "no longer in the dead letter set".to_string()))
+        }
     })
     .await
 }

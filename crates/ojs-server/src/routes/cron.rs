@@ -49,20 +49,31 @@ struct CronList {
 async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>) -> ApiResult<Response> {
     let reg = parse_registration(req, &st.rules)?;
     let def = serde_json::to_string(&reg.def).map_err(|e| OjsError::invalid(e.to_string()))?;
+    // The entry lives on the shard of its template's queue, so a tick's job and the entry's advance are
+    // one script call.
+    let store = st.shards.for_queue(&reg.queue).await?;
     let next = if reg.enabled {
         // Computed on Redis' clock, like every time the server acts on.
-        let now = st.store.now_ms().await?;
+        let now = store.now_ms().await?;
         reg.schedule.next_after_ms(now)
     } else {
         None
     };
-    let saved = st.store.cron_set(&reg.name, &def, next).await?;
-    let entry = st.store.cron_get(&reg.name).await?.unwrap_or_default();
-    let status = if saved.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let saved = store.cron_set(&reg.name, &def, next).await?;
+    // An update whose template moved to a queue of another shard leaves no entry behind there.
+    let mut created = saved.created;
+    for other in st
+        .shards
+        .all()
+        .iter()
+        .filter(|o| o.shard_index() != store.shard_index())
+    {
+        if other.cron_delete(&reg.name).await?.is_some() {
+            created = false;
+        }
+    }
+    let entry = store.cron_get(&reg.name).await?.unwrap_or_default();
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok(ojs_json(
         status,
         json!(CronResponse {
@@ -82,7 +93,7 @@ async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>
 async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     // The same pagination as the admin listings (page/per_page or limit/offset, OJS 400 on bad numbers).
     let p = PageQuery::from_params(&q)?.resolve(100, 1000)?;
-    let (total, entries) = st.store.cron_list(p.offset, p.count).await?;
+    let (total, entries) = cron_page(&st, p.offset, p.count).await?;
     Ok(ok(json!(CronList {
         crons: entries.iter().map(|(n, f)| entry_view(n, f)).collect(),
         pagination: p.of(total),
@@ -99,7 +110,14 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiR
 )]
 async fn get_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -> ApiResult<Response> {
     check_name(&name).map_err(|_| OjsError::not_found("cron entry", &name))?;
-    match st.store.cron_get(&name).await? {
+    match st
+        .shards
+        .on_any(|s| {
+            let name = name.clone();
+            async move { s.cron_get(&name).await }
+        })
+        .await?
+    {
         Some(f) => Ok(ok(json!(CronResponse {
             cron: entry_view(&name, &f)
         }))),
@@ -117,10 +135,40 @@ async fn get_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -
 )]
 async fn delete_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -> ApiResult<Response> {
     check_name(&name).map_err(|_| OjsError::not_found("cron entry", &name))?;
-    match st.store.cron_delete(&name).await? {
+    match st
+        .shards
+        .on_any(|s| {
+            let name = name.clone();
+            async move { s.cron_delete(&name).await }
+        })
+        .await?
+    {
         Some(f) => Ok(ok(json!(CronResponse {
             cron: entry_view(&name, &f)
         }))),
         None => Err(OjsError::not_found("cron entry", &name).into()),
     }
+}
+
+/// A page of entries in name order over every shard: (total, entries).
+async fn cron_page(
+    st: &AppState,
+    offset: u64,
+    count: u64,
+) -> Result<(u64, Vec<(String, ojs_store::JobFields)>), ojs_store::StoreError> {
+    let shards = st.shards.all();
+    if shards.len() == 1 {
+        return shards[0].cron_list(offset, count).await;
+    }
+    let (mut total, mut all) = (0, Vec::new());
+    for s in shards {
+        let (n, entries) = s.cron_list(0, offset.saturating_add(count)).await?;
+        total += n;
+        all.extend(entries);
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((
+        total,
+        all.into_iter().skip(offset as usize).take(count as usize).collect(),
+    ))
 }

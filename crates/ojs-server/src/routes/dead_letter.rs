@@ -87,7 +87,7 @@ async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
 
 /// Size and age of the set: O(log n).
 async fn stats_impl(st: &AppState) -> ApiResult<Response> {
-    let (total, oldest, newest) = st.store.dead_summary().await?;
+    let (total, oldest, newest) = st.shards.dead_summary().await?;
     Ok(ok(json!(DeadLetterStats {
         total,
         oldest_at: oldest.map(clock::format_ms),
@@ -97,19 +97,21 @@ async fn stats_impl(st: &AppState) -> ApiResult<Response> {
 
 async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     let id = path_job_id(id)?;
-    match st.store.get_job(id).await? {
-        Some(f) if st.store.is_dead(id).await? => Ok(ok(json!(JobResponse::of(job_view(&f))))),
+    match st.shards.get_job(id).await? {
+        Some(f) if st.shards.on_id(id, |s| async move { s.is_dead(id).await }).await? => {
+            Ok(ok(json!(JobResponse::of(job_view(&f)))))
+        }
         _ => Err(OjsError::not_found("dead-letter job", id).into()),
     }
 }
 
 async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     let id = path_job_id(id)?;
-    if !st.store.dead_retry(id).await? {
+    if !st.shards.on_id(id, |s| async move { s.dead_retry(id).await }).await? {
         return Err(OjsError::not_found("dead-letter job", id).into());
     }
     let f = st
-        .store
+        .shards
         .get_job(id)
         .await?
         .ok_or_else(|| OjsError::not_found("job", id))?;
@@ -118,7 +120,7 @@ async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
 
 async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Deleted> {
     let id = path_job_id(id)?;
-    if !st.store.dead_delete(id).await? {
+    if !st.shards.on_id(id, |s| async move { s.dead_delete(id).await }).await? {
         return Err(OjsError::not_found("dead-letter job", id).into());
     }
     Ok(Deleted {

@@ -167,9 +167,9 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
     let queues = csv(&q.queues, &q.queue);
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     if let Some(a) = &q.after {
-        if ojs_store::event_position(a).is_none() {
+        if crate::events_hub::parse_event_id(a).is_none() {
             return Err(OjsError::invalid(format!(
-                "after must be an event id such as 1700000000000-0 or 1700000000000-0.3; got {a:?}"
+                "after must be an event id such as 1700000000000-0, 1700000000000-0.3 or 1700000000000-0@2; got {a:?}"
             ))
             .into());
         }
@@ -183,7 +183,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
     const SCAN: usize = 10_000;
     let (events, cursor) = match &q.after {
         Some(after) => {
-            let entries = st.store.events_after(after, SCAN).await?;
+            let entries = crate::events_hub::events_after(&st, after, SCAN).await?;
             let mut out = Vec::new();
             let mut last = after.clone();
             for (id, f) in &entries {
@@ -198,7 +198,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
             (out, last)
         }
         None => {
-            let entries = st.store.events_latest(SCAN).await?;
+            let entries = crate::events_hub::events_latest(&st, SCAN, None).await?;
             let mut out: Vec<Value> = entries
                 .iter()
                 .filter(|(_, f)| keep(f))
@@ -283,11 +283,6 @@ async fn stream_job(
     sse(st, headers, q).await
 }
 
-/// An event id's position (0 for anything that is not one).
-fn stream_id(id: &str) -> (u64, u64, u64) {
-    ojs_store::event_position(id).unwrap_or_default()
-}
-
 async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt;
@@ -310,12 +305,11 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
     // Subscribe before catching up, so nothing falls between the two.
     let live = tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe());
     let mut backlog = Vec::new();
-    let mut seen = (0, 0, 0);
-    if let Some(after) = resume.filter(|a| ojs_store::event_position(a).is_some()) {
-        seen = stream_id(&after);
-        for (id, f) in st.store.events_after(&after, 10_000).await? {
-            seen = stream_id(&id);
-            if keep(&f) {
+    let mut seen = crate::events_hub::Seen::default();
+    if let Some(after) = resume.filter(|a| crate::events_hub::parse_event_id(a).is_some()) {
+        seen = crate::events_hub::Seen::after(&after);
+        for (id, f) in crate::events_hub::events_after(&st, &after, 10_000).await? {
+            if seen.take(&id) && keep(&f) {
                 backlog.push((id, f));
             }
         }
@@ -335,7 +329,7 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
     );
     let rest = live.filter_map(move |e| {
         let out = match e {
-            Ok(entry) if stream_id(&entry.0) > seen && keep(&entry.1) => Some(Ok(to_event(&entry.0, &entry.1))),
+            Ok(entry) if seen.take(&entry.0) && keep(&entry.1) => Some(Ok(to_event(&entry.0, &entry.1))),
             // A slow client that fell more than the channel's capacity behind: it resumes with
             // Last-Event-ID after reconnecting; here we just carry on.
             _ => None,

@@ -152,7 +152,7 @@ struct WaitSummary {
 }
 
 fn entry_ms(id: &str) -> Option<i64> {
-    id.split('-').next()?.parse().ok()
+    crate::events_hub::parse_event_id(id)?.1.split('-').next()?.parse().ok()
 }
 
 /// One start seen in the window.
@@ -198,18 +198,16 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
     if let Some(name) = &queue {
         names::check_queue(name).map_err(|e| OjsError::invalid(format!("queue: {e}")))?;
     }
-    let now = st.store.now_ms().await?;
+    let now = st.shards.first().now_ms().await?;
     // Buckets are clock minutes; the last one is the current, partial, minute.
     let start = (now / MINUTE - (minutes - 1)) * MINUTE;
     let n = minutes as usize;
     let bucket = |t: i64| ((t - start).max(0) / MINUTE).min(minutes - 1) as usize;
 
-    let mut events = st.store.events_since(start, MAX_EVENTS).await?;
+    let mut events = crate::events_hub::events_latest(&st, MAX_EVENTS, Some(start)).await?;
     let hit_count = events.len() == MAX_EVENTS;
     events.reverse(); // oldest first
-    let stream_from = st
-        .store
-        .events_after("0-0", 1)
+    let stream_from = crate::events_hub::events_after(&st, "0-0", 1)
         .await?
         .first()
         .and_then(|(id, _)| entry_ms(id));
@@ -297,7 +295,7 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
     let sampled: Vec<&Start> = starts.iter().rev().take(MAX_WAIT_READS).collect();
     let ids: Vec<String> = sampled.iter().map(|s| s.job_id.clone()).collect();
     let fields = st
-        .store
+        .shards
         .jobs_fields(&ids, &["priority", "enqueued_at", "scheduled_at"])
         .await?;
     let mut waits: BTreeMap<i64, WaitAcc> = BTreeMap::new();

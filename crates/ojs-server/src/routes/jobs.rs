@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath};
 use crate::routes::path_job_id;
 use crate::schemas::{Job, JobResponse, OjsErrorBody, RateWindow, OJS_MEDIA_TYPE};
@@ -53,9 +53,64 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
     job_view(&f)
 }
 
-async fn store_jobs(st: &AppState, jobs: &[NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
+/// Writes a batch: in one script call when its jobs live on one shard (all or nothing), else one call
+/// per shard in shard order, each all or nothing (a refusal names the jobs earlier shards wrote).
+async fn store_jobs(st: &AppState, jobs: &mut [NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
+    let at = st.shards.place_jobs(jobs).await?;
+    let first = at[0];
+    if at.iter().all(|s| *s == first) {
+        return store_part(st, first, jobs, block).await;
+    }
+    let mut shards = at.clone();
+    shards.sort_unstable();
+    shards.dedup();
+    let mut all = Enqueued {
+        now_ms: 0,
+        states: vec![String::new(); jobs.len()],
+        pressure: Vec::new(),
+        existing: vec![None; jobs.len()],
+    };
+    let mut written: Vec<&str> = Vec::new();
+    for s in shards {
+        let idx: Vec<usize> = (0..jobs.len()).filter(|i| at[*i] == s).collect();
+        let part: Vec<NewJob> = idx.iter().map(|i| jobs[*i].clone()).collect();
+        let e = match store_part(st, s, &part, block).await {
+            Ok(e) => e,
+            Err(ApiError(mut e)) if !written.is_empty() => {
+                let mut details = e.details.take().unwrap_or_else(|| json!({}));
+                if let Some(i) = details.get("index").and_then(Value::as_u64) {
+                    details["index"] = json!(idx[i as usize]);
+                }
+                details["written_ids"] = json!(written);
+                e.message = format!(
+                    "{} ({} jobs of the batch on other shards were written; details.written_ids lists them)",
+                    e.message,
+                    written.len()
+                );
+                return Err(e.with_details(details).into());
+            }
+            Err(e) => return Err(e),
+        };
+        all.now_ms = all.now_ms.max(e.now_ms);
+        all.pressure.extend(e.pressure);
+        for ((i, state), existing) in idx.iter().zip(e.states).zip(e.existing) {
+            all.states[*i] = state;
+            all.existing[*i] = existing;
+        }
+        written.extend(idx.iter().map(|i| jobs[*i].id.as_str()));
+    }
+    Ok(all)
+}
+
+/// Writes jobs that all live on shard `shard` in one script call.
+async fn store_part(
+    st: &AppState,
+    shard: usize,
+    jobs: &[NewJob],
+    block: Option<tokio::time::Instant>,
+) -> ApiResult<Enqueued> {
     loop {
-        match st.store.enqueue(jobs).await? {
+        match st.shards.get(shard).enqueue(jobs).await? {
             EnqueueOutcome::Created(e) => {
                 for (j, state) in jobs.iter().zip(&e.states) {
                     if written(state) {
@@ -150,7 +205,7 @@ fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
     }
 }
 
-fn duplicate(id: &str) -> OjsError {
+pub(crate) fn duplicate(id: &str) -> OjsError {
     OjsError::new(ErrorCode::Duplicate, format!("a job with id {id} already exists"))
         .with_details(json!({ "job_id": id }))
 }
@@ -165,13 +220,14 @@ fn duplicate(id: &str) -> OjsError {
 )]
 async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
-        return enqueue_chain(&st, wf?).await;
+        return enqueue_chain(&st, &mut wf?).await;
     }
-    let job = envelope::parse(body, &st.rules)?;
+    let mut job = envelope::parse(body, &st.rules)?;
     let block = block_deadline(&headers)?;
+    let shard = st.shards.place_jobs(std::slice::from_mut(&mut job)).await?[0];
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
     let out = loop {
-        let out = st.enqueues().call(job.clone()).await?;
+        let out = st.enqueues(shard).call(job.clone()).await?;
         match (out.state.as_str(), &out.pressure) {
             ("full", Some(p)) => wait_for_room(p, block).await?,
             _ => break out,
@@ -226,8 +282,8 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
 /// The seed's form (priority spec example 14.5): the envelope is the first step of a chain whose other
 /// steps are its `workflow.chain`; they inherit its priority and queue. Answers the first step, with
 /// the workflow.
-async fn enqueue_chain(st: &AppState, wf: ojs_core::workflow::NewWorkflow) -> ApiResult<Response> {
-    let (now, states, workflow) = crate::routes::workflows::store_workflow(st, &wf).await?;
+async fn enqueue_chain(st: &AppState, wf: &mut ojs_core::workflow::NewWorkflow) -> ApiResult<Response> {
+    let (now, states, workflow) = crate::routes::workflows::store_workflow(st, wf).await?;
     let root = &wf.jobs[0];
     let mut view = created_view(root, now, states.first().map(String::as_str).unwrap_or("available"));
     view["workflow_id"] = json!(wf.id);
@@ -486,7 +542,7 @@ async fn enqueue_batch(
         )
         .into());
     }
-    let e = store_jobs(&st, &jobs, block).await?;
+    let e = store_jobs(&st, &mut jobs, block).await?;
     let mut deduplicated = Vec::new();
     let views: Vec<Value> = jobs
         .iter()
@@ -529,7 +585,7 @@ async fn enqueue_batch(
 )]
 async fn get_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
-    match st.store.get_job(id).await? {
+    match st.shards.get_job(id).await? {
         Some(f) => Ok(ok(json!(JobResponse::of(job_view(&f))))),
         None => Err(OjsError::not_found("job", id).into()),
     }
@@ -570,7 +626,13 @@ async fn update(
         .priority
         .ok_or_else(|| OjsError::invalid("priority is required: PATCH changes a job's priority"))?;
     let priority = model.check(&p).map_err(OjsError::invalid)?;
-    match st.store.set_priority(id, priority, model.rank(priority)).await? {
+    match st
+        .shards
+        .on_id(id, |s| async move {
+            s.set_priority(id, priority, model.rank(priority)).await
+        })
+        .await?
+    {
         Transition::Done((previous, queue)) => {
             metrics::counter!("ojs_job_priority_changes_total", "queue" => queue).increment(1);
             Ok(ok(json!(PriorityChanged {
@@ -597,7 +659,7 @@ async fn update(
 )]
 async fn admin_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
-    match st.store.get_job(id).await? {
+    match st.shards.get_job(id).await? {
         Some(f) => Ok(ok(job_view(&f))),
         None => Err(OjsError::not_found("job", id).into()),
     }
@@ -613,10 +675,10 @@ async fn admin_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> 
 )]
 async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
-    match st.store.cancel(id).await? {
+    match st.shards.on_id(id, |s| async move { s.cancel(id).await }).await? {
         Transition::Done(_) => {
             let f = st
-                .store
+                .shards
                 .get_job(id)
                 .await?
                 .ok_or_else(|| OjsError::not_found("job", id))?;

@@ -53,11 +53,11 @@ async fn beat(st: State<AppState>, req: OjsJson<HeartbeatReq>) -> ApiResult<Resp
 async fn worker_health(State(st): State<AppState>, OjsPath(worker): OjsPath<String>) -> ApiResult<Response> {
     check_worker_id(&worker)?;
     let rec = st
-        .store
+        .shards
         .worker_record(&worker)
         .await?
         .ok_or_else(|| OjsError::not_found("worker", &worker))?;
-    let now = st.store.now_ms().await?;
+    let now = st.shards.first().now_ms().await?;
     let view = worker_view(&worker, &rec, now, st.config.visibility_timeout_ms);
     let status = match view.state {
         WorkerState::Running => StatusCode::OK,

@@ -202,9 +202,12 @@ async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response
     let id = path_job_id(id)?;
     let (progress, message, data) = parse(&req)?;
     let claim = req.claim.into_ref()?;
+    let (claim, message_ref, data_ref) = (&claim, message.as_deref(), data.as_deref());
     match st
-        .store
-        .report_progress(id, &claim, progress, message.as_deref(), data.as_deref())
+        .shards
+        .on_id(id, |s| async move {
+            s.report_progress(id, claim, progress, message_ref, data_ref).await
+        })
         .await?
     {
         Transition::Done((now, stored, lease)) => Ok(ok(json!(ProgressAnswer::Accepted {
@@ -241,7 +244,7 @@ async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response
 async fn get_progress(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     let f = st
-        .store
+        .shards
         .get_job(id)
         .await?
         .ok_or_else(|| OjsError::not_found("job", id))?;

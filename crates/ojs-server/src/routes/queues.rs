@@ -96,8 +96,8 @@ pub(crate) fn queue_name(q: &str) -> Result<(), OjsError> {
     responses((status = 200, description = "OK", body = QueueList, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn list(State(st): State<AppState>) -> ApiResult<Response> {
-    let names = st.store.queue_names().await?;
-    let counts = st.store.queue_counts(&names).await?;
+    let names = st.shards.queue_names().await?;
+    let counts = st.shards.queue_counts(&names).await?;
     let queues: Vec<QueueSummary> = counts.iter().map(summary).collect();
     let total = queues.len();
     Ok(ok(json!(QueueList {
@@ -118,7 +118,13 @@ async fn stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiRe
     queue_name(&q)?;
     let c = &one_queue(&st, &q).await?;
     // ojs-backpressure §10: the depth that counts against the bound, and the bound.
-    let bound = st.store.backpressure(&q).await?.map(|b| b.max_depth);
+    let bound = st
+        .shards
+        .for_queue(&q)
+        .await?
+        .backpressure(&q)
+        .await?
+        .map(|b| b.max_depth);
     Ok(ok(json!(QueueStatsResponse {
         summary: summary(c),
         stats: QueueStats {
@@ -257,7 +263,10 @@ fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {
 )]
 async fn get_config(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    Ok(ok(config_json(&q, st.store.backpressure(&q).await?.as_ref())))
+    Ok(ok(config_json(
+        &q,
+        st.shards.for_queue(&q).await?.backpressure(&q).await?.as_ref(),
+    )))
 }
 
 /// The bound a `PUT …/config` asks for; `None` when it makes the queue unbounded.
@@ -323,7 +332,7 @@ async fn put_config(
 ) -> ApiResult<Response> {
     queue_name(&q)?;
     let bp = parse_backpressure(req)?;
-    st.store.set_backpressure(&q, bp.as_ref()).await?;
+    st.shards.for_queue(&q).await?.set_backpressure(&q, bp.as_ref()).await?;
     Ok(ok(config_json(&q, bp.as_ref())))
 }
 
@@ -338,7 +347,7 @@ async fn put_config(
 )]
 async fn priority_stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    let per = st.store.priority_counts(&q).await?;
+    let per = st.shards.for_queue(&q).await?.priority_counts(&q).await?;
     let total: u64 = per.iter().map(|(_, n)| n).sum();
     let counts_by_priority = per.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
     Ok(ok(json!(PriorityStats {
@@ -396,7 +405,11 @@ fn aging_json(q: &str, interval_s: Option<u64>, rescored: Option<u64>) -> Value 
 )]
 async fn get_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    Ok(ok(aging_json(&q, st.store.get_aging(&q).await?, None)))
+    Ok(ok(aging_json(
+        &q,
+        st.shards.for_queue(&q).await?.get_aging(&q).await?,
+        None,
+    )))
 }
 
 /// Exactly one of `interval` or `interval_seconds` (1 s to 2^20 s).
@@ -441,7 +454,7 @@ async fn put_aging(
         ))
         .into());
     }
-    let rescored = st.store.set_aging(&q, Some(secs)).await?;
+    let rescored = st.shards.for_queue(&q).await?.set_aging(&q, Some(secs)).await?;
     Ok(ok(aging_json(&q, Some(secs), Some(rescored))))
 }
 
@@ -455,7 +468,7 @@ async fn put_aging(
 )]
 async fn delete_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    let rescored = st.store.set_aging(&q, None).await?;
+    let rescored = st.shards.for_queue(&q).await?.set_aging(&q, None).await?;
     Ok(ok(aging_json(&q, None, Some(rescored))))
 }
 
@@ -474,7 +487,7 @@ async fn queue_summary(st: &AppState, q: &str) -> ApiResult<QueueSummary> {
 
 /// The counts of the one queue named (every name has counts, zeros for a queue never used).
 pub(crate) async fn one_queue(st: &AppState, q: &str) -> ApiResult<QueueCounts> {
-    let c = st.store.queue_counts(&[q.to_string()]).await?;
+    let c = st.shards.queue_counts(&[q.to_string()]).await?;
     c.into_iter()
         .next()
         .ok_or_else(|| OjsError::new(ojs_core::ErrorCode::Internal, "no counts for the queue").into())
@@ -490,7 +503,7 @@ pub(crate) async fn one_queue(st: &AppState, q: &str) -> ApiResult<QueueCounts> 
 )]
 async fn pause(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    st.store.set_paused(&q, true).await?;
+    st.shards.for_queue(&q).await?.set_paused(&q, true).await?;
     Ok(ok(json!(QueueResponse {
         queue: queue_summary(&st, &q).await?
     })))
@@ -506,7 +519,7 @@ async fn pause(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiRe
 )]
 async fn resume(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    st.store.set_paused(&q, false).await?;
+    st.shards.for_queue(&q).await?.set_paused(&q, false).await?;
     Ok(ok(json!(QueueResponse {
         queue: queue_summary(&st, &q).await?
     })))

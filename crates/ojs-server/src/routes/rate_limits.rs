@@ -186,7 +186,7 @@ pub fn state_json(key: &str, s: &StoreState) -> Value {
 )]
 async fn inspect(State(st): State<AppState>, OjsPath(key): OjsPath<String>) -> ApiResult<Response> {
     check_key(&key)?;
-    let s = st.store.rate_limit_state(&key).await?;
+    let s = st.shards.for_key(&key).await?.rate_limit_state(&key).await?;
     if !s.known {
         return Err(OjsError::not_found("rate-limit key", &key).into());
     }
@@ -233,10 +233,10 @@ async fn list(State(st): State<AppState>, OjsQuery(p): OjsQuery<Page>) -> ApiRes
     let page = p.page.unwrap_or(1).max(1);
     // A page past the end is empty, however far past.
     let offset = (page - 1).saturating_mul(per_page);
-    let (total, keys) = st.store.rate_limit_keys(offset, per_page).await?;
+    let (total, keys) = st.shards.rate_limit_keys(offset, per_page).await?;
     let mut items = Vec::with_capacity(keys.len());
-    for k in &keys {
-        items.push(state_json(k, &st.store.rate_limit_state(k).await?));
+    for (store, k) in &keys {
+        items.push(state_json(k, &store.rate_limit_state(k).await?));
     }
     Ok(ok(json!(RateLimitList {
         items,
@@ -338,10 +338,12 @@ async fn put_override(
             .ok_or_else(|| OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {t:?}")))?,
         Some(v) => return Err(OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {v}")).into()),
     };
-    if !st.store.rate_limit_override(&key, Some((&fields, expires))).await? {
+    // The override lives with the key's counters (on shard 0 for a key no job has used yet).
+    let store = st.shards.for_key(&key).await?;
+    if !store.rate_limit_override(&key, Some((&fields, expires))).await? {
         return Err(OjsError::invalid("expires_at is in the past (by the server's clock)").into());
     }
-    Ok(ok(state_json(&key, &st.store.rate_limit_state(&key).await?)))
+    Ok(ok(state_json(&key, &store.rate_limit_state(&key).await?)))
 }
 
 #[utoipa::path(
@@ -354,8 +356,9 @@ async fn put_override(
 )]
 async fn delete_override(State(st): State<AppState>, OjsPath(key): OjsPath<String>) -> ApiResult<Response> {
     check_key(&key)?;
-    st.store.rate_limit_override(&key, None).await?;
-    Ok(ok(state_json(&key, &st.store.rate_limit_state(&key).await?)))
+    let store = st.shards.for_key(&key).await?;
+    store.rate_limit_override(&key, None).await?;
+    Ok(ok(state_json(&key, &store.rate_limit_state(&key).await?)))
 }
 
 fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_window: u64) -> Value {
@@ -380,7 +383,7 @@ fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_
 )]
 async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
-    let (c, r, a, w) = st.store.queue_rate_limit(&q).await?;
+    let (c, r, a, w) = st.shards.for_queue(&q).await?.queue_rate_limit(&q).await?;
     Ok(ok(queue_json(&q, c, r, a, w)))
 }
 
@@ -417,8 +420,12 @@ async fn put_queue(
     if conc.is_none() && rate.is_none() {
         return Err(OjsError::invalid("a queue limit needs concurrency, rate or both").into());
     }
-    st.store.set_queue_rate_limit(&q, Some((conc, rate))).await?;
-    let (c, r, a, w) = st.store.queue_rate_limit(&q).await?;
+    st.shards
+        .for_queue(&q)
+        .await?
+        .set_queue_rate_limit(&q, Some((conc, rate)))
+        .await?;
+    let (c, r, a, w) = st.shards.for_queue(&q).await?.queue_rate_limit(&q).await?;
     Ok(ok(queue_json(&q, c, r, a, w)))
 }
 
@@ -432,6 +439,6 @@ async fn put_queue(
 )]
 async fn delete_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
-    st.store.set_queue_rate_limit(&q, None).await?;
+    st.shards.for_queue(&q).await?.set_queue_rate_limit(&q, None).await?;
     Ok(ok(queue_json(&q, None, None, 0, 0)))
 }

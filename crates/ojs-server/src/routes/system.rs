@@ -26,11 +26,21 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// must get an answer, not hang on a reconnecting client).
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Pings Redis within [`PROBE_TIMEOUT`]: (reachable, round trip in ms, error).
+/// Pings Redis within [`PROBE_TIMEOUT`]: (reachable, round trip in ms, error). On a deployment of
+/// several shards, the primary of every shard must answer.
 async fn probe(st: &AppState) -> (bool, f64, Option<String>) {
     let started = std::time::Instant::now();
-    let r = match tokio::time::timeout(PROBE_TIMEOUT, st.store.ping()).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
+    let all = async {
+        st.shards.first().ping().await.map_err(|e| e.to_string())?;
+        for s in st.shards.all().iter().skip(1) {
+            s.now_ms()
+                .await
+                .map_err(|e| format!("shard {}: {e}", s.shard_index()))?;
+        }
+        Ok::<(), String>(())
+    };
+    let r = match tokio::time::timeout(PROBE_TIMEOUT, all).await {
+        Ok(r) => r,
         Err(_) => Err(format!("redis did not answer within {} ms", PROBE_TIMEOUT.as_millis())),
     };
     (r.is_ok(), started.elapsed().as_secs_f64() * 1000.0, r.err())

@@ -172,17 +172,139 @@ impl FetchParams {
 }
 
 impl FetchParams {
-    /// The store's request for this FETCH, acknowledging `ack` first when given (ack-and-fetch-next).
-    fn request(&self, ack: Option<AckPart>) -> WorkerRequest {
+    /// The store's request for this FETCH over `queues` (its own, or those of one shard), claiming at
+    /// most `count`, acknowledging `ack` first when given (ack-and-fetch-next).
+    fn request(&self, queues: &[(String, u32)], count: u32, ack: Option<AckPart>) -> WorkerRequest {
         WorkerRequest {
             ack,
-            queues: self.queues.clone(),
+            queues: queues.to_vec(),
             strategy: self.strategy,
             worker_id: self.worker.clone(),
-            count: self.count,
+            count,
             visibility_ms: self.visibility_ms,
         }
     }
+}
+
+/// One claim round, with the ACK of ack-and-fetch-next first when `ack` is given: one script call when
+/// the job and the queues live on one shard (always, on a deployment of one shard). Otherwise the ACK
+/// goes to the job's shard first, then the queues' shards are visited, each claiming what is still
+/// wanted: in the order of the request (strict), or in an order drawn at random with each shard
+/// weighing the sum of its queues' weights (weighted; inside a shard the script's weighted round
+/// applies). Priority order holds within each shard; across shards, strict order of the queues does.
+async fn claim_round(
+    st: &AppState,
+    p: Option<&FetchParams>,
+    mut ack: Option<AckPart>,
+) -> ApiResult<(Option<Transition<ojs_store::Acked>>, Vec<ojs_store::Claimed>)> {
+    let (queues, at) = match p {
+        Some(p) => {
+            let names: Vec<&str> = p.queues.iter().map(|(q, _)| q.as_str()).collect();
+            (p.queues.as_slice(), st.shards.of_queues(&names).await?)
+        }
+        None => (&[][..], Vec::new()),
+    };
+    let ack_shards: Vec<usize> = ack
+        .as_ref()
+        .map(|a| st.shards.for_id(&a.job_id).iter().map(|s| s.shard_index()).collect())
+        .unwrap_or_default();
+    let mut tried = 0;
+    let mut acked = None;
+    // The common case: the job and the queues on one shard, one script call.
+    if let Some(p) = p {
+        let s = ack_shards.first().copied().unwrap_or(at[0]);
+        if at.iter().all(|x| *x == s) {
+            // A client's own id may name the wrong shard: keep the ACK to try the others.
+            let retry = (ack_shards.len() > 1).then(|| ack.clone()).flatten();
+            let (_, reply) = st.worker_calls(s).call(p.request(queues, p.count, ack.take())).await?;
+            match (reply.acked, retry) {
+                (Some(Transition::NotFound), Some(a)) => {
+                    ack = Some(a);
+                    tried = 1;
+                }
+                (acked, _) => return Ok((acked, reply.claimed)),
+            }
+        }
+    }
+    if let Some(a) = ack {
+        for (i, s) in ack_shards.iter().enumerate().skip(tried) {
+            let only = WorkerRequest {
+                ack: Some(a.clone()),
+                queues: Vec::new(),
+                strategy: Strategy::Strict,
+                worker_id: String::new(),
+                count: 0,
+                visibility_ms: None,
+            };
+            let (_, reply) = st.worker_calls(*s).call(only).await?;
+            let found = !matches!(reply.acked, None | Some(Transition::NotFound));
+            acked = reply.acked;
+            if found || i + 1 == ack_shards.len() {
+                break;
+            }
+        }
+        if !matches!(acked, Some(Transition::Done(_))) {
+            return Ok((acked, Vec::new()));
+        }
+    }
+    let Some(p) = p else { return Ok((acked, Vec::new())) };
+    let mut claimed = Vec::new();
+    for (s, part) in visit_order(p, queues, &at) {
+        let want = p.count - claimed.len() as u32;
+        if want == 0 {
+            break;
+        }
+        let (_, reply) = st.worker_calls(s).call(p.request(&part, want, None)).await?;
+        claimed.extend(reply.claimed);
+    }
+    Ok((acked, claimed))
+}
+
+/// The shards a FETCH over queues of several shards visits, each with its queues, in visiting order
+/// (see [`claim_round`]).
+fn visit_order(p: &FetchParams, queues: &[(String, u32)], at: &[usize]) -> Vec<(usize, Vec<(String, u32)>)> {
+    let mut runs: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
+    match p.strategy {
+        // Strict: runs of consecutive queues on one shard, in the request's order.
+        Strategy::Strict => {
+            for (q, s) in queues.iter().zip(at) {
+                match runs.last_mut() {
+                    Some((last, part)) if last == s => part.push(q.clone()),
+                    _ => runs.push((*s, vec![q.clone()])),
+                }
+            }
+        }
+        // Weighted: one visit per shard, drawn by the sum of its queues' weights.
+        Strategy::Weighted => {
+            for (q, s) in queues.iter().zip(at) {
+                match runs.iter_mut().find(|(x, _)| x == s) {
+                    Some((_, part)) => part.push(q.clone()),
+                    None => runs.push((*s, vec![q.clone()])),
+                }
+            }
+            let mut ordered = Vec::with_capacity(runs.len());
+            while !runs.is_empty() {
+                let total: u64 = runs
+                    .iter()
+                    .map(|(_, qs)| qs.iter().map(|(_, w)| u64::from(*w)).sum::<u64>())
+                    .sum();
+                let mut pick = (ojs_store::rand_unit() * total as f64) as u64;
+                let mut i = 0;
+                for (j, (_, qs)) in runs.iter().enumerate() {
+                    let w: u64 = qs.iter().map(|(_, w)| u64::from(*w)).sum();
+                    if pick < w {
+                        i = j;
+                        break;
+                    }
+                    pick -= w;
+                    i = j;
+                }
+                ordered.push(runs.remove(i));
+            }
+            runs = ordered;
+        }
+    }
+    runs
 }
 
 /// A request's `visibility_timeout_ms`: from 1 ms to ten years.
@@ -206,8 +328,7 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<Value>> {
         p.queues.iter().map(|(q, _)| st.wake.notifier(q)).collect()
     };
     loop {
-        let (_, reply) = st.worker_calls().call(p.request(None)).await?;
-        let claimed = reply.claimed;
+        let (_, claimed) = claim_round(st, Some(p), None).await?;
         let done = !claimed.is_empty() || tokio::time::Instant::now() >= deadline || *shutdown.borrow();
         if done {
             return Ok(claimed_view(&claimed));
@@ -425,20 +546,8 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
         result,
     };
     // Concurrent ACKs and FETCHes on this node share one script call (see `coalesce`).
-    let request = match &next {
-        None => WorkerRequest {
-            ack: Some(ack),
-            queues: Vec::new(),
-            strategy: Strategy::Strict,
-            worker_id: String::new(),
-            count: 0,
-            visibility_ms: None,
-        },
-        Some(p) => p.request(Some(ack)),
-    };
-    let (_, reply) = st.worker_calls().call(request).await?;
-    let claimed = reply.claimed;
-    match reply.acked.unwrap_or(Transition::NotFound) {
+    let (acked, claimed) = claim_round(&st, next.as_ref(), Some(ack)).await?;
+    match acked.unwrap_or(Transition::NotFound) {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
             let jobs = match next {
@@ -596,17 +705,13 @@ async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> Api
     let id = path_job_id(&req.job_id)?;
     let (err, match_key, retryable, until) = error_record(req.error)?;
     let claim = req.claim.into_ref()?;
+    let requeue = req.requeue.unwrap_or(false);
+    let (claim, err, match_key) = (&claim, &err, &match_key);
     match st
-        .store
-        .nack(
-            id,
-            &claim,
-            &err,
-            &match_key,
-            retryable,
-            req.requeue.unwrap_or(false),
-            until,
-        )
+        .shards
+        .on_id(id, |s| async move {
+            s.nack(id, claim, err, match_key, retryable, requeue, until).await
+        })
         .await?
     {
         Transition::Done(r) => {
@@ -835,7 +940,7 @@ pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<
     let reported = reported_state(req.state.as_deref(), &worker)?;
     let extend = lease_ms(req.visibility_timeout_ms)?;
     let jobs = req.jobs()?;
-    let hb = st.store.heartbeat(&worker, &jobs, extend, reported).await?;
+    let hb = heartbeat_on_shards(&st, &worker, &jobs, extend, reported).await?;
     // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to
     // running when told so); what the worker reported of itself is echoed as `worker_state`.
     let state = hb.signal.as_deref().unwrap_or("running").to_string();
@@ -875,6 +980,57 @@ pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<
         directives,
         server_time: clock::format_ms(hb.now_ms),
     })))
+}
+
+/// A heartbeat on a deployment of several shards: each shard that holds some of the jobs (by their ids;
+/// a job a shard does not know is looked for on the others), and shard 0 in any case: it keeps the
+/// worker registry and the operator's signal.
+async fn heartbeat_on_shards(
+    st: &AppState,
+    worker: &str,
+    jobs: &[(String, Option<String>)],
+    extend: Option<u64>,
+    reported: Option<&str>,
+) -> ApiResult<ojs_store::Heartbeat> {
+    let first = st.shards.first();
+    if st.shards.count() == 1 {
+        return Ok(first.heartbeat(worker, jobs, extend, reported).await?);
+    }
+    let leases: std::collections::HashMap<&str, &Option<String>> =
+        jobs.iter().map(|(id, l)| (id.as_str(), l)).collect();
+    let ids: Vec<String> = jobs.iter().map(|(id, _)| id.clone()).collect();
+    let zero = std::sync::Mutex::new(None);
+    let (leases, zero_ref) = (&leases, &zero);
+    let per_job = st
+        .shards
+        .by_ids(
+            &ids,
+            |s, part| async move {
+                let part: Vec<(String, Option<String>)> = part
+                    .into_iter()
+                    .map(|id| (id.clone(), leases.get(id.as_str()).and_then(|l| (*l).clone())))
+                    .collect();
+                let mut hb = s.heartbeat(worker, &part, extend, reported).await?;
+                let items = std::mem::take(&mut hb.jobs);
+                if s.shard_index() == 0 {
+                    *zero_ref.lock().unwrap_or_else(|e| e.into_inner()) = Some(hb);
+                }
+                Ok(items)
+            },
+            |(_, state, _)| state != "missing",
+            || (String::new(), "missing".to_string(), None),
+        )
+        .await?;
+    let mut hb = match zero.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(hb) => hb,
+        None => first.heartbeat(worker, &[], extend, reported).await?,
+    };
+    hb.jobs = ids
+        .into_iter()
+        .zip(per_job)
+        .map(|(id, (_, state, lease))| (id, state, lease))
+        .collect();
+    Ok(hb)
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -918,7 +1074,8 @@ async fn signal(
             return Err(OjsError::invalid(format!("signal must be quiet, terminate or running; got {other:?}")).into())
         }
     };
-    st.store.set_worker_signal(&worker, signal).await?;
+    // The worker registry lives on shard 0, which every heartbeat visits.
+    st.shards.first().set_worker_signal(&worker, signal).await?;
     Ok(ok(json!(SignalResponse {
         signal: signal.unwrap_or("running"),
         worker_id: worker,

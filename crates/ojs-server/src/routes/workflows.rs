@@ -246,8 +246,10 @@ fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowVie
 }
 
 /// Stores a validated workflow; its view, or the OJS error (duplicate id, full queue).
-pub async fn store_workflow(st: &AppState, wf: &NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
-    match st.store.create_workflow(wf).await? {
+pub async fn store_workflow(st: &AppState, wf: &mut NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
+    let shard = st.shards.place_workflow(wf).await?;
+    let wf = &*wf;
+    match st.shards.get(shard).create_workflow(wf).await? {
         EnqueueOutcome::Created(out) => {
             for j in &wf.jobs {
                 crate::metrics::job_event("enqueued", &j.queue, &j.job_type);
@@ -280,8 +282,8 @@ pub async fn store_workflow(st: &AppState, wf: &NewWorkflow) -> ApiResult<(i64, 
     responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn create(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
-    let wf = workflow::parse(body, &st.rules)?;
-    let (_, _, v) = store_workflow(&st, &wf).await?;
+    let mut wf = workflow::parse(body, &st.rules)?;
+    let (_, _, v) = store_workflow(&st, &mut wf).await?;
     let mut res = ojs_json(StatusCode::CREATED, json!(WorkflowResponse { workflow: v }));
     if let Ok(loc) = format!("/ojs/v1/workflows/{}", wf.id).parse() {
         res.headers_mut().insert("location", loc);
@@ -302,8 +304,8 @@ async fn read(st: &AppState, id: &str) -> ApiResult<WorkflowView> {
         callbacks,
         ..
     } = st
-        .store
-        .workflow(id, VIEW_JOBS)
+        .shards
+        .on_id(id, |s| async move { s.workflow(id, VIEW_JOBS).await })
         .await?
         .ok_or_else(|| OjsError::not_found("workflow", id))?;
     Ok(view(id, &fields, jobs, callbacks))
@@ -334,7 +336,11 @@ async fn get_workflow(State(st): State<AppState>, OjsPath(id): OjsPath<String>) 
 )]
 async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_id(&id)?;
-    match st.store.cancel_workflow(id).await? {
+    match st
+        .shards
+        .on_id(id, |s| async move { s.cancel_workflow(id).await })
+        .await?
+    {
         Transition::Done(_) => Ok(ok(json!(WorkflowResponse {
             workflow: read(&st, id).await?
         }))),
@@ -358,16 +364,28 @@ async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Api
 )]
 async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(50, 500)?;
-    let index = st.store.keys().workflows();
-    let total = st.store.index_len(&index).await?;
-    let ids = st.store.index_ids(&index, p.offset, p.count, true).await?;
-    let hashes = st
-        .store
-        .hashes(ids.iter().map(|id| st.store.keys().workflow(id)))
-        .await?;
-    let workflows: Vec<WorkflowView> = ids
+    // Each shard's index, newest first; ids are UUIDv7, so across shards newest first is by id.
+    let (mut total, mut found) = (0, Vec::new());
+    for s in st.shards.all() {
+        let index = s.keys().workflows();
+        total += s.index_len(&index).await?;
+        let ids = match st.shards.count() {
+            1 => s.index_ids(&index, p.offset, p.count, true).await?,
+            _ => s.index_ids(&index, 0, p.offset.saturating_add(p.count), true).await?,
+        };
+        let hashes = s.hashes(ids.iter().map(|id| s.keys().workflow(id))).await?;
+        found.extend(ids.into_iter().zip(hashes));
+    }
+    if st.shards.count() > 1 {
+        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found = found
+            .into_iter()
+            .skip(p.offset as usize)
+            .take(p.count as usize)
+            .collect();
+    }
+    let workflows: Vec<WorkflowView> = found
         .iter()
-        .zip(hashes)
         .filter(|(_, f)| !f.is_empty())
         .map(|(id, f)| view(id, &f, Vec::new(), Vec::new()))
         .collect();

@@ -329,6 +329,7 @@ mod tests {
 
     fn job(id: &str) -> NewJob {
         NewJob {
+            id_generated: false,
             id: id.into(),
             job_type: "email".into(),
             queue: "q".into(),
@@ -368,6 +369,7 @@ mod tests {
             states: vec!["available".into(), "active".into()],
             period_ms: 60_000,
             on_conflict: OnConflict::Reject,
+            spans_queues: false,
         });
         b.dedup = Some("d".into());
         b.root_job = Some(RootJob {

@@ -17,6 +17,7 @@ pub mod heartbeat;
 pub mod job_migrate;
 pub mod job_read;
 pub mod nack;
+pub mod place;
 pub mod progress;
 pub mod promote;
 pub mod queue_conf;
@@ -93,7 +94,7 @@ pub(crate) fn acked(items: &[redis::Value]) -> Transition<Acked> {
 }
 
 /// A uniform number in [0, 1) for backoff jitter, passed to the scripts so they stay deterministic.
-pub(crate) fn rand_unit() -> f64 {
+pub fn rand_unit() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -50,6 +50,19 @@ impl Store {
         Ok(pipe.query_async(&mut conn).await?)
     }
 
+    /// Which of these job ids this shard holds, in one pipeline.
+    pub async fn jobs_exist(&self, ids: &[&str]) -> Result<Vec<bool>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("EXISTS").arg(self.keys.job(id));
+        }
+        let mut conn = self.conn().await?;
+        Ok(pipe.query_async(&mut conn).await?)
+    }
+
     /// HGETALL of each key in one pipeline (an empty map for a missing key).
     pub async fn hashes(&self, keys: impl IntoIterator<Item = String>) -> Result<Vec<JobFields>> {
         let mut pipe = redis::pipe();

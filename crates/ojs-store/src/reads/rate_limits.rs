@@ -10,6 +10,14 @@ impl Store {
         self.page(&self.keys.rl_keys(), offset, limit, false).await
     }
 
+    /// The shard a rate-limit key is bound to in a deployment of several shards (`lua/place-1.lua`), read
+    /// from shard 0's directory; `None` when no job has bound it.
+    pub async fn rate_limit_key_home(&self, key: &str) -> Result<Option<usize>> {
+        let mut conn = self.conn().await?;
+        let home = crate::Keys::new(&self.cfg.namespace).rl_home();
+        Ok(redis::cmd("HGET").arg(home).arg(key).query_async(&mut conn).await?)
+    }
+
     /// (concurrency, rate, active now, starts in the current window).
     pub async fn queue_rate_limit(&self, queue: &str) -> Result<(Option<u64>, Option<Window>, u64, u64)> {
         let mut conn = self.conn().await?;

@@ -1,0 +1,581 @@
+//! Where things live in a deployment of several shards (`--shards`, issue 13; see README "Running on a
+//! Redis Cluster"). Each shard is the whole key schema under its own hash tag (`ojs_store::Keys`), so
+//! each is one Redis Cluster slot and every script still runs on one shard. This module routes:
+//!
+//! - a **queue** to the shard the directory on shard 0 placed it on (`lua/place-1.lua`: on first use, by
+//!   its `--queue-shard` pin or the hash of its name; never moved). Placements never change, so a pod
+//!   keeps them; it asks shard 0 once per queue it has not seen;
+//! - a **job or workflow id** to the shard its last byte names (server-made ids carry it:
+//!   `ojs_core::names::id_on_shard`); a client's own id may name the wrong one, so callers try the other
+//!   shards when the job is not on the first ([`Shards::for_id`] gives the order);
+//! - a **rate-limit key** to the shard it is bound to (the first queue whose job carried it); a job
+//!   whose queue lives elsewhere is refused, so a key's counters are never split;
+//! - timers, the event tail and listings to **every** shard (`all`).
+//!
+//! A deployment of one shard does exactly what it did before shards existed, plus one directory read
+//! per queue per pod (so that raising `--shards` later never splits a queue that pods already use).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use ojs_core::job::NewJob;
+use ojs_core::OjsError;
+use ojs_store::{Store, StoreError};
+
+use crate::config::{Config, Pins, MAX_SHARDS};
+use crate::error::ApiResult;
+
+pub struct Shards {
+    /// The store of every possible shard (cheap: they share the connections); `count` of them are used.
+    stores: Vec<Arc<Store>>,
+    /// The deployment's number of shards as last read from shard 0 (never below `configured`).
+    count: AtomicUsize,
+    configured: usize,
+    pins: Pins,
+    /// Queue → shard, as the directory answered (placements never change).
+    queues: RwLock<HashMap<String, usize>>,
+    /// Rate-limit key → shard, as the directory answered (bindings never change).
+    keys: RwLock<HashMap<String, usize>>,
+    /// Job type → the shard its queue-spanning unique jobs are checked on (never changes).
+    types: RwLock<HashMap<String, usize>>,
+}
+
+impl Shards {
+    pub fn new(store: Store, config: &Config) -> Self {
+        let configured = usize::from(config.shards).clamp(1, MAX_SHARDS);
+        let first = Arc::new(store);
+        let mut stores = vec![Arc::clone(&first)];
+        stores.extend((1..MAX_SHARDS).map(|i| Arc::new(first.shard(i))));
+        Self {
+            stores,
+            count: AtomicUsize::new(configured),
+            configured,
+            pins: config.queue_shards.clone(),
+            queues: RwLock::default(),
+            keys: RwLock::default(),
+            types: RwLock::default(),
+        }
+    }
+
+    /// Shard 0: the directory, and the whole deployment when it has one shard.
+    pub fn first(&self) -> &Arc<Store> {
+        &self.stores[0]
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The store of shard `i`.
+    pub fn get(&self, i: usize) -> &Arc<Store> {
+        &self.stores[i.min(MAX_SHARDS - 1)]
+    }
+
+    /// Every shard in use, in order.
+    pub fn all(&self) -> &[Arc<Store>] {
+        &self.stores[..self.count()]
+    }
+
+    fn learn(&self, count: usize) {
+        self.count.fetch_max(count.clamp(1, MAX_SHARDS), Ordering::Relaxed);
+    }
+
+    /// Reads (and raises to this pod's `--shards`) the deployment's number of shards; the timers call
+    /// it each round, so a pod learns of shards another pod added.
+    pub async fn refresh(&self) -> Result<usize, StoreError> {
+        let placed = self.first().place_queues(self.configured, &[]).await?;
+        self.learn(placed.shards);
+        Ok(self.count())
+    }
+
+    /// The shard of each queue, in order (placing the ones never used).
+    pub async fn of_queues(&self, queues: &[&str]) -> Result<Vec<usize>, StoreError> {
+        let mut out = vec![usize::MAX; queues.len()];
+        let mut missing: Vec<(&str, Option<usize>)> = Vec::new();
+        {
+            let known = self.queues.read().unwrap_or_else(|e| e.into_inner());
+            for (i, q) in queues.iter().enumerate() {
+                match known.get(*q) {
+                    Some(s) => out[i] = *s,
+                    None if !missing.iter().any(|(m, _)| m == q) => missing.push((q, self.pins.get(q))),
+                    None => {}
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let placed = self.first().place_queues(self.configured, &missing).await?;
+        self.learn(placed.shards);
+        let mut known = self.queues.write().unwrap_or_else(|e| e.into_inner());
+        for ((q, _), s) in missing.iter().zip(&placed.at) {
+            known.insert(q.to_string(), (*s).min(MAX_SHARDS - 1));
+        }
+        for (i, q) in queues.iter().enumerate() {
+            if out[i] == usize::MAX {
+                out[i] = known.get(*q).copied().unwrap_or(0);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The store of one queue's shard.
+    pub async fn for_queue(&self, queue: &str) -> Result<&Arc<Store>, StoreError> {
+        let s = self.of_queues(&[queue]).await?[0];
+        Ok(self.get(s))
+    }
+
+    /// Answers one item per queue by asking each queue's shard about its own queues: `op` gets a shard
+    /// and its queues (in the given order) and returns one item per queue; the result is in `queues`'
+    /// order. One shard: one call.
+    pub async fn per_queue<T, F, Fut>(&self, queues: &[String], op: F) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(Arc<Store>, Vec<String>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<T>, StoreError>>,
+    {
+        if self.count() == 1 || queues.is_empty() {
+            return op(Arc::clone(self.first()), queues.to_vec()).await;
+        }
+        let names: Vec<&str> = queues.iter().map(String::as_str).collect();
+        let at = self.of_queues(&names).await?;
+        let mut out: Vec<Option<T>> = (0..queues.len()).map(|_| None).collect();
+        let mut shards = at.clone();
+        shards.sort_unstable();
+        shards.dedup();
+        for s in shards {
+            let idx: Vec<usize> = (0..queues.len()).filter(|i| at[*i] == s).collect();
+            let part = idx.iter().map(|i| queues[*i].clone()).collect();
+            for (i, item) in idx.into_iter().zip(op(Arc::clone(self.get(s)), part).await?) {
+                out[i] = Some(item);
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::Reply("a shard answered fewer items than queues".into())))
+            .collect()
+    }
+
+    /// The names of every queue of every shard, sorted.
+    pub async fn queue_names(&self) -> Result<Vec<String>, StoreError> {
+        let mut names = Vec::new();
+        for s in self.all() {
+            names.extend(s.queue_names().await?);
+        }
+        if self.count() > 1 {
+            names.sort();
+            names.dedup();
+        }
+        Ok(names)
+    }
+
+    /// Each queue's counts, from its shard, in the given order.
+    pub async fn queue_counts(&self, names: &[String]) -> Result<Vec<ojs_store::QueueCounts>, StoreError> {
+        self.per_queue(names, |s, qs| async move { s.queue_counts(&qs).await })
+            .await
+    }
+
+    /// The dead letter sets of every shard: their total size and the oldest and newest death times.
+    pub async fn dead_summary(&self) -> Result<(u64, Option<i64>, Option<i64>), StoreError> {
+        let (mut total, mut oldest, mut newest) = (0, None::<i64>, None::<i64>);
+        for s in self.all() {
+            let (n, o, w) = s.dead_summary().await?;
+            total += n;
+            oldest = match (oldest, o) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            newest = newest.max(w);
+        }
+        Ok((total, oldest, newest))
+    }
+
+    /// A page of the worker registry (shard 0 keeps it: every heartbeat visits shard 0), each record
+    /// completed with what the worker's heartbeats left on the other shards (the jobs it holds there).
+    pub async fn workers_page(
+        &self,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(u64, Vec<(String, ojs_store::JobFields)>), StoreError> {
+        let (total, mut page) = self.first().workers_page(offset, limit).await?;
+        for s in self.all().iter().skip(1) {
+            let others = s.hashes(page.iter().map(|(id, _)| s.keys().worker(id))).await?;
+            for ((_, rec), other) in page.iter_mut().zip(others) {
+                merge_worker(rec, &other);
+            }
+        }
+        Ok((total, page))
+    }
+
+    /// One worker's record (see [`Shards::workers_page`]).
+    pub async fn worker_record(&self, worker: &str) -> Result<Option<ojs_store::JobFields>, StoreError> {
+        let Some(mut rec) = self.first().worker_record(worker).await? else {
+            return Ok(None);
+        };
+        for s in self.all().iter().skip(1) {
+            if let Some(other) = s.worker_record(worker).await? {
+                merge_worker(&mut rec, &other);
+            }
+        }
+        Ok(Some(rec))
+    }
+
+    /// A page of the rate-limit keys of every shard in lexicographic order, each with the store of the
+    /// shard that knows it: (total, page).
+    pub async fn rate_limit_keys(
+        &self,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(u64, Vec<(Arc<Store>, String)>), StoreError> {
+        if self.count() == 1 {
+            let (total, keys) = self.first().rate_limit_keys(offset, limit).await?;
+            return Ok((total, keys.into_iter().map(|k| (Arc::clone(self.first()), k)).collect()));
+        }
+        let (mut total, mut all) = (0, Vec::new());
+        for s in self.all() {
+            let (n, keys) = s.rate_limit_keys(0, offset.saturating_add(limit)).await?;
+            total += n;
+            all.extend(keys.into_iter().map(|k| (Arc::clone(s), k)));
+        }
+        all.sort_by(|a, b| a.1.cmp(&b.1));
+        Ok((
+            total,
+            all.into_iter().skip(offset as usize).take(limit as usize).collect(),
+        ))
+    }
+
+    /// The shards to look for a job or workflow id in, most likely first: the one its last byte names,
+    /// then the others. One shard: just it.
+    pub fn for_id(&self, id: &str) -> Vec<&Arc<Store>> {
+        let all = self.all();
+        let first = ojs_core::names::id_shard_hint(id)
+            .filter(|s| *s < all.len())
+            .unwrap_or(0);
+        std::iter::once(&all[first])
+            .chain(all.iter().enumerate().filter(|(i, _)| *i != first).map(|(_, s)| s))
+            .collect()
+    }
+
+    /// Where each job goes: its queue's shard. On a deployment of several shards, also writes the shard
+    /// into each server-made id, binds the jobs' rate-limit keys to their shard, and refuses what one
+    /// shard could not keep exact: a key bound elsewhere, a unique policy across queues (422).
+    pub async fn place_jobs(&self, jobs: &mut [NewJob]) -> ApiResult<Vec<usize>> {
+        let at = {
+            let queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+            self.of_queues(&queues).await?
+        };
+        if self.count() > 1 {
+            for (j, s) in jobs.iter_mut().zip(&at) {
+                j.place_on(*s);
+            }
+        }
+        let mut shards: Vec<usize> = at.clone();
+        shards.sort_unstable();
+        shards.dedup();
+        if self.count() > 1 {
+            self.refuse_ids_elsewhere(jobs, &at).await?;
+        }
+        for s in shards {
+            let on_s = || jobs.iter().zip(&at).filter(move |(_, js)| **js == s).map(|(j, _)| j);
+            let keys: Vec<&str> = on_s()
+                .filter_map(|j| j.rate_limit.as_ref().map(|r| r.key.as_str()))
+                .collect();
+            self.bind(Bound::RateLimitKey, s, &keys).await?;
+            // A uniqueness key without `queue` can meet jobs of its type in any queue: the type's
+            // unique jobs must all be checked on one shard.
+            let types: Vec<&str> = on_s()
+                .filter(|j| j.unique.as_ref().is_some_and(|u| u.spans_queues))
+                .map(|j| j.job_type.as_str())
+                .collect();
+            self.bind(Bound::UniqueType, s, &types).await?;
+        }
+        Ok(at)
+    }
+
+    /// The shard of a workflow: the one shard all its jobs' queues live on (a workflow's steps release
+    /// each other inside one script call, so they cannot span shards; 422 otherwise). Places its jobs as
+    /// [`Shards::place_jobs`] does.
+    pub async fn place_workflow(&self, wf: &mut ojs_core::workflow::NewWorkflow) -> ApiResult<usize> {
+        let at = self.place_jobs(&mut wf.jobs).await?;
+        let first = at.first().copied().unwrap_or(0);
+        if at.iter().any(|s| *s != first) {
+            let mut spread: Vec<String> = wf
+                .jobs
+                .iter()
+                .zip(&at)
+                .map(|(j, s)| format!("{} (shard {s})", j.queue))
+                .collect();
+            spread.sort();
+            spread.dedup();
+            return Err(OjsError::unprocessable(format!(
+                "a workflow's jobs must live on one shard, and its queues live on several: {}; pin them to one \
+                 shard (--queue-shard <queue>=<shard>) before their first job",
+                spread.join(", ")
+            ))
+            .into());
+        }
+        Ok(first)
+    }
+
+    /// A client's own id must name one job in the whole deployment, but each shard's enqueue script sees
+    /// only its own shard: refuse an id another shard already holds (409, as on one shard).
+    async fn refuse_ids_elsewhere(&self, jobs: &[NewJob], at: &[usize]) -> ApiResult<()> {
+        for (i, other) in self.all().iter().enumerate() {
+            let ids: Vec<&str> = jobs
+                .iter()
+                .zip(at)
+                .filter(|(j, s)| !j.id_generated && **s != i)
+                .map(|(j, _)| j.id.as_str())
+                .collect();
+            let held = other.jobs_exist(&ids).await?;
+            if let Some((id, _)) = ids.iter().zip(held).find(|(_, h)| *h) {
+                return Err(crate::routes::jobs::duplicate(id).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `op` on the shards [`Shards::for_id`] names, most likely first, until one finds the job or
+    /// workflow (on a deployment of one shard: once). Only a client's own id ever needs a second try.
+    pub async fn on_id<T, F, Fut>(&self, id: &str, op: F) -> Result<T, StoreError>
+    where
+        T: Found,
+        F: Fn(Arc<Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        first_found(self.for_id(id), op).await
+    }
+
+    /// Runs `op` on every shard in order until one finds what it looks for (things found by a name that
+    /// says nothing of their shard, such as a cron entry).
+    pub async fn on_any<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Found,
+        F: Fn(Arc<Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        first_found(self.all().iter().collect(), op).await
+    }
+
+    /// A job's hash, from whichever shard holds it.
+    pub async fn get_job(&self, id: &str) -> Result<Option<ojs_store::JobFields>, StoreError> {
+        self.on_id(id, |s| async move { s.get_job(id).await }).await
+    }
+
+    /// A few fields of each job, from whichever shard holds it (None where a job or field is missing).
+    pub async fn jobs_fields(&self, ids: &[String], fields: &[&str]) -> Result<Vec<Vec<Option<String>>>, StoreError> {
+        // A job has its queue, state…: all None means not on this shard.
+        self.by_ids(
+            ids,
+            |s, part| async move { s.jobs_fields(&part, fields).await },
+            |f| f.iter().any(Option::is_some),
+            || vec![None; fields.len()],
+        )
+        .await
+    }
+
+    /// The jobs' hashes, from whichever shard holds each (an empty map for a job that is gone).
+    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<ojs_store::JobFields>, StoreError> {
+        self.by_ids(
+            ids,
+            |s, part| async move { s.jobs(&part).await },
+            |f| !f.is_empty(),
+            Default::default,
+        )
+        .await
+    }
+
+    /// One item per id, read in one call per shard: each id on the shard it names first, then (for what
+    /// `found` says is not there) on the others.
+    pub async fn by_ids<T, F, Fut>(
+        &self,
+        ids: &[String],
+        read: F,
+        found: impl Fn(&T) -> bool,
+        missing: impl Fn() -> T,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(Arc<Store>, Vec<String>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<T>, StoreError>>,
+    {
+        if self.count() == 1 {
+            return read(Arc::clone(self.first()), ids.to_vec()).await;
+        }
+        let mut out: Vec<Option<T>> = (0..ids.len()).map(|_| None).collect();
+        let mut tries: Vec<Vec<usize>> = ids
+            .iter()
+            .map(|id| self.for_id(id).iter().map(|s| s.shard_index()).collect())
+            .collect();
+        loop {
+            let mut by_shard: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+            for (i, t) in tries.iter_mut().enumerate() {
+                if out[i].is_none() && !t.is_empty() {
+                    by_shard.entry(t.remove(0)).or_default().push(i);
+                }
+            }
+            if by_shard.is_empty() {
+                break;
+            }
+            for (s, idx) in by_shard {
+                let part: Vec<String> = idx.iter().map(|i| ids[*i].clone()).collect();
+                for (i, item) in idx.iter().zip(read(Arc::clone(self.get(s)), part).await?) {
+                    if found(&item) || tries[*i].is_empty() {
+                        out[*i] = Some(item);
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or_else(&missing)).collect())
+    }
+
+    /// Checks that each name of kind `what` that jobs on `shard` carry lives on that shard, binding the
+    /// names never used to it (one `place-1.lua` call for all of them; pods keep the answers, which
+    /// never change). A name bound elsewhere is a 422 that says where and how to co-locate queues.
+    pub async fn bind(&self, what: Bound, shard: usize, names: &[&str]) -> ApiResult<()> {
+        // Rate-limit keys of jobs on shard 0 of a deployment of one shard need no binding:
+        // place-1.lua binds the keys shard 0 knows to it if a second shard is ever added.
+        if names.is_empty() || (what == Bound::RateLimitKey && shard == 0 && self.count() == 1) {
+            return Ok(());
+        }
+        let cache = match what {
+            Bound::RateLimitKey => &self.keys,
+            Bound::UniqueType => &self.types,
+        };
+        let mut missing: Vec<(&str, Option<usize>)> = Vec::new();
+        {
+            let known = cache.read().unwrap_or_else(|e| e.into_inner());
+            for n in names {
+                match known.get(*n) {
+                    Some(s) if *s == shard => {}
+                    Some(s) => return Err(what.elsewhere(n, *s, shard).into()),
+                    None if !missing.iter().any(|(m, _)| m == n) => missing.push((n, Some(shard))),
+                    None => {}
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let bound = self.first().place(self.configured, what.kind(), &missing).await?;
+        self.learn(bound.shards);
+        let mut known = cache.write().unwrap_or_else(|e| e.into_inner());
+        for ((n, _), s) in missing.iter().zip(&bound.at) {
+            known.insert(n.to_string(), *s);
+        }
+        for ((n, _), s) in missing.iter().zip(&bound.at) {
+            if *s != shard {
+                return Err(what.elsewhere(n, *s, shard).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The store of the shard a rate-limit key is bound to (shard 0 when it is bound nowhere yet).
+    pub async fn for_key(&self, key: &str) -> Result<&Arc<Store>, StoreError> {
+        if self.count() == 1 {
+            return Ok(self.first());
+        }
+        if let Some(s) = self.keys.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+            return Ok(self.get(*s));
+        }
+        Ok(self.get(self.first().rate_limit_key_home(key).await?.unwrap_or(0)))
+    }
+}
+
+async fn first_found<T, F, Fut>(order: Vec<&Arc<Store>>, op: F) -> Result<T, StoreError>
+where
+    T: Found,
+    F: Fn(Arc<Store>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let last = order.len().saturating_sub(1);
+    for (i, s) in order.into_iter().enumerate() {
+        let out = op(Arc::clone(s)).await?;
+        if i == last || out.found() {
+            return Ok(out);
+        }
+    }
+    unreachable!("a deployment has at least one shard")
+}
+
+/// Adds what a worker's heartbeat recorded on another shard to its record from shard 0: the jobs it
+/// holds there (lua/heartbeat-1.lua writes `jobs`, `active_jobs` and `last_seen` on each shard it visits).
+fn merge_worker(rec: &mut ojs_store::JobFields, other: &ojs_store::JobFields) {
+    let jobs = other.get("jobs").map(String::as_str).unwrap_or("");
+    if !jobs.is_empty() {
+        let mine = rec.entry("jobs".into()).or_default();
+        if !mine.is_empty() {
+            mine.push(' ');
+        }
+        mine.push_str(jobs);
+    }
+    let n = |r: &ojs_store::JobFields| r.get("active_jobs").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let active = n(rec) + n(other);
+    rec.insert("active_jobs".into(), active.to_string());
+}
+
+/// Whether an outcome found what it looked for (see [`Shards::on_id`]).
+pub trait Found {
+    fn found(&self) -> bool;
+}
+
+impl<T> Found for Option<T> {
+    fn found(&self) -> bool {
+        self.is_some()
+    }
+}
+
+impl<T> Found for ojs_store::Transition<T> {
+    fn found(&self) -> bool {
+        !matches!(self, ojs_store::Transition::NotFound)
+    }
+}
+
+impl Found for bool {
+    fn found(&self) -> bool {
+        *self
+    }
+}
+
+/// What lives on one shard besides queues (see `lua/place-1.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// A rate-limit key: its counters.
+    RateLimitKey,
+    /// A job type whose unique policies leave `queue` out of the uniqueness key.
+    UniqueType,
+}
+
+impl Bound {
+    fn kind(self) -> &'static str {
+        match self {
+            Bound::RateLimitKey => "key",
+            Bound::UniqueType => "type",
+        }
+    }
+
+    /// The 422 for a job whose queue lives on `shard` while `name` lives on `home`.
+    fn elsewhere(self, name: &str, home: usize, shard: usize) -> OjsError {
+        let (what, detail) = match self {
+            Bound::RateLimitKey => (
+                format!("rate-limit key {name:?} lives on shard {home}, with the queues whose jobs first carried it"),
+                "rate_limit_key",
+            ),
+            Bound::UniqueType => (
+                format!(
+                    "unique jobs of type {name:?} whose options.unique.keys leave out \"queue\" are checked on \
+                     shard {home}, where the first such job's queue lives"
+                ),
+                "job_type",
+            ),
+        };
+        OjsError::unprocessable(format!(
+            "{what}; this job's queue lives on shard {shard}. It is kept exact on one shard only: pin the \
+             queues that share it to one shard (--queue-shard <queue>={home}) before their first job{}",
+            match self {
+                Bound::UniqueType => ", or add \"queue\" to options.unique.keys",
+                Bound::RateLimitKey => "",
+            }
+        ))
+        .with_details(serde_json::json!({ detail: name, "home_shard": home, "queue_shard": shard }))
+    }
+}

@@ -1,0 +1,64 @@
+//! The typed twin of `lua/place-1.lua`: where queues and rate-limit keys live in a deployment of several
+//! shards. See the script's header. Always runs on shard 0, whichever shard's store calls it.
+
+use super::ArgWriter;
+
+use crate::keys::Keys;
+use crate::reply::val_i64;
+use crate::store::{Result, Store};
+
+/// The script's leading arguments, as its header names them (checked by build.rs); the header's
+/// `ARGV[4..]` (name, shard) pairs follow them.
+const ARGV: &[&str] = &["P", "shards", "kind"];
+
+/// What the directory answered: the deployment's number of shards, and each name's shard in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub shards: usize,
+    pub at: Vec<usize>,
+}
+
+impl Store {
+    /// The script's arguments, in the order of its header.
+    fn place_args(&self, shards: usize, kind: &str, names: &[(&str, Option<usize>)]) -> Vec<String> {
+        let mut args = Vec::with_capacity(ARGV.len() + 2 * names.len());
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", Keys::new(&self.cfg.namespace).prefix())
+            .arg("shards", shards.to_string())
+            .arg("kind", kind)
+            .done();
+        for (name, shard) in names {
+            args.push(name.to_string());
+            args.push(shard.map_or_else(|| "-1".to_string(), |s| s.to_string()));
+        }
+        args
+    }
+
+    /// Places or binds names of `kind` (`queue`, `key`, `type`; see the script's header) for a pod
+    /// configured with `shards` shards.
+    pub async fn place(&self, shards: usize, kind: &str, names: &[(&str, Option<usize>)]) -> Result<Placed> {
+        let args = self.place_args(shards, kind, names);
+        let directory = Keys::new(&self.cfg.namespace).placement();
+        let items = self.run(&self.scripts.place, &[directory], args).await?;
+        Ok(Placed {
+            shards: val_i64(items.get(1).unwrap_or(&redis::Value::Nil)).max(1) as usize,
+            at: items.iter().skip(2).map(|v| val_i64(v).max(0) as usize).collect(),
+        })
+    }
+
+    /// Places queues (each with the operator's pin, if any) for a pod configured with `shards` shards;
+    /// a queue already placed keeps its shard. With no queues, it only reads (and raises) the count.
+    pub async fn place_queues(&self, shards: usize, queues: &[(&str, Option<usize>)]) -> Result<Placed> {
+        self.place(shards, "queue", queues).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_placement_is_written_in_the_order_the_header_declares_and_always_on_shard_0() {
+        let store = super::super::test_store().shard(2);
+        let args = store.place_args(3, "queue", &[("email", None), ("sms", Some(1))]);
+        assert_eq!(args, ["ojs:{t}:", "3", "queue", "email", "-1", "sms", "1"]);
+    }
+}

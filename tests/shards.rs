@@ -1,0 +1,392 @@
+//! A deployment spread over shards (`--shards`, `--queue-shard`; issue 13): each shard is the whole key
+//! schema under its own hash tag. On one Redis node the shards are just prefixes, which is enough to
+//! check the routing (these tests); `shards_land_on_different_primaries` runs the same on a real
+//! 3-primary cluster and checks where the keys are.
+
+use std::time::Duration;
+
+use ojs_server::config::PerQueue;
+use ojs_testkit::invariants::check_shard_invariants;
+use ojs_testkit::TestServer;
+use serde_json::{json, Value};
+
+/// Queues `s0`, `s1`, `s2` pinned to shards 0, 1, 2 of three.
+fn three_shards(c: &mut ojs_server::Config) {
+    c.shards = 3;
+    c.queue_shards = PerQueue(vec![("s0".into(), 0), ("s1".into(), 1), ("s2".into(), 2)]);
+}
+
+async fn exists(s: &TestServer, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut s.redis().await)
+        .await
+        .unwrap();
+    n == 1
+}
+
+async fn all_invariants(s: &TestServer, shards: usize) {
+    for i in 0..shards {
+        let problems = check_shard_invariants(&s.redis_url, &s.namespace, i).await;
+        assert!(problems.is_empty(), "shard {i}: {problems:?}");
+    }
+}
+
+fn job(queue: &str, priority: u32) -> Value {
+    json!({"type": "t.job", "args": [priority], "queue": queue, "priority": priority})
+}
+
+#[tokio::test]
+async fn jobs_live_on_their_queues_shard_and_every_request_finds_them() {
+    let s = TestServer::start_with(three_shards).await;
+    let mut ids = Vec::new();
+    for (i, q) in ["s0", "s1", "s2"].iter().enumerate() {
+        let id = s.enqueue(job(q, 1)).await;
+        // The server-made id names its shard in its last byte, and the job is under that shard's tag.
+        assert!(id.ends_with(&format!("0{i}")), "{id} on shard {i}");
+        let key = ojs_store::Keys::for_shard(&s.namespace, i).job(&id);
+        assert!(exists(&s, &key).await, "{key}");
+        ids.push(id);
+    }
+    // GET, PATCH and DELETE by id reach each shard.
+    for id in &ids {
+        let (st, b) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!((st, b["job"]["state"].clone()), (200, json!("available")), "{b}");
+    }
+    let (st, b) = s
+        .patch(&format!("/ojs/v1/jobs/{}", ids[2]), json!({"priority": 0}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{}", ids[1])).await;
+    assert_eq!((st, b["job"]["state"].clone()), (200, json!("cancelled")), "{b}");
+
+    // One FETCH over queues of several shards claims in the order of the queues (strict).
+    let got = s.fetch(&["s2", "s0"], 5).await;
+    let got_ids: Vec<&str> = got.iter().filter_map(|j| j["id"].as_str()).collect();
+    assert_eq!(got_ids, [ids[2].as_str(), ids[0].as_str()]);
+    assert_eq!(s.ack(&ids[2]).await.0, 200);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": ids[0], "error": {"message": "no"}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+
+    // Ack-and-fetch-next whose job and queue live on different shards.
+    let next = s.enqueue(job("s1", 3)).await;
+    let again = s.enqueue(job("s2", 3)).await;
+    let got = s.fetch(&["s2"], 1).await;
+    assert_eq!(got[0]["id"], json!(again));
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": again, "fetch": {"queues": ["s1"], "count": 1}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["jobs"][0]["id"], json!(next), "{b}");
+    // A heartbeat names jobs of several shards at once.
+    let other = s.enqueue(job("s0", 3)).await;
+    assert_eq!(s.fetch(&["s0"], 1).await[0]["id"], json!(other));
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w-1", "active_jobs": [next, other, ids[2]]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let states: Vec<&str> = b["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["active", "active", "completed"], "{b}");
+
+    // Listings see every shard.
+    let (_, b) = s.get("/ojs/v1/admin/queues").await;
+    let names: Vec<&str> = b["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["s0", "s1", "s2"], "{b}");
+    let (_, b) = s.get("/ojs/v1/admin/jobs?state=active").await;
+    assert_eq!(b["pagination"]["total"], json!(2), "{b}");
+    let (_, b) = s.get("/ojs/v1/admin/workers/w-1").await;
+    let mut held: Vec<String> = b["current_jobs"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default();
+    held.sort();
+    let mut want = vec![next.clone(), other.clone()];
+    want.sort();
+    assert_eq!(held, want, "the worker holds jobs on two shards: {b}");
+
+    // Events of every shard, in one listing and on one SSE stream; a shard's events say which.
+    let (_, b) = s.get(&format!("/ojs/v1/events?job_id={}", ids[2])).await;
+    let types: Vec<&str> = b["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["job.enqueued", "priority.changed", "job.started", "job.completed"],
+        "{b}"
+    );
+    assert!(b["events"][0]["id"].as_str().unwrap().ends_with("@2"), "{b}");
+    let mut resp = s
+        .http
+        .get(s.url("/ojs/v1/events/stream"))
+        .send()
+        .await
+        .expect("connect");
+    assert_eq!(resp.status(), 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = s.enqueue(job("s1", 1)).await;
+    let text = ojs_testkit::read_sse_until(&mut resp, &late).await;
+    assert!(text.contains("@1\n"), "the event id names shard 1: {text}");
+
+    all_invariants(&s, 3).await;
+}
+
+#[tokio::test]
+async fn a_client_id_is_found_on_any_shard_and_is_unique_across_shards() {
+    let s = TestServer::start_with(three_shards).await;
+    // A client's own id whose last byte names shard 2, on a queue of shard 1.
+    let id = "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e02";
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"id": id, "type": "t", "args": [], "queue": "s1"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(s.get(&format!("/ojs/v1/jobs/{id}")).await.0, 200);
+    // The same id on a queue of another shard is the same duplicate as on one shard.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"id": id, "type": "t", "args": [], "queue": "s2"}),
+        )
+        .await;
+    assert_eq!(st, 409, "{b}");
+    assert_eq!(s.fetch(&["s1"], 1).await[0]["id"], json!(id));
+    assert_eq!(s.ack(id).await.0, 200);
+    assert_eq!(
+        s.get(&format!("/ojs/v1/jobs/{id}")).await.1["job"]["state"],
+        "completed"
+    );
+}
+
+#[tokio::test]
+async fn what_one_shard_cannot_keep_exact_is_refused_with_the_way_out() {
+    let s = TestServer::start_with(three_shards).await;
+    // A rate-limit key belongs to the shard of the first queue whose job carried it.
+    let limited =
+        |q: &str| json!({"type": "t", "args": [], "queue": q, "rate_limit": {"key": "tenant-9", "concurrency": 1}});
+    s.enqueue(limited("s1")).await;
+    let (st, b) = s.post("/ojs/v1/jobs", limited("s2")).await;
+    assert_eq!(st, 422, "{b}");
+    let msg = b["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("tenant-9") && msg.contains("--queue-shard"), "{msg}");
+    // The limit on its shard stays exact.
+    s.enqueue(limited("s1")).await;
+    assert_eq!(s.fetch(&["s1"], 5).await.len(), 1);
+    assert_eq!(
+        s.get("/ojs/v1/rate-limits/tenant-9").await.1["concurrency"]["active"],
+        json!(1)
+    );
+
+    // A workflow over queues of two shards.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "name": "c", "steps": [
+                {"type": "a", "args": [], "queue": "s0"}, {"type": "b", "args": [], "queue": "s2"}]}),
+        )
+        .await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("s2 (shard 2)"), "{b}");
+    // On one shard it runs, and is found by its id.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "name": "c", "steps": [
+                {"type": "a", "args": [], "queue": "s2"}, {"type": "b", "args": [], "queue": "s2"}]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let wf = b["workflow"]["id"].as_str().unwrap().to_string();
+    assert_eq!(s.get(&format!("/ojs/v1/workflows/{wf}")).await.0, 200);
+    assert_eq!(s.get("/ojs/v1/workflows").await.1["workflows"][0]["id"], json!(wf));
+
+    // Unique jobs of a type whose uniqueness key spans queues are checked on one shard: the first one's.
+    let unique =
+        |q: &str, keys: Value| json!({"type": "u", "args": [1], "queue": q, "options": {"unique": {"keys": keys}}});
+    let (st, b) = s.post("/ojs/v1/jobs", unique("s0", json!(["type", "args"]))).await;
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = s.post("/ojs/v1/jobs", unique("s2", json!(["type", "args"]))).await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("\"u\""), "{b}");
+    let (st, b) = s.post("/ojs/v1/jobs", unique("s0", json!(["type", "args"]))).await;
+    assert_eq!(st, 409, "still a duplicate on its shard: {b}");
+    // With `queue` in the key, each queue's shard checks its own.
+    let (st, b) = s.post("/ojs/v1/jobs", unique("s2", json!(["type", "queue"]))).await;
+    assert_eq!(st, 201, "{b}");
+
+    // A batch over several shards lands on each; a cron entry lives on its queue's shard and fires there.
+    let (st, b) = s
+        .post("/ojs/v1/jobs/batch", json!({"jobs": [job("s0", 1), job("s2", 1)]}))
+        .await;
+    assert_eq!((st, b["count"].clone()), (201, json!(2)), "{b}");
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "tick", "expression": "* * * * * *", "job_template": {"type": "cron.t", "queue": "s2"}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert!(exists(&s, &ojs_store::Keys::for_shard(&s.namespace, 2).cron("tick")).await);
+    assert_eq!(s.get("/ojs/v1/cron/tick").await.0, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, b) = s.get("/ojs/v1/cron/tick").await;
+        if b["cron"]["run_count"].as_i64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "cron never fired: {b}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.delete("/ojs/v1/cron/tick").await.0, 200);
+    all_invariants(&s, 3).await;
+}
+
+#[tokio::test]
+async fn adding_shards_moves_no_queue_and_keeps_known_keys_where_they_are() {
+    let one = TestServer::start().await;
+    let q0 = one.enqueue(job("old", 1)).await;
+    one.enqueue(json!({"type": "t", "args": [], "queue": "old", "rate_limit": {"key": "k-old", "concurrency": 1}}))
+        .await;
+    // A second pod with three shards: the count grows, the queue stays on shard 0.
+    let mut cfg = ojs_server::Config::for_redis(&one.redis_url);
+    cfg.namespace = one.namespace.clone();
+    cfg.tick_ms = 20;
+    cfg.shards = 3;
+    let three = TestServer::start_config(cfg).await;
+    let q1 = three.enqueue(job("old", 1)).await;
+    assert!(
+        exists(&three, &three.keys().job(&q1)).await,
+        "the queue stays on shard 0"
+    );
+    let count: i64 = redis::cmd("GET")
+        .arg(three.keys().shard_count())
+        .query_async(&mut three.redis().await)
+        .await
+        .unwrap();
+    assert_eq!(count, 3);
+    // The old pod learns of the new shards and serves jobs enqueued on them: a new queue the hash puts
+    // on shard 2 (its job's id names the shard).
+    let mut on_shard2 = None;
+    for i in 0..60 {
+        let q = format!("n{i}");
+        let id = three.enqueue(job(&q, 1)).await;
+        if id.ends_with("02") {
+            on_shard2 = Some((q, id));
+            break;
+        }
+    }
+    let (q2, id2) = on_shard2.expect("some new queue lands on shard 2");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = one.fetch(&[q2.as_str()], 1).await;
+        if let Some(j) = got.first() {
+            assert_eq!(j["id"], json!(id2));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the one-shard pod never saw shard 2"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(one.ack(&id2).await.0, 200);
+    // A key shard 0 knew before there were shards stays on shard 0.
+    let (st, b) = three
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": q2, "rate_limit": {"key": "k-old", "concurrency": 1}}),
+        )
+        .await;
+    assert_eq!(st, 422, "{b}");
+    assert_eq!(one.fetch(&["old"], 5).await.len(), 3, "{q0}");
+    all_invariants(&three, 3).await;
+}
+
+#[tokio::test]
+async fn a_pin_to_a_shard_that_does_not_exist_is_refused_at_start() {
+    let mut cfg = ojs_server::Config::for_redis("redis://127.0.0.1:1");
+    cfg.shards = 2;
+    cfg.queue_shards = PerQueue(vec![("q".into(), 2)]);
+    let err = cfg.validate().unwrap_err();
+    assert!(
+        err.contains("--queue-shard q=2") && err.contains("--shards is 2"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn shards_land_on_different_primaries() {
+    let cluster = ojs_testkit::cluster::LocalCluster::start(3, 0);
+    // A namespace whose three shard tags live on three different primaries.
+    let ns = loop {
+        let ns = ojs_testkit::unique_namespace();
+        let mut owners: Vec<String> = (0..3)
+            .map(|i| cluster.owner_url(&ojs_store::Keys::for_shard(&ns, i).schema()))
+            .collect();
+        owners.sort();
+        owners.dedup();
+        if owners.len() == 3 {
+            break ns;
+        }
+    };
+    let mut cfg = ojs_server::Config::for_cluster(&cluster.seeds());
+    cfg.namespace = ns.clone();
+    cfg.tick_ms = 20;
+    three_shards(&mut cfg);
+    let s = TestServer::start_config(cfg).await;
+    let mut ids = Vec::new();
+    for q in ["s0", "s1", "s2"] {
+        ids.push(s.enqueue(job(q, 1)).await);
+    }
+    let got = s.fetch(&["s0", "s1", "s2"], 3).await;
+    assert_eq!(got.len(), 3, "{got:?}");
+    for id in &ids {
+        assert_eq!(s.ack(id).await.0, 200);
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let keys = ojs_store::Keys::for_shard(&ns, i);
+        let owner = cluster.owner_url(&keys.schema());
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(keys.job(id))
+            .query_async(
+                &mut redis::Client::open(owner.as_str())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "job {id} of shard {i} on {owner}");
+        let problems = check_shard_invariants(&owner, &ns, i).await;
+        assert!(problems.is_empty(), "shard {i}: {problems:?}");
+    }
+    // Events of all three primaries in one listing.
+    let (_, b) = s.get("/ojs/v1/events?types=job.completed").await;
+    assert_eq!(b["events"].as_array().unwrap().len(), 3, "{b}");
+}
