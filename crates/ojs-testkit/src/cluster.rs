@@ -110,6 +110,16 @@ impl LocalCluster {
         }
     }
 
+    /// For a cluster that lives as long as the test process (never dropped): a watchdog shell removes
+    /// its directory once the process and its nodes are gone.
+    pub(crate) fn remove_dir_with_this_process(&self) {
+        crate::watchdog(&format!(
+            "while kill -0 {parent} 2>/dev/null; do sleep 1; done; sleep 3; rm -rf '{dir}'",
+            parent = std::process::id(),
+            dir = self.dir.display()
+        ));
+    }
+
     /// The seed nodes, `127.0.0.1:<port>`, as `--redis-cluster` takes them.
     pub fn seeds(&self) -> Vec<String> {
         self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
@@ -175,6 +185,11 @@ fn replica_ready(port: u16) -> bool {
 /// The URL of the primary that holds `key`'s slot, asked of the first seed that answers (`CLUSTER
 /// KEYSLOT`, `CLUSTER SLOTS`).
 pub fn owner_url(seeds: &[String], key: &str) -> String {
+    try_owner_url(seeds, key).unwrap_or_else(|| panic!("no seed of {seeds:?} knows who holds {key:?}"))
+}
+
+/// [`owner_url`], or None when no seed answers (a cluster that is down, or was never there).
+pub fn try_owner_url(seeds: &[String], key: &str) -> Option<String> {
     for seed in seeds {
         let Ok(mut c) = redis::Client::open(format!("redis://{seed}")).and_then(|c| c.get_connection()) else {
             continue;
@@ -203,9 +218,9 @@ pub fn owner_url(seeds: &[String], key: &str) -> String {
                     _ => continue,
                 };
                 let host = if host.is_empty() { "127.0.0.1".into() } else { host };
-                return format!("redis://{host}:{port}");
+                return Some(format!("redis://{host}:{port}"));
             }
         }
     }
-    panic!("no seed of {seeds:?} knows who holds {key:?}");
+    None
 }
