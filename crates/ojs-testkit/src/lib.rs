@@ -105,10 +105,12 @@ static CLUSTER: OnceLock<cluster::LocalCluster> = OnceLock::new();
 
 /// The seed nodes of the 3-primary cluster every server of this binary uses on a cluster, started on
 /// first use. Its nodes are killed by watchdog shells when the test process exits, however it exits.
+/// Nothing there fails over, so a node counts as failing only after 15 s without an answer (Redis'
+/// default), not the 1 s failover tests use: a stall of a loaded machine must not take the cluster down.
 pub fn cluster_seeds() -> Vec<String> {
     CLUSTER
         .get_or_init(|| {
-            let c = cluster::LocalCluster::start(3, 0);
+            let c = cluster::LocalCluster::start_with_node_timeout(3, 0, 15_000);
             c.remove_dir_with_this_process();
             c
         })
