@@ -479,10 +479,9 @@ async fn api_keys_and_scopes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_delivers_events_from_the_other_pod_and_resumes() {
     let bin = env!("CARGO_BIN_EXE_ojs-server");
-    let redis = ojs_testkit::redis_url();
     let ns = ojs_testkit::unique_namespace();
-    let a = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
-    let b = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
+    let a = TestServer::spawn_pod(bin, &ns, &[]).await;
+    let b = TestServer::spawn_pod(bin, &ns, &[]).await;
     let mut resp = b
         .http
         .get(b.url("/ojs/v1/queues/sse/events/stream"))

@@ -92,7 +92,7 @@ async fn a_hash_left_at_the_due_index_by_an_older_build_is_removed_at_start() {
     // What registering a cron entry named `due` left behind before the name was reserved.
     let ns = ojs_testkit::unique_namespace();
     let keys = ojs_store::Keys::new(&ns);
-    let mut r = redis::Client::open(ojs_testkit::redis_url())
+    let mut r = redis::Client::open(ojs_testkit::redis_url_for(&ns))
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -181,16 +181,11 @@ async fn invalid_entries_are_refused_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tick_fires_once_however_many_pods_run() {
-    let first = TestServer::spawn_process(
-        env!("CARGO_BIN_EXE_ojs-server"),
-        &ojs_testkit::redis_url(),
-        &ojs_testkit::unique_namespace(),
-        &[],
-    )
-    .await;
-    let ns = first.namespace.clone();
-    let second = TestServer::spawn_process(env!("CARGO_BIN_EXE_ojs-server"), &ojs_testkit::redis_url(), &ns, &[]).await;
-    let third = TestServer::spawn_process(env!("CARGO_BIN_EXE_ojs-server"), &ojs_testkit::redis_url(), &ns, &[]).await;
+    let bin = env!("CARGO_BIN_EXE_ojs-server");
+    let ns = ojs_testkit::unique_namespace();
+    let first = TestServer::spawn_pod(bin, &ns, &[]).await;
+    let second = TestServer::spawn_pod(bin, &ns, &[]).await;
+    let third = TestServer::spawn_pod(bin, &ns, &[]).await;
     // Every second (6 fields), overlap allow so no tick is skipped for a previous run.
     let mut e = entry("every.second", "* * * * * *", "ticks");
     e["overlap_policy"] = json!("allow");

@@ -469,11 +469,10 @@ fn unknown_id() -> String {
 impl Harness {
     async fn start(legacy: bool) -> Self {
         let bin = env!("CARGO_BIN_EXE_ojs-server");
-        let redis_url = ojs_testkit::redis_url();
         // A fresh namespace per case keeps cases (and shrinking runs) independent.
         let ns = ojs_testkit::unique_namespace();
-        let a = TestServer::spawn_process(bin, &redis_url, &ns, &[]).await;
-        let b = TestServer::spawn_process(bin, &redis_url, &ns, &[]).await;
+        let a = TestServer::spawn_pod(bin, &ns, &[]).await;
+        let b = TestServer::spawn_pod(bin, &ns, &[]).await;
         let redis = a.redis().await;
         Self {
             nodes: [a, b],

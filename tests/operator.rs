@@ -40,8 +40,15 @@ async fn readiness_and_health_shapes() {
         "what Prometheus asks for"
     );
 
-    // A Redis nobody listens on: not ready (503), and health says so too.
-    let down = TestServer::start_with(|c| c.redis_url = "redis://127.0.0.1:1".into()).await;
+    // A Redis nobody listens on (on a cluster run: a cluster whose one seed nobody listens on): not
+    // ready (503), and health says so too.
+    let down = TestServer::start_with(|c| {
+        c.redis_url = "redis://127.0.0.1:1".into();
+        if ojs_testkit::on_cluster() {
+            c.redis_cluster = vec!["127.0.0.1:1".into()];
+        }
+    })
+    .await;
     let (st, b) = down.get("/ojs/v1/ready").await;
     assert_eq!((st, b["status"].as_str()), (503, Some("not_ready")), "{b}");
     let (st, b) = down.get("/ojs/v1/health").await;

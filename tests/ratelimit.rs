@@ -11,10 +11,9 @@ use serde_json::{json, Value};
 /// Two `ojs-server` processes on one namespace: two pods.
 async fn two_nodes() -> (Arc<TestServer>, Arc<TestServer>) {
     let bin = env!("CARGO_BIN_EXE_ojs-server");
-    let redis = ojs_testkit::redis_url();
     let ns = ojs_testkit::unique_namespace();
-    let a = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
-    let b = TestServer::spawn_process(bin, &redis, &ns, &[]).await;
+    let a = TestServer::spawn_pod(bin, &ns, &[]).await;
+    let b = TestServer::spawn_pod(bin, &ns, &[]).await;
     (Arc::new(a), Arc::new(b))
 }
 

@@ -181,6 +181,10 @@ async fn function_flush_does_not_break_the_server() {
 
 #[tokio::test]
 async fn redis_down_answers_503_and_recovers() {
+    if ojs_testkit::skip_on_cluster("stops a single redis-server of its own; tests/cluster.rs kills a cluster primary")
+    {
+        return;
+    }
     // A Redis of this test's own, so stopping it harms no other test.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -235,7 +239,7 @@ async fn redis_down_answers_503_and_recovers() {
 async fn two_nodes_share_one_namespace_and_stopping_one_loses_nothing() {
     let a = TestServer::start().await;
     let node_config = || {
-        let mut cfg = ojs_server::Config::for_redis(&a.redis_url);
+        let mut cfg = ojs_testkit::base_config();
         cfg.namespace = a.namespace.clone();
         cfg.tick_ms = 20;
         cfg
@@ -282,10 +286,9 @@ async fn two_nodes_share_one_namespace_and_stopping_one_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_flow_across_two_server_processes_and_survive_a_kill() {
     let bin = env!("CARGO_BIN_EXE_ojs-server");
-    let redis = ojs_testkit::redis_url();
     let ns = ojs_testkit::unique_namespace();
-    let mut a = TestServer::spawn_process(bin, &redis, &ns, &[("OJS_VISIBILITY_TIMEOUT_MS", "300")]).await;
-    let b = TestServer::spawn_process(bin, &redis, &ns, &[("OJS_VISIBILITY_TIMEOUT_MS", "300")]).await;
+    let mut a = TestServer::spawn_pod(bin, &ns, &[("OJS_VISIBILITY_TIMEOUT_MS", "300")]).await;
+    let b = TestServer::spawn_pod(bin, &ns, &[("OJS_VISIBILITY_TIMEOUT_MS", "300")]).await;
     // Enqueued on A, fetched on B, acked on A.
     let id = a
         .enqueue(json!({"type": "a", "args": [], "options": {"queue": "pods"}}))

@@ -387,7 +387,7 @@ async fn a_duplicate_inside_one_batch_follows_the_same_rules() {
 #[tokio::test]
 async fn concurrent_duplicates_on_two_nodes_make_exactly_one_job() {
     let a = TestServer::start().await;
-    let mut cfg = ojs_server::Config::for_redis(&a.redis_url);
+    let mut cfg = ojs_testkit::base_config();
     cfg.namespace = a.namespace.clone();
     cfg.tick_ms = 20;
     let b = TestServer::start_config(cfg).await;

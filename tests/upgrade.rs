@@ -179,7 +179,7 @@ async fn load_fixture(
 #[tokio::test]
 async fn a_v1_keyspace_is_upgraded_and_every_job_survives() {
     let ns = ojs_testkit::unique_namespace();
-    let url = ojs_testkit::redis_url();
+    let url = ojs_testkit::redis_url_for(&ns);
     let mut conn = redis::Client::open(url.as_str())
         .expect("client")
         .get_multiplexed_async_connection()

@@ -10,11 +10,20 @@ pub struct LocalCluster {
     pub ports: Vec<u16>,
     pub dir: std::path::PathBuf,
     children: Vec<Child>,
+    node_timeout_ms: u64,
 }
 
 impl LocalCluster {
     /// Starts `primaries` primaries with `replicas` replicas each, and waits until the cluster is ok.
+    /// A node that does not answer for 1 s counts as failing (`cluster-node-timeout`), so a failover
+    /// test sees its replica promoted quickly.
     pub fn start(primaries: usize, replicas: usize) -> Self {
+        Self::start_with_node_timeout(primaries, replicas, 1000)
+    }
+
+    /// [`LocalCluster::start`] with this `cluster-node-timeout`: a long one keeps a cluster that must not
+    /// fail over (the suite's shared one) ok through a loaded machine's stalls.
+    pub fn start_with_node_timeout(primaries: usize, replicas: usize, node_timeout_ms: u64) -> Self {
         let n = primaries * (1 + replicas);
         let ports: Vec<u16> = (0..n).map(|_| free_cluster_port()).collect();
         let dir = std::env::temp_dir().join(format!("ojs-test-cluster-{}", ports[0]));
@@ -23,6 +32,7 @@ impl LocalCluster {
             ports: ports.clone(),
             dir,
             children: Vec::new(),
+            node_timeout_ms,
         };
         for &port in &ports {
             let child = c.spawn(port);
@@ -82,7 +92,8 @@ impl LocalCluster {
     fn spawn(&self, port: u16) -> Child {
         let child = Command::new(redis_server_bin())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()])
             .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
             .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
             .arg("--dir")
@@ -108,6 +119,16 @@ impl LocalCluster {
             assert!(Instant::now() < deadline, "node {port} did not rejoin");
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// For a cluster that lives as long as the test process (never dropped): a watchdog shell removes
+    /// its directory once the process and its nodes are gone.
+    pub(crate) fn remove_dir_with_this_process(&self) {
+        crate::watchdog(&format!(
+            "while kill -0 {parent} 2>/dev/null; do sleep 1; done; sleep 3; rm -rf '{dir}'",
+            parent = std::process::id(),
+            dir = self.dir.display()
+        ));
     }
 
     /// The seed nodes, `127.0.0.1:<port>`, as `--redis-cluster` takes them.
@@ -175,6 +196,11 @@ fn replica_ready(port: u16) -> bool {
 /// The URL of the primary that holds `key`'s slot, asked of the first seed that answers (`CLUSTER
 /// KEYSLOT`, `CLUSTER SLOTS`).
 pub fn owner_url(seeds: &[String], key: &str) -> String {
+    try_owner_url(seeds, key).unwrap_or_else(|| panic!("no seed of {seeds:?} knows who holds {key:?}"))
+}
+
+/// [`owner_url`], or None when no seed answers (a cluster that is down, or was never there).
+pub fn try_owner_url(seeds: &[String], key: &str) -> Option<String> {
     for seed in seeds {
         let Ok(mut c) = redis::Client::open(format!("redis://{seed}")).and_then(|c| c.get_connection()) else {
             continue;
@@ -203,9 +229,9 @@ pub fn owner_url(seeds: &[String], key: &str) -> String {
                     _ => continue,
                 };
                 let host = if host.is_empty() { "127.0.0.1".into() } else { host };
-                return format!("redis://{host}:{port}");
+                return Some(format!("redis://{host}:{port}"));
             }
         }
     }
-    panic!("no seed of {seeds:?} knows who holds {key:?}");
+    None
 }

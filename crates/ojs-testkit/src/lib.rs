@@ -1,5 +1,6 @@
-//! Test support: a real `redis-server` per test binary (or `OJS_TEST_REDIS_URL`), servers under test on
-//! port 0, each in its own namespace so tests never share keys and never flush anything, and the
+//! Test support: a real `redis-server` per test binary (or `OJS_TEST_REDIS_URL`; or, with
+//! `OJS_TEST_CLUSTER=1`, a local 3-primary Redis Cluster per test binary: [`on_cluster`]), servers under
+//! test on port 0, each in its own namespace so tests never share keys and never flush anything, and the
 //! invariant checker that walks a namespace's keyspace.
 
 pub mod invariants;
@@ -76,10 +77,76 @@ pub fn redis_server_bin() -> String {
         .unwrap_or_else(|| "redis-server".into())
 }
 
-/// The Redis every test in this binary uses: `OJS_TEST_REDIS_URL`, or a server (see
+/// Whether this test binary runs its servers on a local Redis Cluster (`OJS_TEST_CLUSTER=1`, which
+/// `OJS_TEST_ENGINE=cluster scripts/test` sets): [`TestServer::start`], [`TestServer::start_with`] and
+/// [`TestServer::spawn_pod`] then use one 3-primary [`cluster::LocalCluster`] shared by the binary.
+pub fn on_cluster() -> bool {
+    std::env::var("OJS_TEST_CLUSTER").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// On a cluster ([`on_cluster`]), says on stderr that the running test is skipped and why, and returns
+/// true: the one way a test opts out of the cluster run (`if ojs_testkit::skip_on_cluster("…") {
+/// return; }`). Written past the test harness's output capture, so the run's log shows it.
+pub fn skip_on_cluster(why: &str) -> bool {
+    if !on_cluster() {
+        return false;
+    }
+    use std::io::Write;
+    let thread = std::thread::current();
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped on the Redis Cluster: {} ({why})",
+        thread.name().unwrap_or("this test")
+    );
+    true
+}
+
+static CLUSTER: OnceLock<cluster::LocalCluster> = OnceLock::new();
+
+/// The seed nodes of the 3-primary cluster every server of this binary uses on a cluster, started on
+/// first use. Its nodes are killed by watchdog shells when the test process exits, however it exits.
+/// Nothing there fails over, so a node counts as failing only after 15 s without an answer (Redis'
+/// default), not the 1 s failover tests use: a stall of a loaded machine must not take the cluster down.
+pub fn cluster_seeds() -> Vec<String> {
+    CLUSTER
+        .get_or_init(|| {
+            let c = cluster::LocalCluster::start_with_node_timeout(3, 0, 15_000);
+            c.remove_dir_with_this_process();
+            c
+        })
+        .seeds()
+}
+
+/// The configuration a test server starts from: [`Config::for_redis`] on [`redis_url`], or on a cluster
+/// ([`on_cluster`]) [`Config::for_cluster`] on [`cluster_seeds`].
+pub fn base_config() -> Config {
+    if on_cluster() {
+        Config::for_cluster(&cluster_seeds())
+    } else {
+        Config::for_redis(&redis_url())
+    }
+}
+
+/// The URL of the Redis that holds `namespace`'s keys: [`redis_url`], or on a cluster the primary that
+/// owns the namespace's hash tag (for tests that read or write keys directly).
+pub fn redis_url_for(namespace: &str) -> String {
+    if on_cluster() {
+        cluster::owner_url(&cluster_seeds(), &ojs_store::Keys::new(namespace).schema())
+    } else {
+        redis_url()
+    }
+}
+
+/// The single Redis every test in this binary uses: `OJS_TEST_REDIS_URL`, or a server (see
 /// [`redis_server_bin`]) started on a free port. A watchdog shell stops that server when the test
-/// process exits, however it exits.
+/// process exits, however it exits. Not on a cluster ([`on_cluster`]): use [`base_config`] or
+/// [`redis_url_for`] there.
 pub fn redis_url() -> String {
+    assert!(
+        !on_cluster(),
+        "redis_url() names the single redis-server, which a cluster run (OJS_TEST_CLUSTER) does not start: \
+         use base_config() / redis_url_for(namespace) / TestServer::spawn_pod, or skip_on_cluster(why)"
+    );
     REDIS
         .get_or_init(|| {
             if let Ok(url) = std::env::var("OJS_TEST_REDIS_URL") {
@@ -129,13 +196,17 @@ pub fn redis_url() -> String {
 
 /// A watchdog shell SIGKILLs process `pid` when this test process exits, however it exits.
 pub(crate) fn kill_with_this_process(pid: u32) {
-    let watchdog = format!(
+    watchdog(&format!(
         "while kill -0 {parent} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -9 {pid} 2>/dev/null",
         parent = std::process::id()
-    );
+    ));
+}
+
+/// Starts `script` in a shell of its own, detached from the test's output (a watchdog that outlives us).
+pub(crate) fn watchdog(script: &str) {
     let _ = Command::new("sh")
         .arg("-c")
-        .arg(watchdog)
+        .arg(script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn();
@@ -238,10 +309,10 @@ impl TestServer {
         Self::start_with(|_| {}).await
     }
 
-    /// Starts a server; `tune` adjusts the configuration (priority model, timeouts…).
+    /// Starts a server on the shared Redis (or the shared cluster: [`on_cluster`]); `tune` adjusts the
+    /// configuration (priority model, timeouts…).
     pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Self {
-        let redis_url = redis_url();
-        let mut cfg = Config::for_redis(&redis_url);
+        let mut cfg = base_config();
         cfg.namespace = unique_namespace();
         cfg.tick_ms = 20;
         tune(&mut cfg);
@@ -250,7 +321,7 @@ impl TestServer {
 
     /// Starts a server with exactly this configuration (e.g. a second node on the same namespace).
     /// On a cluster (`cfg.redis_cluster`), [`TestServer::redis`] and the invariant check talk to the
-    /// primary that holds the namespace's slot.
+    /// primary that holds the namespace's slot (the first seed if no seed answers).
     pub async fn start_config(cfg: Config) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
@@ -258,7 +329,9 @@ impl TestServer {
         let namespace = cfg.namespace.clone();
         let redis_url = match cfg.cluster_nodes() {
             nodes if nodes.is_empty() => cfg.redis_url.clone(),
-            nodes => cluster::owner_url(&nodes, &ojs_store::Keys::new(&namespace).schema()),
+            // A cluster nobody answers for (a test of the server with its backend down): the first seed.
+            nodes => cluster::try_owner_url(&nodes, &ojs_store::Keys::new(&namespace).schema())
+                .unwrap_or_else(|| format!("redis://{}", nodes[0])),
         };
         let handle = tokio::spawn(async move {
             let _ = ojs_server::run(listener, cfg, async move {
@@ -275,6 +348,21 @@ impl TestServer {
             handle: Some(handle),
             child: None,
         }
+    }
+
+    /// [`TestServer::spawn_process`] on the Redis the test servers use: the single one, or on a cluster
+    /// ([`on_cluster`]) the shared cluster (`OJS_REDIS_CLUSTER`), with `redis_url` at the namespace's
+    /// primary.
+    pub async fn spawn_pod(bin: &str, namespace: &str, extra_env: &[(&str, &str)]) -> Self {
+        if !on_cluster() {
+            return Self::spawn_process(bin, &redis_url(), namespace, extra_env).await;
+        }
+        let seeds = cluster_seeds().join(",");
+        let mut env = vec![("OJS_REDIS_CLUSTER", seeds.as_str())];
+        env.extend_from_slice(extra_env);
+        let mut s = Self::spawn_process(bin, "redis://127.0.0.1:1", namespace, &env).await;
+        s.redis_url = redis_url_for(namespace);
+        s
     }
 
     /// Starts the `ojs-server` binary at `bin` as a separate process (a real second pod) on a free port,
