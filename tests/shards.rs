@@ -16,18 +16,21 @@ fn three_shards(c: &mut ojs_server::Config) {
     c.queue_shards = PerQueue(vec![("s0".into(), 0), ("s1".into(), 1), ("s2".into(), 2)]);
 }
 
-async fn exists(s: &TestServer, key: &str) -> bool {
-    let n: i64 = redis::cmd("EXISTS")
-        .arg(key)
-        .query_async(&mut s.redis().await)
+/// Whether `key` exists (on the node that holds it, when the suite runs on a cluster).
+async fn exists(key: &str) -> bool {
+    let mut conn = redis::Client::open(ojs_testkit::redis_url_of(key))
+        .unwrap()
+        .get_multiplexed_async_connection()
         .await
         .unwrap();
+    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await.unwrap();
     n == 1
 }
 
 async fn all_invariants(s: &TestServer, shards: usize) {
     for i in 0..shards {
-        let problems = check_shard_invariants(&s.redis_url, &s.namespace, i).await;
+        let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&s.namespace, i).schema());
+        let problems = check_shard_invariants(&url, &s.namespace, i).await;
         assert!(problems.is_empty(), "shard {i}: {problems:?}");
     }
 }
@@ -45,7 +48,7 @@ async fn jobs_live_on_their_queues_shard_and_every_request_finds_them() {
         // The server-made id names its shard in its last byte, and the job is under that shard's tag.
         assert!(id.ends_with(&format!("0{i}")), "{id} on shard {i}");
         let key = ojs_store::Keys::for_shard(&s.namespace, i).job(&id);
-        assert!(exists(&s, &key).await, "{key}");
+        assert!(exists(&key).await, "{key}");
         ids.push(id);
     }
     // GET, PATCH and DELETE by id reach each shard.
@@ -251,7 +254,7 @@ async fn what_one_shard_cannot_keep_exact_is_refused_with_the_way_out() {
         )
         .await;
     assert_eq!(st, 201, "{b}");
-    assert!(exists(&s, &ojs_store::Keys::for_shard(&s.namespace, 2).cron("tick")).await);
+    assert!(exists(&ojs_store::Keys::for_shard(&s.namespace, 2).cron("tick")).await);
     assert_eq!(s.get("/ojs/v1/cron/tick").await.0, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -273,16 +276,13 @@ async fn adding_shards_moves_no_queue_and_keeps_known_keys_where_they_are() {
     one.enqueue(json!({"type": "t", "args": [], "queue": "old", "rate_limit": {"key": "k-old", "concurrency": 1}}))
         .await;
     // A second pod with three shards: the count grows, the queue stays on shard 0.
-    let mut cfg = ojs_server::Config::for_redis(&one.redis_url);
+    let mut cfg = ojs_testkit::base_config();
     cfg.namespace = one.namespace.clone();
     cfg.tick_ms = 20;
     cfg.shards = 3;
     let three = TestServer::start_config(cfg).await;
     let q1 = three.enqueue(job("old", 1)).await;
-    assert!(
-        exists(&three, &three.keys().job(&q1)).await,
-        "the queue stays on shard 0"
-    );
+    assert!(exists(&three.keys().job(&q1)).await, "the queue stays on shard 0");
     let count: i64 = redis::cmd("GET")
         .arg(three.keys().shard_count())
         .query_async(&mut three.redis().await)

@@ -130,8 +130,13 @@ pub fn base_config() -> Config {
 /// The URL of the Redis that holds `namespace`'s keys: [`redis_url`], or on a cluster the primary that
 /// owns the namespace's hash tag (for tests that read or write keys directly).
 pub fn redis_url_for(namespace: &str) -> String {
+    redis_url_of(&ojs_store::Keys::new(namespace).schema())
+}
+
+/// The URL of the Redis that holds `key` (e.g. a key of another shard, `Keys::for_shard`).
+pub fn redis_url_of(key: &str) -> String {
     if on_cluster() {
-        cluster::owner_url(&cluster_seeds(), &ojs_store::Keys::new(namespace).schema())
+        cluster::owner_url(&cluster_seeds(), key)
     } else {
         redis_url()
     }
