@@ -25,6 +25,40 @@ pub async fn redis_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyho
         .unwrap_or(0))
 }
 
+/// The Redis nodes a run measures: one, or every primary of a cluster (`url,url,…`).
+pub struct Probe {
+    nodes: Vec<redis::aio::MultiplexedConnection>,
+}
+
+impl Probe {
+    pub async fn connect(urls: &str) -> anyhow::Result<Self> {
+        let mut nodes = Vec::new();
+        for url in urls.split(',').filter(|u| !u.is_empty()) {
+            nodes.push(redis::Client::open(url)?.get_multiplexed_async_connection().await?);
+        }
+        anyhow::ensure!(!nodes.is_empty(), "no redis url to measure");
+        Ok(Self { nodes })
+    }
+
+    /// CPU time of each node so far (µs), in the order given.
+    pub async fn cpu_us(&mut self) -> anyhow::Result<Vec<f64>> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        for n in &mut self.nodes {
+            out.push(redis_cpu_us(n).await?);
+        }
+        Ok(out)
+    }
+
+    /// Memory in use on all nodes together (bytes).
+    pub async fn memory(&mut self) -> anyhow::Result<u64> {
+        let mut total = 0;
+        for n in &mut self.nodes {
+            total += redis_memory(n).await?;
+        }
+        Ok(total)
+    }
+}
+
 /// CPU time (user + system) a process has used so far, in microseconds, from `/proc/<pid>/stat`.
 pub fn process_cpu_us(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;

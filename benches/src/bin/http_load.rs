@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ojs_bench::{process_cpu_us, redis_cpu_us, redis_memory, PAYLOAD};
+use ojs_bench::{process_cpu_us, Probe, PAYLOAD};
 use rand::Rng;
 use serde_json::{json, Value};
 
@@ -57,9 +57,21 @@ async fn main() -> anyhow::Result<()> {
         args[4].parse::<usize>()?,
     );
     let http = reqwest::Client::builder().pool_max_idle_per_host(128).build()?;
-    let mut probe = redis::Client::open(redis_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    // `redis_url` may list every primary of a cluster (`url,url,…`): their CPU is added up, and the
+    // busiest one reported too. OJS_BENCH_QUEUES spreads the jobs over several queues (round-robin;
+    // each worker fetches from one), e.g. queues pinned to different shards.
+    let mut probe = Probe::connect(&redis_url).await?;
+    let queues: Vec<String> = std::env::var("OJS_BENCH_QUEUES")
+        .unwrap_or_else(|_| "bench".into())
+        .split(',')
+        .filter(|q| !q.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let queues = Arc::new(queues);
+    let queue_of = {
+        let queues = queues.clone();
+        move |i: usize| queues[i % queues.len()].clone()
+    };
     let jobs_url = format!("{base}/ojs/v1/jobs");
     let mut extra = json!({});
     let c0;
@@ -67,17 +79,21 @@ async fn main() -> anyhow::Result<()> {
     let s0;
     match scenario.as_str() {
         "add" => {
-            c0 = redis_cpu_us(&mut probe).await?;
+            c0 = probe.cpu_us().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
             let next = Arc::new(AtomicUsize::new(0));
             let mut tasks = Vec::new();
             for _ in 0..64 {
-                let (http, url, next) = (http.clone(), jobs_url.clone(), next.clone());
+                let (http, url, next, queue_of) = (http.clone(), jobs_url.clone(), next.clone(), queue_of.clone());
                 tasks.push(tokio::spawn(async move {
-                    while next.fetch_add(1, Ordering::Relaxed) < jobs {
-                        post(&http, &url, &json!({"type": "noop", "args": [1], "queue": "bench"})).await?;
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= jobs {
+                            break;
+                        }
+                        post(&http, &url, &json!({"type": "noop", "args": [1], "queue": queue_of(i)})).await?;
                     }
                     anyhow::Ok(())
                 }));
@@ -87,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         "bulk" => {
-            c0 = redis_cpu_us(&mut probe).await?;
+            c0 = probe.cpu_us().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -96,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
             while i < jobs {
                 let n = (jobs - i).min(1000);
                 let batch: Vec<Value> = (0..n)
-                    .map(|k| json!({"type": "noop", "args": [i + k], "queue": "bench"}))
+                    .map(|k| json!({"type": "noop", "args": [i + k], "queue": queue_of(i + k)}))
                     .collect();
                 post(&http, &url, &json!({ "jobs": batch })).await?;
                 i += n;
@@ -104,21 +120,20 @@ async fn main() -> anyhow::Result<()> {
         }
         "process" | "process_split" => {
             let split = scenario == "process_split";
-            let m0 = redis_memory(&mut probe).await?;
+            let m0 = probe.memory().await?;
             let url = format!("{base}/ojs/v1/jobs/batch");
             let mut i = 0;
             let mut rng = rand::rng();
             while i < jobs {
                 let n = (jobs - i).min(1000);
                 let batch: Vec<Value> = (0..n)
-                    .map(|k| json!({"type": "noop", "args": [i + k, PAYLOAD], "queue": "bench", "priority": rng.random_range(0..10)}))
+                    .map(|k| json!({"type": "noop", "args": [i + k, PAYLOAD], "queue": queue_of(i + k), "priority": rng.random_range(0..10)}))
                     .collect();
                 post(&http, &url, &json!({ "jobs": batch })).await?;
                 i += n;
             }
-            extra["memory_per_queued_job"] =
-                json!((redis_memory(&mut probe).await?.saturating_sub(m0)) as f64 / jobs as f64);
-            c0 = redis_cpu_us(&mut probe).await?;
+            extra["memory_per_queued_job"] = json!((probe.memory().await?.saturating_sub(m0)) as f64 / jobs as f64);
+            c0 = probe.cpu_us().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -126,10 +141,11 @@ async fn main() -> anyhow::Result<()> {
             let mut tasks = Vec::new();
             for w in 0..50 {
                 let (http, base, done) = (http.clone(), base.clone(), done.clone());
+                let queue = queue_of(w);
                 tasks.push(tokio::spawn(async move {
                     let fetch = format!("{base}/ojs/v1/workers/fetch");
                     let ack = format!("{base}/ojs/v1/workers/ack");
-                    let next_req = json!({"queues": ["bench"], "worker_id": format!("w{w}")});
+                    let next_req = json!({"queues": [queue], "worker_id": format!("w{w}")});
                     // process: as the ojs-client Worker does, fetch when idle, then ack each job together
                     // with the claim of the next one (ack-and-fetch-next), one request per job.
                     // process_split: as the official SDKs do, a FETCH and an ACK request per job.
@@ -158,7 +174,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         "latency" => {
-            c0 = redis_cpu_us(&mut probe).await?;
+            c0 = probe.cpu_us().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -223,10 +239,13 @@ async fn main() -> anyhow::Result<()> {
         other => anyhow::bail!("unknown scenario {other}"),
     }
     let seconds = t0.elapsed().as_secs_f64();
-    let cpu = redis_cpu_us(&mut probe).await? - c0;
+    let c1 = probe.cpu_us().await?;
+    let per_node: Vec<f64> = c1.iter().zip(&c0).map(|(a, b)| a - b).collect();
+    let cpu: f64 = per_node.iter().sum();
     let peer = std::env::var("OJS_BENCH_PEER").unwrap_or_else(|_| "ojs".into());
     let mut out = json!({"peer": peer, "scenario": scenario, "jobs": jobs, "seconds": seconds,
-        "redis_cpu_us": cpu, "jobs_per_s": jobs as f64 / seconds,
+        "redis_cpu_us": cpu, "redis_cpu_us_busiest_node": per_node.iter().copied().fold(0.0, f64::max),
+        "jobs_per_s": jobs as f64 / seconds,
         "requests": REQUESTS.load(Ordering::Relaxed)});
     if let (Some(pid), Some(s0)) = (server_pid, s0) {
         out["server_cpu_us"] = json!(process_cpu_us(pid)? - s0);

@@ -29,7 +29,7 @@ pub struct Config {
     /// Pin queues to shards, `name=shard[,name=shard…]` (shards count from 0), e.g. to keep the queues
     /// that share a rate-limit key or a workflow together. A pin applies when the queue is first
     /// placed; a queue already placed keeps its shard.
-    #[arg(long, env = "OJS_QUEUE_SHARDS", default_value = "", value_parser = parse_pins)]
+    #[arg(long = "queue-shard", env = "OJS_QUEUE_SHARDS", default_value = "", value_parser = parse_pins)]
     pub queue_shards: Pins,
 
     /// Address to listen on.
