@@ -51,7 +51,7 @@ fn main() {
     // The library: includes once (each after the includes it names), then one function per operation.
     // includes/record.lua comes first: every function is wrapped in its rec_begin/rec_end.
     let mut lib_seen = BTreeSet::new();
-    let mut lib_includes = lua_key_functions();
+    let mut lib_includes = String::new();
     match flatten("--@include record\n", &lua_dir.join("includes"), &mut lib_seen) {
         Ok(inc) => lib_includes.push_str(&inc),
         Err(e) => panic!("includes/record.lua: {e}"),
@@ -116,6 +116,12 @@ fn main() {
         )
         .expect("write");
     }
+    // Every `key_<family>(P, …)` call becomes the concatenation its template gives: the scripts name
+    // keys through src/layout.rs, and the library pays no function call per key.
+    let body = match inline_key_calls(&body) {
+        Ok(b) => b,
+        Err(e) => panic!("Lua key calls: {e}"),
+    };
     let version = format!("{:016x}", fnv1a(body.as_bytes()));
     let library = format!("#!lua name=ojs_{version}\nlocal V = '{version}'\n{body}");
     writeln!(
@@ -129,18 +135,84 @@ fn main() {
     println!("cargo:rerun-if-changed={}", manifest.join("src/layout.rs").display());
 }
 
-/// One Lua function per key family: `local function key_<family>(P, part…) return P .. … end`.
-fn lua_key_functions() -> String {
-    let mut out = String::new();
-    for f in layout::KEY_FAMILIES {
-        let args: String = layout::part_names(f.template)
-            .iter()
-            .map(|p| format!(", {p}"))
-            .collect();
-        let body = layout::render(f.template, |p| format!(" .. {p}"), |s| format!(" .. '{s}'"));
-        writeln!(out, "local function key_{}(P{args}) return P{body} end", f.name).expect("write");
+/// The library's code with every `key_<family>(P, part…)` call replaced by the concatenation of the
+/// family's template, `(P .. 'q:' .. (queue) .. ':ready')`. Arguments are split at top-level commas
+/// (strings and brackets respected) and inlined themselves; a call with the wrong number of arguments,
+/// or of a family src/layout.rs does not have, fails the build.
+fn inline_key_calls(code: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(code.len());
+    let b = code.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let starts_word = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if starts_word && code[i..].starts_with("key_") {
+            let name_end = i + code[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(b.len() - i);
+            if b.get(name_end) == Some(&b'(') {
+                let family = &code[i + 4..name_end];
+                let f = layout::KEY_FAMILIES
+                    .iter()
+                    .find(|f| f.name == family)
+                    .ok_or_else(|| format!("key_{family}(…) names no family of src/layout.rs"))?;
+                let (args, end) = call_args(code, name_end)?;
+                let parts = layout::part_names(f.template);
+                if args.len() != parts.len() + 1 {
+                    return Err(format!(
+                        "key_{family} takes P and {} part(s) ({parts:?}); got {} argument(s): {:?}",
+                        parts.len(),
+                        args.len(),
+                        &code[i..end]
+                    ));
+                }
+                let args: Vec<String> = args.iter().map(|a| inline_key_calls(a.trim())).collect::<Result<_, _>>()?;
+                let next = std::cell::Cell::new(1);
+                let tail = layout::render(
+                    f.template,
+                    |_| {
+                        next.set(next.get() + 1);
+                        format!(" .. ({})", args[next.get() - 1])
+                    },
+                    |lit| format!(" .. '{lit}'"),
+                );
+                write!(out, "({}{tail})", args[0]).expect("write");
+                i = end;
+                continue;
+            }
+        }
+        let ch = code[i..].chars().next().expect("char");
+        out.push(ch);
+        i += ch.len_utf8();
     }
-    out
+    Ok(out)
+}
+
+/// The arguments of the call whose `(` is at `open`, and the index just past its `)`.
+fn call_args(code: &str, open: usize) -> Result<(Vec<&str>, usize), String> {
+    let b = code.as_bytes();
+    let (mut depth, mut start, mut i) = (0usize, open + 1, open + 1);
+    let mut args = Vec::new();
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' if depth == 0 => {
+                args.push(&code[start..i]);
+                return Ok((args, i + 1));
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 => {
+                args.push(&code[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Err(format!("unclosed call at {:?}", &code[open.saturating_sub(20)..open]))
 }
 
 /// The `Keys` method of each key family (included by src/keys.rs).

@@ -4,9 +4,10 @@
 //!
 //! This table is the only place key names are written. `build.rs` reads it (this file is plain data,
 //! included there by path) and generates both sides: the Rust methods of [`crate::Keys`]
-//! (`keys.job(id)`, `keys.queue_ready(queue)`, …) and the Lua functions every script calls
-//! (`key_job(P, id)`, `key_queue_ready(P, queue)`, …). `build.rs` fails the build when a script writes a
-//! key name itself (`P .. '…'`). `docs/architecture.md` describes each family; a test checks that it
+//! (`keys.job(id)`, `keys.queue_ready(queue)`, …) and the Lua calls every script writes
+//! (`key_job(P, id)`, `key_queue_ready(P, queue)`, …), which it replaces in the library by the template's
+//! concatenation (`(P .. 'job:' .. (id))`: no function call per key at run time). `build.rs` fails the
+//! build when a script writes a key name itself (`P .. '…'`) or calls a family with the wrong parts. `docs/architecture.md` describes each family; a test checks that it
 //! names every template here.
 //!
 //! Parts never contain `{`, `}` (no input reaches another deployment's hash tag) and the names that
