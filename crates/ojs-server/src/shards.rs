@@ -8,12 +8,14 @@
 //! - a **job or workflow id** to the shard its last byte names (server-made ids carry it:
 //!   `ojs_core::names::id_on_shard`); a client's own id may name the wrong one, so callers try the other
 //!   shards when the job is not on the first ([`Shards::for_id`] gives the order);
-//! - a **rate-limit key** to the shard it is bound to (the first queue whose job carried it); a job
-//!   whose queue lives elsewhere is refused, so a key's counters are never split;
+//! - a **rate-limit key** to the shard it is bound to (the first queue whose job carried it), and a job
+//!   type whose unique policies span queues likewise; a job whose queue lives elsewhere is refused, so a
+//!   key's counters and a uniqueness check are never split ([`Bound`]);
 //! - timers, the event tail and listings to **every** shard (`all`).
 //!
-//! A deployment of one shard does exactly what it did before shards existed, plus one directory read
-//! per queue per pod (so that raising `--shards` later never splits a queue that pods already use).
+//! A deployment of one shard does what it did before shards existed, plus one directory call per queue
+//! (and per type with a queue-spanning unique policy) per pod, so that raising `--shards` later never
+//! splits what pods already use, and one read of the shard count a second (`refresh`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -82,7 +84,7 @@ impl Shards {
     }
 
     /// Reads (and raises to this pod's `--shards`) the deployment's number of shards; the timers call
-    /// it each round, so a pod learns of shards another pod added.
+    /// it about once a second, so a pod learns of shards another pod added.
     pub async fn refresh(&self) -> Result<usize, StoreError> {
         let placed = self.first().place_queues(self.configured, &[]).await?;
         self.learn(placed.shards);
