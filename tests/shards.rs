@@ -225,6 +225,7 @@ async fn what_one_shard_cannot_keep_exact_is_refused_with_the_way_out() {
         .await;
     assert_eq!(st, 201, "{b}");
     let wf = b["workflow"]["id"].as_str().unwrap().to_string();
+    assert!(wf.ends_with("02"), "a server-made workflow id names its shard: {wf}");
     assert_eq!(s.get(&format!("/ojs/v1/workflows/{wf}")).await.0, 200);
     assert_eq!(s.get("/ojs/v1/workflows").await.1["workflows"][0]["id"], json!(wf));
 

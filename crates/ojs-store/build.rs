@@ -146,7 +146,9 @@ fn inline_key_calls(code: &str) -> Result<String, String> {
     while i < b.len() {
         let starts_word = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
         if starts_word && code[i..].starts_with("key_") {
-            let name_end = i + code[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(b.len() - i);
+            let name_end = i + code[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(b.len() - i);
             if b.get(name_end) == Some(&b'(') {
                 let family = &code[i + 4..name_end];
                 let f = layout::KEY_FAMILIES
@@ -163,7 +165,10 @@ fn inline_key_calls(code: &str) -> Result<String, String> {
                         &code[i..end]
                     ));
                 }
-                let args: Vec<String> = args.iter().map(|a| inline_key_calls(a.trim())).collect::<Result<_, _>>()?;
+                let args: Vec<String> = args
+                    .iter()
+                    .map(|a| inline_key_calls(a.trim()))
+                    .collect::<Result<_, _>>()?;
                 let next = std::cell::Cell::new(1);
                 let tail = layout::render(
                     f.template,

@@ -62,6 +62,8 @@ impl WorkflowKind {
 #[derive(Debug, Clone)]
 pub struct NewWorkflow {
     pub id: String,
+    /// Whether the server made `id` (the client sent none): only then may it name a shard.
+    pub id_generated: bool,
     pub kind: WorkflowKind,
     pub name: String,
     /// The steps (chain) or jobs (group, batch), in order, followed by the callbacks.
@@ -241,6 +243,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewWorkflow, OjsError
         jobs.push(member(v, &format!("callbacks.{n}"), &o, rules, false)?);
     }
     Ok(NewWorkflow {
+        id_generated: matches!(o.get("id"), None | Some(Value::Null)),
         id: workflow_id(&o)?,
         kind,
         name,
@@ -277,6 +280,7 @@ pub fn parse_job_form(body: &Value, rules: &EnvelopeRules) -> Option<Result<NewW
             jobs.push(member(v, &format!("workflow.chain[{i}]"), &root, rules, true)?);
         }
         Ok(NewWorkflow {
+            id_generated: true,
             id: names::new_job_id(),
             kind: WorkflowKind::Chain,
             name: jobs[0].job_type.clone(),

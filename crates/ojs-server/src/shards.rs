@@ -315,6 +315,9 @@ impl Shards {
             ))
             .into());
         }
+        if self.count() > 1 && wf.id_generated {
+            wf.id = ojs_core::names::id_on_shard(&wf.id, first);
+        }
         Ok(first)
     }
 

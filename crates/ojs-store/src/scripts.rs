@@ -26,7 +26,10 @@ mod tests {
     #[test]
     fn the_library_builds_keys_inline_from_the_layout() {
         // build.rs replaces every key_<family>(P, …) call by its template's concatenation.
-        assert!(!super::LIBRARY.contains("key_"), "a key function call was left in the library");
+        assert!(
+            !super::LIBRARY.contains("key_"),
+            "a key function call was left in the library"
+        );
         assert!(super::LIBRARY.contains("(P .. 'q:' .. (queue) .. ':ready')"));
         assert!(super::LIBRARY.contains("(P .. 'job:' .. (id))"));
     }
