@@ -6,12 +6,7 @@ use crate::store::{JobFields, Result, Store};
 
 impl Store {
     pub async fn cron_get(&self, name: &str) -> Result<Option<JobFields>> {
-        let mut conn = self.conn().await?;
-        let m: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.keys.cron(name))
-            .query_async(&mut conn)
-            .await?;
-        Ok((!m.is_empty()).then_some(m))
+        self.hash(self.keys.cron(name)).await
     }
 
     /// Cron entries in name order: (total, page of (name, entry)).

@@ -3,6 +3,18 @@
 use super::rank_range;
 use crate::store::{JobFields, Result, Store};
 
+/// ZRANGE of `count` members from rank `offset` (descending when `rev`). Ranks past i64::MAX are refused
+/// by Redis: they are clamped (such a page is empty).
+fn zrange(key: &str, offset: u64, count: u64, rev: bool) -> redis::Cmd {
+    let (first, last) = rank_range(offset, count);
+    let mut cmd = redis::cmd("ZRANGE");
+    cmd.arg(key).arg(first).arg(last);
+    if rev {
+        cmd.arg("REV");
+    }
+    cmd
+}
+
 impl Store {
     /// ZCARD of an index.
     pub async fn index_len(&self, key: &str) -> Result<u64> {
@@ -17,14 +29,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut conn = self.conn().await?;
-        let mut cmd = redis::cmd("ZRANGE");
-        // Ranks past i64::MAX are refused by Redis: clamp them (such a page is empty).
-        let (first, last) = rank_range(offset, count);
-        cmd.arg(key).arg(first).arg(last);
-        if rev {
-            cmd.arg("REV");
-        }
-        let members: Vec<String> = cmd.query_async(&mut conn).await?;
+        let members: Vec<String> = zrange(key, offset, count, rev).query_async(&mut conn).await?;
         Ok(members
             .into_iter()
             .map(|m| match m.len() {
@@ -39,14 +44,9 @@ impl Store {
     /// rate-limit keys and workers read through it.
     pub(crate) async fn page(&self, key: &str, offset: u64, limit: u64, rev: bool) -> Result<(u64, Vec<String>)> {
         let mut conn = self.conn().await?;
-        // Ranks past i64::MAX are refused by Redis: clamp them (such a page is empty).
-        let (first, last) = rank_range(offset, limit);
         let mut pipe = redis::pipe();
         pipe.cmd("ZCARD").arg(key);
-        pipe.cmd("ZRANGE").arg(key).arg(first).arg(last);
-        if rev {
-            pipe.arg("REV");
-        }
+        pipe.add_command(zrange(key, offset, limit, rev));
         Ok(pipe.query_async(&mut conn).await?)
     }
 
@@ -61,6 +61,13 @@ impl Store {
         }
         let mut conn = self.conn().await?;
         Ok(pipe.query_async(&mut conn).await?)
+    }
+
+    /// HGETALL of one hash, None when it does not exist (a cron entry, a worker's record).
+    pub(crate) async fn hash(&self, key: String) -> Result<Option<JobFields>> {
+        let mut conn = self.conn().await?;
+        let m: JobFields = redis::cmd("HGETALL").arg(key).query_async(&mut conn).await?;
+        Ok((!m.is_empty()).then_some(m))
     }
 
     /// HGETALL of each key in one pipeline (an empty map for a missing key).

@@ -1,7 +1,5 @@
 //! Workers' records (written by heartbeat-1.lua) and the operator's signal to one.
 
-use std::collections::HashMap;
-
 use crate::store::{JobFields, Result, Store};
 
 /// How long a worker's record (and its entry in `P workers`) outlives its last heartbeat.
@@ -10,12 +8,7 @@ pub const WORKER_TTL_MS: u64 = 24 * 3600 * 1000;
 impl Store {
     /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
     pub async fn worker_record(&self, worker_id: &str) -> Result<Option<JobFields>> {
-        let mut conn = self.conn().await?;
-        let m: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.keys.worker(worker_id))
-            .query_async(&mut conn)
-            .await?;
-        Ok((!m.is_empty()).then_some(m))
+        self.hash(self.keys.worker(worker_id)).await
     }
 
     /// Workers that sent a heartbeat within [`WORKER_TTL_MS`], most recent first: (total, page of (id,
