@@ -192,6 +192,11 @@ impl OjsError {
         )
         .with_details(json!({ "job_id": id, "state": state }))
     }
+    /// A job with this id exists already (409).
+    pub fn duplicate_id(id: &str) -> Self {
+        Self::new(ErrorCode::Duplicate, format!("a job with id {id} already exists"))
+            .with_details(json!({ "job_id": id }))
+    }
     /// A unique job's duplicate under `on_conflict: reject` (ojs-unique-jobs §5.1).
     pub fn unique_conflict(existing_id: &str, existing_state: &str, uniqueness_key: &str) -> Self {
         Self::new(

@@ -333,7 +333,7 @@ impl Shards {
                 .collect();
             let held = other.jobs_exist(&ids).await?;
             if let Some((id, _)) = ids.iter().zip(held).find(|(_, h)| *h) {
-                return Err(crate::routes::jobs::duplicate(id).into());
+                return Err(OjsError::duplicate_id(id).into());
             }
         }
         Ok(())

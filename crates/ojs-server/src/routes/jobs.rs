@@ -119,7 +119,7 @@ async fn store_part(
                 }
                 return Ok(e);
             }
-            EnqueueOutcome::Duplicate(id) => return Err(duplicate(&id).into()),
+            EnqueueOutcome::Duplicate(id) => return Err(OjsError::duplicate_id(&id).into()),
             EnqueueOutcome::Conflict {
                 index,
                 existing_id,
@@ -205,11 +205,6 @@ fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
     }
 }
 
-pub(crate) fn duplicate(id: &str) -> OjsError {
-    OjsError::new(ErrorCode::Duplicate, format!("a job with id {id} already exists"))
-        .with_details(json!({ "job_id": id }))
-}
-
 #[utoipa::path(
     post,
     path = "/ojs/v1/jobs",
@@ -234,7 +229,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
         }
     };
     match (out.state.as_str(), &out.existing) {
-        ("duplicate", _) => return Err(duplicate(&job.id).into()),
+        ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
         ("conflict", Some((id, f))) => {
             let state = f.get("state").map(String::as_str).unwrap_or_default();
             let key = job.unique.as_ref().map(|u| u.key.as_str()).unwrap_or_default();
