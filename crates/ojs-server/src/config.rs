@@ -14,7 +14,8 @@ pub struct Config {
     pub redis_url: String,
 
     /// Run against a Redis Cluster instead: seed nodes, `host:port[,host:port…]`. The server follows
-    /// MOVED/ASK and topology changes; every key of the namespace lives in one slot (see README).
+    /// MOVED/ASK and topology changes; every key of one shard of the namespace lives in one slot, so a
+    /// deployment uses as many primaries as it has shards (--shards; see README).
     /// When given, --redis-url is not used.
     #[arg(long, env = "OJS_REDIS_CLUSTER", value_delimiter = ',')]
     pub redis_cluster: Vec<String>,

@@ -1,11 +1,11 @@
 //! Connections to one Redis node or to a Redis Cluster, behind one type.
 //!
-//! Every key of a deployment carries one hash tag (`keys.rs`), so on a cluster every script, pipeline
-//! and read goes to the primary that owns that slot: redis-rs' cluster client routes each command by
+//! Every key of a shard carries its shard's hash tag (`keys.rs`), so on a cluster every script, pipeline
+//! and read goes to the primary that owns that shard's slot: redis-rs' cluster client routes each command by
 //! its key (`FCALL` by its first key, `XREAD` by its stream), follows `MOVED` and `ASK`, refreshes the
 //! slot map and reconnects. `FUNCTION LOAD` goes to every primary, so a replica promoted later already
 //! has the library. Commands without a key (`TIME`, `SCAN`, `CLIENT SETNAME`) are sent to the tag's
-//! primary explicitly ([`Conn::on_tag`]), so the clock the server reads is the clock the scripts read.
+//! primary explicitly ([`Conn::on_tag`], given a key of the shard), so the clock the server reads is the clock the scripts read.
 
 use std::time::Duration;
 
