@@ -30,6 +30,30 @@ struct Args {
     /// A tiny configuration that only proves the benchmark runs.
     #[arg(long)]
     smoke: bool,
+    /// Also print, for the empty and the deep measurement, what each Redis command (inside the scripts
+    /// too) cost per call (`INFO commandstats`): where a deep queue's extra time goes.
+    #[arg(long)]
+    commandstats: bool,
+}
+
+/// `INFO commandstats` as (command, calls, µs per call), the costliest first.
+async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<Vec<(String, u64, f64)>> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line.trim().strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        let field = |k: &str| {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        out.push((name.to_string(), field("calls") as u64, field("usec_per_call")));
+    }
+    out.sort_by(|a, b| (b.1 as f64 * b.2).total_cmp(&(a.1 as f64 * a.2)));
+    Ok(out)
 }
 
 /// A new job from the template with this (seed-model) priority.
@@ -74,10 +98,12 @@ async fn main() -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!(e.message))?;
     let queue = vec![("bench".to_string(), 1)];
 
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
     let (empty_wall, empty_cpu) = measure(&mut conn, args.rounds, args.cycles, |n| {
         cycles(&store, &template, &queue, n)
     })
     .await?;
+    let empty_stats = commandstats(&mut conn).await?;
 
     let mem0 = redis_memory(&mut conn).await?;
     let t0 = Instant::now();
@@ -92,10 +118,12 @@ async fn main() -> anyhow::Result<()> {
     let fill = t0.elapsed();
     let per_job_mem = (redis_memory(&mut conn).await?.saturating_sub(mem0)) as f64 / args.depth as f64;
 
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
     let (deep_wall, deep_cpu) = measure(&mut conn, args.rounds, args.cycles, |n| {
         cycles(&store, &template, &queue, n)
     })
     .await?;
+    let deep_stats = commandstats(&mut conn).await?;
 
     println!("priority_depth: enqueue + fetch + ack, one client, random priorities 0..9");
     println!(
@@ -120,5 +148,17 @@ async fn main() -> anyhow::Result<()> {
         deep_wall / empty_wall,
         deep_cpu / empty_cpu
     );
+    if args.commandstats {
+        println!();
+        println!("| command | calls (empty) | µs/call empty | µs/call deep | ratio |");
+        println!("|---|---:|---:|---:|---:|");
+        for (name, calls, us) in empty_stats.iter().take(15) {
+            let deep = deep_stats.iter().find(|(n, _, _)| n == name).map_or(0.0, |d| d.2);
+            println!(
+                "| {name} | {calls} | {us:.2} | {deep:.2} | {:.2}x |",
+                deep / us.max(0.001)
+            );
+        }
+    }
     Ok(())
 }
