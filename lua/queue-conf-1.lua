@@ -26,5 +26,5 @@ for i = 4, 3 + n do fields[#fields + 1] = ARGV[i] end
 for i = 4 + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
 if #fields > 0 then redis.call('HDEL', conf, unpack(fields)) end
 if #pairs_ > 0 then redis.call('HSET', conf, unpack(pairs_)) end
-redis.call('SADD', ARGV[1] .. 'queues', ARGV[2])
+redis.call('SADD', key_queues(ARGV[1]), ARGV[2])
 return {'ok'}

@@ -276,7 +276,14 @@ async fn adding_shards_moves_no_queue_and_keeps_known_keys_where_they_are() {
     let q0 = one.enqueue(job("old", 1)).await;
     one.enqueue(json!({"type": "t", "args": [], "queue": "old", "rate_limit": {"key": "k-old", "concurrency": 1}}))
         .await;
-    // A second pod with three shards: the count grows, the queue stays on shard 0.
+    // A deployment from before placements were recorded: its queues are in shard 0's `P queues` only.
+    let _: () = redis::cmd("DEL")
+        .arg(one.keys().placement())
+        .query_async(&mut one.redis().await)
+        .await
+        .unwrap();
+    // A second pod with three shards: the count grows, the queue stays on shard 0 (its name alone
+    // would hash to shard 2 of 3).
     let mut cfg = ojs_testkit::base_config();
     cfg.namespace = one.namespace.clone();
     cfg.tick_ms = 20;
@@ -284,6 +291,15 @@ async fn adding_shards_moves_no_queue_and_keeps_known_keys_where_they_are() {
     let three = TestServer::start_config(cfg).await;
     let q1 = three.enqueue(job("old", 1)).await;
     assert!(exists(&three.keys().job(&q1)).await, "the queue stays on shard 0");
+    // A read of a queue never used places nothing.
+    assert_eq!(three.get("/ojs/v1/queues/never-used/stats").await.0, 200);
+    let placed: bool = redis::cmd("HEXISTS")
+        .arg(three.keys().placement())
+        .arg("never-used")
+        .query_async(&mut three.redis().await)
+        .await
+        .unwrap();
+    assert!(!placed, "a read wrote the directory");
     let count: i64 = redis::cmd("GET")
         .arg(three.keys().shard_count())
         .query_async(&mut three.redis().await)

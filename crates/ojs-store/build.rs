@@ -270,6 +270,16 @@ fn check_no_key_names(code: &str) -> Result<(), String> {
                 }
             }
         }
+        // The prefix under its other name: ARGV[1] is P in every script.
+        if let Some(i) = line.find("ARGV[1]") {
+            let rest = line[i + 7..].trim_start();
+            if rest.starts_with("..") && rest[2..].trim_start().starts_with('\'') {
+                return Err(format!(
+                    "writes a key name itself ({:?}); call key_<family>(P, …) from src/layout.rs",
+                    line.trim()
+                ));
+            }
+        }
         let b = line.as_bytes();
         for (i, _) in line.match_indices('P') {
             let before_ok = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');

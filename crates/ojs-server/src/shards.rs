@@ -91,40 +91,58 @@ impl Shards {
         Ok(self.count())
     }
 
-    /// The shard of each queue, in order (placing the ones never used).
+    /// The shard of each queue, in order, placing the ones never used (for what writes to a queue).
     pub async fn of_queues(&self, queues: &[&str]) -> Result<Vec<usize>, StoreError> {
-        let mut out = vec![usize::MAX; queues.len()];
+        self.locate(queues, "queue").await
+    }
+
+    /// The shard of each queue, in order, placing none: a queue never used has no data anywhere and
+    /// reads as shard 0's (for what only reads a queue, so a read never writes the directory).
+    pub async fn find_queues(&self, queues: &[&str]) -> Result<Vec<usize>, StoreError> {
+        self.locate(queues, "find").await
+    }
+
+    async fn locate(&self, queues: &[&str], kind: &str) -> Result<Vec<usize>, StoreError> {
+        let mut out = vec![None; queues.len()];
         let mut missing: Vec<(&str, Option<usize>)> = Vec::new();
         {
             let known = self.queues.read().unwrap_or_else(|e| e.into_inner());
             for (i, q) in queues.iter().enumerate() {
                 match known.get(*q) {
-                    Some(s) => out[i] = *s,
+                    Some(s) => out[i] = Some(*s),
                     None if !missing.iter().any(|(m, _)| m == q) => missing.push((q, self.pins.get(q))),
                     None => {}
                 }
             }
         }
-        if missing.is_empty() {
-            return Ok(out);
-        }
-        let placed = self.first().place_queues(self.configured, &missing).await?;
-        self.learn(placed.shards);
-        let mut known = self.queues.write().unwrap_or_else(|e| e.into_inner());
-        for ((q, _), s) in missing.iter().zip(&placed.at) {
-            known.insert(q.to_string(), (*s).min(MAX_SHARDS - 1));
-        }
-        for (i, q) in queues.iter().enumerate() {
-            if out[i] == usize::MAX {
-                out[i] = known.get(*q).copied().unwrap_or(0);
+        if !missing.is_empty() {
+            let placed = self.first().place(self.configured, kind, &missing).await?;
+            self.learn(placed.shards);
+            let mut known = self.queues.write().unwrap_or_else(|e| e.into_inner());
+            for ((q, _), s) in missing.iter().zip(&placed.at) {
+                // A placement never changes: keep it. A queue `find` left unplaced is not kept.
+                if let Some(s) = s {
+                    known.insert(q.to_string(), (*s).min(MAX_SHARDS - 1));
+                }
+            }
+            for (i, q) in queues.iter().enumerate() {
+                if out[i].is_none() {
+                    out[i] = known.get(*q).copied();
+                }
             }
         }
-        Ok(out)
+        Ok(out.into_iter().map(|s| s.unwrap_or(0)).collect())
     }
 
-    /// The store of one queue's shard.
+    /// The store of one queue's shard, placing the queue if it was never used (for writes).
     pub async fn for_queue(&self, queue: &str) -> Result<&Arc<Store>, StoreError> {
         let s = self.of_queues(&[queue]).await?[0];
+        Ok(self.get(s))
+    }
+
+    /// The store of one queue's shard, for a read (see [`Shards::find_queues`]).
+    pub async fn find_queue(&self, queue: &str) -> Result<&Arc<Store>, StoreError> {
+        let s = self.find_queues(&[queue]).await?[0];
         Ok(self.get(s))
     }
 
@@ -140,7 +158,7 @@ impl Shards {
             return op(Arc::clone(self.first()), queues.to_vec()).await;
         }
         let names: Vec<&str> = queues.iter().map(String::as_str).collect();
-        let at = self.of_queues(&names).await?;
+        let at = self.find_queues(&names).await?;
         let mut out: Vec<Option<T>> = (0..queues.len()).map(|_| None).collect();
         let mut shards = at.clone();
         shards.sort_unstable();
@@ -463,10 +481,11 @@ impl Shards {
         let bound = self.first().place(self.configured, what.kind(), &missing).await?;
         self.learn(bound.shards);
         let mut known = cache.write().unwrap_or_else(|e| e.into_inner());
-        for ((n, _), s) in missing.iter().zip(&bound.at) {
+        let at: Vec<usize> = bound.at.iter().map(|s| s.unwrap_or(shard)).collect();
+        for ((n, _), s) in missing.iter().zip(&at) {
             known.insert(n.to_string(), *s);
         }
-        for ((n, _), s) in missing.iter().zip(&bound.at) {
+        for ((n, _), s) in missing.iter().zip(&at) {
             if *s != shard {
                 return Err(what.elsewhere(n, *s, shard).into());
             }

@@ -299,7 +299,7 @@ pub async fn segments(
                 None => st.shards.queue_names().await?,
             };
             let names: Vec<&str> = queues.iter().map(String::as_str).collect();
-            let at = st.shards.of_queues(&names).await?;
+            let at = st.shards.find_queues(&names).await?;
             for (q, shard) in queues.into_iter().zip(at) {
                 out.push(Segment {
                     shard,
@@ -597,7 +597,7 @@ async fn queue_detail(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -
     }
     Ok(ok(json!(AdminQueueDetail {
         queue: AdminQueue::from(&one_queue(&st, &q).await?),
-        priority_aging_seconds: st.shards.for_queue(&q).await?.get_aging(&q).await?,
+        priority_aging_seconds: st.shards.find_queue(&q).await?.get_aging(&q).await?,
     })))
 }
 

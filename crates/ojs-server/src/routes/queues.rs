@@ -120,7 +120,7 @@ async fn stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiRe
     // ojs-backpressure §10: the depth that counts against the bound, and the bound.
     let bound = st
         .shards
-        .for_queue(&q)
+        .find_queue(&q)
         .await?
         .backpressure(&q)
         .await?
@@ -265,7 +265,7 @@ async fn get_config(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> 
     queue_name(&q)?;
     Ok(ok(config_json(
         &q,
-        st.shards.for_queue(&q).await?.backpressure(&q).await?.as_ref(),
+        st.shards.find_queue(&q).await?.backpressure(&q).await?.as_ref(),
     )))
 }
 
@@ -347,7 +347,7 @@ async fn put_config(
 )]
 async fn priority_stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     queue_name(&q)?;
-    let per = st.shards.for_queue(&q).await?.priority_counts(&q).await?;
+    let per = st.shards.find_queue(&q).await?.priority_counts(&q).await?;
     let total: u64 = per.iter().map(|(_, n)| n).sum();
     let counts_by_priority = per.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
     Ok(ok(json!(PriorityStats {
@@ -407,7 +407,7 @@ async fn get_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> A
     queue_name(&q)?;
     Ok(ok(aging_json(
         &q,
-        st.shards.for_queue(&q).await?.get_aging(&q).await?,
+        st.shards.find_queue(&q).await?.get_aging(&q).await?,
         None,
     )))
 }

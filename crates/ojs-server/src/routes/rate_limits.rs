@@ -383,7 +383,7 @@ fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_
 )]
 async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
-    let (c, r, a, w) = st.shards.for_queue(&q).await?.queue_rate_limit(&q).await?;
+    let (c, r, a, w) = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
     Ok(ok(queue_json(&q, c, r, a, w)))
 }
 
@@ -425,7 +425,7 @@ async fn put_queue(
         .await?
         .set_queue_rate_limit(&q, Some((conc, rate)))
         .await?;
-    let (c, r, a, w) = st.shards.for_queue(&q).await?.queue_rate_limit(&q).await?;
+    let (c, r, a, w) = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
     Ok(ok(queue_json(&q, c, r, a, w)))
 }
 

@@ -200,7 +200,7 @@ async fn claim_round(
     let (queues, at) = match p {
         Some(p) => {
             let names: Vec<&str> = p.queues.iter().map(|(q, _)| q.as_str()).collect();
-            (p.queues.as_slice(), st.shards.of_queues(&names).await?)
+            (p.queues.as_slice(), st.shards.find_queues(&names).await?)
         }
         None => (&[][..], Vec::new()),
     };

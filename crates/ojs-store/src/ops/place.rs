@@ -11,11 +11,12 @@ use crate::store::{Result, Store};
 /// `ARGV[4..]` (name, shard) pairs follow them.
 const ARGV: &[&str] = &["P", "shards", "kind"];
 
-/// What the directory answered: the deployment's number of shards, and each name's shard in order.
+/// What the directory answered: the deployment's number of shards, and each name's shard in order
+/// (None: a queue `find` did not place because it was never used).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
     pub shards: usize,
-    pub at: Vec<usize>,
+    pub at: Vec<Option<usize>>,
 }
 
 impl Store {
@@ -34,7 +35,7 @@ impl Store {
         args
     }
 
-    /// Places or binds names of `kind` (`queue`, `key`, `type`; see the script's header) for a pod
+    /// Places or binds names of `kind` (`queue`, `key`, `type`, or `find`; see the script's header) for a pod
     /// configured with `shards` shards.
     pub async fn place(&self, shards: usize, kind: &str, names: &[(&str, Option<usize>)]) -> Result<Placed> {
         let args = self.place_args(shards, kind, names);
@@ -42,7 +43,7 @@ impl Store {
         let items = self.run(&self.scripts.place, &[directory], args).await?;
         Ok(Placed {
             shards: val_i64(items.get(1).unwrap_or(&redis::Value::Nil)).max(1) as usize,
-            at: items.iter().skip(2).map(|v| val_i64(v).max(0) as usize).collect(),
+            at: items.iter().skip(2).map(|v| usize::try_from(val_i64(v)).ok()).collect(),
         })
     }
 
