@@ -152,17 +152,47 @@ impl Drop for LocalCluster {
     }
 }
 
-/// A free port for a cluster node: its cluster bus listens on port + 10000, which must exist and be free.
+/// A port for a cluster node whose bus port (+10000) is free too. Both are taken below the kernel's
+/// ephemeral range (`ip_local_port_range`), so no `bind(0)` elsewhere in the tests (a server's listener,
+/// a client's socket) can take one between this check and the node's start; and tests of one binary that
+/// start clusters at the same time never get the same port (or one's bus port), which a free-port check
+/// alone could not promise.
 fn free_cluster_port() -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        let port = l.local_addr().expect("addr").port();
-        if let Some(bus) = port.checked_add(10_000) {
-            if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() {
-                return port;
-            }
+    static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(32_768);
+    // Node ports in [10000, low - 10000): their bus ports stay below `low` too.
+    let span = ephemeral_low.saturating_sub(20_000);
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u64)
+            .unwrap_or(0);
+    for i in 0..u64::from(span.max(1)) * 2 {
+        let port = if span >= 100 {
+            10_000 + ((seed.wrapping_add(i.wrapping_mul(7_919))) % u64::from(span)) as u16
+        } else {
+            // An unusual ephemeral range: fall back to asking the kernel.
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .expect("a free port")
+                .local_addr()
+                .expect("addr")
+                .port()
+        };
+        let Some(bus) = port.checked_add(10_000) else { continue };
+        if taken.iter().any(|t| *t == port || *t == bus) {
+            continue;
+        }
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(bus) {
+            taken.extend([port, bus]);
+            return port;
         }
     }
+    panic!("no free port pair (port, port + 10000) for a cluster node");
 }
 
 fn conn(port: u16) -> redis::RedisResult<redis::Connection> {
