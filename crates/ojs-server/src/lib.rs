@@ -1,7 +1,8 @@
 //! The OJS HTTP server.
 //!
 //! A request flows: axum router ([`app`]) → a handler in [`routes`] (validates with `ojs-core`) →
-//! one `ojs_store::Store` method → one Lua script in `lua/` → the deployment's Redis keys. Handlers
+//! [`shards`] (which shard it concerns) → one `ojs_store::Store` method of that shard → one Lua script
+//! in `lua/` → that shard's Redis keys. Handlers
 //! hold no job state, so any number of nodes can serve one Redis. [`run`] takes its listener and its
 //! shutdown signal as arguments, so tests start real servers on port 0.
 
