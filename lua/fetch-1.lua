@@ -25,7 +25,10 @@
 --                              > 0 for weighted)
 -- RETURNS
 --   {'ok', now_ms, reply_1, ..., reply_n}   one reply per request, in order; reply_i is
---                                            {ack, job_1, ..., job_k}: k <= count; job_i is the claimed
+--                                            {ack, cut, job_1, ..., job_k}: k <= count; cut is 1 when the
+--                                            request stopped on the call's MAX_SKIPS budget before it had
+--                                            claimed count jobs (more may be claimable: call again), else
+--                                            0; job_i is the claimed
 --                                            job's record as stored after the claim (the MessagePack of
 --                                            includes/record.lua); ack is '' (no ACK asked) or ack_job's reply
 --                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
@@ -35,10 +38,15 @@
 --        O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
 --        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
---        at most MAX_DISCARDS jobs (expired, dropped by on_limit, or completed as superseded) end
---        unclaimed per request: a queue with more stops there and later FETCHes go on; a job with
+--        a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
 --        when claimed
+-- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
+--        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
+--        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or
+--        put back in a lane that gets parked): at most MAX_SKIPS = 100 per call, shared by its
+--        requests: a request that meets the budget stops with cut = 1 and the server calls again, so
+--        20,000 keys at concurrency 0 cost 200 short calls, never one long one
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group
@@ -61,7 +69,7 @@
 --   Duplicates (includes/supersede.lua): a popped job with options.dedup whose deduplication info
 --   started in another job after it was created, or with options.root_job whose signature's newest
 --   started root is newer than its own root timestamp, is never handed out: it completes (state
---   completed, field superseded, event job.superseded) in this script, within MAX_DISCARDS; a claimed
+--   completed, field superseded, event job.superseded) in this script, within MAX_SKIPS; a claimed
 --   job with options.dedup, or a root job, records its start here, atomically with the claim.
 --@include clock
 --@include emit
@@ -70,7 +78,7 @@
 --@include ack
 --@include supersede
 
-local MAX_DISCARDS = 100
+local MAX_SKIPS = 100
 local REQ_FIELDS = 11
 local P = ARGV[1]
 local retention = tonumber(ARGV[2])
@@ -103,9 +111,13 @@ local function queue_blocked(queue)
   return false
 end
 
+-- Jobs popped in this call without being claimed (ended unclaimed, rescheduled, or parked back in a
+-- lane): at most MAX_SKIPS, shared by every request of the call; the request that meets the budget
+-- stops there with cut = 1.
+local skips = 0
+local cut = 0
 -- end_unclaimed(jk, id, queue, jtype, state, fields, event, data): a popped job ends without being
--- claimed (discarded, or completed as superseded); counts against MAX_DISCARDS (per request).
-local discards = 0
+-- claimed (discarded, or completed as superseded).
 local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
   rec('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
   rec('HDEL', jk, 'member')
@@ -114,7 +126,6 @@ local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
   finish(jk, retention)
   local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
-  discards = discards + 1
 end
 
 local function discard_now(jk, id, queue, jtype, code, message, event, data)
@@ -128,8 +139,11 @@ local function claim_one(queue)
   local rk = key_queue_ready(P, queue)
   if queue_blocked(queue) then return false end
   while true do
-    -- Bounded work per call: past MAX_DISCARDS the rest waits for the next FETCH.
-    if discards >= MAX_DISCARDS then return false end
+    -- Bounded work per call: past MAX_SKIPS the rest waits for the next call.
+    if skips >= MAX_SKIPS then
+      cut = 1
+      return false
+    end
     local popped = redis.call('ZPOPMIN', rk)
     if #popped == 0 then
       redis.call('SREM', key_ready_index(P), queue)
@@ -150,11 +164,13 @@ local function claim_one(queue)
       e = rl_effective(P, key, rl_policy(P, key, f[7]))
     end
     if f[2] and tonumber(f[2]) <= now then
+      skips = skips + 1
       not_available(P, queue, f[5])
       discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
       if key then lane_open(P, queue, key) end
     elseif superseded then
       -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
+      skips = skips + 1
       not_available(P, queue, f[5])
       local why = cjson.encode(superseded)
       end_unclaimed(jk, id, queue, jtype, 'completed', {'superseded', why}, 'job.superseded', why)
@@ -163,6 +179,7 @@ local function claim_one(queue)
       local strategy, limit, current, wake
       if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
       if strategy then
+        skips = skips + 1
         -- One rate_limit.exceeded per blocking episode, not one per skipped job.
         if redis.call('HSETNX', key_rl_state(P, key), 'blocked_since', now) == 1 then
           redis.call('HSET', key_rl_state(P, key), 'strategy', strategy, 'until', wake)
@@ -231,8 +248,8 @@ local function serve(a)
   worker, default_vt = ARGV[a], tonumber(ARGV[a + 2])
   local want, strategy, nq = tonumber(ARGV[a + 1]), ARGV[a + 3], tonumber(ARGV[a + 10])
   local next_a = a + REQ_FIELDS + 2 * nq
-  reply = {''}
-  discards = 0
+  reply = {'', 0}
+  cut = 0
   local ack_id = ARGV[a + 5]
   if ack_id ~= '' then
     local acked = ack_job(P, key_job(P, ack_id), ack_id, ARGV[a + 6], retention, now,
@@ -241,6 +258,7 @@ local function serve(a)
     if acked[1] ~= 'ok' then return reply, next_a end
   end
   if want < 1 or nq < 1 then return reply, next_a end
+  -- reply[2] is set from cut when the request is done (below).
 
   local queues, weights = {}, {}
   for i = a + REQ_FIELDS, next_a - 1, 2 do
@@ -279,6 +297,8 @@ local function serve(a)
         for i = 1, #queues do
           if live[i] then cw[i] = cw[i] - weights[i] end
         end
+        -- Stopped by the call's budget: the queue is not dry, the request goes on in the next call.
+        if cut == 1 then break end
         live[best] = false
       end
     end
@@ -293,9 +313,10 @@ local function serve(a)
       while got < want and live[i] do
         if claim_one(queue) then got = got + 1 else live[i] = false end
       end
-      if got >= want then break end
+      if got >= want or cut == 1 then break end
     end
   end
+  reply[2] = cut
   return reply, next_a
 end
 

@@ -534,6 +534,22 @@ impl TestServer {
             .expect("redis connection")
     }
 
+    /// A store over this server's namespace (shard 0; `.shard(i)` for another), for tests that call one
+    /// script directly, e.g. to see what a single call does.
+    pub fn store(&self) -> ojs_store::Store {
+        ojs_store::Store::new(ojs_store::StoreConfig {
+            redis_url: self.redis_url.clone(),
+            redis_cluster: if on_cluster() { cluster_seeds() } else { Vec::new() },
+            namespace: self.namespace.clone(),
+            default_visibility_ms: 30_000,
+            retention_ms: 0,
+            pool_size: 1,
+            wait_replicas: 0,
+            wait_timeout_ms: 0,
+        })
+        .expect("store")
+    }
+
     /// The server's key schema (`ojs_store::Keys`): `s.keys().job(&id)`, `s.keys().queue_ready("q")`.
     pub fn keys(&self) -> ojs_store::Keys {
         ojs_store::Keys::new(&self.namespace)

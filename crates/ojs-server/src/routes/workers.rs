@@ -196,7 +196,7 @@ async fn claim_round(
     st: &AppState,
     p: Option<&FetchParams>,
     mut ack: Option<AckPart>,
-) -> ApiResult<(Option<Transition<ojs_store::Acked>>, Vec<ojs_store::Claimed>)> {
+) -> ApiResult<(Option<Transition<ojs_store::Acked>>, Claims)> {
     let (queues, at) = match p {
         Some(p) => {
             let names: Vec<&str> = p.queues.iter().map(|(q, _)| q.as_str()).collect();
@@ -216,13 +216,13 @@ async fn claim_round(
         if at.iter().all(|x| *x == s) {
             // A client's own id may name the wrong shard: keep the ACK to try the others.
             let retry = (ack_shards.len() > 1).then(|| ack.clone()).flatten();
-            let (_, reply) = st.worker_calls(s).call(p.request(queues, p.count, ack.take())).await?;
-            match (reply.acked, retry) {
+            let (_, mut reply) = st.worker_calls(s).call(p.request(queues, p.count, ack.take())).await?;
+            match (reply.acked.take(), retry) {
                 (Some(Transition::NotFound), Some(a)) => {
                     ack = Some(a);
                     tried = 1;
                 }
-                (acked, _) => return Ok((acked, reply.claimed)),
+                (acked, _) => return Ok((acked, Claims::from(reply))),
             }
         }
     }
@@ -244,20 +244,39 @@ async fn claim_round(
             }
         }
         if !matches!(acked, Some(Transition::Done(_))) {
-            return Ok((acked, Vec::new()));
+            return Ok((acked, Claims::default()));
         }
     }
-    let Some(p) = p else { return Ok((acked, Vec::new())) };
-    let mut claimed = Vec::new();
+    let Some(p) = p else { return Ok((acked, Claims::default())) };
+    let mut claims = Claims::default();
     for (s, part) in visit_order(p, queues, &at) {
-        let want = p.count - claimed.len() as u32;
+        let want = p.count - claims.jobs.len() as u32;
         if want == 0 {
             break;
         }
         let (_, reply) = st.worker_calls(s).call(p.request(&part, want, None)).await?;
-        claimed.extend(reply.claimed);
+        claims.cut |= reply.cut;
+        claims.jobs.extend(reply.claimed);
     }
-    Ok((acked, claimed))
+    Ok((acked, claims))
+}
+
+/// What a claim round got: the jobs, and whether a script call stopped on its budget of jobs popped
+/// without a claim (`cut`: more may be claimable at once, so a FETCH that got none calls again
+/// instead of waiting).
+#[derive(Default)]
+struct Claims {
+    jobs: Vec<ojs_store::Claimed>,
+    cut: bool,
+}
+
+impl From<ojs_store::WorkerReply> for Claims {
+    fn from(r: ojs_store::WorkerReply) -> Self {
+        Self {
+            jobs: r.claimed,
+            cut: r.cut,
+        }
+    }
 }
 
 /// The shards a FETCH over queues of several shards visits, each with its queues, in visiting order
@@ -328,7 +347,13 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<Value>> {
         p.queues.iter().map(|(q, _)| st.wake.notifier(q)).collect()
     };
     loop {
-        let (_, claimed) = claim_round(st, Some(p), None).await?;
+        let (_, claims) = claim_round(st, Some(p), None).await?;
+        let claimed = claims.jobs;
+        if claimed.is_empty() && claims.cut {
+            // A script call stopped on its budget (many rate-limited lanes to park, or jobs to
+            // discard): each call made progress and Redis served others in between; go on at once.
+            continue;
+        }
         let done = !claimed.is_empty() || tokio::time::Instant::now() >= deadline || *shutdown.borrow();
         if done {
             return Ok(claimed_view(&claimed));
@@ -546,13 +571,16 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
         result,
     };
     // Concurrent ACKs and FETCHes on this node share one script call (see `coalesce`).
-    let (acked, claimed) = claim_round(&st, next.as_ref(), Some(ack)).await?;
+    let (acked, claims) = claim_round(&st, next.as_ref(), Some(ack)).await?;
     match acked.unwrap_or(Transition::NotFound) {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
             let jobs = match next {
-                Some(p) if claimed.is_empty() && !p.wait.is_zero() => Some(claim_loop(&st, &p).await?),
-                Some(_) => Some(claimed_view(&claimed)),
+                // Nothing claimed yet: long-poll, or go on at once after a call cut short by its budget.
+                Some(p) if claims.jobs.is_empty() && (claims.cut || !p.wait.is_zero()) => {
+                    Some(claim_loop(&st, &p).await?)
+                }
+                Some(_) => Some(claimed_view(&claims.jobs)),
                 None => None,
             };
             Ok(ok(json!(AckResponse {

@@ -39,6 +39,9 @@ pub struct WorkerReply {
     /// The ACK's outcome, when the request had one.
     pub acked: Option<Transition<Acked>>,
     pub claimed: Vec<Claimed>,
+    /// The request stopped on the call's budget of jobs popped without a claim (`MAX_SKIPS` in
+    /// `lua/fetch-1.lua`) before it claimed `count`: more may be claimable by calling again.
+    pub cut: bool,
 }
 
 /// The script's leading arguments, as its header names them (checked by build.rs).
@@ -114,6 +117,7 @@ impl WorkerReply {
             return WorkerReply {
                 acked: had_ack.then_some(Transition::NotFound),
                 claimed: Vec::new(),
+                cut: false,
             };
         };
         let mut items = items.into_iter();
@@ -122,9 +126,11 @@ impl WorkerReply {
             _ if had_ack => Some(Transition::NotFound),
             _ => None,
         };
+        let cut = items.next().is_some_and(|v| val_i64(&v) == 1);
         WorkerReply {
             acked,
             claimed: items.map(claimed_job).collect(),
+            cut,
         }
     }
 }
@@ -157,11 +163,14 @@ impl Store {
         let reply = replies.pop().unwrap_or(WorkerReply {
             acked: request.ack.as_ref().map(|_| Transition::NotFound),
             claimed: Vec::new(),
+            cut: false,
         });
         Ok((now, reply))
     }
 
-    /// Claims up to `count` jobs. `queues` are (name, weight); weights only matter for `Weighted`.
+    /// Claims up to `count` jobs in one script call. `queues` are (name, weight); weights only matter
+    /// for `Weighted`. Fewer may come back while more are claimable when the call met its budget
+    /// (see [`WorkerReply::cut`], which [`Store::worker_request`] gives).
     pub async fn fetch(
         &self,
         queues: &[(String, u32)],
