@@ -202,9 +202,9 @@ local function claim_one(queue)
           redis.call('ZADD', key_scheduled(P), wake, id)
           stat(P, queue, 'scheduled', 1)
           emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. wake .. ',"reason":"rate_limit"}')
-          lane_park(P, queue, key, nil, nil, wake)
+          lane_park(P, queue, key, nil, nil, wake, strategy)
         else
-          lane_park(P, queue, key, member, score, wake)
+          lane_park(P, queue, key, member, score, wake, strategy)
         end
       else
         not_available(P, queue, f[5])

@@ -53,10 +53,7 @@ local wakes = redis.call('ZRANGE', key_rl_wake(P), '-inf', now, 'BYSCORE', 'LIMI
 for _, m in ipairs(wakes) do
   redis.call('ZREM', key_rl_wake(P), m)
   local queue, key = string.match(m, '^(.-)\n(.*)$')
-  local head = lane_open(P, queue, key)
-  if head then
-    emit(P, 'rate_limit.released', head, queue, '', now, '{"key":"' .. key .. '"}')
-  end
+  lane_release(P, queue, key, now)
   redis.call('DEL', key_rl_state(P, key))
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

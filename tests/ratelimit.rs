@@ -462,3 +462,44 @@ async fn overrides_queue_limits_inspection_and_validation() {
     }
     s.assert_invariants().await;
 }
+
+/// Every `rate_limit.released` event's data, in stream order.
+async fn released(s: &TestServer) -> Vec<Value> {
+    let mut r = s.redis().await;
+    ojs_testkit::stream_events(&mut r, &s.keys().events())
+        .await
+        .into_iter()
+        .filter(|(_, f)| f.get("type").map(String::as_str) == Some("rate_limit.released"))
+        .map(|(_, f)| serde_json::from_str(f.get("data").map(String::as_str).unwrap_or("null")).unwrap_or(Value::Null))
+        .collect()
+}
+
+#[tokio::test]
+async fn rate_limit_released_names_the_strategy_that_held_the_lane() {
+    // Seed §11.1: rate_limit.released carries key, strategy and job_id.
+    let s = TestServer::start().await;
+    // A slot release (concurrency), then a wake on the timer (throttle).
+    enqueue_many(&s, 2, json!({"type": "t", "args": [], "queue": "rel-c", "rate_limit": {"key": "rel-c", "concurrency": 1}})).await;
+    let first = s.fetch(&["rel-c"], 1).await;
+    assert_eq!(first.len(), 1);
+    assert!(s.fetch(&["rel-c"], 1).await.is_empty(), "the second waits for the slot");
+    let (st, _) = s.ack(first[0]["id"].as_str().expect("id")).await;
+    assert_eq!(st, 200);
+    enqueue_many(&s, 2, json!({"type": "t", "args": [], "queue": "rel-t",
+        "rate_limit": {"key": "rel-t", "throttle": {"limit": 1, "period": "PT0.3S"}}})).await;
+    assert_eq!(s.fetch(&["rel-t"], 1).await.len(), 1);
+    assert!(s.fetch(&["rel-t"], 1).await.is_empty(), "the second waits for the throttle");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let got = loop {
+        let got = released(&s).await;
+        if got.len() >= 2 || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let by_key: Vec<(&str, &str)> = got
+        .iter()
+        .map(|d| (d["key"].as_str().unwrap_or(""), d["strategy"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(by_key, [("rel-c", "concurrency"), ("rel-t", "throttle")], "{got:?}");
+}

@@ -173,13 +173,27 @@ local function lane_open(P, queue, key)
   return string.sub(best[1], -36)
 end
 
--- lane_park(P, queue, key, member, score, wake): the lane's popped head could not start; keep it (when
--- member is given) with the lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot
--- of the key is released).
-local function lane_park(P, queue, key, member, score, wake)
+-- lane_park(P, queue, key, member, score, wake, strategy): the lane's popped head could not start
+-- because of `strategy` (concurrency, rate, throttle, dynamic); keep it (when member is given) with the
+-- lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot of the key is released).
+-- The parked hash holds '<wake> <strategy>', so the lane's release can say what held it.
+local function lane_park(P, queue, key, member, score, wake, strategy)
   if member then redis.call('ZADD', key_queue_lane(P, queue, key), score, member) end
-  redis.call('HSET', key_queue_parked(P, queue), key, wake)
+  redis.call('HSET', key_queue_parked(P, queue), key, wake .. ' ' .. strategy)
   if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
+end
+
+-- lane_release(P, queue, key, now): re-open a parked lane (a slot came back, its wake time came, or
+-- its limits changed) and emit rate_limit.released with the strategy that had held it (seed §11.1:
+-- key, strategy, job_id). Returns the new head's id, or nil when the lane had nothing to open.
+local function lane_release(P, queue, key, now)
+  local held = redis.call('HGET', key_queue_parked(P, queue), key)
+  local head = lane_open(P, queue, key)
+  if head then
+    local strategy = held and string.match(held, '^%S+ (%S+)$') or 'concurrency'
+    emit(P, 'rate_limit.released', head, queue, '', now, cjson.encode({key = key, strategy = strategy}))
+  end
+  return head
 end
 
 -- lane_add(P, queue, key, score, member): a job of key K became available in queue Q.
@@ -217,11 +231,10 @@ end
 local function lane_wake_all(P, key, now)
   local opened = nil
   for _, queue in ipairs(redis.call('SMEMBERS', key_rl_queues(P, key))) do
-    local head = lane_open(P, queue, key)
+    local head = lane_release(P, queue, key, now)
     if head then
       opened = opened or head
       redis.call('ZREM', key_rl_wake(P), queue .. '\n' .. key)
-      emit(P, 'rate_limit.released', head, queue, '', now, '{"key":"' .. key .. '"}')
     end
   end
   redis.call('DEL', key_rl_state(P, key))
