@@ -358,7 +358,6 @@ for i = 0, n - 1 do
     if rl_key then
       opt(h, 'rl_key', rl_key, '')
       opt(h, 'rl', ARGV[b + 16], '')
-      redis.call('ZADD', key_rl_keys(P), 0, rl_key)
       rl_register(P, rl_key, ARGV[b + 16], now)
     end
     if wf then

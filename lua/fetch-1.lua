@@ -79,6 +79,7 @@
 --@include supersede
 
 local MAX_SKIPS = 100
+local WRR_KEEP_MS = 86400000
 local REQ_FIELDS = 11
 local P = ARGV[1]
 local retention = tonumber(ARGV[2])
@@ -308,6 +309,8 @@ local function serve(a)
       flat[#flat + 1] = cw[i]
     end
     redis.call('HSET', sk, unpack(flat))
+    -- One such key per distinct list of queues and weights: it lives a day past its last use.
+    redis.call('PEXPIRE', sk, WRR_KEEP_MS)
   else
     for i, queue in ipairs(queues) do
       while got < want and live[i] do

@@ -10,7 +10,9 @@
 --   {'ok', moved, next_due_ms, now_ms}   next_due_ms is the earliest remaining run-at or lane wake
 --                                         time, or -1; now_ms is Redis TIME, so a caller can tell how
 --                                         far away next_due_ms is without consulting its own clock
--- COST   O(k log n) for k moved jobs
+-- COST   O(k log n) for k moved jobs, woken lanes and dropped idle rate-limit keys
+-- CAPS   each of its three loops (due jobs, due lane wakes, idle rate-limit keys) takes at most
+--        ARGV[2] items per call; the rest waits for the next tick
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   parked rate-limit lanes whose P..'rl:wake' time passed are re-opened (their best job back in
@@ -55,6 +57,18 @@ for _, m in ipairs(wakes) do
   local queue, key = string.match(m, '^(.-)\n(.*)$')
   lane_release(P, queue, key, now)
   redis.call('DEL', key_rl_state(P, key))
+end
+-- Rate-limit keys idle long enough that their state expired leave the key listing (includes/ratelimit.lua,
+-- "Idle keys"); one with an override that has not lapsed stays listed.
+for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))) do
+  redis.call('ZREM', key_rl_idle(P), key)
+  local ovr_ttl = redis.call('PTTL', key_rl_ovr(P, key))
+  if ovr_ttl > 0 then
+    -- An override that lapses later: look again then.
+    redis.call('ZADD', key_rl_idle(P), now + ovr_ttl, key)
+  elseif redis.call('EXISTS', key_rl_policy(P, key), key_rl_queues(P, key), key_rl_active(P, key), key_rl_ovr(P, key)) == 0 then
+    redis.call('ZREM', key_rl_keys(P), key)
+  end
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local nwake = redis.call('ZRANGE', key_rl_wake(P), 0, 0, 'WITHSCORES')

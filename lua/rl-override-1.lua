@@ -34,4 +34,6 @@ if ARGV[3] ~= '-1' then
   redis.call('ZADD', key_rl_keys(P), 0, key)
 end
 lane_wake_all(P, key, now)
+-- A key no job uses is idle: listed while its override lasts, then dropped (includes/ratelimit.lua).
+rl_maybe_idle(P, key)
 return {'ok', now}

@@ -59,3 +59,163 @@ async fn one_fetch_call_parks_at_most_a_hundred_lanes_and_the_request_goes_on() 
     assert_eq!(parked, 1_000, "every limited lane is parked once");
     s.assert_invariants().await;
 }
+
+/// Fetches and acks (or nacks, for types starting with `fail`) everything until a few empty rounds.
+async fn drain(s: &TestServer, queues: &[&str]) {
+    let mut empty = 0;
+    while empty < 5 {
+        let got = s.fetch(queues, 50).await;
+        if got.is_empty() {
+            empty += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            continue;
+        }
+        empty = 0;
+        for j in got {
+            let id = j["id"].as_str().expect("id");
+            if j["type"].as_str().is_some_and(|t| t.starts_with("fail")) {
+                let (st, b) = s
+                    .post("/ojs/v1/workers/nack", json!({"job_id": id, "error": {"message": "no"}}))
+                    .await;
+                assert_eq!(st, 200, "{b}");
+            } else {
+                let (st, b) = s.ack(id).await;
+                assert_eq!(st, 200, "{b}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_drained_mixed_workload_leaves_no_key_named_after_a_user_value_without_an_expiry() {
+    // Every key family with a part the client chose (a job or workflow id, a rate-limit key, a
+    // uniqueness or deduplication fingerprint, a root signature, a list of weights, a worker id) must
+    // expire or leave with its last job. Exempt, and why: a queue's settings and cumulative counters
+    // (`q:<queue>:conf`, `q:<queue>:stats`: a queue is configuration, listed in `P queues`), and cron
+    // entries (an operator's registration, removed by DELETE).
+    let s = TestServer::start_with(|c| c.retention_secs = 3600).await;
+    let q = "mixed";
+    let mut jobs = Vec::new();
+    for i in 0..20 {
+        jobs.push(json!({"type": "plain", "args": [i], "queue": q}));
+        jobs.push(json!({"type": "keyed", "args": [i], "queue": q,
+            "rate_limit": {"key": format!("tenant-{}", i % 4), "concurrency": 2,
+                           "rate": {"limit": 100, "period": "PT1M"}, "throttle": {"limit": 1000, "period": "PT1S"}}}));
+        jobs.push(json!({"type": "uniq", "args": [i], "queue": q, "options": {"unique": {"keys": ["type", "args"]}}}));
+        jobs.push(json!({"type": "uniq-p", "args": [i], "queue": q,
+            "options": {"unique": {"keys": ["type", "args"], "period": "PT1H"}}}));
+        jobs.push(json!({"type": "dd", "args": [i % 3], "queue": q, "options": {"dedup": true}}));
+        jobs.push(json!({"type": "leaf", "args": [i], "queue": q,
+            "options": {"root_job": {"signature": format!("root-{}", i % 2)}}}));
+        jobs.push(json!({"type": "fail-dl", "args": [i], "queue": q,
+            "options": {"retry": {"max_attempts": 1}, "on_exhaustion": "dead_letter"}}));
+        jobs.push(json!({"type": "fail-discard", "args": [i], "queue": q,
+            "options": {"retry": {"max_attempts": 1}, "on_exhaustion": "discard"}}));
+    }
+    enqueue_all(&s, jobs).await;
+    for kind in [
+        json!({"type": "chain", "steps": [{"type": "a", "args": [], "queue": q}, {"type": "b", "args": [], "queue": q}]}),
+        json!({"type": "group", "jobs": [{"type": "a", "args": [], "queue": q}, {"type": "b", "args": [], "queue": q}]}),
+        json!({"type": "batch", "jobs": [{"type": "a", "args": [], "queue": q}],
+               "callbacks": {"on_complete": {"type": "cb", "args": [], "queue": q}, "on_success": {"type": "cb", "args": [], "queue": q}}}),
+    ] {
+        let (st, b) = s.post("/ojs/v1/workflows", kind).await;
+        assert_eq!(st, 201, "{b}");
+    }
+    // A weighted FETCH leaves its round-robin state behind.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [{"name": q, "weight": 3}, {"name": "other", "weight": 1}], "strategy": "weighted", "worker_id": "w-mixed"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    for j in b["jobs"].as_array().into_iter().flatten() {
+        s.ack(j["id"].as_str().expect("id")).await;
+    }
+    drain(&s, &[q]).await;
+    // The dead letter is emptied by its operator.
+    let (_, dead) = s.get("/ojs/v1/dead-letter?per_page=1000").await;
+    for j in dead["jobs"].as_array().into_iter().flatten() {
+        let (st, b) = s.delete(&format!("/ojs/v1/dead-letter/{}", j["id"].as_str().expect("id"))).await;
+        assert_eq!(st, 200, "{b}");
+    }
+
+    let keys = s.keys();
+    let mut r = s.redis().await;
+    let all: Vec<String> = {
+        let mut it: redis::AsyncIter<String> = r.scan_match(format!("{}*", keys.prefix())).await.expect("scan");
+        let mut v = Vec::new();
+        while let Some(k) = futures::StreamExt::next(&mut it).await {
+            v.push(k.expect("scan"));
+        }
+        v
+    };
+    let exempt = ["queue_conf", "queue_stats", "cron"];
+    let mut forever = Vec::new();
+    for key in &all {
+        let fixed = ojs_store::layout::KEY_FAMILIES
+            .iter()
+            .any(|f| ojs_store::layout::part_names(f.template).is_empty() && keys.parts(f.name, key).is_some());
+        let family = ojs_store::layout::KEY_FAMILIES
+            .iter()
+            .find(|f| !fixed && !ojs_store::layout::part_names(f.template).is_empty() && keys.parts(f.name, key).is_some());
+        let Some(f) = family else { continue };
+        if exempt.contains(&f.name) {
+            continue;
+        }
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query_async(&mut r).await.expect("pttl");
+        if ttl < 0 {
+            forever.push(format!("{key} ({})", f.name));
+        }
+    }
+    assert!(forever.is_empty(), "keys named after a user value that never expire:\n  {}", forever.join("\n  "));
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn an_idle_rate_limit_key_expires_and_leaves_the_listing_unless_a_job_brings_it_back() {
+    let s = TestServer::start().await;
+    let keys = s.keys();
+    let mut r = s.redis().await;
+    let job = json!({"type": "t", "args": [], "queue": "idle", "rate_limit": {"key": "idle-k", "concurrency": 1}});
+    let id = s.enqueue(job.clone()).await;
+    let conn = r.clone();
+    let pttl = |k: String| {
+        let mut r = conn.clone();
+        async move { redis::cmd("PTTL").arg(k).query_async::<i64>(&mut r).await.expect("pttl") }
+    };
+    assert_eq!(pttl(keys.rl_policy("idle-k")).await, -1, "a key in use keeps its policy");
+    let got = s.fetch(&["idle"], 1).await;
+    assert_eq!(got[0]["id"], id.as_str());
+    assert_eq!(pttl(keys.rl_policy("idle-k")).await, -1, "a slot holder keeps the key in use");
+    s.ack(&id).await;
+    let ttl = pttl(keys.rl_policy("idle-k")).await;
+    assert!((1..=86_400_000).contains(&ttl), "idle: the policy expires within a day ({ttl})");
+    let idle: Option<f64> = r.zscore(keys.rl_idle(), "idle-k").await.expect("zscore");
+    assert!(idle.is_some(), "the timer knows when to drop it");
+
+    // A new job of the key takes it back.
+    let again = s.enqueue(job).await;
+    assert_eq!(pttl(keys.rl_policy("idle-k")).await, -1);
+    let idle: Option<f64> = r.zscore(keys.rl_idle(), "idle-k").await.expect("zscore");
+    assert!(idle.is_none());
+    s.fetch(&["idle"], 1).await;
+    s.ack(&again).await;
+
+    // A day later (moved forward here): the state has expired and the timer drops the key.
+    let _: () = redis::cmd("PEXPIRE").arg(keys.rl_policy("idle-k")).arg(1).query_async(&mut r).await.expect("pexpire");
+    let _: () = r.zadd(keys.rl_idle(), "idle-k", 0).await.expect("zadd");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let listed: Option<f64> = r.zscore(keys.rl_keys(), "idle-k").await.expect("zscore");
+        if listed.is_none() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the idle key is still listed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, b) = s.get("/ojs/v1/rate-limits").await;
+    assert!(!b.to_string().contains("idle-k"), "{b}");
+    s.assert_invariants().await;
+}

@@ -34,7 +34,16 @@
 -- earliest lease deadline, override expiry), a slot release, an override set or lifted, or a change
 -- of the key's policy. A lane parked with none of these (wake -1) is one whose effective concurrency
 -- is 0 with no holder: it waits for the override or the policy that lifts the pause.
+--
+-- Idle keys. A key whose lanes are all empty and which has no slot holder is idle: its policy, episode
+-- and counters expire RL_IDLE_MS later (rl_maybe_idle), unless a job of the key is enqueued first
+-- (rl_register takes them back), and the timer drops it from P..'rl:keys' once they have
+-- (promote-1.lua, from P..'rl:idle': key -> when it may go). Its window, throttle and dynamic block
+-- already expire on their own; an operator override keeps its own expiry.
 --@include emit
+--@include clock
+
+local RL_IDLE_MS = 86400000
 
 local function rl_parse(spec)
   if not spec then return nil end
@@ -142,6 +151,16 @@ local function rl_take(P, key, e, id, claim, lease, now)
   end
 end
 
+-- rl_maybe_idle(P, key): when K has no lane holding jobs and no slot holder, its per-key state starts
+-- to expire (see "Idle keys" above). O(1).
+local function rl_maybe_idle(P, key)
+  if redis.call('EXISTS', key_rl_queues(P, key), key_rl_active(P, key)) > 0 then return end
+  for _, k in ipairs({key_rl_policy(P, key), key_rl_state(P, key), key_rl_stats(P, key)}) do
+    redis.call('PEXPIRE', k, RL_IDLE_MS)
+  end
+  redis.call('ZADD', key_rl_idle(P), now_ms() + RL_IDLE_MS, key)
+end
+
 -- lane helpers -------------------------------------------------------------------------------------
 
 -- rl_active(P, key, now): jobs holding an unexpired concurrency slot of K.
@@ -166,7 +185,12 @@ local function lane_open(P, queue, key)
   if redis.call('HEXISTS', hk, key) == 1 then return nil end
   redis.call('HDEL', key_queue_parked(P, queue), key)
   local best = redis.call('ZPOPMIN', key_queue_lane(P, queue, key))
-  if #best == 0 then return nil end
+  if #best == 0 then
+    -- The lane is empty (its last job was claimed, ended or moved): the queue no longer has one for K.
+    redis.call('SREM', key_rl_queues(P, key), queue)
+    rl_maybe_idle(P, key)
+    return nil
+  end
   redis.call('ZADD', key_queue_ready(P, queue), best[2], best[1])
   redis.call('HSET', hk, key, best[1])
   redis.call('SADD', key_ready_index(P), queue)
@@ -245,17 +269,24 @@ end
 local function rl_release(P, key, id, now)
   if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
     lane_wake_all(P, key, now)
+    rl_maybe_idle(P, key)
   end
 end
 
--- rl_register(P, key, spec, now): a job with policy `spec` was enqueued with key K: its policy becomes
--- the key's (newest wins). When the limits change, K's parked lanes re-open so that FETCH judges them
+-- rl_register(P, key, spec, now): a job with policy `spec` was enqueued with key K: K is listed in
+-- P..'rl:keys' (and no longer idle), and its policy becomes the key's (newest wins). When the limits change, K's parked lanes re-open so that FETCH judges them
 -- by the new limits (a stricter policy re-parks them at the next FETCH).
 local function rl_limits_part(spec)
   return spec and (string.match(spec, '^(.*) %S+$') or spec)
 end
 
 local function rl_register(P, key, spec, now)
+  redis.call('ZADD', key_rl_keys(P), 0, key)
+  if redis.call('ZREM', key_rl_idle(P), key) == 1 then
+    -- K was idle: its counters and episode stay again (SET below takes the policy's expiry away).
+    redis.call('PERSIST', key_rl_stats(P, key))
+    redis.call('PERSIST', key_rl_state(P, key))
+  end
   local old = redis.call('SET', key_rl_policy(P, key), spec, 'GET')
   if old and rl_limits_part(old) ~= rl_limits_part(spec) then lane_wake_all(P, key, now) end
 end

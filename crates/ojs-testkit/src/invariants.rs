@@ -273,6 +273,18 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
             heads.insert((queue.clone(), k), member);
         }
     }
+    // A queue whose lane for a key holds jobs (in the lane or as its head) is one of the key's queues:
+    // that is how a released slot finds the lanes to re-open.
+    let lanes_with_jobs: HashSet<(String, String)> = lane_owner
+        .values()
+        .map(|(q, k, _, _)| (q.clone(), k.clone()))
+        .chain(heads.keys().cloned())
+        .collect();
+    for (q, k) in &lanes_with_jobs {
+        if !snap.smembers(keys.rl_queues(k)).contains(q) {
+            problems.push(format!("lane {q}/{k} holds jobs but {q} is not in the key's queues"));
+        }
+    }
 
     let mut gauges: HashMap<String, (i64, i64)> = HashMap::new(); // queue -> (active, scheduled)
     let mut ready_by_priority: HashMap<(String, String), i64> = HashMap::new();
