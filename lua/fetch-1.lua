@@ -96,10 +96,14 @@ local function queue_blocked(queue)
   -- move with every claim, so they are read each time.
   local l = qlimits[queue]
   if not l then
-    local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period')
-    l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]) }
+    local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
+      'rs_phase')
+    l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4] }
     qlimits[queue] = l
   end
+  -- Its waiting jobs are being re-scored for a new aging setting (includes/rescore.lua): not served
+  -- until every one has its new score.
+  if l.rescoring then return true end
   local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
   if conc and redis.call('ZCOUNT', key_queue_rl_active(P, queue), '(' .. now, '+inf') >= conc then
     return true

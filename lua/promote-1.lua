@@ -12,7 +12,8 @@
 --                                         far away next_due_ms is without consulting its own clock
 -- COST   O(k log n) for k moved jobs, woken lanes and dropped idle rate-limit keys
 -- CAPS   each of its three loops (due jobs, due lane wakes, idle rate-limit keys) takes at most
---        ARGV[2] items per call; the rest waits for the next tick
+--        ARGV[2] items per call, and one re-scoring step (includes/rescore.lua) at most 1,000 jobs;
+--        the rest waits for the next tick
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   parked rate-limit lanes whose P..'rl:wake' time passed are re-opened (their best job back in
@@ -25,6 +26,7 @@
 --@include ready
 --@include active
 --@include workflow
+--@include rescore
 
 local P = ARGV[1]
 local now = now_ms()
@@ -70,6 +72,9 @@ for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE'
     redis.call('ZREM', key_rl_keys(P), key)
   end
 end
+-- A queue whose re-scoring (an aging change) a pod left half done: one step (includes/rescore.lua).
+local rescoring = redis.call('SRANDMEMBER', key_rescoring(P))
+if rescoring then rescore_step(P, rescoring) end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local nwake = redis.call('ZRANGE', key_rl_wake(P), 0, 0, 'WITHSCORES')
 local next_due = nxt[2] and tonumber(nxt[2]) or -1

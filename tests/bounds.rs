@@ -219,3 +219,31 @@ async fn an_idle_rate_limit_key_expires_and_leaves_the_listing_unless_a_job_brin
     assert!(!b.to_string().contains("idle-k"), "{b}");
     s.assert_invariants().await;
 }
+
+#[tokio::test]
+async fn an_aging_change_re_scores_a_big_queue_in_bounded_calls_and_holds_it_until_done() {
+    // 2,500 waiting jobs: one call re-scores at most 1,000, FETCH does not serve the queue meanwhile
+    // (no job is handed out in an order mixing two settings), and the timer finishes what a caller left.
+    let s = TestServer::start().await;
+    let q = "age-big";
+    let jobs: Vec<Value> = (0..2_500).map(|i| json!({"type": "t", "args": [i], "queue": q, "priority": 2 + i % 3})).collect();
+    enqueue_all(&s, jobs).await;
+    let (rescored, done) = s.store().set_aging_call(q, "set", Some(60)).await.expect("set");
+    assert!(!done);
+    // Redis takes ZSCAN's COUNT as a hint: about 1,000, never the whole queue.
+    assert!((1..=1_100).contains(&rescored), "one call re-scores about 1,000 ({rescored})");
+    let (_, reply) = s.store().worker_request(fetch_request(q, 1)).await.expect("fetch");
+    assert!(reply.claimed.is_empty(), "the queue is held while its jobs are re-scored");
+    // Nobody takes the next step: the promote timer does.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let got = loop {
+        let got = s.fetch(&[q], 1).await;
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(std::time::Instant::now() < deadline, "the timer never finished the re-scoring");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(got[0]["priority"], 2, "served again, best first");
+    s.assert_invariants().await;
+}

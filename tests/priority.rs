@@ -421,3 +421,24 @@ async fn core_model_runs_higher_first_and_refuses_the_seed_field() {
     );
     s.assert_invariants().await;
 }
+
+#[tokio::test]
+async fn turning_aging_on_re_picks_a_rate_limit_lanes_head() {
+    // Seed §8.2: with aging, a job that waited longer may rank first. A and B share rate-limit key
+    // `ka`, so they wait in one lane and only the lane's best sits in the ready set: B (priority 4)
+    // ahead of A (priority 5). Two seconds later aging at 1 s makes A rank first (5 - age 2 < 4 - 0),
+    // so A must become the lane's head and FETCH must return it.
+    let s = TestServer::start().await;
+    let q = "aging-lane";
+    let job = |p: u32| json!({"type": "t", "args": [p], "queue": q, "priority": p, "rate_limit": {"key": "ka", "concurrency": 10}});
+    let a = s.enqueue(job(5)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2_200)).await;
+    let _b = s.enqueue(job(4)).await;
+    let (st, b) = s
+        .put(&format!("/ojs/v1/admin/queues/{q}/priority-aging"), json!({"interval": "PT1S"}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let got = s.fetch(&[q], 1).await;
+    assert_eq!(got[0]["id"], a.as_str(), "the older job ranks first under aging");
+    s.assert_invariants().await;
+}

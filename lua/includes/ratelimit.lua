@@ -42,6 +42,7 @@
 -- already expire on their own; an operator override keeps its own expiry.
 --@include emit
 --@include clock
+--@include score
 
 local RL_IDLE_MS = 86400000
 
@@ -191,7 +192,7 @@ local function lane_open(P, queue, key)
     rl_maybe_idle(P, key)
     return nil
   end
-  redis.call('ZADD', key_queue_ready(P, queue), best[2], best[1])
+  redis.call('ZADD', key_queue_ready(P, queue), moved_score(P, queue, best[1], tonumber(best[2])), best[1])
   redis.call('HSET', hk, key, best[1])
   redis.call('SADD', key_ready_index(P), queue)
   return string.sub(best[1], -36)
@@ -231,7 +232,8 @@ local function lane_add(P, queue, key, score, member)
   lane_open(P, queue, key)
 end
 
--- lane_rebalance(P, queue, key): keep an open lane's head its best job (after an enqueue or a PATCH).
+-- lane_rebalance(P, queue, key): keep an open lane's head its best job (after an enqueue, a PATCH, or
+-- the re-scoring of the lane when the queue's aging changed).
 local function lane_rebalance(P, queue, key)
   local hk = key_queue_heads(P, queue)
   local head = redis.call('HGET', hk, key)
@@ -240,8 +242,8 @@ local function lane_rebalance(P, queue, key)
   local best = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
   if #best == 0 then return end
   local rk = key_queue_ready(P, queue)
-  local hs = tonumber(redis.call('ZSCORE', rk, head))
-  local bs = tonumber(best[2])
+  local hs = moved_score(P, queue, head, tonumber(redis.call('ZSCORE', rk, head)))
+  local bs = moved_score(P, queue, best[1], tonumber(best[2]))
   if bs < hs or (bs == hs and best[1] < head) then
     redis.call('ZREM', rk, head)
     redis.call('ZADD', lk, hs, head)

@@ -4,12 +4,11 @@
 -- in a Lua double), then carries into 'hi'. The member spells hi with a one-digit length prefix and lo
 -- with 15 fixed digits, so byte order is numeric order across the carry: FIFO never wraps.
 --
--- The score is the job's rank, or, when the queue has aging configured (P..'q:'..queue..':conf' field
--- 'aging_s' = interval in seconds), rank * aging_s + ready_since_s. That orders jobs exactly like the
--- effective priority rank - age / interval, with no re-scoring: a static score, O(log n) like any other.
+-- The score is the job's rank, or with aging rank * aging_s + ready_since_s (includes/score.lua).
 --
 -- P..'ready' is the set of queues that hold at least one ready job (MediaWiki's ready-queue aggregator).
 -- P..'q:'..queue..':pri' counts ready jobs per priority (as the client gave it), for priority-stats.
+--@include score
 --@include ratelimit
 --@include counters
 local SEQ_LO_LIMIT = 1000000000000000
@@ -44,26 +43,6 @@ local function seq_block(P, n)
     return nil
   end
   return tonumber(redis.call('HGET', seq, 'hi') or '0'), lo - n + 1
-end
-
--- The job id is the last 36 bytes of a ready member.
-local function member_id(member)
-  return string.sub(member, -36)
-end
-
--- aging_score(aging_s, rank, since_ms): THE score formula. aging_s nil (aging off): the rank; else
--- rank * aging_s + ready-since in whole seconds, which orders like rank - age / aging_s.
-local function aging_score(aging_s, rank, since_ms)
-  if aging_s then
-    return rank * aging_s + math.floor(since_ms / 1000)
-  end
-  return rank
-end
-
--- ready_score(P, queue, rank, since_ms): the score a job of this rank, ready since since_ms, gets.
-local function ready_score(P, queue, rank, since_ms)
-  local aging = redis.call('HGET', key_queue_conf(P, queue), 'aging_s')
-  return aging_score(aging and tonumber(aging), rank, since_ms)
 end
 
 -- make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key): make a job available with a fresh

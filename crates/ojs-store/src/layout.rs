@@ -42,6 +42,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("rl_keys", "rl:keys"),
     k("rl_wake", "rl:wake"),
     k("rl_idle", "rl:idle"),
+    k("rescoring", "rescoring"),
     // Shard 0 only: the number of shards, and where each queue and rate-limit key lives.
     k("shard_count", "shards"),
     k("placement", "placement"),

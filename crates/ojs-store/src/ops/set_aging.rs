@@ -1,5 +1,5 @@
 //! The typed twin of `lua/set-aging-2.lua`: a queue's priority aging is set or turned off, and its
-//! waiting jobs re-scored. See the script's header.
+//! waiting jobs re-scored in bounded steps. See the script's header.
 
 use super::ArgWriter;
 
@@ -7,24 +7,25 @@ use crate::reply::{at, val_i64};
 use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "queue", "aging_s"];
+const ARGV: &[&str] = &["P", "queue", "mode", "aging_s"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
-    fn set_aging_args(&self, queue: &str, interval_s: Option<u64>) -> Vec<String> {
+    fn set_aging_args(&self, queue: &str, mode: &str, interval_s: Option<u64>) -> Vec<String> {
         let mut args = Vec::with_capacity(ARGV.len());
         ArgWriter::new(ARGV, &mut args)
             .arg("P", self.keys.prefix())
             .arg("queue", queue)
+            .arg("mode", mode)
             .arg("aging_s", interval_s.map(|s| s.to_string()).unwrap_or_default())
             .done();
         args
     }
 
-    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the
-    /// queue is re-scored under the new setting in the same script; returns how many were.
-    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<u64> {
-        let args = self.set_aging_args(queue, interval_s);
+    /// One script call: `set` (with the interval) or `step`; returns (jobs re-scored, done). A caller
+    /// that stops before done leaves the rest to the promote timer.
+    pub async fn set_aging_call(&self, queue: &str, mode: &str, interval_s: Option<u64>) -> Result<(u64, bool)> {
+        let args = self.set_aging_args(queue, mode, interval_s);
         let items = self
             .run(
                 &self.scripts.set_aging,
@@ -32,7 +33,25 @@ impl Store {
                 args,
             )
             .await?;
-        Ok(val_i64(at(&items, 1)).max(0) as u64)
+        Ok((val_i64(at(&items, 1)).max(0) as u64, val_i64(at(&items, 2)) == 1))
+    }
+
+    /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the
+    /// queue is re-scored under the new setting, at most 1,000 per script call (FETCH does not serve the
+    /// queue meanwhile); returns once all are, with how many were.
+    pub async fn set_aging(&self, queue: &str, interval_s: Option<u64>) -> Result<u64> {
+        let (mut total, mut done) = self.set_aging_call(queue, "set", interval_s).await?;
+        let mut calls = 1u64;
+        while !done {
+            let (n, d) = self.set_aging_call(queue, "step", None).await?;
+            total += n;
+            done = d;
+            calls += 1;
+            if calls % 100 == 0 {
+                tracing::info!(queue, rescored = total, "priority aging change: re-scoring the queue's waiting jobs");
+            }
+        }
+        Ok(total)
     }
 }
 
@@ -42,7 +61,7 @@ mod tests {
     fn an_aging_setting_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
         // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
-        assert_eq!(s.set_aging_args("q", Some(60)), ["ojs:{t}:", "q", "60"]);
-        assert_eq!(s.set_aging_args("q", None), ["ojs:{t}:", "q", ""]);
+        assert_eq!(s.set_aging_args("q", "set", Some(60)), ["ojs:{t}:", "q", "set", "60"]);
+        assert_eq!(s.set_aging_args("q", "step", None), ["ojs:{t}:", "q", "step", ""]);
     }
 }
