@@ -1,20 +1,26 @@
--- place-1.lua: where queues and rate-limit keys live in a deployment of several shards. Runs on
--- shard 0, which holds the directory; every other script runs on the shard this one named.
+-- place-1.lua: where queues, rate-limit keys and other names live in a deployment of several shards,
+-- and who may write a client-chosen name right now. Runs on shard 0, which holds the directory; every
+-- other script runs on the shard this one named.
 --
 -- KEYS
 --   KEYS[1] P..'placement'  hash  queue -> shard, written once per queue
 -- ARGV
 --   ARGV[1] P       string  key prefix of shard 0 'ojs:{ns}:'
 --   ARGV[2] shards  int     the number of shards the calling pod is configured with
---   ARGV[3] kind    string  'queue', 'key' (a rate-limit key) or 'type' (a job type whose unique
---                           policies leave `queue` out of the uniqueness key); 'find' reads where
---                           queues live without placing any (-1: never used, so no data anywhere)
---   ARGV[4..] (name, shard) pairs: for a queue, the operator's pin (--queue-shard) or -1; for a key
---           or a type, the shard of the queue of the job that carries it
+--   ARGV[3] kind    string  'queue', 'key' (a rate-limit key), 'type' (a job type whose unique or dedup
+--                           policies leave `queue` out of their key), 'root' (a root-job signature
+--                           hash); 'find' reads where queues live without placing any (-1: never used,
+--                           so no data anywhere); 'claim' takes, and 'release' gives back, a lease on a
+--                           client-chosen name ('job:<id>', 'wf:<id>', 'cron:<name>') for one shard
+--   ARGV[4..] (name, shard) pairs: for a queue, the operator's pin (--queue-shard) or -1; for a key,
+--           a type or a root, the shard of the queue of the job that carries it; for a claim or a
+--           release, the shard that writes the name
 -- RETURNS
 --   {'ok', shards, s1, s2, …}   shards: the deployment's number of shards (never less than before);
---                               s<i>: where the i-th name lives (-1: 'find' of a queue never used)
+--                               s<i>: where the i-th name lives (-1: 'find' of a queue never used); for
+--                               a claim, the shard that holds it: the one asked for when granted
 -- COST   O(n) for n names
+-- CAPS   the loop takes the request's own names (one request's queues, jobs or workflow members)
 -- CLOCK  none
 -- INVARIANTS
 --   P..'shards' only grows (a shard once used may hold jobs, so it is never dropped from the set
@@ -27,7 +33,16 @@
 --   0 when shard 0 already knows it (P..'rl:keys': jobs on shard 0 of a one-shard deployment carry
 --   keys without binding them); the caller refuses a job whose queue lives elsewhere, so a key's
 --   counters are never split; a type is bound once, to the shard of the first queue whose job
---   carries such a unique policy (P..'unique:home'), so its uniqueness keys are checked on one shard
+--   carries such a policy (P..'unique:home'), so its uniqueness and deduplication keys are checked on
+--   one shard; a root signature is bound to the shard of the first job that carries it, for as long as
+--   its root record may live (P..'home:root:'..hash, ROOT_KEEP_MS after its last use);
+--   a claim (P..'claim:'..name: shard, holders) is granted to one shard at a time: any number of
+--   writers for that shard hold it together, one for another shard is refused until every holder
+--   released it or CLAIM_MS passed (a pod that died mid-request), so two writes of one client-chosen
+--   name can never land on two shards (the caller checks the other shards only once it holds it)
+
+local CLAIM_MS = 600000
+local ROOT_KEEP_MS = 864000000
 
 local P = ARGV[1]
 local count = tonumber(redis.call('GET', key_shard_count(P)) or '1')
@@ -54,6 +69,29 @@ for i = 4, #ARGV, 2 do
       redis.call('HSET', KEYS[1], name, s)
     end
     out[#out + 1] = tonumber(s or -1)
+  elseif ARGV[3] == 'claim' then
+    local k = key_claim(P, name)
+    local held = tonumber(redis.call('HGET', k, 'shard'))
+    if not held or held == want then
+      redis.call('HSET', k, 'shard', want)
+      redis.call('HINCRBY', k, 'holders', 1)
+      redis.call('PEXPIRE', k, CLAIM_MS)
+      held = want
+    end
+    out[#out + 1] = held
+  elseif ARGV[3] == 'release' then
+    local k = key_claim(P, name)
+    if tonumber(redis.call('HGET', k, 'shard')) == want and redis.call('HINCRBY', k, 'holders', -1) <= 0 then
+      redis.call('DEL', k)
+    end
+    out[#out + 1] = want
+  elseif ARGV[3] == 'root' then
+    local k = key_home(P, 'root:' .. name)
+    -- A signature shard 0 has a root record of was used before it had to be bound (one shard).
+    if redis.call('EXISTS', k) == 0 and redis.call('EXISTS', key_root(P, name)) == 1 then want = 0 end
+    redis.call('SET', k, want, 'NX')
+    redis.call('PEXPIRE', k, ROOT_KEEP_MS)
+    out[#out + 1] = tonumber(redis.call('GET', k))
   elseif ARGV[3] == 'type' then
     redis.call('HSETNX', key_unique_home(P), name, want)
     out[#out + 1] = tonumber(redis.call('HGET', key_unique_home(P), name))

@@ -407,3 +407,129 @@ async fn shards_land_on_different_primaries() {
     let (_, b) = s.get("/ojs/v1/events?types=job.completed").await;
     assert_eq!(b["events"].as_array().unwrap().len(), 3, "{b}");
 }
+
+// ---- issue 22: every one-shard guarantee across shards ------------------------------------------------
+
+/// Sends both requests at once; returns their statuses.
+async fn race(s: &TestServer, path: &str, a: Value, b: Value) -> (u16, u16) {
+    let (x, y) = tokio::join!(s.post(path, a), s.post(path, b));
+    (x.0, y.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_client_id_is_one_job_even_when_two_requests_race_to_two_shards() {
+    let s = TestServer::start_with(three_shards).await;
+    for _ in 0..60 {
+        let id = ojs_core::names::new_job_id();
+        let on = |q: &str| json!({"id": id, "type": "t", "args": [], "queue": q});
+        let got = race(&s, "/ojs/v1/jobs", on("s1"), on("s2")).await;
+        let mut codes = [got.0, got.1];
+        codes.sort_unstable();
+        assert_eq!(codes, [201, 409], "one of two racing writes of {id} wins");
+        // The one job is the one every by-id request finds, and it can be acked.
+        let (st, b) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(st, 200, "{b}");
+    }
+    let mut ids = 0;
+    while !s.fetch(&["s1", "s2"], 100).await.is_empty() {
+        ids += 1;
+    }
+    assert!(ids > 0);
+    all_invariants(&s, 3).await;
+}
+
+#[tokio::test]
+async fn a_workflow_id_names_one_workflow_across_shards() {
+    let s = TestServer::start_with(three_shards).await;
+    let id = ojs_core::names::new_job_id();
+    let wf = |q: &str| json!({"id": id, "type": "group", "jobs": [{"type": "a", "args": [], "queue": q}]});
+    let (st, b) = s.post("/ojs/v1/workflows", wf("s1")).await;
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = s.post("/ojs/v1/workflows", wf("s2")).await;
+    assert_eq!(st, 409, "the id is taken on another shard: {b}");
+    // Racing creations of a new id on two shards: one wins.
+    for _ in 0..30 {
+        let id = ojs_core::names::new_job_id();
+        let wf = |q: &str| json!({"id": id, "type": "group", "jobs": [{"type": "a", "args": [], "queue": q}]});
+        let got = race(&s, "/ojs/v1/workflows", wf("s1"), wf("s2")).await;
+        let mut codes = [got.0, got.1];
+        codes.sort_unstable();
+        assert_eq!(codes, [201, 409], "one of two racing creations of {id} wins");
+    }
+    all_invariants(&s, 3).await;
+}
+
+#[tokio::test]
+async fn deduplication_and_root_jobs_are_decided_on_one_shard() {
+    let s = TestServer::start_with(three_shards).await;
+    // options.dedup without `queue` in its keys spans queues: its type lives on the first job's shard.
+    let dd = |q: &str| json!({"type": "dd", "args": [1], "queue": q, "options": {"dedup": true}});
+    assert_eq!(s.post("/ojs/v1/jobs", dd("s1")).await.0, 201);
+    let (st, b) = s.post("/ojs/v1/jobs", dd("s2")).await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("--queue-shard"), "{b}");
+    // A root signature lives on the shard of the first job that carried it.
+    let leaf = json!({"type": "leaf", "args": [1], "queue": "s1", "options": {"root_job": {"signature": "page-42"}}});
+    let root = json!({"type": "root", "args": [], "queue": "s2", "priority": 0,
+        "options": {"root_job": {"signature": "page-42", "is_root": true}}});
+    assert_eq!(s.post("/ojs/v1/jobs", leaf).await.0, 201);
+    let (st, b) = s.post("/ojs/v1/jobs", root.clone()).await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("page-42"), "{b}");
+    // On its shard, a newer root (claimed first: priority 0) supersedes the leaf as on one shard.
+    let mut root = root;
+    root["queue"] = json!("s1");
+    assert_eq!(s.post("/ojs/v1/jobs", root).await.0, 201);
+    let got = s.fetch(&["s1"], 10).await;
+    let types: Vec<&str> = got.iter().filter_map(|j| j["type"].as_str()).collect();
+    assert!(types.contains(&"root") && !types.contains(&"leaf"), "the leaf is superseded: {types:?}");
+    all_invariants(&s, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cron_name_lives_on_one_shard_and_racing_registrations_never_lose_it() {
+    let s = TestServer::start_with(three_shards).await;
+    for i in 0..20 {
+        let name = format!("race-{i}");
+        let entry = |q: &str| json!({"name": name, "expression": "0 0 1 1 *", "job_template": {"type": "c", "queue": q}});
+        let got = race(&s, "/ojs/v1/cron", entry("s1"), entry("s2")).await;
+        assert!([got.0, got.1].contains(&201), "one registration wins: {got:?}");
+        let (st, b) = s.get(&format!("/ojs/v1/cron/{name}")).await;
+        assert_eq!(st, 200, "the entry is there after the race: {b}");
+    }
+    // An entry does not silently move to another shard (its run history and overlap check live there).
+    let entry = |q: &str| json!({"name": "stay", "expression": "* * * * * *", "job_template": {"type": "c", "queue": q}});
+    assert_eq!(s.post("/ojs/v1/cron", entry("s1")).await.0, 201);
+    let (st, b) = s.post("/ojs/v1/cron", entry("s2")).await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("DELETE"), "{b}");
+    assert_eq!(s.post("/ojs/v1/cron", entry("s1")).await.0, 200, "an update on its shard is fine");
+    all_invariants(&s, 3).await;
+}
+
+#[tokio::test]
+async fn weighted_consumption_over_queues_of_three_shards_is_exact() {
+    // Priority seed §7.2 with weights 5:2:1 over queues on three shards: every run of 8 consecutive
+    // claims while all three have work takes exactly 5, 2 and 1, as on one shard.
+    let s = TestServer::start_with(three_shards).await;
+    for q in ["s0", "s1", "s2"] {
+        let jobs: Vec<Value> = (0..120).map(|_| job(q, 2)).collect();
+        assert_eq!(s.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await.0, 201);
+    }
+    let mut seq = Vec::new();
+    for _ in 0..160 {
+        let (st, b) = s
+            .post(
+                "/ojs/v1/workers/fetch",
+                json!({"queues": [{"name": "s0", "weight": 5}, {"name": "s1", "weight": 2}, {"name": "s2", "weight": 1}],
+                       "strategy": "weighted"}),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        seq.push(b["jobs"][0]["queue"].as_str().expect("a job").to_string());
+    }
+    for w in seq.windows(8) {
+        let n = |q: &str| w.iter().filter(|x| *x == q).count();
+        assert_eq!((n("s0"), n("s1"), n("s2")), (5, 2, 1), "window {w:?}");
+    }
+}

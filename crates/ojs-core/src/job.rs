@@ -144,7 +144,7 @@ pub struct NewJob {
     /// `options.unique`: checked against existing jobs inside the enqueue script.
     pub unique: Option<crate::unique::UniquePolicy>,
     /// `options.dedup`: the deduplication fingerprint, checked at FETCH (MediaWiki's `ignoreDuplicates`).
-    pub dedup: Option<String>,
+    pub dedup: Option<crate::unique::Dedup>,
     /// `options.root_job`: MediaWiki's root-job parameters, checked at FETCH.
     pub root_job: Option<crate::unique::RootJob>,
 }

@@ -81,6 +81,8 @@ pub struct UniquePolicy {
 pub struct RootJob {
     /// [`fingerprint`] of the signature.
     pub key: String,
+    /// The signature as given (for messages; only `key` is stored).
+    pub signature: String,
     /// The root run this job belongs to (epoch ms); 0 = the job's own creation time (Redis' clock).
     pub timestamp_ms: i64,
     /// This job is the root: when it starts, it records its timestamp for its signature
@@ -258,10 +260,19 @@ pub fn parse_unique(v: &Value, field: &str, s: &Subject) -> Result<UniquePolicy,
     })
 }
 
+/// A validated `options.dedup`: MediaWiki's deduplication info, checked at FETCH.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dedup {
+    /// The deduplication fingerprint ([`fingerprint`] of the selected dimensions).
+    pub key: String,
+    /// `queue` is not among the dimensions, so twins may wait in any queue: on a deployment of several
+    /// shards, the job type is then checked on one shard only (as for [`UniquePolicy::spans_queues`]).
+    pub spans_queues: bool,
+}
+
 /// Parses `options.dedup`: `true` (the job's type and args, MediaWiki's default deduplication info),
-/// `false` (none), or `{keys, args_keys, meta_keys}` (`keys` defaults to `["type", "args"]`). Returns
-/// the deduplication fingerprint.
-pub fn parse_dedup(v: &Value, field: &str, s: &Subject) -> Result<Option<String>, OjsError> {
+/// `false` (none), or `{keys, args_keys, meta_keys}` (`keys` defaults to `["type", "args"]`).
+pub fn parse_dedup(v: &Value, field: &str, s: &Subject) -> Result<Option<Dedup>, OjsError> {
     const DEFAULT_KEYS: [&str; 2] = ["type", "args"];
     let dims = match v {
         Value::Bool(false) => return Ok(None),
@@ -277,7 +288,10 @@ pub fn parse_dedup(v: &Value, field: &str, s: &Subject) -> Result<Option<String>
             )))
         }
     };
-    dims.fingerprint(s, field).map(Some)
+    Ok(Some(Dedup {
+        key: dims.fingerprint(s, field)?,
+        spans_queues: !dims.keys.iter().any(|k| k == "queue"),
+    }))
 }
 
 /// Parses `options.root_job`: `{signature, timestamp?, is_root?}`.
@@ -311,6 +325,7 @@ pub fn parse_root_job(v: &Value, field: &str) -> Result<RootJob, OjsError> {
     };
     Ok(RootJob {
         key: fingerprint(&Value::String(signature.clone())),
+        signature: signature.clone(),
         timestamp_ms,
         is_root,
     })

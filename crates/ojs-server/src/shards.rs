@@ -26,7 +26,7 @@ use ojs_core::OjsError;
 use ojs_store::{Store, StoreError};
 
 use crate::config::{Config, Pins, MAX_SHARDS};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 
 pub struct Shards {
     /// The store of every possible shard (cheap: they share the connections); `count` of them are used.
@@ -276,52 +276,117 @@ impl Shards {
     }
 
     /// Where each job goes: its queue's shard. On a deployment of several shards, also writes the shard
-    /// into each server-made id, binds the jobs' rate-limit keys to their shard, and refuses what one
-    /// shard could not keep exact: a key bound elsewhere, a unique policy across queues (422).
-    pub async fn place_jobs(&self, jobs: &mut [NewJob]) -> ApiResult<Vec<usize>> {
+    /// into each server-made id, takes the claim of each client-chosen id for its shard and refuses one
+    /// another shard holds or is writing (409, as on one shard), binds the jobs' rate-limit keys, the
+    /// types of their queue-spanning unique and dedup policies and their root signatures to their shard,
+    /// and refuses what one shard could not keep exact: a name bound elsewhere (422). Keep the answer
+    /// until the jobs are written: dropping it gives the claims back.
+    pub async fn place_jobs(&self, jobs: &mut [NewJob]) -> ApiResult<Held> {
         let at = {
             let queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
             self.of_queues(&queues).await?
         };
-        if self.count() > 1 {
+        let sharded = self.count() > 1;
+        let held = if sharded {
             for (j, s) in jobs.iter_mut().zip(&at) {
                 j.place_on(*s);
             }
-        }
-        let mut shards: Vec<usize> = at.clone();
+            let ids: Vec<(String, usize)> = jobs
+                .iter()
+                .zip(&at)
+                .filter(|(j, _)| !j.id_generated)
+                .map(|(j, s)| (format!("job:{}", j.id), *s))
+                .collect();
+            let mut held = self
+                .claim(ids, |name, _| OjsError::duplicate_id(name.strip_prefix("job:").unwrap_or(name)))
+                .await?;
+            // Holding the claims, no other request can write these ids elsewhere: what is there now stays.
+            self.refuse_ids_elsewhere(jobs, &at).await?;
+            held.at = at;
+            held
+        } else {
+            Held::bare(at)
+        };
+        let mut shards: Vec<usize> = held.at.clone();
         shards.sort_unstable();
         shards.dedup();
-        if self.count() > 1 {
-            self.refuse_ids_elsewhere(jobs, &at).await?;
-        }
         for s in shards {
-            let on_s = || jobs.iter().zip(&at).filter(move |(_, js)| **js == s).map(|(j, _)| j);
+            let on_s = || jobs.iter().zip(&held.at).filter(move |(_, js)| **js == s).map(|(j, _)| j);
             let keys: Vec<&str> = on_s()
                 .filter_map(|j| j.rate_limit.as_ref().map(|r| r.key.as_str()))
                 .collect();
             self.bind(Bound::RateLimitKey, s, &keys).await?;
-            // A uniqueness key without `queue` can meet jobs of its type in any queue: the type's
-            // unique jobs must all be checked on one shard.
+            // A uniqueness or deduplication key without `queue` can meet jobs of its type in any
+            // queue: the type's such jobs must all be checked on one shard.
             let types: Vec<&str> = on_s()
-                .filter(|j| j.unique.as_ref().is_some_and(|u| u.spans_queues))
+                .filter(|j| {
+                    j.unique.as_ref().is_some_and(|u| u.spans_queues) || j.dedup.as_ref().is_some_and(|d| d.spans_queues)
+                })
                 .map(|j| j.job_type.as_str())
                 .collect();
-            self.bind(Bound::UniqueType, s, &types).await?;
+            self.bind(Bound::DuplicateType, s, &types).await?;
+            // A root signature is its own identity, whatever the type and queue (one shard: nothing to bind;
+            // place-1.lua keeps a signature shard 0 has a record of on shard 0 when shards are added).
+            if sharded {
+                let roots: Vec<&ojs_core::unique::RootJob> = on_s().filter_map(|j| j.root_job.as_ref()).collect();
+                let keys: Vec<&str> = roots.iter().map(|r| r.key.as_str()).collect();
+                if let Err(ApiError(mut e)) = self.bind(Bound::RootSignature, s, &keys).await {
+                    // Name the signature the client gave, not its hash.
+                    for r in &roots {
+                        e.message = e.message.replace(&format!("{:?}", r.key), &format!("{:?}", r.signature));
+                    }
+                    return Err(e.into());
+                }
+            }
         }
-        Ok(at)
+        Ok(held)
+    }
+
+    /// Takes the claim of each client-chosen name (`job:<id>`, `wf:<id>`, `cron:<name>`) for the shard
+    /// that will write it (`lua/place-1.lua` 'claim'). A name another shard holds is refused with
+    /// `taken(name, shard)`, and nothing is kept. Only a deployment of several shards claims.
+    pub async fn claim(
+        &self,
+        names: Vec<(String, usize)>,
+        taken: impl Fn(&str, usize) -> OjsError,
+    ) -> ApiResult<Held> {
+        if self.count() == 1 || names.is_empty() {
+            return Ok(Held::bare(Vec::new()));
+        }
+        let pairs: Vec<(&str, Option<usize>)> = names.iter().map(|(n, s)| (n.as_str(), Some(*s))).collect();
+        let got = self.first().place(self.configured, "claim", &pairs).await?;
+        let (mut mine, mut refused) = (Vec::new(), None);
+        for ((name, want), held) in names.into_iter().zip(&got.at) {
+            match held {
+                Some(h) if *h == want => mine.push((name, want)),
+                Some(h) => refused = refused.or(Some((name, *h))),
+                None => refused = refused.or(Some((name, 0))),
+            }
+        }
+        let held = Held {
+            at: Vec::new(),
+            claims: Some((Arc::clone(self.first()), self.configured, mine)),
+        };
+        match refused {
+            // Dropping `held` gives back the claims this request did get.
+            Some((name, shard)) => Err(taken(&name, shard).into()),
+            None => Ok(held),
+        }
     }
 
     /// The shard of a workflow: the one shard all its jobs' queues live on (a workflow's steps release
     /// each other inside one script call, so they cannot span shards; 422 otherwise). Places its jobs as
-    /// [`Shards::place_jobs`] does.
-    pub async fn place_workflow(&self, wf: &mut ojs_core::workflow::NewWorkflow) -> ApiResult<usize> {
-        let at = self.place_jobs(&mut wf.jobs).await?;
-        let first = at.first().copied().unwrap_or(0);
-        if at.iter().any(|s| *s != first) {
+    /// [`Shards::place_jobs`] does, and a client-chosen workflow id as a job's: claimed for the shard, and
+    /// refused when another shard holds a workflow with it (409). Keep the answer until the workflow is
+    /// written.
+    pub async fn place_workflow(&self, wf: &mut ojs_core::workflow::NewWorkflow) -> ApiResult<(usize, Held)> {
+        let held = self.place_jobs(&mut wf.jobs).await?;
+        let first = held.first().copied().unwrap_or(0);
+        if held.iter().any(|s| *s != first) {
             let mut spread: Vec<String> = wf
                 .jobs
                 .iter()
-                .zip(&at)
+                .zip(held.iter())
                 .map(|(j, s)| format!("{} (shard {s})", j.queue))
                 .collect();
             spread.sort();
@@ -333,10 +398,22 @@ impl Shards {
             ))
             .into());
         }
-        if self.count() > 1 && wf.id_generated {
-            wf.id = ojs_core::names::id_on_shard(&wf.id, first);
+        if self.count() == 1 {
+            return Ok((first, held));
         }
-        Ok(first)
+        if wf.id_generated {
+            wf.id = ojs_core::names::id_on_shard(&wf.id, first);
+            return Ok((first, held));
+        }
+        let wf_held = self
+            .claim(vec![(format!("wf:{}", wf.id), first)], |_, s| workflow_taken(&wf.id, s))
+            .await?;
+        for other in self.all().iter().filter(|o| o.shard_index() != first) {
+            if other.workflow_exists(&wf.id).await? {
+                return Err(workflow_taken(&wf.id, other.shard_index()).into());
+            }
+        }
+        Ok((first, held.with(wf_held)))
     }
 
     /// A client's own id must name one job in the whole deployment, but each shard's enqueue script sees
@@ -451,17 +528,21 @@ impl Shards {
     }
 
     /// Checks that each name of kind `what` that jobs on `shard` carry lives on that shard, binding the
-    /// names never used to it (one `place-1.lua` call for all of them; pods keep the answers, which
-    /// never change). A name bound elsewhere is a 422 that says where and how to co-locate queues.
+    /// names never used to it (one `place-1.lua` call for all of them; pods keep the answers for keys and
+    /// types, which never change). A name bound elsewhere is a 422 that says where and how to co-locate
+    /// queues.
     pub async fn bind(&self, what: Bound, shard: usize, names: &[&str]) -> ApiResult<()> {
         // Rate-limit keys of jobs on shard 0 of a deployment of one shard need no binding:
         // place-1.lua binds the keys shard 0 knows to it if a second shard is ever added.
         if names.is_empty() || (what == Bound::RateLimitKey && shard == 0 && self.count() == 1) {
             return Ok(());
         }
+        // A root signature's binding lapses with its root record: asked every time, never kept.
+        let no_cache = RwLock::default();
         let cache = match what {
             Bound::RateLimitKey => &self.keys,
-            Bound::UniqueType => &self.types,
+            Bound::DuplicateType => &self.types,
+            Bound::RootSignature => &no_cache,
         };
         let mut missing: Vec<(&str, Option<usize>)> = Vec::new();
         {
@@ -565,15 +646,18 @@ impl Found for bool {
 pub enum Bound {
     /// A rate-limit key: its counters.
     RateLimitKey,
-    /// A job type whose unique policies leave `queue` out of the uniqueness key.
-    UniqueType,
+    /// A job type whose unique or dedup policies leave `queue` out of their key.
+    DuplicateType,
+    /// A root-job signature (its hash): MediaWiki's root-job deduplication compares root and leaves.
+    RootSignature,
 }
 
 impl Bound {
     fn kind(self) -> &'static str {
         match self {
             Bound::RateLimitKey => "key",
-            Bound::UniqueType => "type",
+            Bound::DuplicateType => "type",
+            Bound::RootSignature => "root",
         }
     }
 
@@ -584,22 +668,87 @@ impl Bound {
                 format!("rate-limit key {name:?} lives on shard {home}, with the queues whose jobs first carried it"),
                 "rate_limit_key",
             ),
-            Bound::UniqueType => (
+            Bound::DuplicateType => (
                 format!(
-                    "unique jobs of type {name:?} whose options.unique.keys leave out \"queue\" are checked on \
-                     shard {home}, where the first such job's queue lives"
+                    "unique or deduplicated jobs of type {name:?} whose options.unique.keys or options.dedup.keys \
+                     leave out \"queue\" are checked on shard {home}, where the first such job's queue lives"
                 ),
                 "job_type",
+            ),
+            Bound::RootSignature => (
+                format!(
+                    "root-job signature {name:?} (options.root_job) is decided on shard {home}, where the first job \
+                     that carried it lives"
+                ),
+                "root_job_signature",
             ),
         };
         OjsError::unprocessable(format!(
             "{what}; this job's queue lives on shard {shard}. It is kept exact on one shard only: pin the \
              queues that share it to one shard (--queue-shard <queue>={home}) before their first job{}",
             match self {
-                Bound::UniqueType => ", or add \"queue\" to options.unique.keys",
-                Bound::RateLimitKey => "",
+                Bound::DuplicateType => ", or add \"queue\" to options.unique.keys or options.dedup.keys",
+                Bound::RateLimitKey | Bound::RootSignature => "",
             }
         ))
         .with_details(serde_json::json!({ detail: name, "home_shard": home, "queue_shard": shard }))
     }
+}
+
+/// What a placement holds until the write it prepared is done: the shard of each job, and the claims
+/// on shard 0 of the client-chosen names it will write ([`Shards::claim`]). Dropping it gives the claims
+/// back (in a task of its own: a claim a pod never gives back lapses after 10 minutes).
+#[must_use = "keep it until the write is done: dropping it gives the claims back"]
+#[derive(Default)]
+pub struct Held {
+    at: Vec<usize>,
+    claims: Option<(Arc<Store>, usize, Vec<(String, usize)>)>,
+}
+
+impl Held {
+    fn bare(at: Vec<usize>) -> Self {
+        Self { at, claims: None }
+    }
+
+    /// Both placements' claims, this one's shards.
+    fn with(mut self, mut other: Held) -> Self {
+        match (&mut self.claims, other.claims.take()) {
+            (Some((_, _, mine)), Some((_, _, more))) => mine.extend(more),
+            (mine @ None, more) => *mine = more,
+            (Some(_), None) => {}
+        }
+        self
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.at
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some((store, shards, names)) = self.claims.take() else { return };
+        if names.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        rt.spawn(async move {
+            let pairs: Vec<(&str, Option<usize>)> = names.iter().map(|(n, s)| (n.as_str(), Some(*s))).collect();
+            if let Err(e) = store.place(shards, "release", &pairs).await {
+                tracing::warn!(error = %e, "claims not given back; they lapse on their own");
+            }
+        });
+    }
+}
+
+/// The 409 for a client-chosen workflow id another shard holds or is writing.
+fn workflow_taken(id: &str, shard: usize) -> OjsError {
+    OjsError::new(
+        ojs_core::error::ErrorCode::Duplicate,
+        format!("a job or workflow with id {id} already exists (or is being created) on shard {shard}"),
+    )
+    .with_details(serde_json::json!({ "id": id }))
 }

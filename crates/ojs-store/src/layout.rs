@@ -48,6 +48,10 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("placement", "placement"),
     k("rl_home", "rl:home"),
     k("unique_home", "unique:home"),
+    // Shard 0 only: a client-chosen name being written on one shard (a lease), and where a root-job
+    // signature lives.
+    k("claim", "claim:{name}"),
+    k("home", "home:{name}"),
     // One job, worker, cron entry, workflow, uniqueness key, deduplication or root signature.
     k("job", "job:{id}"),
     k("worker", "worker:{worker}"),

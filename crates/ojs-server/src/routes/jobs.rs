@@ -56,12 +56,13 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
 /// Writes a batch: in one script call when its jobs live on one shard (all or nothing), else one call
 /// per shard in shard order, each all or nothing (a refusal names the jobs earlier shards wrote).
 async fn store_jobs(st: &AppState, jobs: &mut [NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
+    // `at` holds the claims on client-chosen ids until the jobs are written (dropped on return).
     let at = st.shards.place_jobs(jobs).await?;
     let first = at[0];
     if at.iter().all(|s| *s == first) {
         return store_part(st, first, jobs, block).await;
     }
-    let mut shards = at.clone();
+    let mut shards = at.to_vec();
     shards.sort_unstable();
     shards.dedup();
     let mut all = Enqueued {
@@ -219,7 +220,9 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     }
     let mut job = envelope::parse(body, &st.rules)?;
     let block = block_deadline(&headers)?;
-    let shard = st.shards.place_jobs(std::slice::from_mut(&mut job)).await?[0];
+    // `placed` holds the claim on a client-chosen id until the job is written (dropped on return).
+    let placed = st.shards.place_jobs(std::slice::from_mut(&mut job)).await?;
+    let shard = placed[0];
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
     let out = loop {
         let out = st.enqueues(shard).call(job.clone()).await?;

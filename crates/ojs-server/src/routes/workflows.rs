@@ -247,7 +247,8 @@ fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowVie
 
 /// Stores a validated workflow; its view, or the OJS error (duplicate id, full queue).
 pub async fn store_workflow(st: &AppState, wf: &mut NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
-    let shard = st.shards.place_workflow(wf).await?;
+    // `_held` keeps the claims on client-chosen ids until the workflow is written.
+    let (shard, _held) = st.shards.place_workflow(wf).await?;
     let wf = &*wf;
     match st.shards.get(shard).create_workflow(wf).await? {
         EnqueueOutcome::Created(out) => {

@@ -312,7 +312,7 @@ fn push_job(j: &NewJob, args: &mut Vec<String>) {
         unique.map_or(0, |u| u.period_ms).to_string(),
         unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().to_string(),
         // +22 dedup fingerprint, +23 root-job signature, +24 root timestamp, +25 is the root
-        j.dedup.clone().unwrap_or_default(),
+        j.dedup.as_ref().map(|d| d.key.clone()).unwrap_or_default(),
         root.map(|r| r.key.clone()).unwrap_or_default(),
         root.map_or(0, |r| r.timestamp_ms).to_string(),
         if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.to_string(),
@@ -371,9 +371,13 @@ mod tests {
             on_conflict: OnConflict::Reject,
             spans_queues: false,
         });
-        b.dedup = Some("d".into());
+        b.dedup = Some(ojs_core::unique::Dedup {
+            key: "d".into(),
+            spans_queues: true,
+        });
         b.root_job = Some(RootJob {
             key: "r".into(),
+            signature: "r".into(),
             timestamp_ms: 7,
             is_root: true,
         });
