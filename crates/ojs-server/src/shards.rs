@@ -721,6 +721,26 @@ impl Held {
     }
 }
 
+impl Held {
+    /// Gives the claims back now (before answering, so the client's next request finds them free).
+    /// Dropping a `Held` gives them back too, in a task of its own (error paths).
+    pub async fn release(mut self) {
+        if let Some((store, shards, names)) = self.claims.take() {
+            give_back(store, shards, names).await;
+        }
+    }
+}
+
+async fn give_back(store: Arc<Store>, shards: usize, names: Vec<(String, usize)>) {
+    if names.is_empty() {
+        return;
+    }
+    let pairs: Vec<(&str, Option<usize>)> = names.iter().map(|(n, s)| (n.as_str(), Some(*s))).collect();
+    if let Err(e) = store.place(shards, "release", &pairs).await {
+        tracing::warn!(error = %e, "claims not given back; they lapse on their own");
+    }
+}
+
 impl std::ops::Deref for Held {
     type Target = [usize];
     fn deref(&self) -> &[usize] {
@@ -734,13 +754,9 @@ impl Drop for Held {
         if names.is_empty() {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        rt.spawn(async move {
-            let pairs: Vec<(&str, Option<usize>)> = names.iter().map(|(n, s)| (n.as_str(), Some(*s))).collect();
-            if let Err(e) = store.place(shards, "release", &pairs).await {
-                tracing::warn!(error = %e, "claims not given back; they lapse on their own");
-            }
-        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(give_back(store, shards, names));
+        }
     }
 }
 

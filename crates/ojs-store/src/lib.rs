@@ -22,6 +22,7 @@ pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::fetch::{Claimed, Strategy};
 pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;
+pub use ops::pick::PickQueue;
 pub use ops::place::Placed;
 pub use ops::rl_gauges::RateLimitGauges;
 pub use ops::rl_inspect::RateLimitState;

@@ -82,6 +82,7 @@ pub(crate) struct Scripts {
     pub(crate) workflow_get: Named,
     pub(crate) workflow_cancel: Named,
     pub(crate) place: Named,
+    pub(crate) pick: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
@@ -180,6 +181,7 @@ impl Store {
                 workflow_get: script(scripts::WORKFLOW_GET),
                 workflow_cancel: script(scripts::WORKFLOW_CANCEL),
                 place: script(scripts::PLACE),
+                pick: script(scripts::PICK),
             },
             cfg,
         })

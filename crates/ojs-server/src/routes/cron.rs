@@ -55,8 +55,8 @@ async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>
     let shard = store.shard_index();
     // On a deployment of several shards a name has one home: racing registrations for two shards are
     // decided by the claim on shard 0, and an entry never moves (its run history and overlap check stay
-    // with it). `_held` keeps the claim until the entry is written.
-    let _held = st
+    // with it). `held` keeps the claim until the entry is written.
+    let held = st
         .shards
         .claim(vec![(format!("cron:{}", reg.name), shard)], |_, s| {
             OjsError::new(
@@ -95,6 +95,7 @@ async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>
         None
     };
     let saved = store.cron_set(&reg.name, &def, next).await?;
+    held.release().await;
     let created = saved.created;
     let entry = store.cron_get(&reg.name).await?.unwrap_or_default();
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };

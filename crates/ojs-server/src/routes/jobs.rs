@@ -56,11 +56,13 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
 /// Writes a batch: in one script call when its jobs live on one shard (all or nothing), else one call
 /// per shard in shard order, each all or nothing (a refusal names the jobs earlier shards wrote).
 async fn store_jobs(st: &AppState, jobs: &mut [NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
-    // `at` holds the claims on client-chosen ids until the jobs are written (dropped on return).
+    // `at` holds the claims on client-chosen ids until the jobs are written.
     let at = st.shards.place_jobs(jobs).await?;
     let first = at[0];
     if at.iter().all(|s| *s == first) {
-        return store_part(st, first, jobs, block).await;
+        let out = store_part(st, first, jobs, block).await;
+        at.release().await;
+        return out;
     }
     let mut shards = at.to_vec();
     shards.sort_unstable();
@@ -100,6 +102,7 @@ async fn store_jobs(st: &AppState, jobs: &mut [NewJob], block: Option<tokio::tim
         }
         written.extend(idx.iter().map(|i| jobs[*i].id.as_str()));
     }
+    at.release().await;
     Ok(all)
 }
 
@@ -220,7 +223,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
     }
     let mut job = envelope::parse(body, &st.rules)?;
     let block = block_deadline(&headers)?;
-    // `placed` holds the claim on a client-chosen id until the job is written (dropped on return).
+    // `placed` holds the claim on a client-chosen id until the job is written.
     let placed = st.shards.place_jobs(std::slice::from_mut(&mut job)).await?;
     let shard = placed[0];
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
@@ -231,6 +234,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
             _ => break out,
         }
     };
+    placed.release().await;
     match (out.state.as_str(), &out.existing) {
         ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
         ("conflict", Some((id, f))) => {

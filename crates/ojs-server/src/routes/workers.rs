@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::job_view;
 use ojs_core::{clock, names, OjsError};
-use ojs_store::{AckPart, ClaimRef, Strategy, Transition, WorkerRequest};
+use ojs_store::{AckPart, ClaimRef, PickQueue, Strategy, Transition, WorkerRequest};
 
 use crate::config::{Weights, MAX_WEIGHT};
 use serde::{Deserialize, Serialize};
@@ -248,8 +248,11 @@ async fn claim_round(
         }
     }
     let Some(p) = p else { return Ok((acked, Claims::default())) };
+    if p.strategy == Strategy::Weighted && at.iter().any(|s| *s != at[0]) {
+        return Ok((acked, claim_weighted_across(st, p, queues, &at).await?));
+    }
     let mut claims = Claims::default();
-    for (s, part) in visit_order(p, queues, &at) {
+    for (s, part) in visit_order(queues, &at) {
         let want = p.count - claims.jobs.len() as u32;
         if want == 0 {
             break;
@@ -279,51 +282,112 @@ impl From<ojs_store::WorkerReply> for Claims {
     }
 }
 
-/// The shards a FETCH over queues of several shards visits, each with its queues, in visiting order
-/// (see [`claim_round`]).
-fn visit_order(p: &FetchParams, queues: &[(String, u32)], at: &[usize]) -> Vec<(usize, Vec<(String, u32)>)> {
+/// The shards a strict FETCH over queues of several shards visits, each with its queues: runs of
+/// consecutive queues on one shard, in the request's order (see [`claim_round`]).
+fn visit_order(queues: &[(String, u32)], at: &[usize]) -> Vec<(usize, Vec<(String, u32)>)> {
     let mut runs: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
-    match p.strategy {
-        // Strict: runs of consecutive queues on one shard, in the request's order.
-        Strategy::Strict => {
-            for (q, s) in queues.iter().zip(at) {
-                match runs.last_mut() {
-                    Some((last, part)) if last == s => part.push(q.clone()),
-                    _ => runs.push((*s, vec![q.clone()])),
-                }
-            }
-        }
-        // Weighted: one visit per shard, drawn by the sum of its queues' weights.
-        Strategy::Weighted => {
-            for (q, s) in queues.iter().zip(at) {
-                match runs.iter_mut().find(|(x, _)| x == s) {
-                    Some((_, part)) => part.push(q.clone()),
-                    None => runs.push((*s, vec![q.clone()])),
-                }
-            }
-            let mut ordered = Vec::with_capacity(runs.len());
-            while !runs.is_empty() {
-                let total: u64 = runs
-                    .iter()
-                    .map(|(_, qs)| qs.iter().map(|(_, w)| u64::from(*w)).sum::<u64>())
-                    .sum();
-                let mut pick = (ojs_store::rand_unit() * total as f64) as u64;
-                let mut i = 0;
-                for (j, (_, qs)) in runs.iter().enumerate() {
-                    let w: u64 = qs.iter().map(|(_, w)| u64::from(*w)).sum();
-                    if pick < w {
-                        i = j;
-                        break;
-                    }
-                    pick -= w;
-                    i = j;
-                }
-                ordered.push(runs.remove(i));
-            }
-            runs = ordered;
+    for (q, s) in queues.iter().zip(at) {
+        match runs.last_mut() {
+            Some((last, part)) if last == s => part.push(q.clone()),
+            _ => runs.push((*s, vec![q.clone()])),
         }
     }
     runs
+}
+
+/// A weighted FETCH whose queues live on several shards (priority seed §7.2): the round-robin that
+/// picks the queue of each claim runs on shard 0 over one state shared by every pod (`lua/pick-1.lua`),
+/// and the claims are made on the queues' shards (the requests of one shard share its script call). A
+/// pick whose queue ran dry meanwhile is refunded (its round undone, exactly) and picked again among
+/// the others, so the sequence of claims is the one a single shard would make.
+async fn claim_weighted_across(
+    st: &AppState,
+    p: &FetchParams,
+    queues: &[(String, u32)],
+    at: &[usize],
+) -> ApiResult<Claims> {
+    // Which queues can give a job now, asked of each shard at once.
+    let mut shards: Vec<usize> = at.to_vec();
+    shards.sort_unstable();
+    shards.dedup();
+    let asked = futures::future::try_join_all(shards.iter().map(|s| {
+        let idx: Vec<usize> = (0..queues.len()).filter(|i| at[*i] == *s).collect();
+        async move {
+            let names: Vec<&str> = idx.iter().map(|i| queues[*i].0.as_str()).collect();
+            let ready = st.shards.get(*s).queues_ready(&names).await?;
+            Ok::<_, ojs_store::StoreError>(idx.into_iter().zip(ready).collect::<Vec<_>>())
+        }
+    }))
+    .await?;
+    let mut pq: Vec<PickQueue> = queues
+        .iter()
+        .map(|(name, weight)| PickQueue {
+            name: name.clone(),
+            weight: *weight,
+            was_live: false,
+            live: false,
+        })
+        .collect();
+    for (i, ready) in asked.into_iter().flatten() {
+        pq[i].live = ready;
+    }
+    let mut claims = Claims::default();
+    let mut refunds: Vec<usize> = Vec::new();
+    let mut want = p.count;
+    // Each round claims what it picked, or takes at least one dry queue out (a call cut short by its
+    // budget keeps its queue in: bounded by the extra rounds).
+    for _ in 0..queues.len() + 4 {
+        if want == 0 || !pq.iter().any(|q| q.live) {
+            break;
+        }
+        let picks = st.shards.first().pick_weighted(want, &pq, &refunds).await?;
+        refunds.clear();
+        for q in &mut pq {
+            q.was_live = q.live;
+        }
+        let mut per: std::collections::BTreeMap<usize, u32> = Default::default();
+        for i in &picks {
+            *per.entry(*i).or_default() += 1;
+        }
+        let replies = futures::future::try_join_all(per.iter().map(|(i, n)| {
+            st.worker_calls(at[*i]).call(WorkerRequest {
+                ack: None,
+                queues: vec![queues[*i].clone()],
+                strategy: Strategy::Strict,
+                worker_id: p.worker.clone(),
+                count: *n,
+                visibility_ms: p.visibility_ms,
+            })
+        }))
+        .await?;
+        let mut got: std::collections::HashMap<usize, std::collections::VecDeque<ojs_store::Claimed>> = Default::default();
+        for ((i, n), (_, reply)) in per.iter().zip(replies) {
+            let short = *n as usize - reply.claimed.len();
+            if short > 0 {
+                refunds.extend(std::iter::repeat_n(*i, short));
+                if reply.cut {
+                    claims.cut = true;
+                } else {
+                    pq[*i].live = false;
+                }
+            }
+            got.insert(*i, reply.claimed.into());
+        }
+        // In the order picked.
+        for i in picks {
+            if let Some(job) = got.get_mut(&i).and_then(|d| d.pop_front()) {
+                claims.jobs.push(job);
+                want -= 1;
+            }
+        }
+    }
+    if !refunds.is_empty() {
+        for q in &mut pq {
+            q.live = false;
+        }
+        st.shards.first().pick_weighted(0, &pq, &refunds).await?;
+    }
+    Ok(claims)
 }
 
 /// A request's `visibility_timeout_ms`: from 1 ms to ten years.

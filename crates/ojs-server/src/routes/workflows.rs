@@ -247,10 +247,12 @@ fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowVie
 
 /// Stores a validated workflow; its view, or the OJS error (duplicate id, full queue).
 pub async fn store_workflow(st: &AppState, wf: &mut NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
-    // `_held` keeps the claims on client-chosen ids until the workflow is written.
-    let (shard, _held) = st.shards.place_workflow(wf).await?;
+    // `held` keeps the claims on client-chosen ids until the workflow is written.
+    let (shard, held) = st.shards.place_workflow(wf).await?;
     let wf = &*wf;
-    match st.shards.get(shard).create_workflow(wf).await? {
+    let outcome = st.shards.get(shard).create_workflow(wf).await?;
+    held.release().await;
+    match outcome {
         EnqueueOutcome::Created(out) => {
             for j in &wf.jobs {
                 crate::metrics::job_event("enqueued", &j.queue, &j.job_type);

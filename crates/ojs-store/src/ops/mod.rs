@@ -17,6 +17,7 @@ pub mod heartbeat;
 pub mod job_migrate;
 pub mod job_read;
 pub mod nack;
+pub mod pick;
 pub mod place;
 pub mod progress;
 pub mod promote;

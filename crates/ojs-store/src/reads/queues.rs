@@ -83,6 +83,20 @@ impl Store {
             .collect())
     }
 
+    /// Which of these queues (all on this shard) a FETCH could take a job from now: they have ready jobs
+    /// (`P ready`) and are not paused. One pipeline.
+    pub async fn queues_ready(&self, queues: &[&str]) -> Result<Vec<bool>> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("SMISMEMBER").arg(self.keys.ready_index()).arg(queues);
+        pipe.cmd("SMISMEMBER").arg(self.keys.paused()).arg(queues);
+        let mut conn = self.conn().await?;
+        let (ready, paused): (Vec<bool>, Vec<bool>) = pipe.query_async(&mut conn).await?;
+        Ok(ready.into_iter().zip(paused).map(|(r, p)| r && !p).collect())
+    }
+
     pub async fn queue_names(&self) -> Result<Vec<String>> {
         let mut conn = self.conn().await?;
         let mut names: Vec<String> = redis::cmd("SMEMBERS")

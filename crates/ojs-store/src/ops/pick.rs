@@ -1,0 +1,75 @@
+//! The typed twin of `lua/pick-1.lua`: the weighted round-robin of a FETCH whose queues live on several
+//! shards, kept on shard 0 so that it is exact across shards. See the script's header.
+
+use super::ArgWriter;
+
+use crate::keys::Keys;
+use crate::reply::val_i64;
+use crate::store::{Result, Store};
+
+/// The script's leading arguments, as its header names them (checked by build.rs).
+const ARGV: &[&str] = &["P", "want", "nqueues"];
+
+/// One queue of a cross-shard weighted pick.
+#[derive(Debug, Clone)]
+pub struct PickQueue {
+    pub name: String,
+    pub weight: u32,
+    /// Eligible for the picks being refunded.
+    pub was_live: bool,
+    /// Eligible for the new picks.
+    pub live: bool,
+}
+
+impl Store {
+    fn pick_args(&self, want: u32, queues: &[PickQueue], refunds: &[usize]) -> Vec<String> {
+        let mut args = Vec::with_capacity(ARGV.len() + 4 * queues.len() + refunds.len());
+        ArgWriter::new(ARGV, &mut args)
+            .arg("P", Keys::new(&self.cfg.namespace).prefix())
+            .arg("want", want.to_string())
+            .arg("nqueues", queues.len().to_string())
+            .done();
+        for q in queues {
+            args.push(q.name.clone());
+            args.push(q.weight.to_string());
+            args.push(if q.was_live { "1" } else { "0" }.into());
+            args.push(if q.live { "1" } else { "0" }.into());
+        }
+        args.extend(refunds.iter().map(|r| (r + 1).to_string()));
+        args
+    }
+
+    /// Picks the queue of each of the next `want` claims (0-based indexes into `queues`, in claim order)
+    /// from the round-robin state of this list of queues and weights on shard 0, after undoing the
+    /// rounds of `refunds` (indexes of earlier picks' queues that claimed nothing, under `was_live`).
+    pub async fn pick_weighted(&self, want: u32, queues: &[PickQueue], refunds: &[usize]) -> Result<Vec<usize>> {
+        let pairs: Vec<(String, u32)> = queues.iter().map(|q| (q.name.clone(), q.weight)).collect();
+        let state = Keys::new(&self.cfg.namespace).wrr(&super::fetch::wrr_key(&pairs));
+        let args = self.pick_args(want, queues, refunds);
+        let items = self.run(&self.scripts.pick, &[state], args).await?;
+        Ok(items
+            .iter()
+            .skip(1)
+            .filter_map(|v| usize::try_from(val_i64(v) - 1).ok())
+            .filter(|i| *i < queues.len())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PickQueue;
+
+    #[test]
+    fn a_pick_is_written_in_the_order_the_header_declares_and_always_on_shard_0() {
+        let store = super::super::test_store().shard(1);
+        let q = |n: &str, live| PickQueue {
+            name: n.into(),
+            weight: 2,
+            was_live: true,
+            live,
+        };
+        let args = store.pick_args(3, &[q("a", true), q("b", false)], &[1]);
+        assert_eq!(args, ["ojs:{t}:", "3", "2", "a", "2", "1", "1", "b", "2", "1", "0", "2"]);
+    }
+}

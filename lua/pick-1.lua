@@ -1,0 +1,80 @@
+-- pick-1.lua: weighted FETCH over queues that live on several shards (priority seed §7.2). The queues'
+-- jobs are claimed on their own shards, but the smooth weighted round-robin that picks which queue each
+-- claim comes from runs here, on shard 0, over one state shared by every pod, exactly as fetch-1.lua
+-- runs it over one shard's queues: so any run of sum(weights) consecutive claims while every queue has
+-- work takes each queue weight-many times, across shards as on one.
+--
+-- KEYS
+--   KEYS[1] P..'wrr:'..weights   hash   queue -> current weight (the round-robin's state), on shard 0
+-- ARGV
+--   ARGV[1] P       string  key prefix of shard 0 'ojs:{ns}:'
+--   ARGV[2] want    int     how many claims to pick
+--   ARGV[3] nqueues int     how many (queue, weight, was_live, live) records follow
+--   ARGV[4..] the records: queue name; weight (> 0); was_live: 1 when the queue was eligible for the
+--           picks being refunded (0 otherwise); live: 1 when it is eligible for the new picks (it had
+--           ready jobs on its shard and is not paused)
+--   then the refunds: 1-based indexes of queues, one per earlier pick that claimed nothing (the queue
+--           ran dry): each such round is undone as if the queue had not been eligible
+-- RETURNS
+--   {'ok', i_1, ..., i_k}   k <= want 1-based queue indexes, in the order the claims should take; fewer
+--                           than want only when no queue is live
+-- COST   O(queues) per pick and per refund
+-- CAPS   picks: want (the FETCH's count, at most --max-fetch); refunds: the caller's earlier picks
+-- CLOCK  none
+-- INVARIANTS
+--   a round adds every live queue's weight to its current weight, picks the largest, and takes the live
+--   total from it; a refund applies the inverse of one such round (its live set was the was_live one),
+--   and rounds are vector additions, so refunding one is exact whatever rounds came after it; the state
+--   lives a day past its last use (WRR_KEEP_MS)
+
+local WRR_KEEP_MS = 86400000
+local want, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+local names, weights, was, live = {}, {}, {}, {}
+for i = 1, n do
+  local b = 4 + (i - 1) * 4
+  names[i], weights[i] = ARGV[b], tonumber(ARGV[b + 1])
+  was[i], live[i] = ARGV[b + 2] == '1', ARGV[b + 3] == '1'
+end
+local cw = {}
+local saved = redis.call('HMGET', KEYS[1], unpack(names))
+for i = 1, n do cw[i] = tonumber(saved[i]) or 0 end
+
+local function total(set)
+  local t = 0
+  for i = 1, n do
+    if set[i] then t = t + weights[i] end
+  end
+  return t
+end
+
+local refund_total = total(was)
+for a = 4 + n * 4, #ARGV do
+  local r = tonumber(ARGV[a])
+  cw[r] = cw[r] + refund_total
+  for i = 1, n do
+    if was[i] then cw[i] = cw[i] - weights[i] end
+  end
+end
+
+local out = {'ok'}
+local live_total = total(live)
+while #out - 1 < want and live_total > 0 do
+  local best = nil
+  for i = 1, n do
+    if live[i] then
+      cw[i] = cw[i] + weights[i]
+      if not best or cw[i] > cw[best] then best = i end
+    end
+  end
+  cw[best] = cw[best] - live_total
+  out[#out + 1] = best
+end
+
+local flat = {}
+for i = 1, n do
+  flat[#flat + 1] = names[i]
+  flat[#flat + 1] = cw[i]
+end
+redis.call('HSET', KEYS[1], unpack(flat))
+redis.call('PEXPIRE', KEYS[1], WRR_KEEP_MS)
+return out
