@@ -21,6 +21,11 @@
 //! harness itself: leases and lease identities are ignored, each key keeps the policy of its first job,
 //! and heartbeats name their lease length.
 //!
+//! `two_nodes_on_two_shards_agree_with_the_model` runs the same with `--shards 2`, `qa` on shard 0 and
+//! `qb` on shard 1 (issue 22): FETCH, ACK, heartbeats and by-id requests then cross shards. A key there
+//! belongs to one queue (k1 to qa, k2 to qb) and overrides name k1, as a sharded deployment requires
+//! (a key or an override over two shards is refused by design, tested in tests/shards.rs).
+//!
 //! `PROPTEST_CASES` overrides the number of cases, `OJS_MODEL_SEED` fixes the random seed (printed at
 //! the start, so a failure can be replayed), `OJS_MODEL_TRACE=1` prints every case's steps.
 
@@ -452,7 +457,10 @@ macro_rules! check {
 
 struct Harness {
     nodes: [TestServer; 2],
-    redis: redis::aio::MultiplexedConnection,
+    /// The deployment's shards (1, or 2 with qa on shard 0 and qb on shard 1).
+    shards: usize,
+    /// A connection to each shard's node.
+    redis: Vec<redis::aio::MultiplexedConnection>,
     m: Model,
     advances: usize,
     trace: Vec<String>,
@@ -467,15 +475,27 @@ fn unknown_id() -> String {
 }
 
 impl Harness {
-    async fn start(legacy: bool) -> Self {
+    async fn start(legacy: bool, shards: usize) -> Self {
         let bin = env!("CARGO_BIN_EXE_ojs-server");
         // A fresh namespace per case keeps cases (and shrinking runs) independent.
         let ns = ojs_testkit::unique_namespace();
-        let a = TestServer::spawn_pod(bin, &ns, &[]).await;
-        let b = TestServer::spawn_pod(bin, &ns, &[]).await;
-        let redis = a.redis().await;
+        let n = shards.to_string();
+        let env: Vec<(&str, &str)> = if shards > 1 {
+            vec![("OJS_SHARDS", n.as_str()), ("OJS_QUEUE_SHARDS", "qa=0,qb=1")]
+        } else {
+            Vec::new()
+        };
+        let a = TestServer::spawn_pod(bin, &ns, &env).await;
+        let b = TestServer::spawn_pod(bin, &ns, &env).await;
+        let mut redis = Vec::new();
+        for i in 0..shards {
+            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
+            let client = redis::Client::open(url).expect("redis url");
+            redis.push(client.get_multiplexed_async_connection().await.expect("redis"));
+        }
         Self {
             nodes: [a, b],
+            shards,
             redis,
             m: Model {
                 legacy,
@@ -519,7 +539,11 @@ impl Harness {
             .map_err(|e| self.fail(end, "final API sweep", &e))?;
         self.quiesce().await;
         let ns = self.nodes[0].namespace.clone();
-        let problems = ojs_testkit::check_invariants(&self.nodes[0].redis_url, &ns).await;
+        let mut problems = Vec::new();
+        for i in 0..self.shards {
+            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
+            problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &ns, i).await);
+        }
         check!(
             problems.is_empty(),
             "{}",
@@ -560,7 +584,21 @@ impl Harness {
     }
 
     async fn step(&mut self, op: &Op) -> Result<String, String> {
-        match op.clone() {
+        let mut op = op.clone();
+        if self.shards > 1 {
+            // A key belongs to one queue's shard: k1 to qa (shard 0), k2 to qb (shard 1); an override on
+            // a key no job used yet binds it to shard 0, so overrides name k1.
+            match &mut op {
+                Op::Enqueue { job, .. } => {
+                    if let Some((k, _)) = &mut job.limit {
+                        *k = job.queue;
+                    }
+                }
+                Op::SetOverride { key, .. } | Op::LiftOverride { key, .. } => *key = 0,
+                _ => {}
+            }
+        }
+        match op {
             Op::Enqueue { node, job } => self.enqueue(node, job).await,
             Op::Fetch { node, worker, queues } => {
                 let body = self.fetch_body(worker, &queues);
@@ -1138,12 +1176,29 @@ impl Harness {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = ids.iter().map(|id| self.nodes[0].keys().job(id)).collect();
-        let rows = ojs_testkit::job_fields(&mut self.redis, &keys, &["state", "attempt", "priority"]).await;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r[0].clone(), r[1].clone(), r[2].clone()))
-            .collect())
+        // A server-made id names its shard in its last byte.
+        let ns = self.nodes[0].namespace.clone();
+        let shard_of = |id: &str| {
+            ojs_core::names::id_shard_hint(id)
+                .filter(|s| *s < self.shards)
+                .unwrap_or(0)
+        };
+        let mut out = vec![(None, None, None); ids.len()];
+        for shard in 0..self.shards {
+            let idx: Vec<usize> = (0..ids.len()).filter(|i| shard_of(&ids[*i]) == shard).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let keys: Vec<String> = idx
+                .iter()
+                .map(|i| ojs_store::Keys::for_shard(&ns, shard).job(&ids[*i]))
+                .collect();
+            let rows = ojs_testkit::job_fields(&mut self.redis[shard], &keys, &["state", "attempt", "priority"]).await;
+            for (i, r) in idx.into_iter().zip(rows) {
+                out[i] = (r[0].clone(), r[1].clone(), r[2].clone());
+            }
+        }
+        Ok(out)
     }
 
     /// Waits until none of `ids` is in `state` (background timers move them), returns their states.
@@ -1232,18 +1287,20 @@ impl Harness {
         let deadline = Instant::now() + SETTLE;
         while Instant::now() < deadline {
             let mut next = i64::MAX;
-            let keys = self.nodes[0].keys();
-            for key in [keys.active(), keys.scheduled(), keys.rl_wake()] {
-                let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(0)
-                    .arg("WITHSCORES")
-                    .query_async(&mut self.redis)
-                    .await
-                    .unwrap_or_default();
-                if let Some((_, s)) = first.first() {
-                    next = next.min(*s as i64);
+            for shard in 0..self.shards {
+                let keys = ojs_store::Keys::for_shard(&self.nodes[0].namespace, shard);
+                for key in [keys.active(), keys.scheduled(), keys.rl_wake()] {
+                    let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg(0)
+                        .arg(0)
+                        .arg("WITHSCORES")
+                        .query_async(&mut self.redis[shard])
+                        .await
+                        .unwrap_or_default();
+                    if let Some((_, s)) = first.first() {
+                        next = next.min(*s as i64);
+                    }
                 }
             }
             let now = local_now_ms();
@@ -1257,6 +1314,15 @@ impl Harness {
 
 #[test]
 fn two_nodes_agree_with_the_model() {
+    run_model(1);
+}
+
+#[test]
+fn two_nodes_on_two_shards_agree_with_the_model() {
+    run_model(2);
+}
+
+fn run_model(shards: usize) {
     let legacy = std::env::var("OJS_MODEL_LEGACY").is_ok_and(|v| v == "1");
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
@@ -1266,7 +1332,7 @@ fn two_nodes_agree_with_the_model() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| uuid::Uuid::now_v7().as_u128() as u64);
-    eprintln!("model test: {cases} cases, OJS_MODEL_SEED={seed}, legacy={legacy}");
+    eprintln!("model test: {cases} cases, {shards} shard(s), OJS_MODEL_SEED={seed}, legacy={legacy}");
     let config = Config {
         cases,
         // Each run of a sequence starts two processes and may sleep through clock advances: shrinking
@@ -1280,7 +1346,7 @@ fn two_nodes_agree_with_the_model() {
     let mut runner = TestRunner::new(config);
     let result = runner.run(&sequence(), |ops| {
         rt.block_on(async {
-            let mut h = Harness::start(legacy).await;
+            let mut h = Harness::start(legacy, shards).await;
             let r = h.run(&ops).await;
             if std::env::var("OJS_MODEL_TRACE").is_ok() {
                 eprintln!("-- case:\n{}", h.trace.join("\n"));
