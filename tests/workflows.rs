@@ -455,3 +455,75 @@ async fn batch_callbacks_fire_once_with_every_result() {
     );
     s.assert_invariants().await;
 }
+
+/// How many keys of `family` (a layout.rs family name) the server's namespace holds.
+async fn stored(s: &TestServer, family: &str) -> usize {
+    let mut c = s.redis().await;
+    let found: Vec<String> = redis::cmd("KEYS")
+        .arg(s.keys().pattern(family))
+        .query_async(&mut c)
+        .await
+        .expect("KEYS");
+    found.len()
+}
+
+#[tokio::test]
+async fn the_chain_form_is_refused_wherever_it_would_be_dropped() {
+    let s = TestServer::start().await;
+    let seeded = json!({"type": "order.process", "args": [], "queue": "orders",
+        "workflow": {"chain": [{"type": "payment.charge", "args": []}]}});
+    let refused = |st: u16, b: &Value, needle: &str| {
+        let msg = b["error"]["message"].as_str().unwrap_or("");
+        assert_eq!(st, 422, "{b}");
+        assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
+    };
+    // POST /jobs/batch: the chain form belongs to POST /jobs alone.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [job("plain.one", "orders"), seeded.clone()]}),
+        )
+        .await;
+    refused(st, &b, "jobs[1]: ");
+    refused(st, &b, "POST /ojs/v1/workflows");
+    // A cron entry's template: every tick would create the first job alone.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "chained", "expression": "* * * * *", "job_template": seeded.clone()}),
+        )
+        .await;
+    refused(st, &b, "job_template: ");
+    // A member of POST /workflows carrying a chain of its own is a nested workflow.
+    for (field, body) in [
+        (
+            "steps[1]",
+            json!({"type": "chain", "steps": [job("a.one", "w"), seeded.clone()]}),
+        ),
+        ("jobs[0]", json!({"type": "group", "jobs": [seeded.clone()]})),
+        (
+            "callbacks.on_complete",
+            json!({"type": "batch", "jobs": [job("a.one", "w")], "callbacks": {"on_complete": seeded.clone()}}),
+        ),
+    ] {
+        let (st, b) = s.post("/ojs/v1/workflows", body).await;
+        refused(st, &b, &format!("{field}: nested workflows"));
+    }
+    // ... and so is a step of the seed form that carries one.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "a.root", "args": [], "workflow": {"chain": [seeded.clone()]}}),
+        )
+        .await;
+    refused(st, &b, "workflow.chain[0]: nested workflows");
+    for family in ["job", "cron", "crons", "workflow", "workflows"] {
+        assert_eq!(stored(&s, family).await, 0, "a refused request stored {family} keys");
+    }
+    // `workflow: null` is no workflow: an ordinary job, on either route.
+    let plain = json!({"type": "plain.null", "args": [], "workflow": null});
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({"jobs": [plain.clone()]})).await;
+    assert_eq!(st, 201, "{b}");
+    s.enqueue(plain).await;
+    s.assert_invariants().await;
+}
