@@ -22,6 +22,13 @@ async fn run_one(s: &TestServer, queue: &str, result: Value) -> Value {
     got[0].clone()
 }
 
+/// Creates a workflow (`POST /workflows` must answer 201) and returns it as the answer shows it.
+async fn create(s: &TestServer, body: Value) -> Value {
+    let (st, b) = s.post("/ojs/v1/workflows", body).await;
+    assert_eq!(st, 201, "{b}");
+    b["workflow"].clone()
+}
+
 async fn workflow(s: &TestServer, id: &str) -> Value {
     let (st, b) = s.get(&format!("/ojs/v1/workflows/{id}")).await;
     assert_eq!(st, 200, "{b}");
@@ -525,5 +532,152 @@ async fn the_chain_form_is_refused_wherever_it_would_be_dropped() {
     let (st, b) = s.post("/ojs/v1/jobs/batch", json!({"jobs": [plain.clone()]})).await;
     assert_eq!(st, 201, "{b}");
     s.enqueue(plain).await;
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_pending_callback_removes_only_that_callback() {
+    let s = TestServer::start().await;
+    let w = create(
+        &s,
+        json!({"type": "batch", "jobs": [job("p.work", "p")],
+            "callbacks": {"on_complete": job("p.complete", "pcb"), "on_success": job("p.success", "pcb")}}),
+    )
+    .await;
+    let id = w["id"].as_str().expect("id").to_string();
+    let success = w["callbacks"]["on_success"]["id"].as_str().expect("id").to_string();
+    let (st, c) = s.delete(&format!("/ojs/v1/jobs/{success}")).await;
+    assert_eq!((st, c["job"]["state"].as_str()), (200, Some("cancelled")), "{c}");
+    // The batch goes on: its job has not run yet.
+    assert_eq!(workflow(&s, &id).await["state"], "running");
+    s.assert_invariants().await;
+    run_one(&s, "p", json!({"n": 1})).await;
+    // on_complete fires as usual (the cancelled on_success does not), and its end completes the batch.
+    let cbs = s.fetch(&["pcb"], 10).await;
+    let types: Vec<&str> = cbs.iter().filter_map(|j| j["type"].as_str()).collect();
+    assert_eq!(types, ["p.complete"]);
+    assert_eq!(cbs[0]["parent_results"], json!([{"n": 1}]));
+    s.ack(cbs[0]["id"].as_str().expect("id")).await;
+    let w = workflow(&s, &id).await;
+    assert_eq!(
+        (w["state"].as_str(), w["callbacks"]["on_success"]["state"].as_str()),
+        (Some("completed"), Some("cancelled")),
+        "{w}"
+    );
+    s.assert_invariants().await;
+}
+
+/// splitmix64: a seeded, reproducible sequence for the randomized test below.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// 0..n
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A random small workflow over queue `q`: a chain, group or batch of 1 to 4 members whose jobs are
+/// discarded by their first NACK, a batch with a random non-empty set of callbacks.
+fn random_workflow(r: &mut Rng, q: &str) -> Value {
+    let member = |t: String| json!({"type": t, "args": [], "queue": q, "options": {"retry": {"max_attempts": 1}}});
+    let n = 1 + r.below(4);
+    let members: Vec<Value> = (0..n).map(|i| member(format!("r.m{i}"))).collect();
+    match r.below(3) {
+        0 => json!({"type": "chain", "steps": members}),
+        1 => json!({"type": "group", "jobs": members}),
+        _ => {
+            let mut callbacks = serde_json::Map::new();
+            let pick = 1 + r.below(7);
+            for (bit, name) in ["on_complete", "on_success", "on_failure"].iter().enumerate() {
+                if pick & (1 << bit) != 0 {
+                    callbacks.insert(name.to_string(), member(format!("r.{name}")));
+                }
+            }
+            json!({"type": "batch", "jobs": members, "callbacks": callbacks})
+        }
+    }
+}
+
+#[tokio::test]
+async fn random_operations_leave_every_workflow_ended_and_nothing_pending() {
+    let seed = std::env::var("OJS_WF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0f_0fu64);
+    println!("OJS_WF_SEED={seed}");
+    let mut r = Rng(seed);
+    let s = TestServer::start().await;
+    let q = "rnd";
+    let (mut workflows, mut members) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        let w = create(&s, random_workflow(&mut r, q)).await;
+        workflows.push(w["id"].as_str().expect("id").to_string());
+        let cbs = w["callbacks"].as_object().cloned().unwrap_or_default();
+        for m in w["jobs"].as_array().expect("jobs").iter().chain(cbs.values()) {
+            members.push(m["id"].as_str().expect("id").to_string());
+        }
+    }
+    let nack = |id: Value| json!({"job_id": id, "error": {"code": "random", "message": "failed on purpose"}});
+    let mut held: Vec<Value> = Vec::new();
+    for step in 0..400 {
+        let op = r.below(100);
+        let (st, b) = if op < 35 {
+            held.extend(s.fetch(&[q], 1).await);
+            (200, Value::Null)
+        } else if op < 60 && !held.is_empty() {
+            let j = held.swap_remove(r.below(held.len()));
+            s.post(
+                "/ojs/v1/workers/ack",
+                json!({"job_id": j["id"], "result": {"step": step}}),
+            )
+            .await
+        } else if op < 75 && !held.is_empty() {
+            let j = held.swap_remove(r.below(held.len()));
+            s.post("/ojs/v1/workers/nack", nack(j["id"].clone())).await
+        } else if op < 95 {
+            let id = &members[r.below(members.len())];
+            s.delete(&format!("/ojs/v1/jobs/{id}")).await
+        } else {
+            let id = &workflows[r.below(workflows.len())];
+            s.delete(&format!("/ojs/v1/workflows/{id}")).await
+        };
+        // 409: the job or workflow had ended (or the ACK's job was cancelled meanwhile).
+        assert!(st == 200 || st == 409, "step {step} (seed {seed}): {st} {b}");
+        if step % 50 == 49 {
+            s.assert_invariants().await;
+        }
+    }
+    // Drain: whatever is held or still comes is acked, until nothing is left to run.
+    loop {
+        for j in held.drain(..) {
+            let (st, b) = s.ack(j["id"].as_str().expect("id")).await;
+            assert!(st == 200 || st == 409, "{st} {b}");
+        }
+        held = s.fetch(&[q], 100).await;
+        if held.is_empty() {
+            break;
+        }
+    }
+    for id in &workflows {
+        let w = workflow(&s, id).await;
+        assert_ne!(w["state"], "running", "seed {seed}: workflow left running: {w}");
+    }
+    for id in &members {
+        let (_, j) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        let state = j["job"]["state"].as_str().unwrap_or("");
+        assert!(
+            ["completed", "cancelled", "discarded"].contains(&state),
+            "seed {seed}: job {id} is {state} after the drain: {j}"
+        );
+    }
     s.assert_invariants().await;
 }

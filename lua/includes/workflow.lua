@@ -35,12 +35,13 @@ local function wf_results(P, W, n)
 end
 
 -- wf_release(P, id, parent_results, now): a pending job's turn came: available (ready set or lane) or
--- scheduled when it asked for a delay or a time still ahead. Anything but pending is left alone.
+-- scheduled when it asked for a delay or a time still ahead. Anything but pending is left alone (a
+-- callback cancelled before it fired). Returns whether it released the job.
 local function wf_release(P, id, parent_results, now)
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type', 'rank', 'priority', 'rl_key', 'scheduled_at',
     'hold_delay_ms')
-  if f[1] ~= 'pending' then return end
+  if f[1] ~= 'pending' then return false end
   if parent_results then rec('HSET', jk, 'parent_results', parent_results) end
   local run_at = math.max(tonumber(f[7]) or 0, now + (tonumber(f[8]) or 0))
   if run_at > now then
@@ -53,25 +54,34 @@ local function wf_release(P, id, parent_results, now)
     make_ready(P, jk, id, f[2], tonumber(f[4]), f[5], now, f[6])
     emit(P, 'job.available', id, f[2], f[3], now, '{"from":"pending"}')
   end
+  return true
 end
 
 -- wf_drop(P, id, now, retention_ms, reason): a pending job that will never run (its chain stopped, its
--- callback was not triggered) ends cancelled.
+-- callback was not triggered, its workflow closed) ends cancelled. Returns whether it dropped the job.
 local function wf_drop(P, id, now, retention_ms, reason)
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type')
-  if f[1] ~= 'pending' then return end
+  if f[1] ~= 'pending' then return false end
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, f[2], 'cancelled', 1)
   emit(P, 'job.cancelled', id, f[2], f[3], now, cjson.encode({previous_state = 'pending', reason = reason}))
   finish(jk, retention_ms)
+  return true
 end
 
 -- wf_close(P, W, wk, state, now, retention_ms): the workflow reached a terminal state; its keys then
--- live as long as a finished job's record. Also drops up to 10 index entries of workflows that expired.
+-- live as long as a finished job's record. No pending job outlives its workflow: a batch's callbacks
+-- still pending (at most 3) are dropped here (a chain drops its pending steps before it closes, and
+-- workflow-cancel-1.lua cancels every member). Returns how many it dropped. Also drops up to 10 index
+-- entries of workflows that expired.
 local function wf_close(P, W, wk, state, now, retention_ms)
   redis.call('HSET', wk, 'state', state, 'completed_at', now)
-  local w = redis.call('HMGET', wk, 'type', 'name')
+  local w = redis.call('HMGET', wk, 'type', 'name', 'cb_on_complete', 'cb_on_success', 'cb_on_failure')
+  local dropped = 0
+  for i = 3, 5 do
+    if w[i] and wf_drop(P, w[i], now, retention_ms, 'workflow ' .. state) then dropped = dropped + 1 end
+  end
   emit(P, 'workflow.' .. state, '', '', '', now, cjson.encode({workflow_id = W, type = w[1], name = w[2]}))
   if retention_ms > 0 then
     for _, k in ipairs({wk, key_workflow_jobs(P, W), key_workflow_results(P, W)}) do redis.call('PEXPIRE', k, retention_ms) end
@@ -79,15 +89,20 @@ local function wf_close(P, W, wk, state, now, retention_ms)
   for _, old in ipairs(redis.call('ZRANGE', key_workflows(P), 0, 9)) do
     if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
   end
+  return dropped
 end
 
--- wf_callback_ended: a fired batch callback ended; the batch completes when every fired callback
--- completed, and fails as soon as one did not.
+-- wf_callback_ended: a batch callback ended. Before the callbacks fired (no cb_fired yet) only a
+-- cancel can end one, while it is pending: that callback is gone and nothing else changes (the batch
+-- runs on; wf_release leaves it alone when the others fire, so it is not counted among them). A fired
+-- one: the batch completes when every fired callback completed, and fails as soon as one did not.
 local function wf_callback_ended(P, W, wk, slot, outcome, now, retention_ms)
+  local fired = redis.call('HGET', wk, 'cb_fired')
+  if not fired then return end
   if outcome ~= 'completed' then
     redis.call('HSET', wk, 'failed_callback', slot)
     wf_close(P, W, wk, 'failed', now, retention_ms)
-  elseif redis.call('HINCRBY', wk, 'cb_done', 1) >= tonumber(redis.call('HGET', wk, 'cb_fired') or '0') then
+  elseif redis.call('HINCRBY', wk, 'cb_done', 1) >= tonumber(fired) then
     wf_close(P, W, wk, 'completed', now, retention_ms)
   end
 end
@@ -140,8 +155,7 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
     if id then
       if fire[name] then
         results = results or wf_results(P, W, total)
-        wf_release(P, id, results, now)
-        fired = fired + 1
+        if wf_release(P, id, results, now) then fired = fired + 1 end
       else
         wf_drop(P, id, now, retention_ms, 'callback not triggered')
       end
