@@ -27,7 +27,9 @@
 --   {'ok', now_ms, reply_1, ..., reply_n}   one reply per request, in order; reply_i is
 --                                            {ack, job_1, ..., job_k}: k <= count; job_i is the claimed
 --                                            job's record as stored after the claim (the MessagePack of
---                                            includes/record.lua); ack is '' (no ACK asked) or ack_job's reply
+--                                            includes/record.lua), or {record, parent_results} for a
+--                                            workflow job with parents (includes/workflow.lua
+--                                            wf_job_reply); ack is '' (no ACK asked) or ack_job's reply
 --                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
 --                                            A refused request changes nothing and does not affect the
 --                                            others.
@@ -38,7 +40,8 @@
 --        at most MAX_DISCARDS jobs (expired, dropped by on_limit, or completed as superseded) end
 --        unclaimed per request: a queue with more stops there and later FETCHes go on; a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
---        when claimed
+--        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
+--        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group
@@ -218,7 +221,7 @@ local function claim_one(queue)
           redis.call('HSETNX', key_workflow(P, f[15]), 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
-        reply[#reply + 1] = rec_packed(jk)
+        reply[#reply + 1] = wf_job_reply(P, jk)
         ready_index_check(P, queue)
         return true
       end

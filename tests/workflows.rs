@@ -681,3 +681,75 @@ async fn random_operations_leave_every_workflow_ended_and_nothing_pending() {
     }
     s.assert_invariants().await;
 }
+
+/// The stored size (bytes) of each job's record.
+async fn record_sizes(s: &TestServer, ids: &[String]) -> Vec<usize> {
+    let mut c = s.redis().await;
+    let mut sizes = Vec::new();
+    for id in ids {
+        let n: usize = redis::cmd("STRLEN")
+            .arg(s.keys().job(id))
+            .query_async(&mut c)
+            .await
+            .expect("STRLEN");
+        sizes.push(n);
+    }
+    sizes
+}
+
+#[tokio::test]
+async fn a_long_chain_stores_each_result_once_and_every_step_still_reads_them() {
+    let s = TestServer::start().await;
+    let steps: Vec<Value> = (0..50).map(|i| job(&format!("long.s{i}"), "long")).collect();
+    let w = create(&s, json!({"type": "chain", "steps": steps})).await;
+    let ids: Vec<String> = w["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_str().expect("id").to_string())
+        .collect();
+    let result = |i: usize| json!({"step": i, "pad": "x".repeat(1000)});
+    let mut last = Value::Null;
+    for i in 0..50 {
+        last = run_one(&s, "long", result(i)).await;
+    }
+    // The last step's FETCH showed every earlier result, in order; so does reading it now.
+    let earlier: Vec<Value> = (0..49).map(result).collect();
+    assert_eq!(last["parent_results"], json!(earlier));
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{}", ids[49])).await;
+    assert_eq!(got["job"]["parent_results"], json!(earlier));
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{}", ids[1])).await;
+    assert_eq!(got["job"]["parent_results"], json!([result(0)]));
+    // Each record holds its own result, not the ones before it: sizes do not grow along the chain.
+    let sizes = record_sizes(&s, &ids).await;
+    let (first, most) = (sizes[0], sizes.iter().copied().max().unwrap_or(0));
+    assert!(most <= first + 100, "records grow along the chain: {sizes:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_step_released_by_an_older_server_keeps_the_parent_results_in_its_record() {
+    let s = TestServer::start().await;
+    let w = create(
+        &s,
+        json!({"type": "chain", "steps": [job("old.a", "old"), job("old.b", "old")]}),
+    )
+    .await;
+    run_one(&s, "old", json!({"n": 1})).await;
+    // An older server wrote the results into the released step's record.
+    let second = w["jobs"][1]["id"].as_str().expect("id");
+    let mut c = s.redis().await;
+    let _: () = redis::Script::new(
+        "local f = cmsgpack.unpack(redis.call('GET', KEYS[1])) f.parent_results = ARGV[1] f.wf_parents = nil \
+         redis.call('SET', KEYS[1], cmsgpack.pack(f), 'KEEPTTL')",
+    )
+    .key(s.keys().job(second))
+    .arg(r#"[{"n":"as stored"}]"#)
+    .invoke_async(&mut c)
+    .await
+    .expect("rewrite the record");
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{second}")).await;
+    assert_eq!(got["job"]["parent_results"], json!([{"n": "as stored"}]));
+    let fetched = run_one(&s, "old", json!(null)).await;
+    assert_eq!(fetched["parent_results"], json!([{"n": "as stored"}]));
+}

@@ -10,39 +10,65 @@
 --                                (callback job ids), cb_fired, cb_done, failed_callback
 -- P..'wf:'..W..':jobs'    list   the steps (chain) or jobs (group, batch) in order
 -- P..'wf:'..W..':results' hash   index -> result JSON ('null' when none or failed) of each ended job;
---                                written with HSETNX, so a job's first end is the one that counts
+--                                written with HSETNX, so a job's first end is the one that counts: the
+--                                only copy of each result (no job record holds another's)
 -- P..'workflows'          zset   workflow ids by created_at
 -- A member job's record carries wf = W and wf_i = its index, or the callback's name (on_complete...).
 -- Jobs that wait for their turn (chain steps after the first, batch callbacks) are 'pending': in no
--- index at all, released by wf_release. Advancing costs O(1) per ended job (counters, LINDEX), except
--- the ends that release work: a chain step gets the results before it (O(step)), a batch's callbacks
--- get all of its results (O(jobs), once per batch).
+-- index at all, released by wf_release, which marks in the record how many results it gets
+-- (wf_parents: a chain step i the results of steps 0..i-1, a callback every job's). Advancing costs
+-- O(1) per ended job (counters, LINDEX; a batch's last end visits its at most 3 callbacks). The
+-- results are read when the job is read (wf_job_reply, by fetch-1.lua and job-read-1.lua): O(parents)
+-- for a job with wf_parents (HMGET, at most 1000 fields per call), nothing for any other job.
 --@include emit
 --@include ready
 --@include active
 
 local WF_CALLBACKS = {'on_complete', 'on_success', 'on_failure'}
 
--- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text. Each stored result is a JSON
+-- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text, read with HMGET (at most 1000
+-- fields a call), or nil when none is there (the workflow's keys expired). Each stored result is a JSON
 -- value written by the server (an ACK's result, already validated), so joining them is well-formed.
 local function wf_results(P, W, n)
-  local got = redis.call('HGETALL', key_workflow_results(P, W))
-  local by = {}
-  for i = 1, #got, 2 do by[tonumber(got[i])] = got[i + 1] end
-  local out = {}
-  for i = 0, n - 1 do out[#out + 1] = by[i] or 'null' end
+  local rk = key_workflow_results(P, W)
+  local out, found = {}, false
+  for s = 0, n - 1, 1000 do
+    local fields = {}
+    for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = i end
+    for _, v in ipairs(redis.call('HMGET', rk, unpack(fields))) do
+      found = found or v ~= false
+      out[#out + 1] = v or 'null'
+    end
+  end
+  if not found then return nil end
   return '[' .. table.concat(out, ',') .. ']'
 end
 
--- wf_release(P, id, parent_results, now): a pending job's turn came: available (ready set or lane) or
--- scheduled when it asked for a delay or a time still ahead. Anything but pending is left alone (a
--- callback cancelled before it fired). Returns whether it released the job.
-local function wf_release(P, id, parent_results, now)
+-- wf_job_reply(P, jk): a job as a script returns it whole: its record (rec_packed, false for no job),
+-- or {record, parent_results} for a job that wf_release gave parents (wf_parents), its parents'
+-- results read here from P..'wf:'..W..':results' (written once each, before the release). A job of
+-- any other kind costs nothing more (its record is already cached); a record from an older server that
+-- holds parent_results itself has no wf_parents and comes back as it is.
+local function wf_job_reply(P, jk)
+  local packed = rec_packed(jk)
+  local f = rec('HMGET', jk, 'wf', 'wf_parents')
+  local n = tonumber(f[2])
+  if not (f[1] and n) then return packed end
+  local results = wf_results(P, f[1], n)
+  if not results then return packed end
+  return {packed, results}
+end
+
+-- wf_release(P, id, parents, now): a pending job's turn came: available (ready set or lane) or
+-- scheduled when it asked for a delay or a time still ahead; it is shown the results of indexes
+-- 0..parents-1 (wf_job_reply). Anything but pending is left alone (a callback cancelled before it
+-- fired). Returns whether it released the job.
+local function wf_release(P, id, parents, now)
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type', 'rank', 'priority', 'rl_key', 'scheduled_at',
     'hold_delay_ms')
   if f[1] ~= 'pending' then return false end
-  if parent_results then rec('HSET', jk, 'parent_results', parent_results) end
+  rec('HSET', jk, 'wf_parents', parents)
   local run_at = math.max(tonumber(f[7]) or 0, now + (tonumber(f[8]) or 0))
   if run_at > now then
     rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
@@ -134,7 +160,7 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
       wf_close(P, W, wk, 'failed', now, retention_ms)
     elseif idx + 1 < total then
       redis.call('HSET', wk, 'cursor', idx + 1)
-      wf_release(P, redis.call('LINDEX', key_workflow_jobs(P, W), idx + 1), wf_results(P, W, idx + 1), now)
+      wf_release(P, redis.call('LINDEX', key_workflow_jobs(P, W), idx + 1), idx + 1, now)
     else
       wf_close(P, W, wk, 'completed', now, retention_ms)
     end
@@ -149,13 +175,12 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
     return
   end
   local fire = { on_complete = true, on_success = failed == 0, on_failure = failed > 0 }
-  local results, fired = nil, 0
+  local fired = 0
   for _, name in ipairs(WF_CALLBACKS) do
     local id = redis.call('HGET', wk, 'cb_' .. name)
     if id then
       if fire[name] then
-        results = results or wf_results(P, W, total)
-        if wf_release(P, id, results, now) then fired = fired + 1 end
+        if wf_release(P, id, total, now) then fired = fired + 1 end
       else
         wf_drop(P, id, now, retention_ms, 'callback not triggered')
       end
