@@ -41,7 +41,11 @@
 --        unclaimed per request: a queue with more stops there and later FETCHes go on; a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
 --        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
---        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply)
+--        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply); an ACK or
+--        discard of a workflow job advances it in O(1), except the ends that close it or fire work
+--        (includes/workflow.lua: a failed chain visits its steps once, at most 10,000; a batch's last
+--        end visits at most 3 callbacks; a close drops at most 3 pending callbacks and trims at most
+--        WF_TRIM = 100 expired workflows from the listing index)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group

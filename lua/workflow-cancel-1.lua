@@ -10,7 +10,9 @@
 --   {'ok', now_ms, cancelled}   cancelled = how many jobs were cancelled (pending ones included)
 --   {'not_found'}
 --   {'state', state}           the workflow already ended (completed, failed or cancelled)
--- COST   O(jobs of the workflow): every job is visited once (cancel_job for those waiting or running)
+-- COST   O(jobs of the workflow): every job is visited once (cancel_job for those waiting or running;
+--        at most 10,000 steps or jobs and 3 callbacks); wf_close drops at most 3 pending callbacks and
+--        trims at most 100 expired workflows from the listing index (includes/workflow.lua WF_TRIM)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   running -> cancelled first, so the jobs cancelled here do not advance it (wf_job_ended ignores a

@@ -753,3 +753,66 @@ async fn a_step_released_by_an_older_server_keeps_the_parent_results_in_its_reco
     let fetched = run_one(&s, "old", json!(null)).await;
     assert_eq!(fetched["parent_results"], json!([{"n": "as stored"}]));
 }
+
+/// The workflow ids in the listing index (`P workflows`), and how many of them have no hash any more.
+async fn listed(s: &TestServer) -> (usize, usize) {
+    let mut c = s.redis().await;
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(s.keys().workflows())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut c)
+        .await
+        .expect("ZRANGE");
+    let mut gone = 0;
+    for id in &ids {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(s.keys().workflow(id))
+            .query_async(&mut c)
+            .await
+            .expect("EXISTS");
+        gone += usize::from(!exists);
+    }
+    (ids.len(), gone)
+}
+
+/// Creates a group of one job in `queue` and, with `run`, runs it (the workflow closes).
+async fn one_job_group(s: &TestServer, queue: &str, run: bool) {
+    create(s, json!({"type": "group", "jobs": [job("one.a", queue)]})).await;
+    if run {
+        run_one(s, queue, json!(null)).await;
+    }
+}
+
+#[tokio::test]
+async fn expired_workflows_leave_the_listing_index_behind_long_running_ones() {
+    let s = TestServer::start_with(|c| c.retention_secs = 2).await;
+    // The oldest entries of the index are workflows that keep running...
+    let running = 12;
+    for _ in 0..running {
+        one_job_group(&s, "slow", false).await;
+    }
+    // ...then come many that complete (each close also trims) and expire.
+    for _ in 0..110 {
+        one_job_group(&s, "quick", true).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let stale = loop {
+        let (n, gone) = listed(&s).await;
+        if n - gone == running {
+            break gone;
+        }
+        assert!(std::time::Instant::now() < deadline, "workflows did not expire");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // A later close removes up to 100 of them; the next one the rest.
+    one_job_group(&s, "later", true).await;
+    assert_eq!(
+        listed(&s).await.1,
+        stale.saturating_sub(100),
+        "one close trims at most 100"
+    );
+    one_job_group(&s, "later", true).await;
+    assert_eq!(listed(&s).await, (running + 2, 0), "expired workflows are still listed");
+    s.assert_invariants().await;
+}

@@ -12,12 +12,16 @@
 -- P..'wf:'..W..':results' hash   index -> result JSON ('null' when none or failed) of each ended job;
 --                                written with HSETNX, so a job's first end is the one that counts: the
 --                                only copy of each result (no job record holds another's)
--- P..'workflows'          zset   workflow ids by created_at
+-- P..'workflows'          zset   workflow ids by created_at (the listing)
+-- P..'workflows:closed'   zset   ended workflows whose keys expire, by the time they expire (ms):
+--                                wf_close trims both zsets of the due ones, at most WF_TRIM per call
 -- A member job's record carries wf = W and wf_i = its index, or the callback's name (on_complete...).
 -- Jobs that wait for their turn (chain steps after the first, batch callbacks) are 'pending': in no
 -- index at all, released by wf_release, which marks in the record how many results it gets
 -- (wf_parents: a chain step i the results of steps 0..i-1, a callback every job's). Advancing costs
--- O(1) per ended job (counters, LINDEX; a batch's last end visits its at most 3 callbacks). The
+-- O(1) per ended job (counters, LINDEX), except: a batch's last end visits its at most 3 callbacks; a
+-- chain that fails visits its steps once (at most 10,000, ojs_core::workflow::MAX_WORKFLOW_JOBS); a
+-- close drops at most 3 pending callbacks and trims at most WF_TRIM = 100 expired workflows. The
 -- results are read when the job is read (wf_job_reply, by fetch-1.lua and job-read-1.lua): O(parents)
 -- for a job with wf_parents (HMGET, at most 1000 fields per call), nothing for any other job.
 --@include emit
@@ -25,6 +29,8 @@
 --@include active
 
 local WF_CALLBACKS = {'on_complete', 'on_success', 'on_failure'}
+-- Most expired workflows one close takes out of the listing index (the next closes go on).
+local WF_TRIM = 100
 
 -- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text, read with HMGET (at most 1000
 -- fields a call), or nil when none is there (the workflow's keys expired). Each stored result is a JSON
@@ -99,8 +105,10 @@ end
 -- wf_close(P, W, wk, state, now, retention_ms): the workflow reached a terminal state; its keys then
 -- live as long as a finished job's record. No pending job outlives its workflow: a batch's callbacks
 -- still pending (at most 3) are dropped here (a chain drops its pending steps before it closes, and
--- workflow-cancel-1.lua cancels every member). Returns how many it dropped. Also drops up to 10 index
--- entries of workflows that expired.
+-- workflow-cancel-1.lua cancels every member). Returns how many it dropped. Its keys' expiry time goes
+-- into P..'workflows:closed', and the entries of up to WF_TRIM workflows whose keys expired leave both
+-- zsets (the earliest first: a close always trims what is due, however long older workflows run; an id
+-- that names a workflow again, created after the old one expired, keeps its listing entry).
 local function wf_close(P, W, wk, state, now, retention_ms)
   redis.call('HSET', wk, 'state', state, 'completed_at', now)
   local w = redis.call('HMGET', wk, 'type', 'name', 'cb_on_complete', 'cb_on_success', 'cb_on_failure')
@@ -109,11 +117,17 @@ local function wf_close(P, W, wk, state, now, retention_ms)
     if w[i] and wf_drop(P, w[i], now, retention_ms, 'workflow ' .. state) then dropped = dropped + 1 end
   end
   emit(P, 'workflow.' .. state, '', '', '', now, cjson.encode({workflow_id = W, type = w[1], name = w[2]}))
+  local closed = key_workflows_closed(P)
   if retention_ms > 0 then
     for _, k in ipairs({wk, key_workflow_jobs(P, W), key_workflow_results(P, W)}) do redis.call('PEXPIRE', k, retention_ms) end
+    redis.call('ZADD', closed, now + retention_ms, W)
   end
-  for _, old in ipairs(redis.call('ZRANGE', key_workflows(P), 0, 9)) do
-    if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
+  local due = redis.call('ZRANGEBYSCORE', closed, '-inf', now, 'LIMIT', 0, WF_TRIM)
+  if #due > 0 then
+    redis.call('ZREM', closed, unpack(due))
+    for _, old in ipairs(due) do
+      if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
+    end
   end
   return dropped
 end
