@@ -612,7 +612,7 @@ async fn random_operations_leave_every_workflow_ended_and_nothing_pending() {
     let seed = std::env::var("OJS_WF_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0f_0fu64);
+        .unwrap_or(0x5eed_0f0f_u64);
     println!("OJS_WF_SEED={seed}");
     let mut r = Rng(seed);
     let s = TestServer::start().await;
