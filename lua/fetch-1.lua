@@ -30,7 +30,9 @@
 --                                            claimed count jobs (more may be claimable: call again), else
 --                                            0; job_i is the claimed
 --                                            job's record as stored after the claim (the MessagePack of
---                                            includes/record.lua); ack is '' (no ACK asked) or ack_job's reply
+--                                            includes/record.lua), or {record, parent_results} for a
+--                                            workflow job with parents (includes/workflow.lua
+--                                            wf_job_reply); ack is '' (no ACK asked) or ack_job's reply
 --                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
 --                                            A refused request changes nothing and does not affect the
 --                                            others.
@@ -40,7 +42,12 @@
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
 --        a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
---        when claimed
+--        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
+--        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply); an ACK or
+--        discard of a workflow job advances it in O(1), except the ends that close it or fire work
+--        (includes/workflow.lua: a failed chain visits its steps once, at most 10,000; a batch's last
+--        end visits at most 3 callbacks; a close drops at most 3 pending callbacks and trims at most
+--        WF_TRIM = 100 expired workflows from the listing index)
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
 --        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or
@@ -240,7 +247,7 @@ local function claim_one(queue)
           redis.call('HSETNX', key_workflow(P, f[15]), 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
-        reply[#reply + 1] = rec_packed(jk)
+        reply[#reply + 1] = wf_job_reply(P, jk)
         ready_index_check(P, queue)
         return true
       end

@@ -10,11 +10,16 @@
 --   ARGV[3..2+nfields] the field names; then the job ids, at least one
 -- RETURNS
 --   {'ok', job_1, ..., job_m}    one per id, in order; a job that does not exist is false (whole) or
---                                n false values (fields)
--- COST   O(1) per job: one GET and one unpack
+--                                n false values (fields); a whole workflow job with parents (a chain
+--                                step after the first, a batch callback, once released) is
+--                                {record, parent_results}: the JSON array of its parents' results, read
+--                                from the workflow's results hash (includes/workflow.lua wf_job_reply)
+-- COST   O(1) per job: one GET and one unpack; a whole workflow job with parents adds one HMGET of its
+--        parents' results per 1000 of them
 -- CLOCK  none
 -- INVARIANTS
 --   writes nothing, except that a v1 hash read here is rewritten as a record (includes/record.lua)
+--@include workflow
 
 local P, nfields = ARGV[1], tonumber(ARGV[2])
 local fields = {}
@@ -23,7 +28,7 @@ local out = {'ok'}
 for i = 3 + nfields, #ARGV do
   local jk = key_job(P, ARGV[i])
   if nfields == 0 then
-    out[#out + 1] = rec_packed(jk)
+    out[#out + 1] = wf_job_reply(P, jk)
   else
     out[#out + 1] = rec('HMGET', jk, unpack(fields))
   end

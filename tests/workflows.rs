@@ -22,6 +22,13 @@ async fn run_one(s: &TestServer, queue: &str, result: Value) -> Value {
     got[0].clone()
 }
 
+/// Creates a workflow (`POST /workflows` must answer 201) and returns it as the answer shows it.
+async fn create(s: &TestServer, body: Value) -> Value {
+    let (st, b) = s.post("/ojs/v1/workflows", body).await;
+    assert_eq!(st, 201, "{b}");
+    b["workflow"].clone()
+}
+
 async fn workflow(s: &TestServer, id: &str) -> Value {
     let (st, b) = s.get(&format!("/ojs/v1/workflows/{id}")).await;
     assert_eq!(st, 200, "{b}");
@@ -453,5 +460,361 @@ async fn batch_callbacks_fire_once_with_every_result() {
         (w["state"].as_str(), w["jobs_failed"].as_u64()),
         (Some("completed"), Some(1))
     );
+    s.assert_invariants().await;
+}
+
+/// How many keys of `family` (a layout.rs family name) the server's namespace holds.
+async fn stored(s: &TestServer, family: &str) -> usize {
+    let mut c = s.redis().await;
+    let found: Vec<String> = redis::cmd("KEYS")
+        .arg(s.keys().pattern(family))
+        .query_async(&mut c)
+        .await
+        .expect("KEYS");
+    found.len()
+}
+
+#[tokio::test]
+async fn the_chain_form_is_refused_wherever_it_would_be_dropped() {
+    let s = TestServer::start().await;
+    let seeded = json!({"type": "order.process", "args": [], "queue": "orders",
+        "workflow": {"chain": [{"type": "payment.charge", "args": []}]}});
+    let refused = |st: u16, b: &Value, needle: &str| {
+        let msg = b["error"]["message"].as_str().unwrap_or("");
+        assert_eq!(st, 422, "{b}");
+        assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
+    };
+    // POST /jobs/batch: the chain form belongs to POST /jobs alone.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [job("plain.one", "orders"), seeded.clone()]}),
+        )
+        .await;
+    refused(st, &b, "jobs[1]: ");
+    refused(st, &b, "POST /ojs/v1/workflows");
+    // A cron entry's template: every tick would create the first job alone.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "chained", "expression": "* * * * *", "job_template": seeded.clone()}),
+        )
+        .await;
+    refused(st, &b, "job_template: ");
+    // A member of POST /workflows carrying a chain of its own is a nested workflow.
+    for (field, body) in [
+        (
+            "steps[1]",
+            json!({"type": "chain", "steps": [job("a.one", "w"), seeded.clone()]}),
+        ),
+        ("jobs[0]", json!({"type": "group", "jobs": [seeded.clone()]})),
+        (
+            "callbacks.on_complete",
+            json!({"type": "batch", "jobs": [job("a.one", "w")], "callbacks": {"on_complete": seeded.clone()}}),
+        ),
+    ] {
+        let (st, b) = s.post("/ojs/v1/workflows", body).await;
+        refused(st, &b, &format!("{field}: nested workflows"));
+    }
+    // ... and so is a step of the seed form that carries one.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "a.root", "args": [], "workflow": {"chain": [seeded.clone()]}}),
+        )
+        .await;
+    refused(st, &b, "workflow.chain[0]: nested workflows");
+    for family in ["job", "cron", "crons", "workflow", "workflows"] {
+        assert_eq!(stored(&s, family).await, 0, "a refused request stored {family} keys");
+    }
+    // `workflow: null` is no workflow: an ordinary job, on either route.
+    let plain = json!({"type": "plain.null", "args": [], "workflow": null});
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({"jobs": [plain.clone()]})).await;
+    assert_eq!(st, 201, "{b}");
+    s.enqueue(plain).await;
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_pending_callback_removes_only_that_callback() {
+    let s = TestServer::start().await;
+    let w = create(
+        &s,
+        json!({"type": "batch", "jobs": [job("p.work", "p")],
+            "callbacks": {"on_complete": job("p.complete", "pcb"), "on_success": job("p.success", "pcb")}}),
+    )
+    .await;
+    let id = w["id"].as_str().expect("id").to_string();
+    let success = w["callbacks"]["on_success"]["id"].as_str().expect("id").to_string();
+    let (st, c) = s.delete(&format!("/ojs/v1/jobs/{success}")).await;
+    assert_eq!((st, c["job"]["state"].as_str()), (200, Some("cancelled")), "{c}");
+    // The batch goes on: its job has not run yet.
+    assert_eq!(workflow(&s, &id).await["state"], "running");
+    s.assert_invariants().await;
+    run_one(&s, "p", json!({"n": 1})).await;
+    // on_complete fires as usual (the cancelled on_success does not), and its end completes the batch.
+    let cbs = s.fetch(&["pcb"], 10).await;
+    let types: Vec<&str> = cbs.iter().filter_map(|j| j["type"].as_str()).collect();
+    assert_eq!(types, ["p.complete"]);
+    assert_eq!(cbs[0]["parent_results"], json!([{"n": 1}]));
+    s.ack(cbs[0]["id"].as_str().expect("id")).await;
+    let w = workflow(&s, &id).await;
+    assert_eq!(
+        (w["state"].as_str(), w["callbacks"]["on_success"]["state"].as_str()),
+        (Some("completed"), Some("cancelled")),
+        "{w}"
+    );
+    s.assert_invariants().await;
+}
+
+/// splitmix64: a seeded, reproducible sequence for the randomized test below.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// 0..n
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A random small workflow over queue `q`: a chain, group or batch of 1 to 4 members whose jobs are
+/// discarded by their first NACK, a batch with a random non-empty set of callbacks.
+fn random_workflow(r: &mut Rng, q: &str) -> Value {
+    let member = |t: String| json!({"type": t, "args": [], "queue": q, "options": {"retry": {"max_attempts": 1}}});
+    let n = 1 + r.below(4);
+    let members: Vec<Value> = (0..n).map(|i| member(format!("r.m{i}"))).collect();
+    match r.below(3) {
+        0 => json!({"type": "chain", "steps": members}),
+        1 => json!({"type": "group", "jobs": members}),
+        _ => {
+            let mut callbacks = serde_json::Map::new();
+            let pick = 1 + r.below(7);
+            for (bit, name) in ["on_complete", "on_success", "on_failure"].iter().enumerate() {
+                if pick & (1 << bit) != 0 {
+                    callbacks.insert(name.to_string(), member(format!("r.{name}")));
+                }
+            }
+            json!({"type": "batch", "jobs": members, "callbacks": callbacks})
+        }
+    }
+}
+
+#[tokio::test]
+async fn random_operations_leave_every_workflow_ended_and_nothing_pending() {
+    let seed = std::env::var("OJS_WF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0f0f_u64);
+    println!("OJS_WF_SEED={seed}");
+    let mut r = Rng(seed);
+    let s = TestServer::start().await;
+    let q = "rnd";
+    let (mut workflows, mut members) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        let w = create(&s, random_workflow(&mut r, q)).await;
+        workflows.push(w["id"].as_str().expect("id").to_string());
+        let cbs = w["callbacks"].as_object().cloned().unwrap_or_default();
+        for m in w["jobs"].as_array().expect("jobs").iter().chain(cbs.values()) {
+            members.push(m["id"].as_str().expect("id").to_string());
+        }
+    }
+    let nack = |id: Value| json!({"job_id": id, "error": {"code": "random", "message": "failed on purpose"}});
+    let mut held: Vec<Value> = Vec::new();
+    for step in 0..400 {
+        let op = r.below(100);
+        let (st, b) = if op < 35 {
+            held.extend(s.fetch(&[q], 1).await);
+            (200, Value::Null)
+        } else if op < 60 && !held.is_empty() {
+            let j = held.swap_remove(r.below(held.len()));
+            s.post(
+                "/ojs/v1/workers/ack",
+                json!({"job_id": j["id"], "result": {"step": step}}),
+            )
+            .await
+        } else if op < 75 && !held.is_empty() {
+            let j = held.swap_remove(r.below(held.len()));
+            s.post("/ojs/v1/workers/nack", nack(j["id"].clone())).await
+        } else if op < 95 {
+            let id = &members[r.below(members.len())];
+            s.delete(&format!("/ojs/v1/jobs/{id}")).await
+        } else {
+            let id = &workflows[r.below(workflows.len())];
+            s.delete(&format!("/ojs/v1/workflows/{id}")).await
+        };
+        // 409: the job or workflow had ended (or the ACK's job was cancelled meanwhile).
+        assert!(st == 200 || st == 409, "step {step} (seed {seed}): {st} {b}");
+        if step % 50 == 49 {
+            s.assert_invariants().await;
+        }
+    }
+    // Drain: whatever is held or still comes is acked, until nothing is left to run.
+    loop {
+        for j in held.drain(..) {
+            let (st, b) = s.ack(j["id"].as_str().expect("id")).await;
+            assert!(st == 200 || st == 409, "{st} {b}");
+        }
+        held = s.fetch(&[q], 100).await;
+        if held.is_empty() {
+            break;
+        }
+    }
+    for id in &workflows {
+        let w = workflow(&s, id).await;
+        assert_ne!(w["state"], "running", "seed {seed}: workflow left running: {w}");
+    }
+    for id in &members {
+        let (_, j) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        let state = j["job"]["state"].as_str().unwrap_or("");
+        assert!(
+            ["completed", "cancelled", "discarded"].contains(&state),
+            "seed {seed}: job {id} is {state} after the drain: {j}"
+        );
+    }
+    s.assert_invariants().await;
+}
+
+/// The stored size (bytes) of each job's record.
+async fn record_sizes(s: &TestServer, ids: &[String]) -> Vec<usize> {
+    let mut c = s.redis().await;
+    let mut sizes = Vec::new();
+    for id in ids {
+        let n: usize = redis::cmd("STRLEN")
+            .arg(s.keys().job(id))
+            .query_async(&mut c)
+            .await
+            .expect("STRLEN");
+        sizes.push(n);
+    }
+    sizes
+}
+
+#[tokio::test]
+async fn a_long_chain_stores_each_result_once_and_every_step_still_reads_them() {
+    let s = TestServer::start().await;
+    let steps: Vec<Value> = (0..50).map(|i| job(&format!("long.s{i}"), "long")).collect();
+    let w = create(&s, json!({"type": "chain", "steps": steps})).await;
+    let ids: Vec<String> = w["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_str().expect("id").to_string())
+        .collect();
+    let result = |i: usize| json!({"step": i, "pad": "x".repeat(1000)});
+    let mut last = Value::Null;
+    for i in 0..50 {
+        last = run_one(&s, "long", result(i)).await;
+    }
+    // The last step's FETCH showed every earlier result, in order; so does reading it now.
+    let earlier: Vec<Value> = (0..49).map(result).collect();
+    assert_eq!(last["parent_results"], json!(earlier));
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{}", ids[49])).await;
+    assert_eq!(got["job"]["parent_results"], json!(earlier));
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{}", ids[1])).await;
+    assert_eq!(got["job"]["parent_results"], json!([result(0)]));
+    // Each record holds its own result, not the ones before it: sizes do not grow along the chain.
+    let sizes = record_sizes(&s, &ids).await;
+    let (first, most) = (sizes[0], sizes.iter().copied().max().unwrap_or(0));
+    assert!(most <= first + 100, "records grow along the chain: {sizes:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_step_released_by_an_older_server_keeps_the_parent_results_in_its_record() {
+    let s = TestServer::start().await;
+    let w = create(
+        &s,
+        json!({"type": "chain", "steps": [job("old.a", "old"), job("old.b", "old")]}),
+    )
+    .await;
+    run_one(&s, "old", json!({"n": 1})).await;
+    // An older server wrote the results into the released step's record.
+    let second = w["jobs"][1]["id"].as_str().expect("id");
+    let mut c = s.redis().await;
+    let _: () = redis::Script::new(
+        "local f = cmsgpack.unpack(redis.call('GET', KEYS[1])) f.parent_results = ARGV[1] f.wf_parents = nil \
+         redis.call('SET', KEYS[1], cmsgpack.pack(f), 'KEEPTTL')",
+    )
+    .key(s.keys().job(second))
+    .arg(r#"[{"n":"as stored"}]"#)
+    .invoke_async(&mut c)
+    .await
+    .expect("rewrite the record");
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{second}")).await;
+    assert_eq!(got["job"]["parent_results"], json!([{"n": "as stored"}]));
+    let fetched = run_one(&s, "old", json!(null)).await;
+    assert_eq!(fetched["parent_results"], json!([{"n": "as stored"}]));
+}
+
+/// The workflow ids in the listing index (`P workflows`), and how many of them have no hash any more.
+async fn listed(s: &TestServer) -> (usize, usize) {
+    let mut c = s.redis().await;
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(s.keys().workflows())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut c)
+        .await
+        .expect("ZRANGE");
+    let mut gone = 0;
+    for id in &ids {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(s.keys().workflow(id))
+            .query_async(&mut c)
+            .await
+            .expect("EXISTS");
+        gone += usize::from(!exists);
+    }
+    (ids.len(), gone)
+}
+
+/// Creates a group of one job in `queue` and, with `run`, runs it (the workflow closes).
+async fn one_job_group(s: &TestServer, queue: &str, run: bool) {
+    create(s, json!({"type": "group", "jobs": [job("one.a", queue)]})).await;
+    if run {
+        run_one(s, queue, json!(null)).await;
+    }
+}
+
+#[tokio::test]
+async fn expired_workflows_leave_the_listing_index_behind_long_running_ones() {
+    let s = TestServer::start_with(|c| c.retention_secs = 2).await;
+    // The oldest entries of the index are workflows that keep running...
+    let running = 12;
+    for _ in 0..running {
+        one_job_group(&s, "slow", false).await;
+    }
+    // ...then come many that complete (each close also trims) and expire.
+    for _ in 0..110 {
+        one_job_group(&s, "quick", true).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let stale = loop {
+        let (n, gone) = listed(&s).await;
+        if n - gone == running {
+            break gone;
+        }
+        assert!(std::time::Instant::now() < deadline, "workflows did not expire");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // Each of them waits to be taken out (the checker flags a listed, expired workflow that does not).
+    s.assert_invariants().await;
+    // A later close removes up to 100 of them; the next one the rest.
+    one_job_group(&s, "later", true).await;
+    assert_eq!(
+        listed(&s).await.1,
+        stale.saturating_sub(100),
+        "one close trims at most 100"
+    );
+    one_job_group(&s, "later", true).await;
+    assert_eq!(listed(&s).await, (running + 2, 0), "expired workflows are still listed");
     s.assert_invariants().await;
 }

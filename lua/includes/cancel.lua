@@ -2,7 +2,8 @@
 -- cron firing with overlap_policy cancel_previous). Returns {'ok', now, previous_state} |
 -- {'not_found'} | {'state', state} (already completed, cancelled or discarded).
 -- available|scheduled|retryable|active|pending -> cancelled (a workflow job's workflow counts it as
--- failed: a chain stops); the job leaves whichever index held it (ready set,
+-- failed: a chain stops; a batch callback that has not fired yet is only taken out of the batch, which
+-- runs on); the job leaves whichever index held it (ready set,
 -- rate-limit lane, P..'scheduled', P..'active' with its rate-limit slots). An active job's worker
 -- learns it from its next heartbeat, and its ACK/NACK is refused.
 --@include emit

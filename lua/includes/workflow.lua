@@ -10,38 +10,71 @@
 --                                (callback job ids), cb_fired, cb_done, failed_callback
 -- P..'wf:'..W..':jobs'    list   the steps (chain) or jobs (group, batch) in order
 -- P..'wf:'..W..':results' hash   index -> result JSON ('null' when none or failed) of each ended job;
---                                written with HSETNX, so a job's first end is the one that counts
--- P..'workflows'          zset   workflow ids by created_at
+--                                written with HSETNX, so a job's first end is the one that counts: the
+--                                only copy of each result (no job record holds another's)
+-- P..'workflows'          zset   workflow ids by created_at (the listing)
+-- P..'workflows:closed'   zset   ended workflows whose keys expire, by the time they expire (ms):
+--                                wf_close trims both zsets of the due ones, at most WF_TRIM per call
 -- A member job's record carries wf = W and wf_i = its index, or the callback's name (on_complete...).
 -- Jobs that wait for their turn (chain steps after the first, batch callbacks) are 'pending': in no
--- index at all, released by wf_release. Advancing costs O(1) per ended job (counters, LINDEX), except
--- the ends that release work: a chain step gets the results before it (O(step)), a batch's callbacks
--- get all of its results (O(jobs), once per batch).
+-- index at all, released by wf_release, which marks in the record how many results it gets
+-- (wf_parents: a chain step i the results of steps 0..i-1, a callback every job's). Advancing costs
+-- O(1) per ended job (counters, LINDEX), except: a batch's last end visits its at most 3 callbacks; a
+-- chain that fails visits its steps once (at most 10,000, ojs_core::workflow::MAX_WORKFLOW_JOBS); a
+-- close drops at most 3 pending callbacks and trims at most WF_TRIM = 100 expired workflows. The
+-- results are read when the job is read (wf_job_reply, by fetch-1.lua and job-read-1.lua): O(parents)
+-- for a job with wf_parents (HMGET, at most 1000 fields per call), nothing for any other job.
 --@include emit
 --@include ready
 --@include active
 
 local WF_CALLBACKS = {'on_complete', 'on_success', 'on_failure'}
+-- Most expired workflows one close takes out of the listing index (the next closes go on).
+local WF_TRIM = 100
 
--- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text. Each stored result is a JSON
+-- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text, read with HMGET (at most 1000
+-- fields a call), or nil when none is there (the workflow's keys expired). Each stored result is a JSON
 -- value written by the server (an ACK's result, already validated), so joining them is well-formed.
 local function wf_results(P, W, n)
-  local got = redis.call('HGETALL', key_workflow_results(P, W))
-  local by = {}
-  for i = 1, #got, 2 do by[tonumber(got[i])] = got[i + 1] end
-  local out = {}
-  for i = 0, n - 1 do out[#out + 1] = by[i] or 'null' end
+  local rk = key_workflow_results(P, W)
+  local out, found = {}, false
+  for s = 0, n - 1, 1000 do
+    local fields = {}
+    for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = i end
+    for _, v in ipairs(redis.call('HMGET', rk, unpack(fields))) do
+      found = found or v ~= false
+      out[#out + 1] = v or 'null'
+    end
+  end
+  if not found then return nil end
   return '[' .. table.concat(out, ',') .. ']'
 end
 
--- wf_release(P, id, parent_results, now): a pending job's turn came: available (ready set or lane) or
--- scheduled when it asked for a delay or a time still ahead. Anything but pending is left alone.
-local function wf_release(P, id, parent_results, now)
+-- wf_job_reply(P, jk): a job as a script returns it whole: its record (rec_packed, false for no job),
+-- or {record, parent_results} for a job that wf_release gave parents (wf_parents), its parents'
+-- results read here from P..'wf:'..W..':results' (written once each, before the release). A job of
+-- any other kind costs nothing more (its record is already cached); a record from an older server that
+-- holds parent_results itself has no wf_parents and comes back as it is.
+local function wf_job_reply(P, jk)
+  local packed = rec_packed(jk)
+  local f = rec('HMGET', jk, 'wf', 'wf_parents')
+  local n = tonumber(f[2])
+  if not (f[1] and n) then return packed end
+  local results = wf_results(P, f[1], n)
+  if not results then return packed end
+  return {packed, results}
+end
+
+-- wf_release(P, id, parents, now): a pending job's turn came: available (ready set or lane) or
+-- scheduled when it asked for a delay or a time still ahead; it is shown the results of indexes
+-- 0..parents-1 (wf_job_reply). Anything but pending is left alone (a callback cancelled before it
+-- fired). Returns whether it released the job.
+local function wf_release(P, id, parents, now)
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type', 'rank', 'priority', 'rl_key', 'scheduled_at',
     'hold_delay_ms')
-  if f[1] ~= 'pending' then return end
-  if parent_results then rec('HSET', jk, 'parent_results', parent_results) end
+  if f[1] ~= 'pending' then return false end
+  rec('HSET', jk, 'wf_parents', parents)
   local run_at = math.max(tonumber(f[7]) or 0, now + (tonumber(f[8]) or 0))
   if run_at > now then
     rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
@@ -53,41 +86,63 @@ local function wf_release(P, id, parent_results, now)
     make_ready(P, jk, id, f[2], tonumber(f[4]), f[5], now, f[6])
     emit(P, 'job.available', id, f[2], f[3], now, '{"from":"pending"}')
   end
+  return true
 end
 
 -- wf_drop(P, id, now, retention_ms, reason): a pending job that will never run (its chain stopped, its
--- callback was not triggered) ends cancelled.
+-- callback was not triggered, its workflow closed) ends cancelled. Returns whether it dropped the job.
 local function wf_drop(P, id, now, retention_ms, reason)
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'queue', 'type')
-  if f[1] ~= 'pending' then return end
+  if f[1] ~= 'pending' then return false end
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, f[2], 'cancelled', 1)
   emit(P, 'job.cancelled', id, f[2], f[3], now, cjson.encode({previous_state = 'pending', reason = reason}))
   finish(jk, retention_ms)
+  return true
 end
 
 -- wf_close(P, W, wk, state, now, retention_ms): the workflow reached a terminal state; its keys then
--- live as long as a finished job's record. Also drops up to 10 index entries of workflows that expired.
+-- live as long as a finished job's record. No pending job outlives its workflow: a batch's callbacks
+-- still pending (at most 3) are dropped here (a chain drops its pending steps before it closes, and
+-- workflow-cancel-1.lua cancels every member). Returns how many it dropped. Its keys' expiry time goes
+-- into P..'workflows:closed', and the entries of up to WF_TRIM workflows whose keys expired leave both
+-- zsets (the earliest first: a close always trims what is due, however long older workflows run; an id
+-- that names a workflow again, created after the old one expired, keeps its listing entry).
 local function wf_close(P, W, wk, state, now, retention_ms)
   redis.call('HSET', wk, 'state', state, 'completed_at', now)
-  local w = redis.call('HMGET', wk, 'type', 'name')
+  local w = redis.call('HMGET', wk, 'type', 'name', 'cb_on_complete', 'cb_on_success', 'cb_on_failure')
+  local dropped = 0
+  for i = 3, 5 do
+    if w[i] and wf_drop(P, w[i], now, retention_ms, 'workflow ' .. state) then dropped = dropped + 1 end
+  end
   emit(P, 'workflow.' .. state, '', '', '', now, cjson.encode({workflow_id = W, type = w[1], name = w[2]}))
+  local closed = key_workflows_closed(P)
   if retention_ms > 0 then
     for _, k in ipairs({wk, key_workflow_jobs(P, W), key_workflow_results(P, W)}) do redis.call('PEXPIRE', k, retention_ms) end
+    redis.call('ZADD', closed, now + retention_ms, W)
   end
-  for _, old in ipairs(redis.call('ZRANGE', key_workflows(P), 0, 9)) do
-    if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
+  local due = redis.call('ZRANGEBYSCORE', closed, '-inf', now, 'LIMIT', 0, WF_TRIM)
+  if #due > 0 then
+    redis.call('ZREM', closed, unpack(due))
+    for _, old in ipairs(due) do
+      if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
+    end
   end
+  return dropped
 end
 
--- wf_callback_ended: a fired batch callback ended; the batch completes when every fired callback
--- completed, and fails as soon as one did not.
+-- wf_callback_ended: a batch callback ended. Before the callbacks fired (no cb_fired yet) only a
+-- cancel can end one, while it is pending: that callback is gone and nothing else changes (the batch
+-- runs on; wf_release leaves it alone when the others fire, so it is not counted among them). A fired
+-- one: the batch completes when every fired callback completed, and fails as soon as one did not.
 local function wf_callback_ended(P, W, wk, slot, outcome, now, retention_ms)
+  local fired = redis.call('HGET', wk, 'cb_fired')
+  if not fired then return end
   if outcome ~= 'completed' then
     redis.call('HSET', wk, 'failed_callback', slot)
     wf_close(P, W, wk, 'failed', now, retention_ms)
-  elseif redis.call('HINCRBY', wk, 'cb_done', 1) >= tonumber(redis.call('HGET', wk, 'cb_fired') or '0') then
+  elseif redis.call('HINCRBY', wk, 'cb_done', 1) >= tonumber(fired) then
     wf_close(P, W, wk, 'completed', now, retention_ms)
   end
 end
@@ -119,7 +174,7 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
       wf_close(P, W, wk, 'failed', now, retention_ms)
     elseif idx + 1 < total then
       redis.call('HSET', wk, 'cursor', idx + 1)
-      wf_release(P, redis.call('LINDEX', key_workflow_jobs(P, W), idx + 1), wf_results(P, W, idx + 1), now)
+      wf_release(P, redis.call('LINDEX', key_workflow_jobs(P, W), idx + 1), idx + 1, now)
     else
       wf_close(P, W, wk, 'completed', now, retention_ms)
     end
@@ -134,14 +189,12 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
     return
   end
   local fire = { on_complete = true, on_success = failed == 0, on_failure = failed > 0 }
-  local results, fired = nil, 0
+  local fired = 0
   for _, name in ipairs(WF_CALLBACKS) do
     local id = redis.call('HGET', wk, 'cb_' .. name)
     if id then
       if fire[name] then
-        results = results or wf_results(P, W, total)
-        wf_release(P, id, results, now)
-        fired = fired + 1
+        if wf_release(P, id, total, now) then fired = fired + 1 end
       else
         wf_drop(P, id, now, retention_ms, 'callback not triggered')
       end

@@ -178,6 +178,14 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
             "a job must be a JSON object",
         ));
     };
+    // The seed's chain form is one job's way to start a chain, read by workflow::parse_job_form on
+    // POST /jobs before the envelope comes here; anywhere else it would be stored and never run.
+    if doc.get("workflow").is_some_and(|w| !w.is_null()) {
+        return Err(OjsError::unprocessable(
+            "workflow: the chain form (workflow: {\"chain\": [...]}) is accepted only by POST /ojs/v1/jobs, \
+             for one job; create chains, groups and batches with POST /ojs/v1/workflows",
+        ));
+    }
     let model = rules.priority_model;
 
     let job_type = match doc.get("type") {
@@ -454,6 +462,14 @@ mod tests {
             let e = parse(json!({"type": "a", "args": [], "options": {"retry": bad}}), &seed()).unwrap_err();
             assert!(e.message.starts_with("options.retry."), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn the_chain_form_is_refused_here() {
+        let e = parse(json!({"type": "a", "args": [], "workflow": {"chain": []}}), &seed()).unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::Unprocessable, "{}", e.message);
+        assert!(e.message.contains("POST /ojs/v1/workflows"), "{}", e.message);
+        assert!(parse(json!({"type": "a", "args": [], "workflow": null}), &seed()).is_ok());
     }
 
     #[test]

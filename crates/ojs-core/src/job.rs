@@ -258,7 +258,9 @@ pub fn job_view(f: &HashMap<String, String>) -> Value {
         obj.insert("result".into(), v);
     }
     // A workflow's job (lua/includes/workflow.lua): its workflow, and the results of the jobs before it
-    // (a chain step: every earlier step's, by index; a batch callback: every job's).
+    // (a chain step: every earlier step's, by index; a batch callback: every job's). The store reads
+    // them from the workflow's results hash when it reads the job (wf_job_reply); a job released by an
+    // older server holds them in its own record. Either way they arrive as this field.
     if let Some(w) = get("wf") {
         obj.insert("workflow_id".into(), json!(w));
     }

@@ -124,10 +124,15 @@ fn member(
             "{field} must be a job envelope (a JSON object); got {v}"
         )));
     };
-    if m.get("steps").is_some_and(Value::is_array) || m.get("jobs").is_some_and(Value::is_array) {
+    // A member that lists members of its own, or carries the seed's chain form, is a workflow.
+    let nested = ["steps", "jobs"]
+        .into_iter()
+        .find(|k| m.get(*k).is_some_and(Value::is_array))
+        .or(m.get("workflow").is_some_and(|w| !w.is_null()).then_some("workflow"));
+    if let Some(k) = nested {
         return Err(OjsError::unprocessable(format!(
             "{field}: nested workflows (a chain, group or batch inside another) are not supported; \
-             give job envelopes"
+             give job envelopes (this one carries {k})"
         )));
     }
     let mut m = m.clone();
@@ -379,6 +384,10 @@ mod tests {
             (
                 json!({"type": "chain", "steps": [{"type": "group", "jobs": []}]}),
                 "nested",
+            ),
+            (
+                json!({"type": "group", "jobs": [{"type": "a", "args": [], "workflow": {"chain": []}}]}),
+                "jobs[0]: nested workflows",
             ),
         ] {
             let e = parse(body.clone(), &seed()).unwrap_err();

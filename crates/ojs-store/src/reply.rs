@@ -34,6 +34,24 @@ pub(crate) fn decode_record(bytes: &[u8]) -> JobFields {
     })
 }
 
+/// A whole job as a script returns it (lua/includes/workflow.lua `wf_job_reply`): its record, or
+/// `{record, parent_results}` for a workflow job with parents, whose results the script read from the
+/// workflow's results hash (the record does not hold them). Anything else reads as no fields.
+pub(crate) fn decode_job(v: &Value) -> JobFields {
+    match v {
+        Value::BulkString(b) => decode_record(b),
+        Value::Array(parts) => match parts.as_slice() {
+            [Value::BulkString(b), results] => {
+                let mut f = decode_record(b);
+                f.insert("parent_results".into(), val_str(results));
+                f
+            }
+            _ => JobFields::default(),
+        },
+        _ => JobFields::default(),
+    }
+}
+
 /// A value that may be absent (nil, or false from Lua): None.
 pub(crate) fn val_opt_str(v: &Value) -> Option<String> {
     match v {
@@ -77,4 +95,25 @@ pub(crate) fn at(items: &[Value], i: usize) -> &Value {
 
 pub(crate) fn tag(items: &[Value]) -> String {
     items.first().map(val_str).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_with_its_parents_results_reads_as_one_record() {
+        let mut fields = JobFields::new();
+        fields.insert("state".into(), "active".into());
+        let record = rmp_serde::to_vec(&fields).expect("pack");
+        let plain = decode_job(&Value::BulkString(record.clone()));
+        assert_eq!(plain, fields);
+        let with = decode_job(&Value::Array(vec![
+            Value::BulkString(record),
+            Value::BulkString(b"[1,null]".to_vec()),
+        ]));
+        assert_eq!(with.get("parent_results").map(String::as_str), Some("[1,null]"));
+        assert_eq!(with.get("state").map(String::as_str), Some("active"));
+        assert!(decode_job(&Value::Boolean(false)).is_empty());
+    }
 }

@@ -489,6 +489,20 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
             ));
         }
     }
+    // The listing index stays bounded (lua/includes/workflow.lua wf_close): a listed workflow whose keys
+    // expired waits in P workflows:closed to be taken out, and nothing is there that is not listed.
+    let listed: HashSet<String> = snap.zrange(keys.workflows()).into_iter().collect();
+    let closed = snap.zset(keys.workflows_closed());
+    for id in &listed {
+        if !snap.exists(keys.workflow(id)) && !closed.contains_key(id) {
+            problems.push(format!(
+                "workflow {id} is listed, its keys expired, and nothing will take it out of the listing"
+            ));
+        }
+    }
+    for id in closed.keys().filter(|id| !listed.contains(*id)) {
+        problems.push(format!("workflows:closed holds {id}, which is not listed"));
+    }
     // Rate-limit slots: every slot holder is an active job of that key (no leaked or foreign slot),
     // and its slot ends with the job's lease.
     for key in snap.scan(keys.pattern("rl_active")) {

@@ -336,6 +336,8 @@ pub struct JobRequest {
     rate_limit: Option<RateLimitPolicy>,
     /// The seed's workflow form: `{"chain": [job envelope, ...]}`; this job is the chain's first step
     /// and the others follow it in order, inheriting its priority and queue unless they set their own.
+    /// Only on `POST /ojs/v1/jobs`: a batch's job, a cron template or a workflow's member carrying it is
+    /// refused with 422 (use `POST /ojs/v1/workflows`).
     #[schema(value_type = Option<Object>)]
     workflow: Option<Value>,
     #[serde(flatten)]

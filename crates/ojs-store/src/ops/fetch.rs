@@ -6,7 +6,7 @@ use redis::Value;
 use super::ArgWriter;
 
 use super::{acked, Acked, ClaimRef, Transition};
-use crate::reply::{at, decode_record, val_i64};
+use crate::reply::{at, decode_job, val_i64};
 use crate::store::{JobFields, Result, Store};
 
 /// The acknowledgement part of a [`WorkerRequest`].
@@ -102,13 +102,10 @@ impl WorkerRequest {
 }
 
 /// A claimed job as the script returns it: its record (a MessagePack map of field name -> string
-/// value, lua/includes/record.lua), decoded straight into the fields map.
+/// value, lua/includes/record.lua), with its parents' results for a workflow job that has them
+/// ([`decode_job`]), decoded straight into the fields map.
 fn claimed_job(v: Value) -> Claimed {
-    let fields = match v {
-        Value::BulkString(b) => decode_record(&b),
-        _ => Default::default(),
-    };
-    Claimed { fields }
+    Claimed { fields: decode_job(&v) }
 }
 
 impl WorkerReply {

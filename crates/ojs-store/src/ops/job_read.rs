@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::ArgWriter;
 
-use crate::reply::{at, decode_record, val_opt_str};
+use crate::reply::{at, decode_job, val_opt_str};
 use crate::scripts::{self};
 use crate::store::{script, JobFields, Named, Result, Store};
 
@@ -13,14 +13,6 @@ use crate::store::{script, JobFields, Named, Result, Store};
 const ARGV: &[&str] = &["P", "nfields"];
 
 static JOB_READ_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::JOB_READ));
-
-/// A whole job as the script returns it: its record, or false for no job (no fields).
-fn record(v: &Value) -> JobFields {
-    match v {
-        Value::BulkString(b) => decode_record(b),
-        _ => JobFields::default(),
-    }
-}
 
 impl Store {
     /// The script's arguments, in the order of its header: `fields` empty reads whole jobs.
@@ -48,13 +40,18 @@ impl Store {
     /// One job's fields, or None when there is no such job.
     pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
         let one = [id.to_string()];
-        let m = self.job_read(&[], &one).await?.first().map(record).unwrap_or_default();
+        let m = self
+            .job_read(&[], &one)
+            .await?
+            .first()
+            .map(decode_job)
+            .unwrap_or_default();
         Ok((!m.is_empty()).then_some(m))
     }
 
     /// The jobs' fields in one call (an empty map for a job that is gone).
     pub async fn jobs(&self, ids: &[String]) -> Result<Vec<JobFields>> {
-        Ok(self.job_read(&[], ids).await?.iter().map(record).collect())
+        Ok(self.job_read(&[], ids).await?.iter().map(decode_job).collect())
     }
 
     /// A few fields of each job in one call (None where a job or field is missing).
