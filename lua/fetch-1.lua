@@ -170,6 +170,8 @@ local function claim_one(queue)
     local dup = { dedup = f[10], root = f[11], root_ts = f[12], root_self = f[13], created_at = f[14] }
     local superseded = nil
     if dup.dedup or dup.root then superseded = superseded_by(P, id, dup) end
+    -- A member of a workflow being cancelled whose sweep has not reached it yet never starts.
+    local wf_state = f[15] and redis.call('HGET', key_workflow(P, f[15]), 'state')
     local e, limited = nil, nil
     if key then
       redis.call('HDEL', key_queue_heads(P, queue), key)
@@ -179,6 +181,12 @@ local function claim_one(queue)
       skips = skips + 1
       not_available(P, queue, f[5])
       discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
+      if key then lane_open(P, queue, key) end
+    elseif wf_state == 'cancelled' then
+      skips = skips + 1
+      not_available(P, queue, f[5])
+      end_unclaimed(jk, id, queue, jtype, 'cancelled', {}, 'job.cancelled',
+        cjson.encode({previous_state = 'available', reason = 'workflow cancelled'}))
       if key then lane_open(P, queue, key) end
     elseif superseded then
       -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
@@ -243,7 +251,7 @@ local function claim_one(queue)
           end
           rec('HSET', jk, 'qrl', 1)
         end
-        if f[15] and redis.call('EXISTS', key_workflow(P, f[15])) == 1 then
+        if wf_state then
           redis.call('HSETNX', key_workflow(P, f[15]), 'started_at', now)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')

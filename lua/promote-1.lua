@@ -12,8 +12,9 @@
 --                                         far away next_due_ms is without consulting its own clock
 -- COST   O(k log n) for k moved jobs, woken lanes and dropped idle rate-limit keys
 -- CAPS   each of its three loops (due jobs, due lane wakes, idle rate-limit keys) takes at most
---        ARGV[2] items per call, and one re-scoring step (includes/rescore.lua) at most 1,000 jobs;
---        the rest waits for the next tick
+--        ARGV[2] items per call, one re-scoring step (includes/rescore.lua) at most 1,000 jobs, and
+--        one workflow sweep step (includes/workflow.lua) at most 500 members; the rest waits for the
+--        next tick
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   parked rate-limit lanes whose P..'rl:wake' time passed are re-opened (their best job back in
@@ -26,6 +27,7 @@
 --@include ready
 --@include active
 --@include workflow
+--@include cancel
 --@include rescore
 
 local P = ARGV[1]
@@ -72,6 +74,9 @@ for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE'
     redis.call('ZREM', key_rl_keys(P), key)
   end
 end
+-- A workflow whose members a closing script left to end (includes/workflow.lua, Sweeps): one step.
+local sweeping = redis.call('SRANDMEMBER', key_workflows_sweeping(P))
+if sweeping then wf_sweep(P, sweeping, now, tonumber(ARGV[3])) end
 -- A queue whose re-scoring (an aging change) a pod left half done: one step (includes/rescore.lua).
 local rescoring = redis.call('SRANDMEMBER', key_rescoring(P))
 if rescoring then rescore_step(P, rescoring) end

@@ -247,3 +247,102 @@ async fn an_aging_change_re_scores_a_big_queue_in_bounded_calls_and_holds_it_unt
     assert_eq!(got[0]["priority"], 2, "served again, best first");
     s.assert_invariants().await;
 }
+
+/// Every job of workflow `id` with its state, as `GET /workflows/{id}` lists them.
+async fn member_states(s: &TestServer, id: &str) -> Vec<String> {
+    let (st, b) = s.get(&format!("/ojs/v1/workflows/{id}")).await;
+    assert_eq!(st, 200, "{b}");
+    b["workflow"]["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["state"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Waits until the promote timer has finished every workflow sweep.
+async fn sweeps_done(s: &TestServer) {
+    let mut r = s.redis().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let n: u64 = r.scard(s.keys().workflows_sweeping()).await.expect("scard");
+        if n == 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the timer never finished the sweep");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Takes sweep steps of workflow `id` (as `DELETE /workflows/{id}` does) until it is done; how many.
+async fn sweep_steps(s: &TestServer, id: &str) -> usize {
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        match s.store().workflow_cancel_call(id, "step").await.expect("step") {
+            ojs_store::Transition::Done((_, ended, done)) => {
+                assert!(ended <= 500, "a step ends at most 500 members ({ended})");
+                if done {
+                    return steps;
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_big_workflow_ends_its_members_in_bounded_steps_and_none_of_them_starts() {
+    // DELETE /workflows/{id} of 10,000 members took one 228 ms script call; a chain failing at its
+    // first of 10,000 steps dropped them all in one call too. Now a call ends at most 500 members.
+    // The timer sleeps here (it would take the next steps itself: the last test checks that).
+    let s = TestServer::start_with(|c| c.tick_ms = 600_000).await;
+    let jobs: Vec<Value> = (0..1_200).map(|i| json!({"type": "g", "args": [i], "queue": "wf-big"})).collect();
+    let (st, b) = s.post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs})).await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    let first = s.store().workflow_cancel_call(&id, "cancel").await.expect("cancel");
+    let ojs_store::Transition::Done((_, cancelled, done)) = first else { panic!("{first:?}") };
+    assert_eq!((cancelled, done), (500, false), "one call ends at most 500 members");
+    // Meanwhile no member of the cancelled workflow may start: FETCH cancels what it pops.
+    assert!(s.fetch(&["wf-big"], 10).await.is_empty(), "a member of a cancelled workflow started");
+    sweep_steps(&s, &id).await;
+    let states = member_states(&s, &id).await;
+    assert!(states.iter().all(|st| st == "cancelled"), "{:?}", &states[..5]);
+    s.assert_invariants().await;
+
+    // A chain that fails at its first step: its 899 pending steps end in steps too (900 steps: the
+    // workflow view lists its first 1,000 jobs).
+    let steps: Vec<Value> = (0..900)
+        .map(|i| json!({"type": "c", "args": [i], "queue": "wf-chain", "options": {"retry": {"max_attempts": 1}}}))
+        .collect();
+    let (st, b) = s.post("/ojs/v1/workflows", json!({"type": "chain", "steps": steps})).await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    let got = s.fetch(&["wf-chain"], 1).await;
+    let (st, b) = s
+        .post("/ojs/v1/workers/nack", json!({"job_id": got[0]["id"], "error": {"message": "no"}}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let pending = member_states(&s, &id).await.iter().filter(|st| *st == "pending").count();
+    assert_eq!(pending, 899 - 500, "the failing call ended 500 steps");
+    // A pending step of a workflow being swept is in no index: the checker allows it meanwhile.
+    s.assert_invariants().await;
+    assert_eq!(sweep_steps(&s, &id).await, 1);
+    let states = member_states(&s, &id).await;
+    assert_eq!(states.iter().filter(|st| *st == "cancelled").count(), 899);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn the_timer_finishes_a_workflow_sweep_a_caller_left() {
+    let s = TestServer::start().await;
+    let jobs: Vec<Value> = (0..1_200).map(|i| json!({"type": "g", "args": [i], "queue": "wf-left"})).collect();
+    let (st, b) = s.post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs})).await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    s.store().workflow_cancel_call(&id, "cancel").await.expect("cancel");
+    sweeps_done(&s).await;
+    assert!(member_states(&s, &id).await.iter().all(|st| st == "cancelled"));
+    s.assert_invariants().await;
+}

@@ -15,13 +15,14 @@
 -- P..'workflows'          zset   workflow ids by created_at (the listing)
 -- P..'workflows:closed'   zset   ended workflows whose keys expire, by the time they expire (ms):
 --                                wf_close trims both zsets of the due ones, at most WF_TRIM per call
+-- P..'workflows:sweeping' set    closed workflows with members still to end (Sweeps, below)
 -- A member job's record carries wf = W and wf_i = its index, or the callback's name (on_complete...).
 -- Jobs that wait for their turn (chain steps after the first, batch callbacks) are 'pending': in no
 -- index at all, released by wf_release, which marks in the record how many results it gets
 -- (wf_parents: a chain step i the results of steps 0..i-1, a callback every job's). Advancing costs
 -- O(1) per ended job (counters, LINDEX), except: a batch's last end visits its at most 3 callbacks; a
--- chain that fails visits its steps once (at most 10,000, ojs_core::workflow::MAX_WORKFLOW_JOBS); a
--- close drops at most 3 pending callbacks and trims at most WF_TRIM = 100 expired workflows. The
+-- chain that fails ends at most WF_SWEEP = 500 pending steps per call (Sweeps, below); a close drops
+-- at most 3 pending callbacks and trims at most WF_TRIM = 100 expired workflows. The
 -- results are read when the job is read (wf_job_reply, by fetch-1.lua and job-read-1.lua): O(parents)
 -- for a job with wf_parents (HMGET, at most 1000 fields per call), nothing for any other job.
 --@include emit
@@ -31,6 +32,11 @@
 local WF_CALLBACKS = {'on_complete', 'on_success', 'on_failure'}
 -- Most expired workflows one close takes out of the listing index (the next closes go on).
 local WF_TRIM = 100
+-- Most members one sweep step ends (see wf_sweep).
+local WF_SWEEP = 500
+-- includes/cancel.lua sets it to its cancel_job (defined after this include): a sweep of a cancelled
+-- workflow cancels each member as DELETE /jobs/{id} would.
+local WF_CANCEL_JOB
 
 -- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text, read with HMGET (at most 1000
 -- fields a call), or nil when none is there (the workflow's keys expired). Each stored result is a JSON
@@ -132,6 +138,57 @@ local function wf_close(P, W, wk, state, now, retention_ms)
   return dropped
 end
 
+-- Sweeps. A workflow that closes with members still to end (a failed chain: its pending steps; a
+-- cancelled workflow: every member that has not ended) ends them in steps of at most WF_SWEEP members:
+-- its hash keeps 'sweep' (the next index of its jobs list) and 'sweep_how' ('drop': pending ones end
+-- cancelled; 'cancel': each one not ended is cancelled), and P..'workflows:sweeping' lists it until the
+-- last step. The closing script takes the first step; workflow-cancel-1.lua's caller takes the next
+-- ones, and the promote timer one per tick for a sweep a caller left (a pod that died), so every
+-- sweep ends. Meanwhile a pending member whose workflow closed waits in no index (nothing can run it),
+-- and FETCH cancels a member of a cancelled workflow it pops instead of claiming it.
+
+-- wf_sweep_start(P, W, wk, how, from): members from index `from` on are to end by `how`.
+local function wf_sweep_start(P, W, wk, how, from)
+  redis.call('HSET', wk, 'sweep', from, 'sweep_how', how)
+  redis.call('SADD', key_workflows_sweeping(P), W)
+end
+
+-- wf_sweep(P, W, now, retention_ms): one step: at most WF_SWEEP members, and with the last of them a
+-- batch's callbacks (at most 3). Returns done (nothing left to end) and how many jobs it ended.
+local function wf_sweep(P, W, now, retention_ms)
+  local wk = key_workflow(P, W)
+  local s = redis.call('HMGET', wk, 'sweep', 'sweep_how', 'cb_on_complete', 'cb_on_success', 'cb_on_failure')
+  if not s[1] then
+    redis.call('SREM', key_workflows_sweeping(P), W)
+    return true, 0
+  end
+  local from = tonumber(s[1])
+  local ids = redis.call('LRANGE', key_workflow_jobs(P, W), from, from + WF_SWEEP - 1)
+  local done = #ids < WF_SWEEP
+  if done then
+    for i = 3, 5 do
+      if s[i] then ids[#ids + 1] = s[i] end
+    end
+  end
+  local ended = 0
+  for _, id in ipairs(ids) do
+    local e
+    if s[2] == 'cancel' then
+      e = WF_CANCEL_JOB(P, key_job(P, id), id, retention_ms, now)[1] == 'ok'
+    else
+      e = wf_drop(P, id, now, retention_ms, 'workflow failed')
+    end
+    if e then ended = ended + 1 end
+  end
+  if done then
+    redis.call('HDEL', wk, 'sweep', 'sweep_how')
+    redis.call('SREM', key_workflows_sweeping(P), W)
+  else
+    redis.call('HSET', wk, 'sweep', from + WF_SWEEP)
+  end
+  return done, ended
+end
+
 -- wf_callback_ended: a batch callback ended. Before the callbacks fired (no cb_fired yet) only a
 -- cancel can end one, while it is pending: that callback is gone and nothing else changes (the batch
 -- runs on; wf_release leaves it alone when the others fire, so it is not counted among them). A fired
@@ -165,12 +222,12 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
   redis.call('HINCRBY', wk, ok and 'completed' or 'failed', 1)
   if w[1] == 'chain' then
     if not ok then
-      -- The chain stops: its steps still waiting will never run (wf_drop leaves the others alone; a
-      -- pending step can also end first, when it is cancelled by itself).
+      -- The chain stops: its steps after the one released last (cursor) are still pending and will
+      -- never run; they end in sweep steps (the first one here; wf_drop leaves alone a step that ended
+      -- by itself: the failing one may be a pending step cancelled on its own).
       redis.call('HSET', wk, 'failed_step', idx)
-      for _, id in ipairs(redis.call('LRANGE', key_workflow_jobs(P, W), 0, -1)) do
-        wf_drop(P, id, now, retention_ms, 'workflow failed')
-      end
+      wf_sweep_start(P, W, wk, 'drop', (tonumber(redis.call('HGET', wk, 'cursor')) or 0) + 1)
+      wf_sweep(P, W, now, retention_ms)
       wf_close(P, W, wk, 'failed', now, retention_ms)
     elseif idx + 1 < total then
       redis.call('HSET', wk, 'cursor', idx + 1)

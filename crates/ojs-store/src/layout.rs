@@ -40,6 +40,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("cron_due", "cron:due"),
     k("workflows", "workflows"),
     k("workflows_closed", "workflows:closed"),
+    k("workflows_sweeping", "workflows:sweeping"),
     k("rl_keys", "rl:keys"),
     k("rl_wake", "rl:wake"),
     k("rl_idle", "rl:idle"),

@@ -8,30 +8,53 @@ use crate::reply::{at, val_i64};
 use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "W", "retention_ms"];
+const ARGV: &[&str] = &["P", "W", "retention_ms", "mode"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
-    fn workflow_cancel_args(&self, id: &str) -> Vec<String> {
+    fn workflow_cancel_args(&self, id: &str, mode: &str) -> Vec<String> {
         let mut args = Vec::with_capacity(ARGV.len());
         ArgWriter::new(ARGV, &mut args)
             .arg("P", self.keys.prefix())
             .arg("W", id)
             .arg("retention_ms", self.cfg.retention_ms.to_string())
+            .arg("mode", mode)
             .done();
         args
     }
 
-    /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua): Redis time and
-    /// how many jobs were cancelled; `WrongState` when the workflow already ended.
-    pub async fn cancel_workflow(&self, id: &str) -> Result<Transition<(i64, u64)>> {
-        let args = self.workflow_cancel_args(id);
+    /// One script call: the (Redis time, jobs cancelled, done) of `cancel` or `step`. A caller that
+    /// stops before done leaves the rest to the promote timer.
+    pub async fn workflow_cancel_call(&self, id: &str, mode: &str) -> Result<Transition<(i64, u64, bool)>> {
+        let args = self.workflow_cancel_args(id, mode);
         let items = self
             .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
             .await?;
         Ok(transition(&items, |i| {
-            (val_i64(at(i, 1)), val_i64(at(i, 2)).max(0) as u64)
+            (val_i64(at(i, 1)), val_i64(at(i, 2)).max(0) as u64, val_i64(at(i, 3)) == 1)
         }))
+    }
+
+    /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua; at most 500 jobs
+    /// per script call, called until all are): Redis time and how many jobs were cancelled;
+    /// `WrongState` when the workflow already ended.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Transition<(i64, u64)>> {
+        let (now, mut cancelled, mut done) = match self.workflow_cancel_call(id, "cancel").await? {
+            Transition::Done(d) => d,
+            Transition::NotFound => return Ok(Transition::NotFound),
+            Transition::WrongState(s) => return Ok(Transition::WrongState(s)),
+            Transition::LeaseLost(s) => return Ok(Transition::LeaseLost(s)),
+        };
+        while !done {
+            match self.workflow_cancel_call(id, "step").await? {
+                Transition::Done((_, n, d)) => {
+                    cancelled += n;
+                    done = d;
+                }
+                _ => break,
+            }
+        }
+        Ok(Transition::Done((now, cancelled)))
     }
 }
 
@@ -40,7 +63,7 @@ mod tests {
     #[test]
     fn a_workflow_cancel_is_written_in_the_order_the_header_declares() {
         // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
-        let args = super::super::test_store().workflow_cancel_args("w");
-        assert_eq!(args, ["ojs:{t}:", "w", "86400000"]);
+        let args = super::super::test_store().workflow_cancel_args("w", "cancel");
+        assert_eq!(args, ["ojs:{t}:", "w", "86400000", "cancel"]);
     }
 }
