@@ -11,6 +11,8 @@
 --   {'not_found'}
 --   {'state', state}      the job is already completed, cancelled or discarded
 -- COST   O(log n)
+-- CAPS   no loop of its own; a workflow member's end advances its workflow (includes/workflow.lua:
+--        a failed chain's sweep ends at most 500 steps per call)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   available|scheduled|retryable|active -> cancelled; the job leaves whichever index held it (ready

@@ -9,6 +9,7 @@
 --   {'ok', entry}         entry is the removed hash as a flat field/value array
 --   {'not_found'}
 -- COST   O(log n)
+-- CAPS   no loop
 -- CLOCK  none
 -- INVARIANTS
 --   the hash, its P..'crons' member and its P..'cron:due' member go together, so a removed entry

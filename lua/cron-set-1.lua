@@ -14,6 +14,7 @@
 --   {'ok', created, created_at, last_run_at, run_count}   created 1 for a new entry, 0 for an update;
 --                                                          last_run_at '' when it never fired
 -- COST   O(log n)
+-- CAPS   no loop
 -- CLOCK  Redis TIME (created_at, updated_at)
 -- INVARIANTS
 --   an entry is in P..'crons' (every name, lexicographic) exactly while its hash exists, and in

@@ -64,6 +64,11 @@
 --        one XADD of all its events (includes/emit.lua); a job with a unique policy adds a GET of its key
 --        (twice in an 'all' batch: the replay, then the writes), one GET of the holder's record (cached
 --        for the call) and a SET; replace adds a cancel
+-- CAPS   the per-job loops take the call's n jobs: a batch (at most --max-batch, 10,000), a workflow
+--        (at most 10,000 jobs and 3 callbacks), coalesced single enqueues (at most 256) or one cron
+--        tick's job; a batch is one call by contract (all or nothing), so its size is the request's;
+--        ZADDs go 1,000 members at a time; the depth of a bounded queue sums its per-priority counts
+--        (one HVALS: as many fields as distinct priorities waiting in it)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   each new job is in exactly one index: its queue's ready set or its rate-limit lane (available), or

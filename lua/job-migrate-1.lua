@@ -9,6 +9,7 @@
 -- RETURNS
 --   {'ok', converted}     how many of them were v1 hashes (now records)
 -- COST   O(fields) per job
+-- CAPS   the ids given (the server sends 500 per call)
 -- CLOCK  none
 -- INVARIANTS
 --   idempotent: a record or a missing key is left as it is, so racing servers and a restarted

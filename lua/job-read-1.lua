@@ -16,6 +16,8 @@
 --                                from the workflow's results hash (includes/workflow.lua wf_job_reply)
 -- COST   O(1) per job: one GET and one unpack; a whole workflow job with parents adds one HMGET of its
 --        parents' results per 1000 of them
+-- CAPS   the ids given (a page: at most 1,000); a workflow step's parents: at most 10,000 results,
+--        read 1,000 per HMGET
 -- CLOCK  none
 -- INVARIANTS
 --   writes nothing, except that a v1 hash read here is rewritten as a record (includes/record.lua)

@@ -24,6 +24,8 @@
 --   {'state', state}      the job is not active
 --   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
 -- COST   O(log n)
+-- CAPS   no loop of its own; a discard advances the job's workflow (includes/workflow.lua: a failed
+--        chain's sweep ends at most 500 steps per call)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   active -> retryable (in P..'scheduled'), discarded (in P..'dead' when on_exhaustion is

@@ -13,6 +13,7 @@
 -- RETURNS
 --   {'ok'}
 -- COST   O(fields)
+-- CAPS   the fields given (one settings group: a handful)
 -- CLOCK  none
 -- INVARIANTS
 --   the old values of the group are replaced by the new ones in one script, so no FETCH or enqueue

@@ -10,6 +10,7 @@
 -- RETURNS
 --   {'ok', requeued, timed_out}
 -- COST   O(k log n) for k expired leases
+-- CAPS   at most ARGV[2] expired leases per call; the rest waits for the next tick
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   active -> available when the visibility timeout lapsed: the attempt stays spent, and when it was

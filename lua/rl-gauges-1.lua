@@ -9,6 +9,7 @@
 --   {'ok', now_ms, key_1, active_1, waiting_1, stats_1, ...}   stats_i is the flat field/value array
 --                                                              of P..'rl:'..key..':stats'
 -- COST   O(limit × queues per key)
+-- CAPS   ARGV[2] keys; per key, the queues whose lane for it holds jobs (at most the queues there are)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   reads only; active and waiting are computed by the functions rl-inspect-1.lua uses, so a scrape and

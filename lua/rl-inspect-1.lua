@@ -14,6 +14,7 @@
 --               override_ttl_ms}: -1 where there is nothing (no window entry, no throttle state…)
 --     override, episode, stats   flat field/value arrays of P..'rl:'..key..':ovr', ':state', ':stats'
 -- COST   O(queues with a lane for the key + log n)
+-- CAPS   the queues whose lane for the key holds jobs (at most the queues there are)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   reads only; the limits are computed by the same functions as fetch-1.lua's, so inspection shows

@@ -12,6 +12,8 @@
 --   {'ok', now_ms}
 --   {'past', now_ms}      expires_at is not after Redis TIME: nothing was changed
 -- COST   O(queues with a lane for the key)
+-- CAPS   the fields given (at most 5); the queues whose lane for the key holds jobs (at most the
+--        queues there are)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   the override replaces the previous one as a whole; every parked lane of the key is re-opened in

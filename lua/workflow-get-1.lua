@@ -14,6 +14,7 @@
 --      callbacks  {name, id, type, state, queue, ...} for each callback the batch declared
 --   {'not_found'}
 -- COST   O(limit)
+-- CAPS   ARGV[3] members, then at most 3 callbacks
 -- CLOCK  Redis TIME (now_ms, for the caller's view)
 -- INVARIANTS
 --   reads only
