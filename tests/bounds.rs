@@ -47,7 +47,10 @@ async fn one_fetch_call_parks_at_most_a_hundred_lanes_and_the_request_goes_on() 
     let (_, reply) = store.worker_request(fetch_request(q, 1)).await.expect("fetch");
     let mut r = s.redis().await;
     let parked: u64 = r.hlen(s.keys().queue_parked(q)).await.expect("hlen");
-    assert!(reply.claimed.is_empty(), "the free job is still behind 900 limited lanes");
+    assert!(
+        reply.claimed.is_empty(),
+        "the free job is still behind 900 limited lanes"
+    );
     assert!(reply.cut, "the call says it stopped on its budget");
     assert_eq!(parked, 100, "one call parks exactly its budget of lanes");
 
@@ -75,7 +78,10 @@ async fn drain(s: &TestServer, queues: &[&str]) {
             let id = j["id"].as_str().expect("id");
             if j["type"].as_str().is_some_and(|t| t.starts_with("fail")) {
                 let (st, b) = s
-                    .post("/ojs/v1/workers/nack", json!({"job_id": id, "error": {"message": "no"}}))
+                    .post(
+                        "/ojs/v1/workers/nack",
+                        json!({"job_id": id, "error": {"message": "no"}}),
+                    )
                     .await;
                 assert_eq!(st, 200, "{b}");
             } else {
@@ -137,7 +143,9 @@ async fn a_drained_mixed_workload_leaves_no_key_named_after_a_user_value_without
     // The dead letter is emptied by its operator.
     let (_, dead) = s.get("/ojs/v1/dead-letter?per_page=1000").await;
     for j in dead["jobs"].as_array().into_iter().flatten() {
-        let (st, b) = s.delete(&format!("/ojs/v1/dead-letter/{}", j["id"].as_str().expect("id"))).await;
+        let (st, b) = s
+            .delete(&format!("/ojs/v1/dead-letter/{}", j["id"].as_str().expect("id")))
+            .await;
         assert_eq!(st, 200, "{b}");
     }
 
@@ -157,9 +165,9 @@ async fn a_drained_mixed_workload_leaves_no_key_named_after_a_user_value_without
         let fixed = ojs_store::layout::KEY_FAMILIES
             .iter()
             .any(|f| ojs_store::layout::part_names(f.template).is_empty() && keys.parts(f.name, key).is_some());
-        let family = ojs_store::layout::KEY_FAMILIES
-            .iter()
-            .find(|f| !fixed && !ojs_store::layout::part_names(f.template).is_empty() && keys.parts(f.name, key).is_some());
+        let family = ojs_store::layout::KEY_FAMILIES.iter().find(|f| {
+            !fixed && !ojs_store::layout::part_names(f.template).is_empty() && keys.parts(f.name, key).is_some()
+        });
         let Some(f) = family else { continue };
         if exempt.contains(&f.name) {
             continue;
@@ -169,7 +177,11 @@ async fn a_drained_mixed_workload_leaves_no_key_named_after_a_user_value_without
             forever.push(format!("{key} ({})", f.name));
         }
     }
-    assert!(forever.is_empty(), "keys named after a user value that never expire:\n  {}", forever.join("\n  "));
+    assert!(
+        forever.is_empty(),
+        "keys named after a user value that never expire:\n  {}",
+        forever.join("\n  ")
+    );
     s.assert_invariants().await;
 }
 
@@ -183,15 +195,32 @@ async fn an_idle_rate_limit_key_expires_and_leaves_the_listing_unless_a_job_brin
     let conn = r.clone();
     let pttl = |k: String| {
         let mut r = conn.clone();
-        async move { redis::cmd("PTTL").arg(k).query_async::<i64>(&mut r).await.expect("pttl") }
+        async move {
+            redis::cmd("PTTL")
+                .arg(k)
+                .query_async::<i64>(&mut r)
+                .await
+                .expect("pttl")
+        }
     };
-    assert_eq!(pttl(keys.rl_policy("idle-k")).await, -1, "a key in use keeps its policy");
+    assert_eq!(
+        pttl(keys.rl_policy("idle-k")).await,
+        -1,
+        "a key in use keeps its policy"
+    );
     let got = s.fetch(&["idle"], 1).await;
     assert_eq!(got[0]["id"], id.as_str());
-    assert_eq!(pttl(keys.rl_policy("idle-k")).await, -1, "a slot holder keeps the key in use");
+    assert_eq!(
+        pttl(keys.rl_policy("idle-k")).await,
+        -1,
+        "a slot holder keeps the key in use"
+    );
     s.ack(&id).await;
     let ttl = pttl(keys.rl_policy("idle-k")).await;
-    assert!((1..=86_400_000).contains(&ttl), "idle: the policy expires within a day ({ttl})");
+    assert!(
+        (1..=86_400_000).contains(&ttl),
+        "idle: the policy expires within a day ({ttl})"
+    );
     let idle: Option<f64> = r.zscore(keys.rl_idle(), "idle-k").await.expect("zscore");
     assert!(idle.is_some(), "the timer knows when to drop it");
 
@@ -204,7 +233,12 @@ async fn an_idle_rate_limit_key_expires_and_leaves_the_listing_unless_a_job_brin
     s.ack(&again).await;
 
     // A day later (moved forward here): the state has expired and the timer drops the key.
-    let _: () = redis::cmd("PEXPIRE").arg(keys.rl_policy("idle-k")).arg(1).query_async(&mut r).await.expect("pexpire");
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(keys.rl_policy("idle-k"))
+        .arg(1)
+        .query_async(&mut r)
+        .await
+        .expect("pexpire");
     let _: () = r.zadd(keys.rl_idle(), "idle-k", 0).await.expect("zadd");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
@@ -226,14 +260,22 @@ async fn an_aging_change_re_scores_a_big_queue_in_bounded_calls_and_holds_it_unt
     // (no job is handed out in an order mixing two settings), and the timer finishes what a caller left.
     let s = TestServer::start().await;
     let q = "age-big";
-    let jobs: Vec<Value> = (0..2_500).map(|i| json!({"type": "t", "args": [i], "queue": q, "priority": 2 + i % 3})).collect();
+    let jobs: Vec<Value> = (0..2_500)
+        .map(|i| json!({"type": "t", "args": [i], "queue": q, "priority": 2 + i % 3}))
+        .collect();
     enqueue_all(&s, jobs).await;
     let (rescored, done) = s.store().set_aging_call(q, "set", Some(60)).await.expect("set");
     assert!(!done);
     // Redis takes ZSCAN's COUNT as a hint: about 1,000, never the whole queue.
-    assert!((1..=1_100).contains(&rescored), "one call re-scores about 1,000 ({rescored})");
+    assert!(
+        (1..=1_100).contains(&rescored),
+        "one call re-scores about 1,000 ({rescored})"
+    );
     let (_, reply) = s.store().worker_request(fetch_request(q, 1)).await.expect("fetch");
-    assert!(reply.claimed.is_empty(), "the queue is held while its jobs are re-scored");
+    assert!(
+        reply.claimed.is_empty(),
+        "the queue is held while its jobs are re-scored"
+    );
     // Nobody takes the next step: the promote timer does.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let got = loop {
@@ -241,7 +283,10 @@ async fn an_aging_change_re_scores_a_big_queue_in_bounded_calls_and_holds_it_unt
         if !got.is_empty() {
             break got;
         }
-        assert!(std::time::Instant::now() < deadline, "the timer never finished the re-scoring");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timer never finished the re-scoring"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
     assert_eq!(got[0]["priority"], 2, "served again, best first");
@@ -269,7 +314,10 @@ async fn sweeps_done(s: &TestServer) {
         if n == 0 {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "the timer never finished the sweep");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timer never finished the sweep"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
@@ -297,15 +345,24 @@ async fn a_big_workflow_ends_its_members_in_bounded_steps_and_none_of_them_start
     // first of 10,000 steps dropped them all in one call too. Now a call ends at most 500 members.
     // The timer sleeps here (it would take the next steps itself: the last test checks that).
     let s = TestServer::start_with(|c| c.tick_ms = 600_000).await;
-    let jobs: Vec<Value> = (0..1_200).map(|i| json!({"type": "g", "args": [i], "queue": "wf-big"})).collect();
-    let (st, b) = s.post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs})).await;
+    let jobs: Vec<Value> = (0..1_200)
+        .map(|i| json!({"type": "g", "args": [i], "queue": "wf-big"}))
+        .collect();
+    let (st, b) = s
+        .post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs}))
+        .await;
     assert_eq!(st, 201, "{b}");
     let id = b["workflow"]["id"].as_str().expect("id").to_string();
     let first = s.store().workflow_cancel_call(&id, "cancel").await.expect("cancel");
-    let ojs_store::Transition::Done((_, cancelled, done)) = first else { panic!("{first:?}") };
+    let ojs_store::Transition::Done((_, cancelled, done)) = first else {
+        panic!("{first:?}")
+    };
     assert_eq!((cancelled, done), (500, false), "one call ends at most 500 members");
     // Meanwhile no member of the cancelled workflow may start: FETCH cancels what it pops.
-    assert!(s.fetch(&["wf-big"], 10).await.is_empty(), "a member of a cancelled workflow started");
+    assert!(
+        s.fetch(&["wf-big"], 10).await.is_empty(),
+        "a member of a cancelled workflow started"
+    );
     sweep_steps(&s, &id).await;
     let states = member_states(&s, &id).await;
     assert!(states.iter().all(|st| st == "cancelled"), "{:?}", &states[..5]);
@@ -316,15 +373,24 @@ async fn a_big_workflow_ends_its_members_in_bounded_steps_and_none_of_them_start
     let steps: Vec<Value> = (0..900)
         .map(|i| json!({"type": "c", "args": [i], "queue": "wf-chain", "options": {"retry": {"max_attempts": 1}}}))
         .collect();
-    let (st, b) = s.post("/ojs/v1/workflows", json!({"type": "chain", "steps": steps})).await;
+    let (st, b) = s
+        .post("/ojs/v1/workflows", json!({"type": "chain", "steps": steps}))
+        .await;
     assert_eq!(st, 201, "{b}");
     let id = b["workflow"]["id"].as_str().expect("id").to_string();
     let got = s.fetch(&["wf-chain"], 1).await;
     let (st, b) = s
-        .post("/ojs/v1/workers/nack", json!({"job_id": got[0]["id"], "error": {"message": "no"}}))
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": got[0]["id"], "error": {"message": "no"}}),
+        )
         .await;
     assert_eq!(st, 200, "{b}");
-    let pending = member_states(&s, &id).await.iter().filter(|st| *st == "pending").count();
+    let pending = member_states(&s, &id)
+        .await
+        .iter()
+        .filter(|st| *st == "pending")
+        .count();
     assert_eq!(pending, 899 - 500, "the failing call ended 500 steps");
     // A pending step of a workflow being swept is in no index: the checker allows it meanwhile.
     s.assert_invariants().await;
@@ -337,8 +403,12 @@ async fn a_big_workflow_ends_its_members_in_bounded_steps_and_none_of_them_start
 #[tokio::test]
 async fn the_timer_finishes_a_workflow_sweep_a_caller_left() {
     let s = TestServer::start().await;
-    let jobs: Vec<Value> = (0..1_200).map(|i| json!({"type": "g", "args": [i], "queue": "wf-left"})).collect();
-    let (st, b) = s.post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs})).await;
+    let jobs: Vec<Value> = (0..1_200)
+        .map(|i| json!({"type": "g", "args": [i], "queue": "wf-left"}))
+        .collect();
+    let (st, b) = s
+        .post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs}))
+        .await;
     assert_eq!(st, 201, "{b}");
     let id = b["workflow"]["id"].as_str().expect("id").to_string();
     s.store().workflow_cancel_call(&id, "cancel").await.expect("cancel");

@@ -442,7 +442,11 @@ async fn fetch_discards_a_bounded_number_of_expired_jobs_per_call() {
         .await
         .expect("fetch");
     assert!(reply.is_empty());
-    assert_eq!(discarded().await, 100, "one FETCH call discards at most 100 expired jobs");
+    assert_eq!(
+        discarded().await,
+        100,
+        "one FETCH call discards at most 100 expired jobs"
+    );
     // ...and a FETCH request goes on call after call until it has looked at every one.
     assert!(s.fetch(&["exp"], 1).await.is_empty());
     assert_eq!(discarded().await, 300);

@@ -15,6 +15,8 @@ use ojs_testkit::{AofRedis, TestServer};
 use serde_json::{json, Value};
 
 const QUEUE: &str = "faults";
+/// With two shards, every other unlimited job goes to this queue, which lives on shard 1.
+const QUEUE_B: &str = "faults-b";
 const KEY: &str = "fault-key";
 const LIMIT: usize = 3;
 const JOBS: usize = 2500;
@@ -111,7 +113,7 @@ fn client() -> reqwest::Client {
         .expect("http client")
 }
 
-async fn produce(p: usize, pods: Arc<Pods>, log_: Shared, start: Instant) {
+async fn produce(p: usize, pods: Arc<Pods>, log_: Shared, start: Instant, shards: usize) {
     let http = client();
     let per = JOBS / PRODUCERS;
     for k in 0..per {
@@ -120,8 +122,9 @@ async fn produce(p: usize, pods: Arc<Pods>, log_: Shared, start: Instant) {
         // An id of our own makes a retry after a lost answer safe: it cannot create a second job.
         let id = uuid::Uuid::now_v7().hyphenated().to_string();
         let limited = n % LIMITED_EVERY == 1;
+        let queue = if shards > 1 && n % 2 == 0 { QUEUE_B } else { QUEUE };
         let mut job = json!({"id": id, "type": "fault.work", "args": [n, limited],
-            "options": {"queue": QUEUE, "retry": {"max_attempts": 25}}});
+            "options": {"queue": queue, "retry": {"max_attempts": 25}}});
         if limited {
             job["rate_limit"] = json!({"key": KEY, "concurrency": LIMIT});
         }
@@ -157,11 +160,12 @@ async fn produce(p: usize, pods: Arc<Pods>, log_: Shared, start: Instant) {
     }
 }
 
-async fn work(w: usize, pods: Arc<Pods>, log_: Shared, stop: Arc<AtomicBool>, calm: Arc<AtomicBool>) {
+async fn work(w: usize, pods: Arc<Pods>, log_: Shared, stop: Arc<AtomicBool>, calm: Arc<AtomicBool>, shards: usize) {
     let http = client();
     let mut pod = w;
     let mut claimed = 0u64;
-    let fetch = json!({"queues": [QUEUE], "worker_id": format!("w{w}"), "count": 1,
+    let queues = if shards > 1 { vec![QUEUE, QUEUE_B] } else { vec![QUEUE] };
+    let fetch = json!({"queues": queues, "worker_id": format!("w{w}"), "count": 1,
         "visibility_timeout_ms": LEASE_MS, "wait_ms": 200});
     while !stop.load(Ordering::SeqCst) {
         let job = match call(&http, &pods.base(pod), "/ojs/v1/workers/fetch", &fetch).await {
@@ -365,6 +369,18 @@ async fn zcard(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes() {
+    run(1).await;
+}
+
+/// The same on a deployment of two shards (issue 22): `faults` on shard 0 with the limited key,
+/// `faults-b` on shard 1 with every other unlimited job; workers fetch from both; client ids take their
+/// claims on shard 0 while pods die mid-request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_jobs_complete_exactly_once_through_crashes_on_two_shards() {
+    run(2).await;
+}
+
+async fn run(shards: usize) {
     if ojs_testkit::skip_on_cluster("kills and restarts a single AOF redis-server of its own") {
         return;
     }
@@ -374,11 +390,19 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let url = redis.url();
     let ns = ojs_testkit::unique_namespace();
     let keys = ojs_store::Keys::new(&ns);
+    let every: Vec<ojs_store::Keys> = (0..shards).map(|i| ojs_store::Keys::for_shard(&ns, i)).collect();
     let lease = LEASE_MS.to_string();
-    let env = [("OJS_VISIBILITY_TIMEOUT_MS", lease.as_str())];
+    let n = shards.to_string();
+    let pins = format!("{QUEUE}=0,{QUEUE_B}=1");
+    let mut env = vec![("OJS_VISIBILITY_TIMEOUT_MS", lease.as_str())];
+    if shards > 1 {
+        env.push(("OJS_SHARDS", n.as_str()));
+        env.push(("OJS_QUEUE_SHARDS", pins.as_str()));
+    }
+    let env = env.as_slice();
     let mut servers = [
-        TestServer::spawn_process(bin, &url, &ns, &env).await,
-        TestServer::spawn_process(bin, &url, &ns, &env).await,
+        TestServer::spawn_process(bin, &url, &ns, env).await,
+        TestServer::spawn_process(bin, &url, &ns, env).await,
     ];
     let pods = Arc::new(Pods(RwLock::new([servers[0].base.clone(), servers[1].base.clone()])));
     let log_: Shared = Arc::default();
@@ -388,10 +412,10 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
 
     let sampler = tokio::spawn(sample_holders(url.clone(), keys.rl_active(KEY), stop.clone()));
     let producers: Vec<_> = (0..PRODUCERS)
-        .map(|i| tokio::spawn(produce(i, pods.clone(), log_.clone(), start)))
+        .map(|i| tokio::spawn(produce(i, pods.clone(), log_.clone(), start, shards)))
         .collect();
     let workers: Vec<_> = (0..WORKERS)
-        .map(|w| tokio::spawn(work(w, pods.clone(), log_.clone(), stop.clone(), calm.clone())))
+        .map(|w| tokio::spawn(work(w, pods.clone(), log_.clone(), stop.clone(), calm.clone(), shards)))
         .collect();
 
     for (at, fault) in FAULTS {
@@ -401,7 +425,7 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
                 servers[i].kill();
                 // Let clients run into the dead pod before it comes back on a new port.
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                servers[i] = TestServer::spawn_process(bin, &url, &ns, &env).await;
+                servers[i] = TestServer::spawn_process(bin, &url, &ns, env).await;
                 pods.0.write().expect("pods lock")[i] = servers[i].base.clone();
             }
             Fault::Redis => {
@@ -434,13 +458,16 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut left = 0;
-        for k in [
-            keys.active(),
-            keys.scheduled(),
-            keys.queue_ready(QUEUE),
-            keys.queue_lane(QUEUE, KEY),
-        ] {
-            left += zcard(&mut conn, &k).await;
+        for keys in &every {
+            for k in [
+                keys.active(),
+                keys.scheduled(),
+                keys.queue_ready(QUEUE),
+                keys.queue_ready(QUEUE_B),
+                keys.queue_lane(QUEUE, KEY),
+            ] {
+                left += zcard(&mut conn, &k).await;
+            }
         }
         if left == 0 {
             break;
@@ -458,7 +485,10 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     let (most_live, samples) = sampler.await.expect("sampler");
 
     // The event stream is Redis's own record of every transition (its times are Redis TIME).
-    let events = ojs_testkit::stream_events(&mut conn, &keys.events()).await;
+    let mut events = Vec::new();
+    for keys in &every {
+        events.extend(ojs_testkit::stream_events(&mut conn, &keys.events()).await);
+    }
     let (mut completions, mut enqueue_events) = (HashMap::<String, usize>::new(), 0usize);
     let mut completed_at = HashMap::new();
     for (_, f) in &events {
@@ -474,25 +504,27 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
     }
     let mut states: HashMap<String, usize> = HashMap::new();
     let mut jobs = 0usize;
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(keys.pattern("job"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .expect("SCAN");
-        for row in ojs_testkit::job_fields(&mut conn, &keys, &["state"]).await {
-            jobs += 1;
-            *states.entry(row[0].clone().unwrap_or_default()).or_default() += 1;
+    for keys in &every {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(keys.pattern("job"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .expect("SCAN");
+            for row in ojs_testkit::job_fields(&mut conn, &keys, &["state"]).await {
+                jobs += 1;
+                *states.entry(row[0].clone().unwrap_or_default()).or_default() += 1;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
     }
 
     // Every task that wrote to the log has ended.
@@ -563,10 +595,15 @@ async fn acknowledged_jobs_complete_exactly_once_through_pod_and_redis_crashes()
         0,
         "a slot entry was left behind"
     );
-    assert_eq!(zcard(&mut conn, &keys.active()).await, 0);
+    for keys in &every {
+        assert_eq!(zcard(&mut conn, &keys.active()).await, 0);
+    }
 
-    // 5. The keyspace is consistent.
-    let problems = ojs_testkit::check_invariants(&url, &ns).await;
+    // 5. The keyspace is consistent, on every shard.
+    let mut problems = Vec::new();
+    for i in 0..shards {
+        problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &ns, i).await);
+    }
     assert!(
         problems.is_empty(),
         "keyspace invariants broken:\n  {}",

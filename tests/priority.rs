@@ -435,7 +435,10 @@ async fn turning_aging_on_re_picks_a_rate_limit_lanes_head() {
     tokio::time::sleep(std::time::Duration::from_millis(2_200)).await;
     let _b = s.enqueue(job(4)).await;
     let (st, b) = s
-        .put(&format!("/ojs/v1/admin/queues/{q}/priority-aging"), json!({"interval": "PT1S"}))
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/priority-aging"),
+            json!({"interval": "PT1S"}),
+        )
         .await;
     assert_eq!(st, 200, "{b}");
     let got = s.fetch(&[q], 1).await;

@@ -479,16 +479,29 @@ async fn rate_limit_released_names_the_strategy_that_held_the_lane() {
     // Seed §11.1: rate_limit.released carries key, strategy and job_id.
     let s = TestServer::start().await;
     // A slot release (concurrency), then a wake on the timer (throttle).
-    enqueue_many(&s, 2, json!({"type": "t", "args": [], "queue": "rel-c", "rate_limit": {"key": "rel-c", "concurrency": 1}})).await;
+    enqueue_many(
+        &s,
+        2,
+        json!({"type": "t", "args": [], "queue": "rel-c", "rate_limit": {"key": "rel-c", "concurrency": 1}}),
+    )
+    .await;
     let first = s.fetch(&["rel-c"], 1).await;
     assert_eq!(first.len(), 1);
     assert!(s.fetch(&["rel-c"], 1).await.is_empty(), "the second waits for the slot");
     let (st, _) = s.ack(first[0]["id"].as_str().expect("id")).await;
     assert_eq!(st, 200);
-    enqueue_many(&s, 2, json!({"type": "t", "args": [], "queue": "rel-t",
-        "rate_limit": {"key": "rel-t", "throttle": {"limit": 1, "period": "PT0.3S"}}})).await;
+    enqueue_many(
+        &s,
+        2,
+        json!({"type": "t", "args": [], "queue": "rel-t",
+        "rate_limit": {"key": "rel-t", "throttle": {"limit": 1, "period": "PT0.3S"}}}),
+    )
+    .await;
     assert_eq!(s.fetch(&["rel-t"], 1).await.len(), 1);
-    assert!(s.fetch(&["rel-t"], 1).await.is_empty(), "the second waits for the throttle");
+    assert!(
+        s.fetch(&["rel-t"], 1).await.is_empty(),
+        "the second waits for the throttle"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     let got = loop {
         let got = released(&s).await;

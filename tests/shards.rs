@@ -482,7 +482,10 @@ async fn deduplication_and_root_jobs_are_decided_on_one_shard() {
     assert_eq!(s.post("/ojs/v1/jobs", root).await.0, 201);
     let got = s.fetch(&["s1"], 10).await;
     let types: Vec<&str> = got.iter().filter_map(|j| j["type"].as_str()).collect();
-    assert!(types.contains(&"root") && !types.contains(&"leaf"), "the leaf is superseded: {types:?}");
+    assert!(
+        types.contains(&"root") && !types.contains(&"leaf"),
+        "the leaf is superseded: {types:?}"
+    );
     all_invariants(&s, 3).await;
 }
 
@@ -491,19 +494,25 @@ async fn a_cron_name_lives_on_one_shard_and_racing_registrations_never_lose_it()
     let s = TestServer::start_with(three_shards).await;
     for i in 0..20 {
         let name = format!("race-{i}");
-        let entry = |q: &str| json!({"name": name, "expression": "0 0 1 1 *", "job_template": {"type": "c", "queue": q}});
+        let entry =
+            |q: &str| json!({"name": name, "expression": "0 0 1 1 *", "job_template": {"type": "c", "queue": q}});
         let got = race(&s, "/ojs/v1/cron", entry("s1"), entry("s2")).await;
         assert!([got.0, got.1].contains(&201), "one registration wins: {got:?}");
         let (st, b) = s.get(&format!("/ojs/v1/cron/{name}")).await;
         assert_eq!(st, 200, "the entry is there after the race: {b}");
     }
     // An entry does not silently move to another shard (its run history and overlap check live there).
-    let entry = |q: &str| json!({"name": "stay", "expression": "* * * * * *", "job_template": {"type": "c", "queue": q}});
+    let entry =
+        |q: &str| json!({"name": "stay", "expression": "* * * * * *", "job_template": {"type": "c", "queue": q}});
     assert_eq!(s.post("/ojs/v1/cron", entry("s1")).await.0, 201);
     let (st, b) = s.post("/ojs/v1/cron", entry("s2")).await;
     assert_eq!(st, 422, "{b}");
     assert!(b["error"]["message"].as_str().unwrap().contains("DELETE"), "{b}");
-    assert_eq!(s.post("/ojs/v1/cron", entry("s1")).await.0, 200, "an update on its shard is fine");
+    assert_eq!(
+        s.post("/ojs/v1/cron", entry("s1")).await.0,
+        200,
+        "an update on its shard is fine"
+    );
     all_invariants(&s, 3).await;
 }
 

@@ -298,7 +298,9 @@ impl Shards {
                 .map(|(j, s)| (format!("job:{}", j.id), *s))
                 .collect();
             let mut held = self
-                .claim(ids, |name, _| OjsError::duplicate_id(name.strip_prefix("job:").unwrap_or(name)))
+                .claim(ids, |name, _| {
+                    OjsError::duplicate_id(name.strip_prefix("job:").unwrap_or(name))
+                })
                 .await?;
             // Holding the claims, no other request can write these ids elsewhere: what is there now stays.
             self.refuse_ids_elsewhere(jobs, &at).await?;
@@ -311,7 +313,12 @@ impl Shards {
         shards.sort_unstable();
         shards.dedup();
         for s in shards {
-            let on_s = || jobs.iter().zip(&held.at).filter(move |(_, js)| **js == s).map(|(j, _)| j);
+            let on_s = || {
+                jobs.iter()
+                    .zip(&held.at)
+                    .filter(move |(_, js)| **js == s)
+                    .map(|(j, _)| j)
+            };
             let keys: Vec<&str> = on_s()
                 .filter_map(|j| j.rate_limit.as_ref().map(|r| r.key.as_str()))
                 .collect();
@@ -320,7 +327,8 @@ impl Shards {
             // queue: the type's such jobs must all be checked on one shard.
             let types: Vec<&str> = on_s()
                 .filter(|j| {
-                    j.unique.as_ref().is_some_and(|u| u.spans_queues) || j.dedup.as_ref().is_some_and(|d| d.spans_queues)
+                    j.unique.as_ref().is_some_and(|u| u.spans_queues)
+                        || j.dedup.as_ref().is_some_and(|d| d.spans_queues)
                 })
                 .map(|j| j.job_type.as_str())
                 .collect();
@@ -333,7 +341,9 @@ impl Shards {
                 if let Err(ApiError(mut e)) = self.bind(Bound::RootSignature, s, &keys).await {
                     // Name the signature the client gave, not its hash.
                     for r in &roots {
-                        e.message = e.message.replace(&format!("{:?}", r.key), &format!("{:?}", r.signature));
+                        e.message = e
+                            .message
+                            .replace(&format!("{:?}", r.key), &format!("{:?}", r.signature));
                     }
                     return Err(e.into());
                 }
@@ -345,11 +355,7 @@ impl Shards {
     /// Takes the claim of each client-chosen name (`job:<id>`, `wf:<id>`, `cron:<name>`) for the shard
     /// that will write it (`lua/place-1.lua` 'claim'). A name another shard holds is refused with
     /// `taken(name, shard)`, and nothing is kept. Only a deployment of several shards claims.
-    pub async fn claim(
-        &self,
-        names: Vec<(String, usize)>,
-        taken: impl Fn(&str, usize) -> OjsError,
-    ) -> ApiResult<Held> {
+    pub async fn claim(&self, names: Vec<(String, usize)>, taken: impl Fn(&str, usize) -> OjsError) -> ApiResult<Held> {
         if self.count() == 1 || names.is_empty() {
             return Ok(Held::bare(Vec::new()));
         }
@@ -750,7 +756,9 @@ impl std::ops::Deref for Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let Some((store, shards, names)) = self.claims.take() else { return };
+        let Some((store, shards, names)) = self.claims.take() else {
+            return;
+        };
         if names.is_empty() {
             return;
         }

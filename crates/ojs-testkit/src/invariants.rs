@@ -283,10 +283,16 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
     for ((q, k), head) in &heads {
-        let Some(hs) = ready.get(q).and_then(|r| r.get(head)).copied() else { continue };
-        let Some((sc, m)) = lane_best.get(&(q.clone(), k.clone())) else { continue };
+        let Some(hs) = ready.get(q).and_then(|r| r.get(head)).copied() else {
+            continue;
+        };
+        let Some((sc, m)) = lane_best.get(&(q.clone(), k.clone())) else {
+            continue;
+        };
         if (*sc, m) < (hs, head) && !snap.hexists(keys.queue_conf(q), "rs_phase") {
-            problems.push(format!("lane {q}/{k}: {m} (score {sc}) ranks before its head {head} (score {hs})"));
+            problems.push(format!(
+                "lane {q}/{k}: {m} (score {sc}) ranks before its head {head} (score {hs})"
+            ));
         }
     }
     // A queue whose lane for a key holds jobs (in the lane or as its head) is one of the key's queues:

@@ -247,7 +247,9 @@ async fn claim_round(
             return Ok((acked, Claims::default()));
         }
     }
-    let Some(p) = p else { return Ok((acked, Claims::default())) };
+    let Some(p) = p else {
+        return Ok((acked, Claims::default()));
+    };
     if p.strategy == Strategy::Weighted && at.iter().any(|s| *s != at[0]) {
         return Ok((acked, claim_weighted_across(st, p, queues, &at).await?));
     }
@@ -360,7 +362,8 @@ async fn claim_weighted_across(
             })
         }))
         .await?;
-        let mut got: std::collections::HashMap<usize, std::collections::VecDeque<ojs_store::Claimed>> = Default::default();
+        let mut got: std::collections::HashMap<usize, std::collections::VecDeque<ojs_store::Claimed>> =
+            Default::default();
         for ((i, n), (_, reply)) in per.iter().zip(replies) {
             let short = *n as usize - reply.claimed.len();
             if short > 0 {

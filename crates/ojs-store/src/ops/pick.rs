@@ -70,6 +70,9 @@ mod tests {
             live,
         };
         let args = store.pick_args(3, &[q("a", true), q("b", false)], &[1]);
-        assert_eq!(args, ["ojs:{t}:", "3", "2", "a", "2", "1", "1", "b", "2", "1", "0", "2"]);
+        assert_eq!(
+            args,
+            ["ojs:{t}:", "3", "2", "a", "2", "1", "1", "b", "2", "1", "0", "2"]
+        );
     }
 }

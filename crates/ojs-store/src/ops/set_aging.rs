@@ -48,7 +48,11 @@ impl Store {
             done = d;
             calls += 1;
             if calls % 100 == 0 {
-                tracing::info!(queue, rescored = total, "priority aging change: re-scoring the queue's waiting jobs");
+                tracing::info!(
+                    queue,
+                    rescored = total,
+                    "priority aging change: re-scoring the queue's waiting jobs"
+                );
             }
         }
         Ok(total)

@@ -31,7 +31,11 @@ impl Store {
             .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
             .await?;
         Ok(transition(&items, |i| {
-            (val_i64(at(i, 1)), val_i64(at(i, 2)).max(0) as u64, val_i64(at(i, 3)) == 1)
+            (
+                val_i64(at(i, 1)),
+                val_i64(at(i, 2)).max(0) as u64,
+                val_i64(at(i, 3)) == 1,
+            )
         }))
     }
 

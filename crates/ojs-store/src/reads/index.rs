@@ -54,14 +54,20 @@ impl Store {
     /// Whether a workflow with this id exists on this shard.
     pub async fn workflow_exists(&self, id: &str) -> Result<bool> {
         let mut conn = self.conn().await?;
-        let n: i64 = redis::cmd("EXISTS").arg(self.keys.workflow(id)).query_async(&mut conn).await?;
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(self.keys.workflow(id))
+            .query_async(&mut conn)
+            .await?;
         Ok(n == 1)
     }
 
     /// Whether a cron entry with this name exists on this shard.
     pub async fn cron_exists(&self, name: &str) -> Result<bool> {
         let mut conn = self.conn().await?;
-        let n: i64 = redis::cmd("EXISTS").arg(self.keys.cron(name)).query_async(&mut conn).await?;
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(self.keys.cron(name))
+            .query_async(&mut conn)
+            .await?;
         Ok(n == 1)
     }
 
