@@ -419,6 +419,69 @@ async fn a_relative_expiry_is_measured_on_redis_time() {
 }
 
 #[tokio::test]
+async fn a_delay_or_offset_past_ten_years_is_refused_naming_the_field() {
+    // u64::MAX used to wrap in an `as i64`: 201 with a scheduled_at of now.
+    let s = TestServer::start().await;
+    let ten_years: u64 = 10 * 365 * 86_400_000; // the cap every client-given span has
+    for (options, field, code) in [
+        (json!({"delay_ms": u64::MAX}), "options.delay_ms", 400),
+        (json!({"delay_ms": ten_years + 1}), "options.delay_ms", 400),
+        (json!({"scheduled_at": "+P100000000D"}), "options.scheduled_at", 400),
+        (json!({"delay_until": "+P100000000D"}), "options.delay_until", 400),
+        (json!({"expires_at": "+P100000000D"}), "options.expires_at", 400),
+        (json!({"timeout_ms": u64::MAX}), "options.timeout_ms", 400),
+        (
+            json!({"retry": {"initial_interval": u64::MAX}}),
+            "options.retry.initial_interval",
+            422,
+        ),
+        (
+            json!({"retry": {"max_interval": "P100000000D"}}),
+            "options.retry.max_interval",
+            422,
+        ),
+    ] {
+        let body = json!({"type": "t", "args": [], "queue": "far", "options": options});
+        let (st, b) = s.post("/ojs/v1/jobs", body.clone()).await;
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(st, code, "{body} -> {b}");
+        assert!(
+            message.contains(field) && message.contains(&ten_years.to_string()),
+            "the message names the field and its maximum: {body} -> {b}"
+        );
+    }
+    // The same refusal for a top-level relative schedule, and inside a batch.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": "far", "scheduled_at": "+P100000000D"}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "t", "args": [], "queue": "far", "options": {"delay_ms": u64::MAX}}]}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    // Ten years exactly is accepted, and its run time is ten years out.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": "far", "options": {"delay_ms": ten_years}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(
+        ms(&b["job"]["scheduled_at"]) - ms(&b["job"]["created_at"]),
+        ten_years as i64,
+        "{b}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
 async fn fetch_discards_a_bounded_number_of_expired_jobs_per_call() {
     let s = TestServer::start().await;
     let jobs: Vec<Value> = (0..300)
