@@ -4,6 +4,21 @@
 -- Nothing releases a lock when its job moves on: whether the holder still counts is decided here,
 -- lazily, by reading its state when a job with the same key is enqueued (a holder whose hash expired
 -- after its retention does not count either). ack, nack and cancel do no work for uniqueness.
+--
+-- The holder's record keeps what a dead-letter retry needs to check its key again as an enqueue would:
+-- 'unique' (the key), 'unique_states' (the policy's states, comma-separated; absent when they are the
+-- default, UNIQUE_DEFAULT_STATES) and 'unique_until' (ms: creation + period; absent without a period).
+
+-- The states a policy counts when it names none: ojs_core::unique::DEFAULT_STATES, in its order (the
+-- server sends them so), so that a record with the default policy stores none.
+local UNIQUE_DEFAULT_STATES = 'available,active,scheduled,retryable,pending'
+
+-- unique_state_set(csv): the states of a comma-separated list, as a set (state -> true).
+local function unique_state_set(csv)
+  local states = {}
+  for st in string.gmatch(csv, '[^,]+') do states[st] = true end
+  return states
+end
 
 -- unique_holder(P, key, states): the job holding the key, and its state, when that state is one of
 -- `states` (a set: state -> true); nil otherwise.
@@ -21,5 +36,16 @@ local function unique_take(P, key, id, period_ms)
     redis.call('SET', key_unique(P, key), id, 'PX', period_ms)
   else
     redis.call('SET', key_unique(P, key), id)
+  end
+end
+
+-- unique_retake(P, key, id, until_ms, now): a job coming back to life (a dead-letter retry) takes its key
+-- again: until until_ms (its creation + its period) when it has a period, so not at all once that
+-- passed; with no period (until_ms nil), with no expiry.
+local function unique_retake(P, key, id, until_ms, now)
+  if not until_ms then
+    unique_take(P, key, id, 0)
+  elseif until_ms > now then
+    unique_take(P, key, id, until_ms - now)
   end
 end
