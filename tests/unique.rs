@@ -257,20 +257,26 @@ async fn lock_of(s: &TestServer, body: Value) -> (String, String) {
     (key, lock)
 }
 
-async fn pttl(s: &TestServer, key: &str) -> i64 {
-    redis::cmd("PTTL")
+/// `cmd key` on the server's Redis.
+async fn on_key<T: redis::FromRedisValue>(s: &TestServer, cmd: &str, key: &str) -> T {
+    redis::cmd(cmd)
         .arg(key)
         .query_async(&mut s.redis().await)
         .await
-        .expect("PTTL")
+        .unwrap_or_else(|e| panic!("{cmd} {key}: {e}"))
+}
+
+async fn pttl(s: &TestServer, key: &str) -> i64 {
+    on_key(s, "PTTL", key).await
+}
+
+/// When `key` expires (epoch ms; Redis 7.0+).
+async fn expire_time(s: &TestServer, key: &str) -> i64 {
+    on_key(s, "PEXPIRETIME", key).await
 }
 
 async fn get_str(s: &TestServer, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut s.redis().await)
-        .await
-        .expect("GET")
+    on_key(s, "GET", key).await
 }
 
 /// Enqueues `body` (its retry policy: one attempt, then the dead letter), runs and fails it.
@@ -373,6 +379,72 @@ async fn a_revived_holder_takes_its_lock_for_what_is_left_of_its_period() {
     assert_eq!(get_str(&s, &lock).await.as_deref(), Some(a.as_str()));
     let ttl = pttl(&s, &lock).await;
     assert!((1..=8_000).contains(&ttl), "what is left of A's 10 s: {ttl}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_lock_without_a_period_expires_with_its_holders_record() {
+    let retention_ms = 600_000;
+    let s = TestServer::start_with(|c| c.retention_secs = retention_ms / 1000).await;
+    // No period: the lock lives while its holder does, then expires with the holder's record.
+    let body = job("uq-ttl", json!([1]), json!({}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    assert_eq!(pttl(&s, &lock).await, -1, "the holder is live: no expiry");
+    s.fetch(&["uq-ttl"], 1).await;
+    assert_eq!(s.ack(&id).await.0, 200);
+    let ttl = pttl(&s, &lock).await;
+    assert!(
+        (retention_ms as i64 - 5_000..=retention_ms as i64).contains(&ttl),
+        "the lock expires after the retention: {ttl} ms"
+    );
+    let (lock_at, record_at) = (expire_time(&s, &lock).await, expire_time(&s, &s.keys().job(&id)).await);
+    assert!(
+        lock_at <= record_at,
+        "no later than the record: lock at {lock_at}, record at {record_at}"
+    );
+    // A period shorter than the retention is never lengthened.
+    let body = job("uq-ttl", json!([2]), json!({"period": "PT30S"}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    s.fetch(&["uq-ttl"], 1).await;
+    assert_eq!(s.ack(&id).await.0, 200);
+    let ttl = pttl(&s, &lock).await;
+    assert!((1..=30_000).contains(&ttl), "still the period: {ttl}");
+    // Cancelled: the same.
+    let body = job("uq-ttl", json!([3]), json!({}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    assert_eq!(s.delete(&format!("/ojs/v1/jobs/{id}")).await.0, 200);
+    let ttl = pttl(&s, &lock).await;
+    assert!(
+        (retention_ms as i64 - 5_000..=retention_ms as i64).contains(&ttl),
+        "cancelled: {ttl}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_lock_stays_with_a_holder_kept_forever_and_leaves_with_a_deleted_one() {
+    // Retention 0 keeps finished records forever: their locks stay too.
+    let s = TestServer::start_with(|c| c.retention_secs = 0).await;
+    let body = job("uq-keep", json!([1]), json!({}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    s.fetch(&["uq-keep"], 1).await;
+    assert_eq!(s.ack(&id).await.0, 200);
+    assert_eq!(pttl(&s, &lock).await, -1);
+    // A dead-lettered holder deleted for good takes its lock with it.
+    let body = job("uq-keep", json!([2]), json!({}));
+    let a = dead_letter(&s, body.clone()).await;
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(a.as_str()));
+    assert_eq!(s.delete(&format!("/ojs/v1/dead-letter/{a}")).await.0, 200);
+    assert_eq!(get_str(&s, &lock).await, None, "deleted with its holder");
+    // A lock another job took since is left alone.
+    let c = dead_letter(&s, job("uq-keep", json!([3]), json!({}))).await;
+    let d = s.enqueue(job("uq-keep", json!([4]), json!({}))).await;
+    assert_eq!(s.delete(&format!("/ojs/v1/dead-letter/{c}")).await.0, 200);
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(d.as_str()));
     s.assert_invariants().await;
 }
 
