@@ -268,6 +268,47 @@ async fn a_heartbeat_never_revives_a_lapsed_lease() {
     assert_eq!(next[0]["id"], other.as_str());
 }
 
+#[tokio::test]
+async fn a_progress_report_is_fenced_by_the_worker_as_a_heartbeat_is() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(json!({"type": "t", "args": [], "queue": "prg-fence"})).await;
+    let job = fetch_as(&s, "prg-fence", "w1", 30_000).await.remove(0);
+    let deadline = ms(&job["visibility_deadline"]);
+    // Another worker, naming itself but no lease: refused by both, and nothing moves.
+    let (_, hb) = s
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w2", "active_jobs": [id]}),
+        )
+        .await;
+    assert_eq!(hb["jobs"][0]["extended"], false, "{hb}");
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/jobs/{id}/progress"),
+            json!({"progress": 0.9, "worker_id": "w2"}),
+        )
+        .await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("lease_lost")), "{b}");
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/progress",
+            json!({"job_id": id, "percentage": 90, "worker_id": "w2"}),
+        )
+        .await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("lease_lost")), "{b}");
+    let (_, g) = s.get(&format!("/ojs/v1/jobs/{id}/progress")).await;
+    assert_eq!(g["progress"], Value::Null, "{g}");
+    let (_, j) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert!(ms(&j["job"]["visibility_deadline"]) <= deadline, "not extended: {j}");
+    // The holder, by name, is heard; so is a report naming no one, as every official SDK sends it (and
+    // the progress conformance suite: fetch as a worker, report with the job id alone).
+    for body in [json!({"progress": 0.25, "worker_id": "w1"}), json!({"progress": 0.5})] {
+        let (st, b) = s.put(&format!("/ojs/v1/jobs/{id}/progress"), body.clone()).await;
+        assert_eq!((st, b["accepted"].as_bool()), (200, Some(true)), "{body} -> {b}");
+    }
+    s.assert_invariants().await;
+}
+
 // ---- 3. no lane without a way out ---------------------------------------------------------------------
 
 #[tokio::test]
