@@ -8,20 +8,23 @@
 -- RETURNS
 --   {'ok'}
 --   {'not_found'}         the job is not in the dead letter set
--- COST   O(log n)
+-- COST   O(log n); a unique job adds a GET (and a DEL) of its key's lock
 -- CLOCK  Redis TIME
 -- INVARIANTS
---   the job leaves P..'dead' and its record is deleted in the same script
+--   the job leaves P..'dead' and its record is deleted in the same script, and so is its uniqueness
+--   key's lock when that still names it (includes/unique.lua)
 --@include clock
 --@include emit
 --@include active
+--@include unique
 
 local P, id = ARGV[1], ARGV[2]
 if not redis.call('ZSCORE', KEYS[1], id) then return {'not_found'} end
 local jk = key_job(P, id)
-local f = rec('HMGET', jk, 'queue', 'type')
+local f = rec('HMGET', jk, 'queue', 'type', 'unique')
 redis.call('ZREM', KEYS[1], id)
 rec('DEL', jk)
+if f[3] then unique_release(P, f[3], id, 0) end
 if f[1] then
     emit(P, 'job.deleted', id, f[1], f[2], now_ms(), nil)
 end

@@ -86,7 +86,8 @@
 --   a duplicate inside one call meets the earlier job exactly as a stored one); 'replace' cancels the
 --   holder (job.cancelled) in the same script that writes its successor, 'raise_priority' changes the
 --   holder's priority with PATCH's code (includes/priority.lua); every written job with a key takes it
---   (P..'unique:'..key = its id, PX period)
+--   (P..'unique:'..key = its id, PX period) and records it ('unique', and 'unique_states' unless the
+--   default, 'unique_until' with a period: what a dead-letter retry checks again)
 --@include clock
 --@include emit
 --@include ready
@@ -136,9 +137,8 @@ local now = now_ms()
 -- policy(b): the unique policy of the job whose fields start at ARGV[b], or nil.
 local function policy(b)
   if ARGV[b + 18] == '' then return nil end
-  local states = {}
-  for st in string.gmatch(ARGV[b + 19], '[^,]+') do states[st] = true end
-  return { key = ARGV[b + 18], states = states, period = tonumber(ARGV[b + 20]), on_conflict = ARGV[b + 21] }
+  return { key = ARGV[b + 18], states = unique_state_set(ARGV[b + 19]), period = tonumber(ARGV[b + 20]),
+    on_conflict = ARGV[b + 21] }
 end
 
 local function replaces(u)
@@ -351,6 +351,8 @@ for i = 0, n - 1 do
     opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + 11], '0')
     if u then
       opt(h, 'unique', u.key, '')
+      opt(h, 'unique_states', ARGV[b + 19], UNIQUE_DEFAULT_STATES)
+      if u.period > 0 then opt(h, 'unique_until', now + u.period, '') end
       unique_take(P, u.key, id, u.period)
     end
     opt(h, 'dedup', ARGV[b + 22], '')

@@ -135,7 +135,7 @@ local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
   rec('HDEL', jk, 'member')
   stat(P, queue, state, 1)
   emit(P, event, id, queue, jtype, now, data)
-  finish(jk, retention)
+  finish(P, jk, id, retention)
   local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
 end

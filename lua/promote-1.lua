@@ -45,7 +45,7 @@ for _, id in ipairs(due) do
         'error', '{"code":"expired","message":"expires_at passed before the job started"}')
       stat(P, f[1], 'discarded', 1)
       emit(P, 'job.expired', id, f[1], f[2], now, nil)
-      finish(jk, tonumber(ARGV[3]))
+      finish(P, jk, id, tonumber(ARGV[3]))
       wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARGV[3]))
     else
       rec('HSET', jk, 'state', 'available', 'enqueued_at', now)

@@ -268,6 +268,47 @@ async fn a_heartbeat_never_revives_a_lapsed_lease() {
     assert_eq!(next[0]["id"], other.as_str());
 }
 
+#[tokio::test]
+async fn a_progress_report_is_fenced_by_the_worker_as_a_heartbeat_is() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(json!({"type": "t", "args": [], "queue": "prg-fence"})).await;
+    let job = fetch_as(&s, "prg-fence", "w1", 30_000).await.remove(0);
+    let deadline = ms(&job["visibility_deadline"]);
+    // Another worker, naming itself but no lease: refused by both, and nothing moves.
+    let (_, hb) = s
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w2", "active_jobs": [id]}),
+        )
+        .await;
+    assert_eq!(hb["jobs"][0]["extended"], false, "{hb}");
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/jobs/{id}/progress"),
+            json!({"progress": 0.9, "worker_id": "w2"}),
+        )
+        .await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("lease_lost")), "{b}");
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/progress",
+            json!({"job_id": id, "percentage": 90, "worker_id": "w2"}),
+        )
+        .await;
+    assert_eq!((st, b["error"]["code"].as_str()), (409, Some("lease_lost")), "{b}");
+    let (_, g) = s.get(&format!("/ojs/v1/jobs/{id}/progress")).await;
+    assert_eq!(g["progress"], Value::Null, "{g}");
+    let (_, j) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert!(ms(&j["job"]["visibility_deadline"]) <= deadline, "not extended: {j}");
+    // The holder, by name, is heard; so is a report naming no one, as every official SDK sends it (and
+    // the progress conformance suite: fetch as a worker, report with the job id alone).
+    for body in [json!({"progress": 0.25, "worker_id": "w1"}), json!({"progress": 0.5})] {
+        let (st, b) = s.put(&format!("/ojs/v1/jobs/{id}/progress"), body.clone()).await;
+        assert_eq!((st, b["accepted"].as_bool()), (200, Some(true)), "{body} -> {b}");
+    }
+    s.assert_invariants().await;
+}
+
 // ---- 3. no lane without a way out ---------------------------------------------------------------------
 
 #[tokio::test]
@@ -416,6 +457,69 @@ async fn a_relative_expiry_is_measured_on_redis_time() {
         5_000,
         "resolved in the script, on the clock that also stamps created_at: {b}"
     );
+}
+
+#[tokio::test]
+async fn a_delay_or_offset_past_ten_years_is_refused_naming_the_field() {
+    // u64::MAX used to wrap in an `as i64`: 201 with a scheduled_at of now.
+    let s = TestServer::start().await;
+    let ten_years: u64 = 10 * 365 * 86_400_000; // the cap every client-given span has
+    for (options, field, code) in [
+        (json!({"delay_ms": u64::MAX}), "options.delay_ms", 400),
+        (json!({"delay_ms": ten_years + 1}), "options.delay_ms", 400),
+        (json!({"scheduled_at": "+P100000000D"}), "options.scheduled_at", 400),
+        (json!({"delay_until": "+P100000000D"}), "options.delay_until", 400),
+        (json!({"expires_at": "+P100000000D"}), "options.expires_at", 400),
+        (json!({"timeout_ms": u64::MAX}), "options.timeout_ms", 400),
+        (
+            json!({"retry": {"initial_interval": u64::MAX}}),
+            "options.retry.initial_interval",
+            422,
+        ),
+        (
+            json!({"retry": {"max_interval": "P100000000D"}}),
+            "options.retry.max_interval",
+            422,
+        ),
+    ] {
+        let body = json!({"type": "t", "args": [], "queue": "far", "options": options});
+        let (st, b) = s.post("/ojs/v1/jobs", body.clone()).await;
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(st, code, "{body} -> {b}");
+        assert!(
+            message.contains(field) && message.contains(&ten_years.to_string()),
+            "the message names the field and its maximum: {body} -> {b}"
+        );
+    }
+    // The same refusal for a top-level relative schedule, and inside a batch.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": "far", "scheduled_at": "+P100000000D"}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "t", "args": [], "queue": "far", "options": {"delay_ms": u64::MAX}}]}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    // Ten years exactly is accepted, and its run time is ten years out.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": "far", "options": {"delay_ms": ten_years}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(
+        ms(&b["job"]["scheduled_at"]) - ms(&b["job"]["created_at"]),
+        ten_years as i64,
+        "{b}"
+    );
+    s.assert_invariants().await;
 }
 
 #[tokio::test]

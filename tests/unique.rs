@@ -245,6 +245,209 @@ async fn period_ends_the_constraint_on_redis_time() {
     s.assert_invariants().await;
 }
 
+/// The uniqueness key of `body` as a 409 names it (`body` must meet a holder), and its lock's key.
+async fn lock_of(s: &TestServer, body: Value) -> (String, String) {
+    let (st, b) = s.post("/ojs/v1/jobs", body).await;
+    assert_eq!(st, 409, "a holder exists: {b}");
+    let key = b["error"]["details"]["uniqueness_key"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let lock = s.keys().unique(&key);
+    (key, lock)
+}
+
+/// `cmd key` on the server's Redis.
+async fn on_key<T: redis::FromRedisValue>(s: &TestServer, cmd: &str, key: &str) -> T {
+    redis::cmd(cmd)
+        .arg(key)
+        .query_async(&mut s.redis().await)
+        .await
+        .unwrap_or_else(|e| panic!("{cmd} {key}: {e}"))
+}
+
+async fn pttl(s: &TestServer, key: &str) -> i64 {
+    on_key(s, "PTTL", key).await
+}
+
+/// When `key` expires (epoch ms; Redis 7.0+).
+async fn expire_time(s: &TestServer, key: &str) -> i64 {
+    on_key(s, "PEXPIRETIME", key).await
+}
+
+async fn get_str(s: &TestServer, key: &str) -> Option<String> {
+    on_key(s, "GET", key).await
+}
+
+/// Enqueues `body` (its retry policy: one attempt, then the dead letter), runs and fails it.
+async fn dead_letter(s: &TestServer, mut body: Value) -> String {
+    body["options"]["retry"] = json!({"max_attempts": 1, "on_exhaustion": "dead_letter"});
+    let queue = body["options"]["queue"].as_str().unwrap_or_default().to_string();
+    let id = s.enqueue(body).await;
+    assert_eq!(ids(&s.fetch(&[&queue], 1).await), vec![id.clone()]);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"message": "boom"}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    s.wait_state(&id, "discarded", Duration::from_secs(2)).await;
+    id
+}
+
+#[tokio::test]
+async fn a_dead_letter_retry_never_makes_two_live_jobs_under_one_key() {
+    let s = TestServer::start().await;
+    let body = |n: i64| job("uq-dead", json!([n]), json!({"keys": ["type"]}));
+    let a = dead_letter(&s, body(1)).await;
+    // A is discarded, so B is no duplicate: B is written and takes the lock.
+    let b = s.enqueue(body(2)).await;
+    let (key, lock) = lock_of(&s, body(3)).await;
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(b.as_str()));
+    // Retrying A now would make two live jobs under one key: refused as the enqueue would be.
+    for path in [
+        format!("/ojs/v1/dead-letter/{a}/retry"),
+        format!("/ojs/v1/admin/dead-letter/{a}/retry"),
+    ] {
+        let (st, e) = s.post(&path, json!({})).await;
+        assert_eq!(st, 409, "{path}: {e}");
+        assert_eq!(e["error"]["code"], "duplicate", "{e}");
+        let d = &e["error"]["details"];
+        assert_eq!(
+            (
+                d["existing_job_id"].as_str(),
+                d["existing_job_state"].as_str(),
+                d["uniqueness_key"].as_str()
+            ),
+            (Some(b.as_str()), Some("available"), Some(key.as_str())),
+            "{e}"
+        );
+    }
+    let (st, r) = s
+        .post(
+            "/ojs/v1/admin/jobs/bulk/retry",
+            json!({"filter": {"queue": "uq-dead"}, "confirm": true}),
+        )
+        .await;
+    assert_eq!(
+        (st, r["succeeded"].as_u64(), r["failed"].as_u64()),
+        (200, Some(0), Some(1)),
+        "{r}"
+    );
+    assert!(
+        r["errors"][0]["error"].as_str().unwrap_or_default().contains(&b),
+        "the bulk error names the holder: {r}"
+    );
+    let (_, g) = s.get(&format!("/ojs/v1/jobs/{a}")).await;
+    assert_eq!(g["job"]["state"], "discarded", "A stays dead: {g}");
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(b.as_str()));
+    // Once B has run, A may come back, and it holds the key again: a newcomer meets A.
+    assert_eq!(ids(&s.fetch(&["uq-dead"], 1).await), vec![b.clone()]);
+    assert_eq!(s.ack(&b).await.0, 200);
+    let (st, e) = s.post(&format!("/ojs/v1/dead-letter/{a}/retry"), json!({})).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(a.as_str()));
+    assert_eq!(
+        pttl(&s, &lock).await,
+        -1,
+        "no period: the revived holder's lock has no expiry"
+    );
+    let (st, e) = s.post("/ojs/v1/jobs", body(4)).await;
+    assert_eq!(
+        (st, e["error"]["details"]["existing_job_id"].as_str()),
+        (409, Some(a.as_str())),
+        "{e}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_revived_holder_takes_its_lock_for_what_is_left_of_its_period() {
+    let s = TestServer::start().await;
+    let body = |n: i64| job("uq-dead-p", json!([n]), json!({"period": "PT10S"}));
+    let a = dead_letter(&s, body(1)).await;
+    // B took the key meanwhile (A is discarded, so no conflict), and ran.
+    let b = s.enqueue(body(2)).await;
+    let (_, lock) = lock_of(&s, body(3)).await;
+    assert_eq!(ids(&s.fetch(&["uq-dead-p"], 1).await), vec![b.clone()]);
+    assert_eq!(s.ack(&b).await.0, 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A comes back holding the key for the rest of its own period (from its creation), not a new one.
+    let (st, e) = s.post(&format!("/ojs/v1/dead-letter/{a}/retry"), json!({})).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(a.as_str()));
+    let ttl = pttl(&s, &lock).await;
+    assert!((1..=8_000).contains(&ttl), "what is left of A's 10 s: {ttl}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_lock_without_a_period_expires_with_its_holders_record() {
+    let retention_ms = 600_000;
+    let s = TestServer::start_with(|c| c.retention_secs = retention_ms / 1000).await;
+    // No period: the lock lives while its holder does, then expires with the holder's record.
+    let body = job("uq-ttl", json!([1]), json!({}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    assert_eq!(pttl(&s, &lock).await, -1, "the holder is live: no expiry");
+    s.fetch(&["uq-ttl"], 1).await;
+    assert_eq!(s.ack(&id).await.0, 200);
+    let ttl = pttl(&s, &lock).await;
+    assert!(
+        (retention_ms as i64 - 5_000..=retention_ms as i64).contains(&ttl),
+        "the lock expires after the retention: {ttl} ms"
+    );
+    let (lock_at, record_at) = (expire_time(&s, &lock).await, expire_time(&s, &s.keys().job(&id)).await);
+    assert!(
+        lock_at <= record_at,
+        "no later than the record: lock at {lock_at}, record at {record_at}"
+    );
+    // A period shorter than the retention is never lengthened.
+    let body = job("uq-ttl", json!([2]), json!({"period": "PT30S"}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    s.fetch(&["uq-ttl"], 1).await;
+    assert_eq!(s.ack(&id).await.0, 200);
+    let ttl = pttl(&s, &lock).await;
+    assert!((1..=30_000).contains(&ttl), "still the period: {ttl}");
+    // Cancelled: the same.
+    let body = job("uq-ttl", json!([3]), json!({}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    assert_eq!(s.delete(&format!("/ojs/v1/jobs/{id}")).await.0, 200);
+    let ttl = pttl(&s, &lock).await;
+    assert!(
+        (retention_ms as i64 - 5_000..=retention_ms as i64).contains(&ttl),
+        "cancelled: {ttl}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_lock_stays_with_a_holder_kept_forever_and_leaves_with_a_deleted_one() {
+    // Retention 0 keeps finished records forever: their locks stay too.
+    let s = TestServer::start_with(|c| c.retention_secs = 0).await;
+    let body = job("uq-keep", json!([1]), json!({}));
+    let id = s.enqueue(body.clone()).await;
+    let (_, lock) = lock_of(&s, body).await;
+    s.fetch(&["uq-keep"], 1).await;
+    assert_eq!(s.ack(&id).await.0, 200);
+    assert_eq!(pttl(&s, &lock).await, -1);
+    // A dead-lettered holder deleted for good takes its lock with it.
+    let body = job("uq-keep", json!([2]), json!({}));
+    let a = dead_letter(&s, body.clone()).await;
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(a.as_str()));
+    assert_eq!(s.delete(&format!("/ojs/v1/dead-letter/{a}")).await.0, 200);
+    assert_eq!(get_str(&s, &lock).await, None, "deleted with its holder");
+    // A lock another job took since is left alone.
+    let c = dead_letter(&s, job("uq-keep", json!([3]), json!({}))).await;
+    let d = s.enqueue(job("uq-keep", json!([4]), json!({}))).await;
+    assert_eq!(s.delete(&format!("/ojs/v1/dead-letter/{c}")).await.0, 200);
+    assert_eq!(get_str(&s, &lock).await.as_deref(), Some(d.as_str()));
+    s.assert_invariants().await;
+}
+
 #[tokio::test]
 async fn keys_select_args_meta_and_queue() {
     let s = TestServer::start().await;

@@ -29,7 +29,7 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   stat(P, f[2], 'completed', 1)
   emit(P, 'job.completed', id, f[2], f[3], now,
     '{"attempt":' .. f[4] .. ',"duration_ms":' .. (now - (tonumber(f[5]) or now)) .. '}')
-  finish(jk, retention_ms)
+  finish(P, jk, id, retention_ms)
   wf_job_ended(P, f[10], f[11], 'completed', result, now, retention_ms)
   return {'ok', now, tonumber(f[4]), f[2], f[3]}
 end

@@ -7,6 +7,8 @@
 
 --@include ratelimit
 
+--@include unique
+
 local function stat(P, queue, field, delta)
   count(key_queue_stats(P, queue), field, delta)
 end
@@ -38,9 +40,13 @@ local function leave_active(P, jk, id, queue, now, pre, also_del)
   if f[2] then redis.call('ZREM', key_queue_rl_active(P, queue), id) end
 end
 
--- finish(jk, retention_ms): a terminal job keeps its hash for retention_ms (0 = forever).
-local function finish(jk, retention_ms)
+-- finish(P, jk, id, retention_ms): a terminal job keeps its record for retention_ms (0 = forever), and a
+-- job with a unique policy its key's lock, if the lock still names it, no longer (includes/unique.lua).
+-- Every ending calls it (ack, discard, cancel, expiry, superseded); a dead-lettered job has not ended.
+local function finish(P, jk, id, retention_ms)
   if retention_ms > 0 then
     rec('PEXPIRE', jk, retention_ms)
+    local key = rec('HGET', jk, 'unique')
+    if key then unique_release(P, key, id, retention_ms) end
   end
 end

@@ -79,7 +79,7 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
     emit(P, 'job.dead_lettered', id, f.queue, f.type, now, '{}')
   else
     emit(P, 'job.discarded', id, f.queue, f.type, now, '{}')
-    finish(jk, retention_ms)
+    finish(P, jk, id, retention_ms)
   end
   return 'discarded', -1
 end

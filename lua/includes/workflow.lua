@@ -104,7 +104,7 @@ local function wf_drop(P, id, now, retention_ms, reason)
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, f[2], 'cancelled', 1)
   emit(P, 'job.cancelled', id, f[2], f[3], now, cjson.encode({previous_state = 'pending', reason = reason}))
-  finish(jk, retention_ms)
+  finish(P, jk, id, retention_ms)
   return true
 end
 

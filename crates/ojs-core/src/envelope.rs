@@ -31,17 +31,27 @@ fn invalid(msg: impl Into<String>) -> OjsError {
     OjsError::invalid(msg)
 }
 
-/// The longest lease (ten years): every lease deadline stays a time that RFC 3339 can write.
-pub const MAX_VISIBILITY_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+/// The longest span a client may give in milliseconds (ten years): a lease, a delay, a relative schedule
+/// or expiry, an execution timeout, a retry interval. Every time computed from one stays a time that
+/// RFC 3339 can write (and an `i64` of milliseconds), whatever the clock says.
+pub const MAX_SPAN_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// The longest lease: [`MAX_SPAN_MS`].
+pub const MAX_VISIBILITY_MS: u64 = MAX_SPAN_MS;
+
+/// Refuses a span longer than [`MAX_SPAN_MS`], naming the field and the maximum.
+pub fn check_span(ms: u64, field: &str) -> Result<u64, OjsError> {
+    if ms > MAX_SPAN_MS {
+        return Err(invalid(format!(
+            "{field} must be at most {MAX_SPAN_MS} ms (ten years); got {ms} ms"
+        )));
+    }
+    Ok(ms)
+}
 
 /// Refuses a visibility timeout longer than [`MAX_VISIBILITY_MS`].
 pub fn check_visibility(ms: u64, field: &str) -> Result<(), OjsError> {
-    if ms > MAX_VISIBILITY_MS {
-        return Err(invalid(format!(
-            "{field} must be at most {MAX_VISIBILITY_MS} (ten years); got {ms}"
-        )));
-    }
-    Ok(())
+    check_span(ms, field).map(drop)
 }
 
 fn opt_u64(o: &Map<String, Value>, key: &str, field: &str, min: u64) -> Result<Option<u64>, OjsError> {
@@ -87,7 +97,9 @@ pub(crate) fn duration_field(o: &Map<String, Value>, key: &str, field: &str) -> 
 }
 
 fn retry_duration(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<u64>, OjsError> {
-    duration_field(o, key, field).map_err(|e| OjsError::unprocessable(e.message))
+    duration_field(o, key, field)
+        .and_then(|ms| ms.map(|ms| check_span(ms, field)).transpose())
+        .map_err(|e| OjsError::unprocessable(e.message))
 }
 
 /// Parses `options.retry` (also accepted as `retry_policy`).
@@ -271,10 +283,13 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         Some(v) => model.check(v).map_err(invalid)?,
     };
 
-    let timeout_ms = opt_u64(&options, "timeout_ms", "options.timeout_ms", 1)?.unwrap_or(0);
-    let visibility_ms = opt_u64(&options, "visibility_timeout_ms", "options.visibility_timeout_ms", 1)?.unwrap_or(0);
-    check_visibility(visibility_ms, "options.visibility_timeout_ms")?;
-    let mut delay_ms = opt_u64(&options, "delay_ms", "options.delay_ms", 0)?.unwrap_or(0);
+    let span = |key: &str, min: u64| -> Result<u64, OjsError> {
+        let field = format!("options.{key}");
+        check_span(opt_u64(&options, key, &field, min)?.unwrap_or(0), &field)
+    };
+    let timeout_ms = span("timeout_ms", 1)?;
+    let visibility_ms = span("visibility_timeout_ms", 1)?;
+    let mut delay_ms = span("delay_ms", 0)?;
     // A relative schedule ("+PT5S") becomes a delay, so it is measured on Redis' clock like every schedule.
     let relative = |v: Option<&Value>| {
         v.and_then(Value::as_str)
@@ -288,7 +303,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
     ] {
         if let Some(rel) = rel {
             let ms = parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("{field}: {e}")))?;
-            delay_ms = delay_ms.max(ms);
+            delay_ms = delay_ms.max(check_span(ms, field)?);
         }
     }
     let absolute = |k: &str| {
@@ -316,7 +331,10 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
     let (expires_at_ms, expires_in_ms) = match options.get("expires_at") {
         Some(Value::String(rel)) if rel.starts_with('+') => (
             0,
-            parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("options.expires_at: {e}")))?,
+            check_span(
+                parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("options.expires_at: {e}")))?,
+                "options.expires_at",
+            )?,
         ),
         _ => (opt_time(&options, "expires_at", "options.expires_at")?.unwrap_or(0), 0),
     };

@@ -199,11 +199,25 @@ impl OjsError {
     }
     /// A unique job's duplicate under `on_conflict: reject` (ojs-unique-jobs §5.1).
     pub fn unique_conflict(existing_id: &str, existing_state: &str, uniqueness_key: &str) -> Self {
-        Self::new(
-            ErrorCode::Duplicate,
+        Self::unique_held(
             format!("a job with the same uniqueness key exists: job {existing_id}, {existing_state} (options.unique.on_conflict is reject)"),
+            existing_id,
+            existing_state,
+            uniqueness_key,
         )
-        .with_details(json!({
+    }
+    /// A dead-letter retry of a unique job refused because another job took its uniqueness key since
+    /// and is in a state the job's policy counts: the same 409 and details as the enqueue's refusal.
+    pub fn unique_retry_conflict(id: &str, existing_id: &str, existing_state: &str, uniqueness_key: &str) -> Self {
+        Self::unique_held(
+            format!("job {id} cannot be retried: job {existing_id}, {existing_state}, holds its uniqueness key now (retry it once that job has ended, or delete it)"),
+            existing_id,
+            existing_state,
+            uniqueness_key,
+        )
+    }
+    fn unique_held(message: String, existing_id: &str, existing_state: &str, uniqueness_key: &str) -> Self {
+        Self::new(ErrorCode::Duplicate, message).with_details(json!({
             "existing_job_id": existing_id,
             "existing_job_state": existing_state,
             "uniqueness_key": uniqueness_key,

@@ -641,6 +641,12 @@ impl<T> Found for ojs_store::Transition<T> {
     }
 }
 
+impl Found for ojs_store::DeadRetry {
+    fn found(&self) -> bool {
+        !matches!(self, ojs_store::DeadRetry::NotFound)
+    }
+}
+
 impl Found for bool {
     fn found(&self) -> bool {
         *self

@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::job_view;
 use ojs_core::{clock, names, OjsError};
-use ojs_store::Transition;
+use ojs_store::{DeadRetry, Transition};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -910,7 +910,8 @@ where
 }
 
 /// `POST /admin/jobs/bulk/retry {filter, confirm: true}`: dead-lettered jobs back to available with
-/// fresh attempts (the only retryable jobs that are indexed: `state` may be `discarded` or absent).
+/// fresh attempts (the only retryable jobs that are indexed: `state` may be `discarded` or absent); a
+/// unique job whose key another live job holds stays dead-lettered and is counted in `failed`.
 #[utoipa::path(
     post,
     path = "/ojs/v1/admin/jobs/bulk/retry",
@@ -925,8 +926,12 @@ async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) 
         let s = s.clone();
         async move {
             let id = id.as_str();
-            Ok((!s.shards.on_id(id, |t| async move { t.dead_retry(id).await }).await?)
-                .then(|| "no longer in the dead letter set".to_string()))
+            Ok(
+                match s.shards.on_id(id, |t| async move { t.dead_retry(id).await }).await? {
+                    DeadRetry::NotFound => Some("no longer in the dead letter set".to_string()),
+                    r => crate::routes::dead_letter::retry_refused(id, r).map(|e| e.message),
+                },
+            )
         }
     })
     .await

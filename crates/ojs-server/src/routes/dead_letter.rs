@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ojs_core::job::job_view;
 use ojs_core::{clock, OjsError};
+use ojs_store::DeadRetry;
 use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -105,10 +106,31 @@ async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     }
 }
 
+/// A dead-letter retry the store did not do, as the API answers it (None: the job is available again).
+pub(crate) fn retry_refused(id: &str, r: DeadRetry) -> Option<OjsError> {
+    match r {
+        DeadRetry::Retried => None,
+        DeadRetry::NotFound => Some(OjsError::not_found("dead-letter job", id)),
+        DeadRetry::Duplicate {
+            existing_id,
+            existing_state,
+            uniqueness_key,
+        } => Some(OjsError::unique_retry_conflict(
+            id,
+            &existing_id,
+            &existing_state,
+            &uniqueness_key,
+        )),
+    }
+}
+
 async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     let id = path_job_id(id)?;
-    if !st.shards.on_id(id, |s| async move { s.dead_retry(id).await }).await? {
-        return Err(OjsError::not_found("dead-letter job", id).into());
+    if let Some(e) = retry_refused(
+        id,
+        st.shards.on_id(id, |s| async move { s.dead_retry(id).await }).await?,
+    ) {
+        return Err(e.into());
     }
     let f = st
         .shards
@@ -168,9 +190,9 @@ async fn get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Ap
     post,
     path = "/ojs/v1/dead-letter/{id}/retry",
     tag = "dead-letter",
-    summary = "Retry a dead-lettered job with fresh attempts",
+    summary = "Retry a dead-lettered job with fresh attempts (a unique job: unless its key is held by another live job)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A unique job whose uniqueness key another job holds now, in a state its policy counts (OJS error `duplicate`, details as the enqueue's)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     retry_impl(&st, &id).await
@@ -229,7 +251,7 @@ async fn admin_get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>)
     tag = "dead-letter",
     summary = "Retry a dead-lettered job (same as /ojs/v1/dead-letter/{id}/retry)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A unique job whose uniqueness key another job holds now, in a state its policy counts (OJS error `duplicate`, details as the enqueue's)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn admin_retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     retry_impl(&st, &id).await

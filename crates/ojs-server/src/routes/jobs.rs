@@ -41,14 +41,16 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
     f.insert("max_attempts".into(), j.retry.max_attempts.to_string());
     f.insert("created_at".into(), now_ms.to_string());
     f.insert("enqueued_at".into(), now_ms.to_string());
+    // Spans are at most ten years (`envelope::MAX_SPAN_MS`), so these sums cannot wrap.
+    let after = |ms: u64| now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
     if state == "scheduled" {
-        let at = j.scheduled_at_ms.max(now_ms + j.delay_ms as i64);
+        let at = j.scheduled_at_ms.max(after(j.delay_ms));
         f.insert("scheduled_at".into(), at.to_string());
     }
     if j.expires_at_ms > 0 {
         f.insert("expires_at".into(), j.expires_at_ms.to_string());
     } else if j.expires_in_ms > 0 {
-        f.insert("expires_at".into(), (now_ms + j.expires_in_ms as i64).to_string());
+        f.insert("expires_at".into(), after(j.expires_in_ms).to_string());
     }
     job_view(&f)
 }
@@ -353,14 +355,16 @@ pub struct EnqueueOptions {
     /// Core priority model: the priority (higher first).
     #[schema(nullable = false)]
     priority: Option<i64>,
-    #[schema(minimum = 1, nullable = false)]
+    /// The execution timeout (at most ten years).
+    #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
     timeout_ms: Option<u64>,
     /// How long a FETCH holds the job before it is taken back (default: the server's; at most ten years).
     #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
     visibility_timeout_ms: Option<u64>,
-    #[schema(nullable = false)]
+    /// Run no sooner than this many ms from now (at most ten years).
+    #[schema(maximum = 315360000000i64, nullable = false)]
     delay_ms: Option<u64>,
-    /// RFC 3339, or relative (`+PT5S`).
+    /// RFC 3339, or relative (`+PT5S`, at most ten years).
     #[schema(nullable = false)]
     scheduled_at: Option<String>,
     #[schema(nullable = false)]

@@ -3,8 +3,24 @@
 
 use super::ArgWriter;
 
-use crate::reply::tag;
+use crate::reply::{at, tag, val_str};
 use crate::store::{Result, Store};
+
+/// What a dead-letter retry did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DeadRetry {
+    /// The job is available again.
+    Retried,
+    /// The job is not in the dead letter set.
+    NotFound,
+    /// Another job holds the job's uniqueness key in a state its policy counts: the job stays
+    /// dead-lettered (the same refusal an enqueue of it would meet).
+    Duplicate {
+        existing_id: String,
+        existing_state: String,
+        uniqueness_key: String,
+    },
+}
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "id"];
@@ -20,10 +36,18 @@ impl Store {
         args
     }
 
-    pub async fn dead_retry(&self, id: &str) -> Result<bool> {
+    pub async fn dead_retry(&self, id: &str) -> Result<DeadRetry> {
         let args = self.dead_retry_args(id);
         let items = self.run(&self.scripts.dead_retry, &[self.keys.dead()], args).await?;
-        Ok(tag(&items) == "ok")
+        Ok(match tag(&items).as_str() {
+            "ok" => DeadRetry::Retried,
+            "duplicate" => DeadRetry::Duplicate {
+                existing_id: val_str(at(&items, 1)),
+                existing_state: val_str(at(&items, 2)),
+                uniqueness_key: val_str(at(&items, 3)),
+            },
+            _ => DeadRetry::NotFound,
+        })
     }
 }
 
@@ -34,5 +58,16 @@ mod tests {
         // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().dead_retry_args("j");
         assert_eq!(args, ["ojs:{t}:", "j"]);
+    }
+
+    #[test]
+    fn the_scripts_default_unique_states_are_the_policys() {
+        // A record stores no 'unique_states' when the enqueue sent these; a retry then reads them back.
+        let lua = include_str!("../../../../lua/includes/unique.lua");
+        let default = ojs_core::unique::DEFAULT_STATES.join(",");
+        assert!(
+            lua.contains(&format!("local UNIQUE_DEFAULT_STATES = '{default}'")),
+            "lua/includes/unique.lua's UNIQUE_DEFAULT_STATES is not {default:?}"
+        );
     }
 }
