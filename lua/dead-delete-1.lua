@@ -9,6 +9,7 @@
 --   {'ok'}
 --   {'not_found'}         the job is not in the dead letter set
 -- COST   O(log n); a unique job adds a GET (and a DEL) of its key's lock
+-- CAPS   no loop
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   the job leaves P..'dead' and its record is deleted in the same script, and so is its uniqueness

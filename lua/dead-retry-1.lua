@@ -14,6 +14,7 @@
 --                         another job holds the job's uniqueness key in one of its policy's states;
 --                         nothing changed (the job stays dead-lettered)
 -- COST   O(log n); a unique job adds a GET of its key, a read of the holder's record and a SET
+-- CAPS   no loop
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   discarded (in P..'dead') -> available (in its ready set); attempt restarts at 0; error history kept;

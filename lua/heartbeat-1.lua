@@ -18,8 +18,10 @@
 --      signal is the operator's directive for this worker ('' = run on, 'quiet', 'terminate');
 --      state_i is the job's state ('missing' if gone); lease_i the new deadline, or -1 when the lease
 --      was not extended: the worker no longer holds the job and should stop it
--- COST   O(log n) per job, plus O(log w + m) to prune the m registry entries of workers silent for longer
---        than worker_ttl_ms (w workers)
+-- COST   O(log n) per job, plus O(log w + m) to prune the m (at most 100) registry entries of workers
+--        silent for longer than worker_ttl_ms (w workers)
+-- CAPS   the ids given (the server accepts at most 10,000 per list); the prune takes at most 100 silent
+--        workers per call
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   only an active job held by this claim is extended, together with its rate-limit slots: the named
@@ -72,6 +74,8 @@ if worker ~= '' then
   if ARGV[6] ~= '' then redis.call('HSET', wk, 'state', ARGV[6]) end
   redis.call('PEXPIRE', wk, ttl)
   redis.call('ZADD', key_workers(P), now, worker)
-  redis.call('ZREMRANGEBYSCORE', key_workers(P), '-inf', '(' .. (now - ttl))
+  -- At most 100 silent workers leave per heartbeat (every heartbeat prunes, so the registry keeps up).
+  local gone = redis.call('ZRANGE', key_workers(P), '-inf', '(' .. (now - ttl), 'BYSCORE', 'LIMIT', 0, 100)
+  if #gone > 0 then redis.call('ZREM', key_workers(P), unpack(gone)) end
 end
 return reply

@@ -20,6 +20,7 @@
 --   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
 -- COST   O(log n) (the lease's ZADD to P..'active'), plus one event at most once a second per job
 --        (the call's events are one XADD)
+-- CAPS   no loop
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   only an active job's progress fields change (progress, progress_message, progress_data,

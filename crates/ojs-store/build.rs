@@ -2,7 +2,8 @@
 //! from `lua/includes/`, and checks every header against its body before anything runs:
 //! - the file name's key count equals the number of `KEYS[i]` entries the header declares, and the body
 //!   uses no `KEYS[i]` beyond it;
-//! - the header has the sections KEYS, ARGV, RETURNS and INVARIANTS;
+//! - the header has the sections KEYS, ARGV, RETURNS and INVARIANTS, and a CAPS line (what bounds each
+//!   loop it runs); an include with a loop (`for`, `while`, `repeat`) says `CAPS` in its comments;
 //! - every reply tag the body returns (`return {'tag'`) is declared under RETURNS;
 //! - where the operation has a typed twin, `src/ops/<op>.rs`, its `ARGV` constant names the header's
 //!   `ARGV[i] <name>` lines in order, and its `RECORD` constant (for scripts that take repeated records,
@@ -59,7 +60,7 @@ fn main() {
     for inc in std::fs::read_dir(lua_dir.join("includes")).expect("lua/includes/") {
         let path = inc.expect("dir entry").path();
         let text = std::fs::read_to_string(&path).expect("read include");
-        if let Err(e) = check_no_key_names(&text) {
+        if let Err(e) = check_no_key_names(&text).and_then(|()| check_include_caps(&text)) {
             problems.push(format!(
                 "includes/{}: {e}",
                 path.file_name().unwrap_or_default().to_string_lossy()
@@ -346,6 +347,10 @@ fn check_header(text: &str, nkeys: usize) -> Result<(), String> {
             return Err(format!("header lacks a '-- {s}' section"));
         }
     }
+    // Bounded work per call: every script says what bounds each of its loops (and its includes').
+    if !head.iter().any(|l| l.trim_start_matches('-').trim().starts_with("CAPS")) {
+        return Err("header lacks a '-- CAPS' line: what bounds each loop the script runs".into());
+    }
     if declared_keys != nkeys {
         return Err(format!("file name says {nkeys} keys, header declares {declared_keys}"));
     }
@@ -391,6 +396,19 @@ fn flatten(text: &str, includes: &Path, seen: &mut BTreeSet<String>) -> Result<S
         }
     }
     Ok(out)
+}
+
+/// An include whose code loops (`for`, `while`, `repeat`) says in its comments what bounds the loops.
+fn check_include_caps(text: &str) -> Result<(), String> {
+    let loops = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .any(|l| l.split_whitespace().any(|w| w == "for" || w == "while" || w == "repeat"));
+    let said = text.lines().any(|l| l.trim_start().starts_with("--") && l.contains("CAPS"));
+    if loops && !said {
+        return Err("has a loop but no CAPS comment saying what bounds it".into());
+    }
+    Ok(())
 }
 
 /// A script's `--@include` lines only.

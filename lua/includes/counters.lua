@@ -4,6 +4,7 @@
 -- group-commit call write nothing. A field counted with
 -- drop_at_zero is deleted when it reaches 0 or less. A script that reads such a counter adds
 -- count_pending(key) (see enqueue-1.lua's depth).
+-- CAPS: its loops visit the counters this call moved (a few per queue the call touched).
 local CNT, CNT_DROP = {}, {}
 
 local function count_begin()

@@ -5,6 +5,7 @@
 -- server gives the k-th event of entry <id> the event id <id> (k = 0) or <id>.<k> (store.rs
 -- stream_entries), so one entry per call costs one XADD however many jobs the call moved (a group commit,
 -- a batch), and an entry written one event at a time reads as it always did.
+-- CAPS: emit_flush writes the call's events 500 per XADD (as many as the call's transitions).
 local EVENTS_MAXLEN = 100000
 -- Events per entry: XADD's arguments go through unpack, which Lua 5.1 bounds at 8,000 values (a batch of
 -- 10,000 jobs writes 20 entries).

@@ -8,6 +8,7 @@
 --   retention_ms for discarded jobs that do not go to the dead letter set
 -- Returns state ('retryable' | 'discarded'), delay_ms (or -1). A discarded workflow job advances its
 -- workflow (includes/workflow.lua) in the same call.
+-- CAPS: the loop visits the job's own non_retryable_errors patterns (its envelope's list).
 --@include workflow
 -- Backoff ('backoff' field = "<strategy> <initial_ms> <coefficient> <max_ms> <jitter 0|1>"):
 --   exponential: initial * coefficient^(attempt-1); linear: initial * attempt; constant: initial;

@@ -40,6 +40,7 @@
 -- (rl_register takes them back), and the timer drops it from P..'rl:keys' once they have
 -- (promote-1.lua, from P..'rl:idle': key -> when it may go). Its window, throttle and dynamic block
 -- already expire on their own; an operator override keeps its own expiry.
+-- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are).
 --@include emit
 --@include clock
 --@include score

@@ -15,6 +15,7 @@
 -- INVARIANTS: a job key holds a record (or, before migration, a v1 hash), never anything else; a
 -- record's values are strings, as a hash's were; the writes reach Redis before the call returns, in the
 -- same script as every other write of the transition.
+-- CAPS: its loops visit the records this call touched and each record's fields.
 --@include emit
 --@include counters
 local REC = {}

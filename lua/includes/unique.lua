@@ -11,6 +11,7 @@
 -- The holder's record keeps what a dead-letter retry needs to check its key again as an enqueue would:
 -- 'unique' (the key), 'unique_states' (the policy's states, comma-separated; absent when they are the
 -- default, UNIQUE_DEFAULT_STATES) and 'unique_until' (ms: creation + period; absent without a period).
+-- CAPS: the loop visits the policy's states (at most the seven OJS states).
 
 -- The states a policy counts when it names none: ojs_core::unique::DEFAULT_STATES, in its order (the
 -- server sends them so), so that a record with the default policy stores none.

@@ -25,6 +25,9 @@
 -- at most 3 pending callbacks and trims at most WF_TRIM = 100 expired workflows. The
 -- results are read when the job is read (wf_job_reply, by fetch-1.lua and job-read-1.lua): O(parents)
 -- for a job with wf_parents (HMGET, at most 1000 fields per call), nothing for any other job.
+-- CAPS: a sweep step ends at most WF_SWEEP = 500 members; a close trims at most WF_TRIM = 100
+-- index entries; a batch's callbacks are at most 3; results are read 1,000 per HMGET, at most
+-- 10,000 (ojs_core::workflow::MAX_WORKFLOW_JOBS).
 --@include emit
 --@include ready
 --@include active
