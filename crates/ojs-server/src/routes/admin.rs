@@ -929,7 +929,7 @@ async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) 
             Ok(
                 match s.shards.on_id(id, |t| async move { t.dead_retry(id).await }).await? {
                     DeadRetry::NotFound => Some("no longer in the dead letter set".to_string()),
-                    r => crate::routes::dead_letter::retry_refused(id, r).map(|e| e.message),
+                    r => r.refusal(id).map(|e| e.message),
                 },
             )
         }

@@ -9,7 +9,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ojs_core::job::job_view;
 use ojs_core::{clock, OjsError};
-use ojs_store::DeadRetry;
 use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -106,30 +105,14 @@ async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     }
 }
 
-/// A dead-letter retry the store did not do, as the API answers it (None: the job is available again).
-pub(crate) fn retry_refused(id: &str, r: DeadRetry) -> Option<OjsError> {
-    match r {
-        DeadRetry::Retried => None,
-        DeadRetry::NotFound => Some(OjsError::not_found("dead-letter job", id)),
-        DeadRetry::Duplicate {
-            existing_id,
-            existing_state,
-            uniqueness_key,
-        } => Some(OjsError::unique_retry_conflict(
-            id,
-            &existing_id,
-            &existing_state,
-            &uniqueness_key,
-        )),
-    }
-}
-
 async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     let id = path_job_id(id)?;
-    if let Some(e) = retry_refused(
-        id,
-        st.shards.on_id(id, |s| async move { s.dead_retry(id).await }).await?,
-    ) {
+    if let Some(e) = st
+        .shards
+        .on_id(id, |s| async move { s.dead_retry(id).await })
+        .await?
+        .refusal(id)
+    {
         return Err(e.into());
     }
     let f = st

@@ -22,6 +22,27 @@ pub enum DeadRetry {
     },
 }
 
+impl DeadRetry {
+    /// A retry the store did not do, as the API answers it (None: the job is available again). One
+    /// answer for the single and the bulk retry.
+    pub fn refusal(self, id: &str) -> Option<ojs_core::OjsError> {
+        match self {
+            DeadRetry::Retried => None,
+            DeadRetry::NotFound => Some(ojs_core::OjsError::not_found("dead-letter job", id)),
+            DeadRetry::Duplicate {
+                existing_id,
+                existing_state,
+                uniqueness_key,
+            } => Some(ojs_core::OjsError::unique_retry_conflict(
+                id,
+                &existing_id,
+                &existing_state,
+                &uniqueness_key,
+            )),
+        }
+    }
+}
+
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "id"];
 
