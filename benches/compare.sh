@@ -7,7 +7,13 @@
 # build against the baseline: what a change bought, measured in one run.
 # OJS_BENCH_SCENARIOS="add bulk" runs only those scenarios (default: add bulk process process_split
 # latency); the table then shows only them.
-# Installs what it needs: redis-server (apt), BullMQ (npm, pinned in benches/peers/bullmq).
+# Beside the table it prints where Redis' time goes per job (INFO commandstats, reset when each run's
+# measured part begins): script calls, other commands (those the scripts call), their µs, and the
+# difference, which is Lua and the calls themselves; and the server's CPU per request.
+# It also profiles the server with perf (Debian's linux-perf, cpu-clock samples with call graphs) during
+# the first round's process_split run and prints the top entries (the whole report stays in
+# target/bench/perf-process_split.txt); OJS_BENCH_PERF=0 skips it, and so does a machine without perf.
+# Installs what it needs: redis-server (apt), BullMQ (npm, pinned in benches/peers/bullmq), linux-perf (apt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
@@ -38,11 +44,46 @@ run_ours() {
 }
 results="$work/results.jsonl"
 start_server ./target/release/ojs-server
+perf_on="${OJS_BENCH_PERF:-1}"
+if [ "$perf_on" = 1 ] && ! command -v perf >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo ">> installing linux-perf for the server profile" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1 || true
+  fi
+  command -v perf >/dev/null 2>&1 || { echo ">> no perf on this machine: no server profile" >&2; perf_on=0; }
+fi
+mkdir -p target/bench
+# profiled <scenario> <jobs>: run_ours ojs under perf record (cpu-clock, call graphs), then the report.
+profiled() {
+  perf record -q -e cpu-clock -F 499 --call-graph dwarf,16384 -p "$spid" -o "$work/perf.data" 2>>"$work/perf.log" & ppid=$!
+  sleep 0.2
+  run_ours ojs "$1" "$2"
+  kill -INT "$ppid" 2>/dev/null || true
+  wait "$ppid" 2>/dev/null || true
+  if perf report -i "$work/perf.data" --stdio --no-children --sort symbol --percent-limit 0.5 \
+    >"target/bench/perf-$1.txt" 2>>"$work/perf.log" &&
+    perf report -i "$work/perf.data" --stdio --children --sort symbol -g none --percent-limit 2 \
+      >"target/bench/perf-$1-inclusive.txt" 2>>"$work/perf.log"; then
+    echo ">> server profile during $1, self time (whole report with call graphs: target/bench/perf-$1.txt):" >&2
+    # (sed -n, not head: head would close the pipe early, and pipefail would end the script)
+    grep -E '^ +[0-9.]+%' "target/bench/perf-$1.txt" | sed -E 's/ +-? +-? *$//' | sed -n '1,20p' >&2 || true
+    echo ">> and inclusive time of the server's own code, redis-rs, serde_json and hyper (children counted;" \
+      "every entry: target/bench/perf-$1-inclusive.txt):" >&2
+    grep -E '^ +[0-9.]+%' "target/bench/perf-$1-inclusive.txt" | grep -E 'ojs_|redis::|serde_json::|hyper::' |
+      sed -E 's/ +-? +-? *$//' | sed -n '1,30p' >&2 || true
+  else
+    echo ">> perf report failed: $(tail -1 "$work/perf.log")" >&2
+  fi
+}
 
 for round in $(seq "$rounds"); do
   for scenario in ${OJS_BENCH_SCENARIOS:-add bulk process process_split latency}; do
     n=$jobs; [ "$scenario" = latency ] && n=$((jobs / 10))
-    run_ours ojs "$scenario" "$n"
+    if [ "$perf_on" = 1 ] && [ "$round" = 1 ] && [ "$scenario" = process_split ]; then
+      profiled "$scenario" "$n"
+    else
+      run_ours ojs "$scenario" "$n"
+    fi
     if [ -n "$baseline" ]; then
       start_server "$baseline"
       run_ours ojs-baseline "$scenario" "$n"
@@ -80,6 +121,28 @@ for k in ["fetched_p50_ms", "fetched_p99_ms", "acked_p50_ms", "acked_p99_ms"] if
 if "process" in names:
     mo, mb = med("ojs", "process", "memory_per_queued_job"), med("bullmq", "process", "memory_per_queued_job")
     print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | |")
+# Where Redis' time goes, per job (medians over the rounds): INFO commandstats since the run's start.
+peers = [p for p in ["ojs", "ojs-baseline", "bullmq"] if any(r["peer"] == p and "script_us" in r for r in rows)]
+if peers:
+    print()
+    print("| scenario | peer | script calls/job | other commands/job | script µs/job | their commands µs/job | Lua and call overhead µs/job | overhead share | blocking reads µs/job | server CPU µs/request |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sc in names:
+        for p in peers:
+            rs = [r for r in rows if r["peer"] == p and r["scenario"] == sc and "script_us" in r]
+            if not rs:
+                continue
+            per = lambda k: statistics.median([r[k] / r["jobs"] for r in rs])
+            sc_us, cm_us = per("script_us"), per("command_us")
+            over = sc_us - cm_us
+            sv = [r["server_cpu_us"] / r["requests"] for r in rs if r.get("server_cpu_us") is not None and r.get("requests")]
+            scpu = f"{statistics.median(sv):.1f}" if sv else ""
+            share = f"{100 * over / sc_us:.0f}%" if sc_us > 0 else ""
+            bl = statistics.median([r.get("blocking_us", 0) / r["jobs"] for r in rs])
+            print(f"| {names[sc]} | {p} | {per('script_calls'):.2f} | {per('command_calls'):.2f} | {sc_us:.1f} | {cm_us:.1f} | {over:.1f} | {share} | {bl:.1f} | {scpu} |")
+    print()
+    print("(Blocking reads (XREAD, BZPOPMIN, ...) cannot run in a script: ours is the events tail, BullMQ's its workers' wait."
+          " BullMQ also sends other commands outside its scripts, so not all its 'other commands' are inside them and its overhead is understated.)")
 if any(r["peer"] == "ojs-baseline" for r in rows):
     def server_us(peer, sc):
         v = [r["server_cpu_us"] / r["requests"] for r in rows

@@ -25,6 +25,59 @@ pub async fn redis_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyho
         .unwrap_or(0))
 }
 
+/// What `INFO commandstats` counts since the last `CONFIG RESETSTAT`: script calls (`FCALL`, `EVALSHA`,
+/// `EVAL` and their read-only forms) with their µs, which include the commands they call; the blocking
+/// reads, which no script can call (`XREAD`, `BZPOPMIN`, … : an events tail, a worker's wait); and
+/// every other command (those the scripts call, and any other sent directly) with its own µs. The
+/// probe's own `INFO` and `CONFIG` are left out. `script_us - command_us` is the time of Lua and of the
+/// calls themselves, when every other command ran inside a script (ours: the server sends scripts and
+/// its events tail's XREAD, and little else).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct CommandStats {
+    pub script_calls: f64,
+    pub script_us: f64,
+    pub command_calls: f64,
+    pub command_us: f64,
+    pub blocking_calls: f64,
+    pub blocking_us: f64,
+}
+
+impl CommandStats {
+    /// Parses the text of `INFO commandstats`.
+    pub fn parse(info: &str) -> Self {
+        const SCRIPTS: [&str; 6] = ["fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro"];
+        const BLOCKING: [&str; 10] = [
+            "xread", "xreadgroup", "bzpopmin", "bzpopmax", "bzmpop", "blpop", "brpop", "brpoplpush", "blmove", "blmpop",
+        ];
+        let mut out = Self::default();
+        for line in info.lines() {
+            let Some((name, rest)) = line.trim().strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+                continue;
+            };
+            if name == "info" || name == "config" {
+                continue;
+            }
+            let field = |k: &str| {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('=')?.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            let (calls, us) = (field("calls"), field("usec"));
+            if SCRIPTS.contains(&name) {
+                out.script_calls += calls;
+                out.script_us += us;
+            } else if BLOCKING.contains(&name) {
+                out.blocking_calls += calls;
+                out.blocking_us += us;
+            } else {
+                out.command_calls += calls;
+                out.command_us += us;
+            }
+        }
+        out
+    }
+}
+
 /// The Redis nodes a run measures: one, or every primary of a cluster (`url,url,…`).
 pub struct Probe {
     nodes: Vec<redis::aio::MultiplexedConnection>,
@@ -47,6 +100,31 @@ impl Probe {
             out.push(redis_cpu_us(n).await?);
         }
         Ok(out)
+    }
+
+    /// The start of a measured run: clears every node's command statistics (`CONFIG RESETSTAT`) and
+    /// returns each node's CPU time so far (see [`Probe::cpu_us`]).
+    pub async fn begin(&mut self) -> anyhow::Result<Vec<f64>> {
+        for n in &mut self.nodes {
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(n).await?;
+        }
+        self.cpu_us().await
+    }
+
+    /// The command statistics of all nodes together since [`Probe::begin`].
+    pub async fn command_stats(&mut self) -> anyhow::Result<CommandStats> {
+        let mut total = CommandStats::default();
+        for n in &mut self.nodes {
+            let info: String = redis::cmd("INFO").arg("commandstats").query_async(n).await?;
+            let c = CommandStats::parse(&info);
+            total.script_calls += c.script_calls;
+            total.script_us += c.script_us;
+            total.command_calls += c.command_calls;
+            total.command_us += c.command_us;
+            total.blocking_calls += c.blocking_calls;
+            total.blocking_us += c.blocking_us;
+        }
+        Ok(total)
     }
 
     /// Memory in use on all nodes together (bytes).
@@ -151,4 +229,29 @@ pub async fn private_store(
         .get_multiplexed_async_connection()
         .await?;
     Ok((store, conn, url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommandStats;
+
+    #[test]
+    fn command_stats_split_scripts_from_the_commands_they_call() {
+        let info = "# Commandstats\r\ncmdstat_fcall:calls=10,usec=500,usec_per_call=50.00,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_get:calls=20,usec=40,usec_per_call=2.00\r\ncmdstat_zadd:calls=10,usec=60,usec_per_call=6.00\r\n\
+                    cmdstat_info:calls=3,usec=90,usec_per_call=30.00\r\ncmdstat_evalsha:calls=1,usec=7,usec_per_call=7.00\r\n\
+                    cmdstat_xread:calls=4,usec=80,usec_per_call=20.00\r\n";
+        let c = CommandStats::parse(info);
+        assert_eq!(
+            c,
+            CommandStats {
+                script_calls: 11.0,
+                script_us: 507.0,
+                command_calls: 30.0,
+                command_us: 100.0,
+                blocking_calls: 4.0,
+                blocking_us: 80.0
+            }
+        );
+    }
 }

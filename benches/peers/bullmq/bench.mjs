@@ -32,12 +32,40 @@ async function usedMemory() {
 const queue = new Queue("bench", { connection });
 const opts = { removeOnComplete: true, removeOnFail: true };
 
+// INFO commandstats since CONFIG RESETSTAT, split as ojs_bench::CommandStats splits it: script calls
+// (with the commands they call in their µs), blocking reads (which no script can call) and every other
+// command (the probe's INFO and CONFIG left out).
+async function commandStats() {
+  const info = await probe.info("commandstats");
+  const scripts = ["fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro"];
+  const blocking = ["xread", "xreadgroup", "bzpopmin", "bzpopmax", "bzmpop", "blpop", "brpop", "brpoplpush", "blmove", "blmpop"];
+  const out = { script_calls: 0, script_us: 0, command_calls: 0, command_us: 0, blocking_calls: 0, blocking_us: 0 };
+  for (const l of info.split("\n")) {
+    const m = l.trim().match(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/);
+    if (!m || m[1] === "info" || m[1] === "config") continue;
+    const [calls, us] = [Number(m[2]), Number(m[3])];
+    if (scripts.includes(m[1])) {
+      out.script_calls += calls;
+      out.script_us += us;
+    } else if (blocking.includes(m[1])) {
+      out.blocking_calls += calls;
+      out.blocking_us += us;
+    } else {
+      out.command_calls += calls;
+      out.command_us += us;
+    }
+  }
+  return out;
+}
+
 async function timed(fn) {
+  await probe.config("RESETSTAT");
   const c0 = await cpuUs();
   const t0 = process.hrtime.bigint();
   const extra = (await fn()) || {};
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
   const cpu = (await cpuUs()) - c0;
+  Object.assign(extra, await commandStats());
   return { seconds, redis_cpu_us: cpu, ...extra };
 }
 

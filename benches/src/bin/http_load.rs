@@ -9,6 +9,10 @@
 //! With `OJS_BENCH_SERVER_PID` set, the server's own CPU time over the run (from `/proc/<pid>/stat`) is
 //! reported as `server_cpu_us`, with the number of HTTP requests sent as `requests`. `OJS_BENCH_PEER`
 //! names the peer in the output line (default `ojs`; compare.sh's baseline runs say `ojs-baseline`).
+//! Redis' command statistics are reset when the measured part begins (`CONFIG RESETSTAT`), and the line
+//! reports `script_calls`, `script_us`, `command_calls`, `command_us`, `blocking_calls`, `blocking_us` from
+//! `INFO commandstats` at its end
+//! (`ojs_bench::CommandStats`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -79,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     let s0;
     match scenario.as_str() {
         "add" => {
-            c0 = probe.cpu_us().await?;
+            c0 = probe.begin().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -103,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         "bulk" => {
-            c0 = probe.cpu_us().await?;
+            c0 = probe.begin().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -133,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
                 i += n;
             }
             extra["memory_per_queued_job"] = json!((probe.memory().await?.saturating_sub(m0)) as f64 / jobs as f64);
-            c0 = probe.cpu_us().await?;
+            c0 = probe.begin().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -174,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         "latency" => {
-            c0 = probe.cpu_us().await?;
+            c0 = probe.begin().await?;
             s0 = server_pid.map(process_cpu_us).transpose()?;
             REQUESTS.store(0, Ordering::Relaxed);
             t0 = Instant::now();
@@ -240,13 +244,17 @@ async fn main() -> anyhow::Result<()> {
     }
     let seconds = t0.elapsed().as_secs_f64();
     let c1 = probe.cpu_us().await?;
+    let cs = probe.command_stats().await?;
     let per_node: Vec<f64> = c1.iter().zip(&c0).map(|(a, b)| a - b).collect();
     let cpu: f64 = per_node.iter().sum();
     let peer = std::env::var("OJS_BENCH_PEER").unwrap_or_else(|_| "ojs".into());
     let mut out = json!({"peer": peer, "scenario": scenario, "jobs": jobs, "seconds": seconds,
         "redis_cpu_us": cpu, "redis_cpu_us_busiest_node": per_node.iter().copied().fold(0.0, f64::max),
         "jobs_per_s": jobs as f64 / seconds,
-        "requests": REQUESTS.load(Ordering::Relaxed)});
+        "requests": REQUESTS.load(Ordering::Relaxed),
+        "script_calls": cs.script_calls, "script_us": cs.script_us,
+        "command_calls": cs.command_calls, "command_us": cs.command_us,
+        "blocking_calls": cs.blocking_calls, "blocking_us": cs.blocking_us});
     if let (Some(pid), Some(s0)) = (server_pid, s0) {
         out["server_cpu_us"] = json!(process_cpu_us(pid)? - s0);
     }
