@@ -48,7 +48,9 @@ perf_on="${OJS_BENCH_PERF:-1}"
 if [ "$perf_on" = 1 ] && ! command -v perf >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     echo ">> installing linux-perf for the server profile" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1; } || true
   fi
   command -v perf >/dev/null 2>&1 || { echo ">> no perf on this machine: no server profile" >&2; perf_on=0; }
 fi
