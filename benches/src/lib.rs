@@ -47,7 +47,16 @@ impl CommandStats {
     pub fn parse(info: &str) -> Self {
         const SCRIPTS: [&str; 6] = ["fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro"];
         const BLOCKING: [&str; 10] = [
-            "xread", "xreadgroup", "bzpopmin", "bzpopmax", "bzmpop", "blpop", "brpop", "brpoplpush", "blmove", "blmpop",
+            "xread",
+            "xreadgroup",
+            "bzpopmin",
+            "bzpopmax",
+            "bzmpop",
+            "blpop",
+            "brpop",
+            "brpoplpush",
+            "blmove",
+            "blmpop",
         ];
         let mut out = Self::default();
         for line in info.lines() {

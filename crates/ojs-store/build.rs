@@ -348,7 +348,10 @@ fn check_header(text: &str, nkeys: usize) -> Result<(), String> {
         }
     }
     // Bounded work per call: every script says what bounds each of its loops (and its includes').
-    if !head.iter().any(|l| l.trim_start_matches('-').trim().starts_with("CAPS")) {
+    if !head
+        .iter()
+        .any(|l| l.trim_start_matches('-').trim().starts_with("CAPS"))
+    {
         return Err("header lacks a '-- CAPS' line: what bounds each loop the script runs".into());
     }
     if declared_keys != nkeys {
@@ -400,11 +403,13 @@ fn flatten(text: &str, includes: &Path, seen: &mut BTreeSet<String>) -> Result<S
 
 /// An include whose code loops (`for`, `while`, `repeat`) says in its comments what bounds the loops.
 fn check_include_caps(text: &str) -> Result<(), String> {
-    let loops = text
+    let loops = text.lines().filter(|l| !l.trim_start().starts_with("--")).any(|l| {
+        l.split_whitespace()
+            .any(|w| w == "for" || w == "while" || w == "repeat")
+    });
+    let said = text
         .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .any(|l| l.split_whitespace().any(|w| w == "for" || w == "while" || w == "repeat"));
-    let said = text.lines().any(|l| l.trim_start().starts_with("--") && l.contains("CAPS"));
+        .any(|l| l.trim_start().starts_with("--") && l.contains("CAPS"));
     if loops && !said {
         return Err("has a loop but no CAPS comment saying what bounds it".into());
     }
