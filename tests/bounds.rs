@@ -339,20 +339,25 @@ async fn sweep_steps(s: &TestServer, id: &str) -> usize {
     }
 }
 
+/// Creates a group of 1,200 jobs in `queue`; its id.
+async fn big_group(s: &TestServer, queue: &str) -> String {
+    let jobs: Vec<Value> = (0..1_200)
+        .map(|i| json!({"type": "g", "args": [i], "queue": queue}))
+        .collect();
+    let (st, b) = s
+        .post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs}))
+        .await;
+    assert_eq!(st, 201, "{b}");
+    b["workflow"]["id"].as_str().expect("id").to_string()
+}
+
 #[tokio::test]
 async fn a_big_workflow_ends_its_members_in_bounded_steps_and_none_of_them_starts() {
     // DELETE /workflows/{id} of 10,000 members took one 228 ms script call; a chain failing at its
     // first of 10,000 steps dropped them all in one call too. Now a call ends at most 500 members.
     // The timer sleeps here (it would take the next steps itself: the last test checks that).
     let s = TestServer::start_with(|c| c.tick_ms = 600_000).await;
-    let jobs: Vec<Value> = (0..1_200)
-        .map(|i| json!({"type": "g", "args": [i], "queue": "wf-big"}))
-        .collect();
-    let (st, b) = s
-        .post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs}))
-        .await;
-    assert_eq!(st, 201, "{b}");
-    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    let id = big_group(&s, "wf-big").await;
     let first = s.store().workflow_cancel_call(&id, "cancel").await.expect("cancel");
     let ojs_store::Transition::Done((_, cancelled, done)) = first else {
         panic!("{first:?}")
@@ -403,14 +408,7 @@ async fn a_big_workflow_ends_its_members_in_bounded_steps_and_none_of_them_start
 #[tokio::test]
 async fn the_timer_finishes_a_workflow_sweep_a_caller_left() {
     let s = TestServer::start().await;
-    let jobs: Vec<Value> = (0..1_200)
-        .map(|i| json!({"type": "g", "args": [i], "queue": "wf-left"}))
-        .collect();
-    let (st, b) = s
-        .post("/ojs/v1/workflows", json!({"type": "group", "jobs": jobs}))
-        .await;
-    assert_eq!(st, 201, "{b}");
-    let id = b["workflow"]["id"].as_str().expect("id").to_string();
+    let id = big_group(&s, "wf-left").await;
     s.store().workflow_cancel_call(&id, "cancel").await.expect("cancel");
     sweeps_done(&s).await;
     assert!(member_states(&s, &id).await.iter().all(|st| st == "cancelled"));

@@ -50,27 +50,23 @@ impl Store {
         Ok(pipe.query_async(&mut conn).await?)
     }
 
-    /// Which of these job ids this shard holds, in one pipeline.
     /// Whether a workflow with this id exists on this shard.
     pub async fn workflow_exists(&self, id: &str) -> Result<bool> {
-        let mut conn = self.conn().await?;
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(self.keys.workflow(id))
-            .query_async(&mut conn)
-            .await?;
-        Ok(n == 1)
+        self.exists(&self.keys.workflow(id)).await
     }
 
     /// Whether a cron entry with this name exists on this shard.
     pub async fn cron_exists(&self, name: &str) -> Result<bool> {
+        self.exists(&self.keys.cron(name)).await
+    }
+
+    async fn exists(&self, key: &str) -> Result<bool> {
         let mut conn = self.conn().await?;
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(self.keys.cron(name))
-            .query_async(&mut conn)
-            .await?;
+        let n: i64 = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await?;
         Ok(n == 1)
     }
 
+    /// Which of these job ids this shard holds, in one pipeline.
     pub async fn jobs_exist(&self, ids: &[&str]) -> Result<Vec<bool>> {
         if ids.is_empty() {
             return Ok(Vec::new());
