@@ -181,20 +181,20 @@ local function claim_one(queue)
       skips = skips + 1
       not_available(P, queue, f[5])
       discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
-      if key then lane_open(P, queue, key) end
+      if key then lane_open(P, queue, key, true) end
     elseif wf_state == 'cancelled' then
       skips = skips + 1
       not_available(P, queue, f[5])
       end_unclaimed(jk, id, queue, jtype, 'cancelled', {}, 'job.cancelled',
         cjson.encode({previous_state = 'available', reason = 'workflow cancelled'}))
-      if key then lane_open(P, queue, key) end
+      if key then lane_open(P, queue, key, true) end
     elseif superseded then
       -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
       skips = skips + 1
       not_available(P, queue, f[5])
       local why = cjson.encode(superseded)
       end_unclaimed(jk, id, queue, jtype, 'completed', {'superseded', why}, 'job.superseded', why)
-      if key then lane_open(P, queue, key) end
+      if key then lane_open(P, queue, key, true) end
     else
       local strategy, limit, current, wake
       if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
@@ -213,7 +213,7 @@ local function claim_one(queue)
             'rate_limit.dropped', '{"key":"' .. key .. '","strategy":"' .. strategy .. '"}')
           -- A dropped job does not park its lane: the next job of the lane faces the limit under its
           -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
-          lane_open(P, queue, key)
+          lane_open(P, queue, key, true)
           if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
         elseif e.on_limit == 'reschedule' and wake > now then
           not_available(P, queue, f[5])
@@ -240,7 +240,7 @@ local function claim_one(queue)
         if dup.dedup or dup.root_self then record_start(P, id, dup, now) end
         if key then
           rl_take(P, key, e, id, claim, lease, now)
-          lane_open(P, queue, key)
+          lane_open(P, queue, key, true)
         end
         local ql = qlimits[queue]
         if ql.conc or ql.rate_limit then

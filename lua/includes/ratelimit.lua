@@ -180,9 +180,11 @@ local function rl_waiting(P, key)
   return waiting
 end
 
--- lane_open(P, queue, key): move the lane's best job into the ready set, if it has none there.
--- Returns the head's job id, or nil when the lane is empty or already open.
-local function lane_open(P, queue, key)
+-- lane_open(P, queue, key, settled): move the lane's best job into the ready set, if it has none there.
+-- Returns the head's job id, or nil when the lane is empty or already open. `settled`: the caller knows
+-- the queue is not being re-scored (FETCH serves no such queue), so the moved job keeps its score
+-- without asking (moved_score's HEXISTS, one command per claim of a rate-limited job).
+local function lane_open(P, queue, key, settled)
   local hk = key_queue_heads(P, queue)
   if redis.call('HEXISTS', hk, key) == 1 then return nil end
   redis.call('HDEL', key_queue_parked(P, queue), key)
@@ -193,7 +195,9 @@ local function lane_open(P, queue, key)
     rl_maybe_idle(P, key)
     return nil
   end
-  redis.call('ZADD', key_queue_ready(P, queue), moved_score(P, queue, best[1], tonumber(best[2])), best[1])
+  local score = tonumber(best[2])
+  if not settled then score = moved_score(P, queue, best[1], score) end
+  redis.call('ZADD', key_queue_ready(P, queue), score, best[1])
   redis.call('HSET', hk, key, best[1])
   redis.call('SADD', key_ready_index(P), queue)
   return string.sub(best[1], -36)
@@ -255,9 +259,11 @@ local function lane_rebalance(P, queue, key)
 end
 
 -- lane_wake_all(P, key): re-open every parked lane of key K (a slot was released or a block ended).
+-- Returns the first head it opened (or nil) and how many queues have a lane for K.
 local function lane_wake_all(P, key, now)
   local opened = nil
-  for _, queue in ipairs(redis.call('SMEMBERS', key_rl_queues(P, key))) do
+  local queues = redis.call('SMEMBERS', key_rl_queues(P, key))
+  for _, queue in ipairs(queues) do
     local head = lane_release(P, queue, key, now)
     if head then
       opened = opened or head
@@ -265,14 +271,15 @@ local function lane_wake_all(P, key, now)
     end
   end
   redis.call('DEL', key_rl_state(P, key))
-  return opened
+  return opened, #queues
 end
 
 -- rl_release(P, key, id, now): job id gives back its concurrency slot of key K.
 local function rl_release(P, key, id, now)
   if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
-    lane_wake_all(P, key, now)
-    rl_maybe_idle(P, key)
+    -- A key with a lane that holds jobs is not idle: only a key with none asks.
+    local _, lanes = lane_wake_all(P, key, now)
+    if lanes == 0 then rl_maybe_idle(P, key) end
   end
 end
 
