@@ -66,7 +66,10 @@
 --   is never claimed: per its on_limit it waits in its parked lane (state stays available), is
 --   rescheduled (scheduled, at the time the limit should allow it) or dropped (discarded,
 --   rate_limit.dropped); the limit check and the slot/window/throttle update are in the same script
---   as the claim, so no limit can be exceeded by racing fetchers; a queue in P..'paused' is skipped; a queue leaves
+--   as the claim, so no limit can be exceeded by racing fetchers; a queue in P..'paused' is skipped,
+--   and so is a queue whose waiting jobs are being re-scored for an aging change (its conf holds
+--   rs_phase: includes/rescore.lua); a member of a cancelled workflow that a sweep has not reached yet
+--   is cancelled when popped, never claimed (includes/workflow.lua); a queue leaves
 --   P..'ready' in the same script that takes its last ready job. Weighted: over any run of sum(weights)
 --   consecutive claims while every listed queue has ready jobs, queue i is chosen exactly weight_i
 --   times (the smooth round-robin sequence is periodic with that period), and a queue with ready jobs

@@ -1,4 +1,6 @@
--- promote-1.lua: move due scheduled and retryable jobs into their queues' ready sets.
+-- promote-1.lua: move due scheduled and retryable jobs into their queues' ready sets, and the timer's
+-- other bounded chores: re-open parked lanes whose wake came, drop idle rate-limit keys from the key
+-- listing, and take one step of a re-scoring or a workflow sweep a pod left half done.
 --
 -- KEYS
 --   KEYS[1] P..'scheduled'  zset  scheduled and retryable job ids scored by run-at time (ms)
@@ -21,7 +23,11 @@
 --   the ready set; rate_limit.released);
 --   scheduled|retryable -> available (into the ready set with the job's rank and a fresh FIFO
 --   sequence) or discarded when expires_at passed (a workflow job's workflow counts it failed); safe to run from every API pod at once, since
---   a job is moved only if it is still in P..'scheduled'
+--   a job is moved only if it is still in P..'scheduled';
+--   a rate-limit key leaves P..'rl:keys' only once its idle time came and its policy, lanes, slot
+--   holders and override are all gone (an override that lapses later puts it back in P..'rl:idle' for
+--   then); a re-scoring step and a sweep step keep their cursor where they left it, so any pod may take
+--   the next one (includes/rescore.lua, includes/workflow.lua)
 --@include clock
 --@include emit
 --@include ready

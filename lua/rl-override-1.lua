@@ -18,7 +18,9 @@
 -- INVARIANTS
 --   the override replaces the previous one as a whole; every parked lane of the key is re-opened in
 --   the same script, so a raised (or cleared) limit takes effect at the next FETCH, and a lowered one
---   re-parks the lane at its next FETCH
+--   re-parks the lane at its next FETCH;
+--   a key no job uses goes idle here like one whose last job left (includes/ratelimit.lua): listed while
+--   its override lasts, then dropped from P..'rl:keys' by the timer
 --@include clock
 --@include emit
 --@include ratelimit

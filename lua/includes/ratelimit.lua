@@ -18,7 +18,8 @@
 -- theoretical arrival time (GCRA with no burst: starts period/limit apart, never closer than 90% of it);
 -- P..'rl:'..K..':until' a dynamic block (NACK with rate_limit_until); P..'rl:'..K..':ovr' an operator
 -- override; P..'rl:'..K..':state' the blocking episode (for one rate_limit.exceeded per episode);
--- P..'rl:'..K..':queues' the queues that have a lane for K; P..'rl:keys' every key (lexicographic).
+-- P..'rl:'..K..':queues' the queues whose lane for K holds jobs; P..'rl:keys' every key in use (lexicographic;
+-- idle keys leave it, see "Idle keys" below).
 --
 -- A job's policy is its 'rl' field: "<concurrency> <rate_limit> <rate_period_ms> <throttle_limit>
 -- <throttle_period_ms> <on_limit>", '-' for an absent limit.
