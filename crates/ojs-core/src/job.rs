@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::clock;
 use crate::duration::format_iso8601_ms;
@@ -199,90 +199,167 @@ const SYSTEM_FIELDS: [&str; 14] = [
     "superseded",
 ];
 
-/// The API view of a stored job hash: the client's envelope plus the system-managed fields.
-pub fn job_view(f: &HashMap<String, String>) -> Value {
-    let mut obj: Map<String, Value> = f
-        .get("doc")
-        .and_then(|d| serde_json::from_str::<Value>(d).ok())
-        .and_then(|v| match v {
-            Value::Object(m) => Some(m),
-            _ => None,
-        })
-        .unwrap_or_default();
-    // The system-managed fields are the server's: a client's field of the same name is not echoed
-    // (it would pass for the job's state), whether or not the job has that field yet.
-    for k in SYSTEM_FIELDS
-        .iter()
-        .chain(&TIME_FIELDS)
-        .filter(|k| **k != "scheduled_at")
-    {
-        obj.remove(*k);
+/// A job as the API shows it ([`job_view`]), already written as JSON: it is serialized into a response
+/// as it stands, with no `Value` tree built and taken apart again on the way.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(transparent)]
+pub struct JobView(Box<serde_json::value::RawValue>);
+
+impl JobView {
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
     }
+
+    /// As a `Value`, for the few callers that take a job apart (parses the text).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+/// The client's envelope as stored (`doc`): its top-level members in order, each value left as text.
+struct DocMembers<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for DocMembers<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = DocMembers<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
+                let mut out = Vec::with_capacity(m.size_hint().unwrap_or(8));
+                while let Some(entry) = m.next_entry::<String, &'de serde_json::value::RawValue>()? {
+                    out.push(entry);
+                }
+                Ok(DocMembers(out))
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+/// The API view of a stored job: the client's envelope plus the system-managed fields.
+///
+/// The envelope's members keep their order and their text; a member named like a system-managed field
+/// is not echoed (it would pass for the job's state), whether or not the job has that field yet; a
+/// member the server also sets (`type`, `queue`, `priority`, `scheduled_at`, progress) shows the
+/// server's value in the client's position; the rest of the server's fields follow, in a fixed order.
+pub fn job_view(f: &HashMap<String, String>) -> JobView {
     let get = |k: &str| f.get(k).map(String::as_str);
+    let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+    // The server's fields, in the order they follow the envelope's.
+    let mut server: Vec<(&str, String)> = Vec::with_capacity(16);
     for k in ["type", "queue", "state"] {
         if let Some(v) = get(k) {
-            obj.insert(k.into(), json!(v));
+            server.push((k, text(&v)));
         }
     }
-    let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
     if let Some(p) = int("priority") {
-        obj.insert("priority".into(), json!(p));
+        server.push(("priority", text(&p)));
     }
-    obj.insert("attempt".into(), json!(int("attempt").unwrap_or(0)));
+    server.push(("attempt", text(&int("attempt").unwrap_or(0))));
     if let Some(d) = int("retry_delay_ms") {
-        obj.insert("retry_delay_ms".into(), json!(d));
+        server.push(("retry_delay_ms", text(&d)));
     }
     if let Some(m) = int("max_attempts") {
-        obj.insert("max_attempts".into(), json!(m));
+        server.push(("max_attempts", text(&m)));
     }
     for k in TIME_FIELDS {
         if let Some(ms) = int(k) {
-            obj.insert(k.into(), json!(clock::format_ms(ms)));
+            server.push((k, text(&clock::format_ms(ms))));
         }
     }
     if let Some(ms) = int("expires_at") {
-        obj.insert("expires_at".into(), json!(clock::format_ms(ms)));
+        server.push(("expires_at", text(&clock::format_ms(ms))));
     }
     if let Some(w) = get("worker_id").filter(|w| !w.is_empty()) {
-        obj.insert("worker_id".into(), json!(w));
+        server.push(("worker_id", text(&w)));
     }
     if let Some(ms) = int("lease_until") {
-        obj.insert("visibility_deadline".into(), json!(clock::format_ms(ms)));
+        server.push(("visibility_deadline", text(&clock::format_ms(ms))));
         // The claim's identity for ACK, NACK and heartbeat (lua/includes/lease.lua); a job is only
         // leased while active.
         if let Some(claims) = get("claims") {
-            obj.insert("lease_id".into(), json!(claims));
+            server.push(("lease_id", text(&claims)));
         }
     }
-    if let Some(v) = get("result").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
-        obj.insert("result".into(), v);
+    // Stored JSON is shown as stored (and not at all if it does not parse).
+    let raw = |k: &str| {
+        get(k)
+            .and_then(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).ok())
+            .map(|r| r.get().to_string())
+    };
+    if let Some(v) = raw("result") {
+        server.push(("result", v));
     }
     // A workflow's job (lua/includes/workflow.lua): its workflow, and the results of the jobs before it
     // (a chain step: every earlier step's, by index; a batch callback: every job's). The store reads
     // them from the workflow's results hash when it reads the job (wf_job_reply); a job released by an
     // older server holds them in its own record. Either way they arrive as this field.
     if let Some(w) = get("wf") {
-        obj.insert("workflow_id".into(), json!(w));
+        server.push(("workflow_id", text(&w)));
     }
-    if let Some(v) = get("parent_results").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
-        obj.insert("parent_results".into(), v);
+    if let Some(v) = raw("parent_results") {
+        server.push(("parent_results", v));
     }
     for k in ["error", "errors"] {
         if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {
-            obj.insert(k.into(), stored_error_view(v));
+            server.push((k, text(&stored_error_view(v))));
         }
     }
     // Completed unrun at FETCH (options.dedup, options.root_job): why.
-    if let Some(v) = get("superseded").and_then(|t| serde_json::from_str::<Value>(t).ok()) {
-        obj.insert("superseded".into(), v);
+    if let Some(v) = raw("superseded") {
+        server.push(("superseded", v));
     }
     if let Some((value, message, data, updated)) = progress_view(f) {
-        obj.insert("progress".into(), value);
-        obj.insert("progress_message".into(), message);
-        obj.insert("progress_data".into(), data);
-        obj.insert("progress_updated_at".into(), updated);
+        server.push(("progress", text(&value)));
+        server.push(("progress_message", text(&message)));
+        server.push(("progress_data", text(&data)));
+        server.push(("progress_updated_at", text(&updated)));
     }
-    Value::Object(obj)
+
+    let doc = get("doc")
+        .and_then(|d| serde_json::from_str::<DocMembers>(d).ok())
+        .map_or_else(Vec::new, |m| m.0);
+    let mut out = String::with_capacity(get("doc").map_or(0, str::len) + 48 * server.len());
+    let mut used = vec![false; server.len()];
+    out.push('{');
+    let member = |out: &mut String, k: &str, v: &str| {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&text(&k));
+        out.push(':');
+        out.push_str(v);
+    };
+    for (k, v) in &doc {
+        let k = k.as_str();
+        if SYSTEM_FIELDS.contains(&k) || (TIME_FIELDS.contains(&k) && k != "scheduled_at") {
+            continue;
+        }
+        match server.iter().position(|(s, _)| *s == k) {
+            Some(i) if !used[i] => {
+                used[i] = true;
+                member(&mut out, k, &server[i].1);
+            }
+            Some(_) => {}
+            None => member(&mut out, k, v.get()),
+        }
+    }
+    for (i, (k, v)) in server.iter().enumerate() {
+        if !used[i] {
+            member(&mut out, k, v);
+        }
+    }
+    out.push('}');
+    JobView(serde_json::value::RawValue::from_string(out).expect("job_view writes JSON"))
+}
+
+/// JSON text of one value (serde_json's own writer: escaping and number formats as everywhere else).
+fn text<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
 /// Error records are stored with `occurred_at` in epoch ms; show it as RFC 3339.
@@ -344,7 +421,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let v = job_view(&f);
+        let v = job_view(&f).to_value();
         assert_eq!(v["state"], "available");
         assert_eq!(v["attempt"], 0);
         for k in ["worker_id", "lease_id", "errors"] {
@@ -352,5 +429,34 @@ mod tests {
         }
         assert_eq!(v["scheduled_at"], "2020-01-01T00:00:00Z", "the client's own start time");
         assert_eq!(v["x_own"], 1);
+    }
+
+    /// The envelope's members keep their order and text (numbers, escapes and nesting as the client
+    /// sent them); the fields the server also sets take the client's position; the rest follow.
+    #[test]
+    fn the_view_is_the_envelope_as_stored_then_the_servers_fields() {
+        let doc = r#"{"type":"email.send","queue":"default","args":[{"to":"a\"b","n":1.50}],"meta":{"z":1,"a":2},"id":"j1","state":"x"}"#;
+        let f: HashMap<String, String> = [
+            ("doc", doc),
+            ("type", "email.send"),
+            ("queue", "default"),
+            ("state", "active"),
+            ("priority", "2"),
+            ("attempt", "1"),
+            ("max_attempts", "3"),
+            ("created_at", "1795757670771"),
+            ("started_at", "1795757670800"),
+            ("worker_id", "w-1"),
+            ("lease_until", "1795757700800"),
+            ("claims", "1"),
+            ("result", "not json"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(
+            job_view(&f).json(),
+            r#"{"type":"email.send","queue":"default","args":[{"to":"a\"b","n":1.50}],"meta":{"z":1,"a":2},"id":"j1","state":"active","priority":2,"attempt":1,"max_attempts":3,"created_at":"2026-11-27T05:34:30.771Z","started_at":"2026-11-27T05:34:30.800Z","worker_id":"w-1","visibility_deadline":"2026-11-27T05:35:00.800Z","lease_id":"1"}"#
+        );
     }
 }

@@ -142,12 +142,15 @@ fn with_default_errors(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::Op
     api
 }
 
-/// The router with every route and the OJS headers.
+/// The router with every route, behind the edge: [`edge`], then the panic guard and the body limit, once
+/// around the whole router. (Layers added with `Router::layer` wrap each route: every request then
+/// cloned each layer's boxed service, a box per layer and per nesting level, which the server profile
+/// showed as its largest allocator cost; RESULTS.md, eighth session.)
 pub fn app(st: AppState) -> Router {
     let limit = st.config.max_body_bytes;
     let (api_routes, api) = api_router().split_for_parts();
     let openapi = Arc::new(with_default_errors(api));
-    Router::new()
+    let routes = Router::new()
         .merge(api_routes)
         .route(
             "/ojs/v1/openapi.json",
@@ -159,13 +162,13 @@ pub fn app(st: AppState) -> Router {
         .merge(ui::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
+        .with_state(st.clone());
+    let edged = tower::ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(st, edge))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
-        .layer(middleware::from_fn_with_state(st.clone(), request_timeout))
-        .layer(middleware::from_fn_with_state(st.clone(), auth::middleware))
-        .layer(middleware::from_fn(ojs_headers))
-        .layer(middleware::from_fn_with_state(st.clone(), respond::content_type))
-        .with_state(st)
+        .layer(DefaultBodyLimit::max(limit))
+        .service(routes);
+    Router::new().fallback_service(edged)
 }
 
 /// A panic is a bug; the client still gets the OJS error shape, and the node keeps serving.
@@ -174,20 +177,79 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     axum::response::IntoResponse::into_response(ApiError(OjsError::new(ErrorCode::Internal, "internal error")))
 }
 
-/// Bounds every request (SSE streams are bounded only until their headers are sent).
-async fn request_timeout(
-    axum::extract::State(st): axum::extract::State<AppState>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let limit = Duration::from_millis(st.config.request_timeout_ms.max(1));
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(res) => res,
-        Err(_) => axum::response::IntoResponse::into_response(ApiError(OjsError::new(
-            ErrorCode::Timeout,
-            format!("the request took longer than {} ms", limit.as_millis()),
-        ))),
+/// What every request goes through, outermost first: `X-Request-Id` echoed (or minted) and
+/// `OJS-Version` on the response, the request's duration recorded, the Content-Type the deployment
+/// asked for (`respond::fix_content_type`); the API-key check (`auth::refusal`); and the request
+/// timeout (SSE streams are bounded only until their headers are sent).
+async fn edge(axum::extract::State(st): axum::extract::State<AppState>, req: Request, next: Next) -> Response {
+    let rid = req
+        .headers()
+        .get("x-request-id")
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.as_bytes().iter().all(|b| b.is_ascii_graphic()))
+        .cloned();
+    let route = route_label(req.method(), req.uri().path());
+    let debug = tracing::enabled!(tracing::Level::DEBUG);
+    let seen = debug.then(|| (req.method().clone(), req.uri().path().to_owned()));
+    let started = Instant::now();
+    let mut res = match auth::refusal(&st, &req) {
+        Some(refused) => refused,
+        None => {
+            let limit = Duration::from_millis(st.config.request_timeout_ms.max(1));
+            match tokio::time::timeout(limit, next.run(req)).await {
+                Ok(res) => res,
+                Err(_) => axum::response::IntoResponse::into_response(ApiError(OjsError::new(
+                    ErrorCode::Timeout,
+                    format!("the request took longer than {} ms", limit.as_millis()),
+                ))),
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+    request_duration(route).record(elapsed.as_secs_f64());
+    respond::fix_content_type(&st.config, &mut res);
+    let rid = rid.unwrap_or_else(|| {
+        let mut buf = uuid::Uuid::encode_buffer();
+        let s = uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buf);
+        HeaderValue::from_str(s).expect("a UUID is a header value")
+    });
+    if let Some((method, path)) = seen {
+        tracing::debug!(%method, %path, status = res.status().as_u16(), request_id = ?rid,
+            elapsed_us = elapsed.as_micros() as u64, "request");
     }
+    let h = res.headers_mut();
+    h.insert("ojs-version", HeaderValue::from_static("1.0"));
+    h.insert("x-request-id", rid);
+    res
+}
+
+/// The `route` label of `ojs_http_request_duration_seconds`: the hot routes by name, the rest `other`.
+const ROUTES: [&str; 7] = ["enqueue", "enqueue_batch", "fetch", "ack", "nack", "heartbeat", "other"];
+
+fn route_label(method: &axum::http::Method, path: &str) -> usize {
+    if method != axum::http::Method::POST {
+        return 6;
+    }
+    match path {
+        "/ojs/v1/jobs" => 0,
+        "/ojs/v1/jobs/batch" => 1,
+        "/ojs/v1/workers/fetch" => 2,
+        "/ojs/v1/workers/ack" => 3,
+        "/ojs/v1/workers/nack" => 4,
+        "/ojs/v1/workers/heartbeat" => 5,
+        _ => 6,
+    }
+}
+
+/// The histogram of one route label, registered once (a `histogram!` call hashes its labels each time).
+fn request_duration(route: usize) -> &'static ::metrics::Histogram {
+    static HANDLES: std::sync::OnceLock<Vec<::metrics::Histogram>> = std::sync::OnceLock::new();
+    &HANDLES.get_or_init(|| {
+        metrics::install();
+        ROUTES
+            .iter()
+            .map(|r| ::metrics::histogram!("ojs_http_request_duration_seconds", "route" => *r))
+            .collect()
+    })[route]
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -205,40 +267,6 @@ async fn method_not_allowed(req: Request) -> Response {
     );
     let mut res = axum::response::IntoResponse::into_response(ApiError(e));
     *res.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-    res
-}
-
-/// `OJS-Version` on every response, and `X-Request-Id` echoed (or minted) for correlation.
-async fn ojs_headers(req: Request, next: Next) -> Response {
-    let rid = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let started = Instant::now();
-    let mut res = next.run(req).await;
-    let route = match (method.as_str(), path.as_str()) {
-        ("POST", "/ojs/v1/jobs") => "enqueue",
-        ("POST", "/ojs/v1/jobs/batch") => "enqueue_batch",
-        ("POST", "/ojs/v1/workers/fetch") => "fetch",
-        ("POST", "/ojs/v1/workers/ack") => "ack",
-        ("POST", "/ojs/v1/workers/nack") => "nack",
-        ("POST", "/ojs/v1/workers/heartbeat") => "heartbeat",
-        _ => "other",
-    };
-    ::metrics::histogram!("ojs_http_request_duration_seconds", "route" => route)
-        .record(started.elapsed().as_secs_f64());
-    let h = res.headers_mut();
-    h.insert("ojs-version", HeaderValue::from_static("1.0"));
-    if let Ok(v) = HeaderValue::from_str(&rid) {
-        h.insert("x-request-id", v);
-    }
-    tracing::debug!(%method, %path, status = res.status().as_u16(), request_id = %rid,
-        elapsed_us = started.elapsed().as_micros() as u64, "request");
     res
 }
 

@@ -13,28 +13,25 @@ use crate::error::ApiError;
 
 pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
 
-/// A JSON response with the OJS media type.
-pub fn ojs_json(status: StatusCode, body: Value) -> Response {
+/// A JSON response with the OJS media type: any serializable body, written straight to bytes (a typed
+/// response need not become a `Value` first).
+pub fn ojs_json(status: StatusCode, body: impl serde::Serialize) -> Response {
     let mut res = (status, axum::Json(body)).into_response();
     res.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_MEDIA_TYPE));
     res
 }
 
-pub fn ok(body: Value) -> Response {
+pub fn ok(body: impl serde::Serialize) -> Response {
     ojs_json(StatusCode::OK, body)
 }
 
 /// With `--response-content-type json`, answers `application/json` instead of the OJS media type
 /// (same body): the Python SDK 0.4 parses a reply only when its Content-Type contains
 /// `application/json`. Other content types (SSE, Prometheus text, the dashboard) are left alone.
-pub async fn content_type(
-    axum::extract::State(st): axum::extract::State<crate::state::AppState>,
-    req: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let mut res = next.run(req).await;
-    if st.config.response_content_type == crate::config::ResponseContentType::Json
+/// `lib.rs`'s edge middleware applies it to every response.
+pub fn fix_content_type(config: &crate::config::Config, res: &mut Response) {
+    if config.response_content_type == crate::config::ResponseContentType::Json
         && res
             .headers()
             .get(header::CONTENT_TYPE)
@@ -43,7 +40,6 @@ pub async fn content_type(
         res.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
-    res
 }
 
 /// A JSON body: `application/openjobspec+json` or `application/json` (or no Content-Type at all).

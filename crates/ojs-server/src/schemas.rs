@@ -277,7 +277,7 @@ pub struct RateWindow {
 #[derive(Serialize, ToSchema)]
 pub struct JobResponse {
     #[schema(value_type = Job)]
-    pub job: Value,
+    pub job: ojs_core::job::JobView,
     /// The workflow the job started (an enqueue in the seed's form, with a `workflow` object).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -285,7 +285,7 @@ pub struct JobResponse {
 }
 
 impl JobResponse {
-    pub fn of(job: Value) -> Self {
+    pub fn of(job: ojs_core::job::JobView) -> Self {
         Self { job, workflow: None }
     }
 }

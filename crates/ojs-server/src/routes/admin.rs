@@ -23,11 +23,11 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use ojs_core::job::job_view;
+use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, names, OjsError};
 use ojs_store::{DeadRetry, Transition};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
@@ -415,7 +415,7 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
 }
 
 /// The jobs with these ids as the API shows them (jobs gone meanwhile are left out).
-pub async fn views(st: &AppState, ids: &[String]) -> ApiResult<Vec<Value>> {
+pub async fn views(st: &AppState, ids: &[String]) -> ApiResult<Vec<JobView>> {
     Ok(st
         .shards
         .jobs(ids)
@@ -734,7 +734,7 @@ struct WorkerDetail {
     worker: WorkerView,
     /// The `current_jobs` that still exist.
     #[schema(value_type = Vec<Job>)]
-    jobs: Vec<Value>,
+    jobs: Vec<JobView>,
 }
 
 #[utoipa::path(
@@ -765,7 +765,7 @@ const LISTABLE: [&str; 5] = ["available", "active", "scheduled", "retryable", "d
 #[derive(Serialize, ToSchema)]
 struct AdminJobList {
     #[schema(value_type = Vec<Job>)]
-    items: Vec<Value>,
+    items: Vec<JobView>,
     pagination: Pagination,
     /// The same as `pagination.total_exact`.
     total_exact: bool,

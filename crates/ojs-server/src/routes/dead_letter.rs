@@ -7,10 +7,10 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ojs_core::job::job_view;
+use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, OjsError};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
@@ -38,10 +38,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Serialize, ToSchema)]
 struct DeadLetterList {
     #[schema(value_type = Vec<Job>)]
-    items: Vec<Value>,
+    items: Vec<JobView>,
     /// The same as `items`.
     #[schema(value_type = Vec<Job>)]
-    jobs: Vec<Value>,
+    jobs: Vec<JobView>,
     /// The same as `pagination.total`.
     total: u64,
     pagination: Pagination,
@@ -99,7 +99,7 @@ async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     let id = path_job_id(id)?;
     match st.shards.get_job(id).await? {
         Some(f) if st.shards.on_id(id, |s| async move { s.is_dead(id).await }).await? => {
-            Ok(ok(json!(JobResponse::of(job_view(&f)))))
+            Ok(ok(JobResponse::of(job_view(&f))))
         }
         _ => Err(OjsError::not_found("dead-letter job", id).into()),
     }
@@ -120,7 +120,7 @@ async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
         .get_job(id)
         .await?
         .ok_or_else(|| OjsError::not_found("job", id))?;
-    Ok(ok(json!(JobResponse::of(job_view(&f)))))
+    Ok(ok(JobResponse::of(job_view(&f))))
 }
 
 async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Deleted> {

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use ojs_core::envelope;
-use ojs_core::job::{job_view, NewJob};
+use ojs_core::job::{job_view, JobView, NewJob};
 use ojs_core::{ErrorCode, OjsError};
 use ojs_store::{EnqueueOutcome, Enqueued, Pressure, Transition};
 use serde::{Deserialize, Serialize};
@@ -29,8 +29,9 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(admin_job))
 }
 
-/// The view of a job we just created, built from what we sent (no second round trip).
-fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
+/// The view of a job we just created, built from what we sent (no second round trip); `workflow`: the
+/// workflow it is the first step of.
+fn created_view(j: &NewJob, now_ms: i64, state: &str, workflow: Option<&str>) -> JobView {
     let mut f: HashMap<String, String> = HashMap::new();
     f.insert("doc".into(), j.doc.clone());
     f.insert("type".into(), j.job_type.clone());
@@ -51,6 +52,9 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str) -> Value {
         f.insert("expires_at".into(), j.expires_at_ms.to_string());
     } else if j.expires_in_ms > 0 {
         f.insert("expires_at".into(), after(j.expires_in_ms).to_string());
+    }
+    if let Some(w) = workflow {
+        f.insert("wf".into(), w.into());
     }
     job_view(&f)
 }
@@ -248,10 +252,10 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
         ("ignored", Some((_, f))) => {
             let mut res = ojs_json(
                 StatusCode::OK,
-                json!(DeduplicatedJob {
+                DeduplicatedJob {
                     job: job_view(f),
-                    deduplicated: true
-                }),
+                    deduplicated: true,
+                },
             );
             pressure_headers(&mut res, out.pressure.as_ref());
             return Ok(res);
@@ -259,8 +263,8 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
         _ => {}
     }
     crate::metrics::job_event("enqueued", &job.queue, &job.job_type);
-    let view = created_view(&job, out.now_ms, &out.state);
-    let mut res = ojs_json(StatusCode::CREATED, json!(JobResponse::of(view)));
+    let view = created_view(&job, out.now_ms, &out.state, None);
+    let mut res = ojs_json(StatusCode::CREATED, JobResponse::of(view));
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);
     }
@@ -289,14 +293,14 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
 async fn enqueue_chain(st: &AppState, wf: &mut ojs_core::workflow::NewWorkflow) -> ApiResult<Response> {
     let (now, states, workflow) = crate::routes::workflows::store_workflow(st, wf).await?;
     let root = &wf.jobs[0];
-    let mut view = created_view(root, now, states.first().map(String::as_str).unwrap_or("available"));
-    view["workflow_id"] = json!(wf.id);
+    let state = states.first().map(String::as_str).unwrap_or("available");
+    let view = created_view(root, now, state, Some(&wf.id));
     let mut res = ojs_json(
         StatusCode::CREATED,
-        json!(JobResponse {
+        JobResponse {
             job: view,
             workflow: Some(workflow),
-        }),
+        },
     );
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", root.id).parse() {
         res.headers_mut().insert("location", loc);
@@ -490,7 +494,7 @@ struct BatchCreated {
     /// One per envelope, in order: the job written, or, for a unique duplicate answered with the job it
     /// met (`ignore`, `raise_priority`), that job.
     #[schema(value_type = Vec<Job>)]
-    jobs: Vec<Value>,
+    jobs: Vec<JobView>,
     count: usize,
     /// Indexes of `jobs` that are existing jobs (unique duplicates not written); absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -502,7 +506,7 @@ struct BatchCreated {
 #[derive(Serialize, ToSchema)]
 struct DeduplicatedJob {
     #[schema(value_type = Job)]
-    job: Value,
+    job: JobView,
     deduplicated: bool,
 }
 
@@ -552,7 +556,7 @@ async fn enqueue_batch(
     }
     let e = store_jobs(&st, &mut jobs, block).await?;
     let mut deduplicated = Vec::new();
-    let views: Vec<Value> = jobs
+    let views: Vec<JobView> = jobs
         .iter()
         .zip(&e.states)
         .zip(&e.existing)
@@ -563,17 +567,17 @@ async fn enqueue_batch(
                 deduplicated.push(i);
                 job_view(f)
             }
-            _ => created_view(j, e.now_ms, s),
+            _ => created_view(j, e.now_ms, s, None),
         })
         .collect();
     let count = views.len();
     let mut res = ojs_json(
         StatusCode::CREATED,
-        json!(BatchCreated {
+        BatchCreated {
             jobs: views,
             count,
-            deduplicated
-        }),
+            deduplicated,
+        },
     );
     // The fullest bounded queue the batch went to speaks for it.
     pressure_headers(
@@ -594,7 +598,7 @@ async fn enqueue_batch(
 async fn get_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
     match st.shards.get_job(id).await? {
-        Some(f) => Ok(ok(json!(JobResponse::of(job_view(&f))))),
+        Some(f) => Ok(ok(JobResponse::of(job_view(&f)))),
         None => Err(OjsError::not_found("job", id).into()),
     }
 }
@@ -690,7 +694,7 @@ async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Api
                 .get_job(id)
                 .await?
                 .ok_or_else(|| OjsError::not_found("job", id))?;
-            Ok(ok(json!(JobResponse::of(job_view(&f)))))
+            Ok(ok(JobResponse::of(job_view(&f))))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
         Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::conflict_state(id, &s, "cancel").into()),

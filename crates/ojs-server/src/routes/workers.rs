@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::Response;
-use ojs_core::job::job_view;
+use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, names, OjsError};
 use ojs_store::{AckPart, ClaimRef, PickQueue, Strategy, Transition, WorkerRequest};
 
@@ -102,7 +102,7 @@ enum FetchQueue {
 #[derive(Serialize, ToSchema)]
 struct FetchResponse {
     #[schema(value_type = Vec<Job>)]
-    jobs: Vec<Value>,
+    jobs: Vec<JobView>,
 }
 
 #[utoipa::path(
@@ -116,7 +116,7 @@ struct FetchResponse {
 async fn fetch(State(st): State<AppState>, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
     let p = FetchParams::new(&st, req)?;
     let jobs = claim_loop(&st, &p).await?;
-    Ok(ok(json!(FetchResponse { jobs })))
+    Ok(ok(FetchResponse { jobs }))
 }
 
 /// A validated FETCH (also the `fetch` part of an ack-and-fetch-next ACK).
@@ -405,7 +405,7 @@ fn lease_ms(ms: Option<u64>) -> Result<Option<u64>, OjsError> {
 }
 
 /// Claims jobs, long-polling up to `p.wait` when none is ready.
-async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<Value>> {
+async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<JobView>> {
     let deadline = tokio::time::Instant::now() + p.wait;
     let mut shutdown = st.shutting_down.clone();
     let notifiers: Vec<_> = if p.wait.is_zero() {
@@ -438,7 +438,7 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<Value>> {
 }
 
 /// Records the claim metrics and renders the claimed jobs.
-fn claimed_view(claimed: &[ojs_store::Claimed]) -> Vec<Value> {
+fn claimed_view(claimed: &[ojs_store::Claimed]) -> Vec<JobView> {
     for c in claimed {
         record_wait(&c.fields);
         let g = |k: &str| c.fields.get(k).map(String::as_str).unwrap_or("");
@@ -613,7 +613,7 @@ struct AckResponse {
     /// With `fetch`: the jobs claimed for the next round (maybe none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Job>>, nullable = false)]
-    jobs: Option<Vec<Value>>,
+    jobs: Option<Vec<JobView>>,
 }
 
 #[utoipa::path(
@@ -650,7 +650,7 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
                 Some(_) => Some(claimed_view(&claims.jobs)),
                 None => None,
             };
-            Ok(ok(json!(AckResponse {
+            Ok(ok(AckResponse {
                 acknowledged: true,
                 job_id: id.to_string(),
                 id: id.to_string(),
@@ -658,7 +658,7 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
                 attempt: a.attempt,
                 completed_at: clock::format_ms(a.now_ms),
                 jobs,
-            })))
+            }))
         }
         other => Err(refused(other, id, "ack").into()),
     }
