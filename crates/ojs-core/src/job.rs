@@ -199,6 +199,10 @@ const SYSTEM_FIELDS: [&str; 14] = [
     "superseded",
 ];
 
+/// A stored job's fields, name -> value, as read from its record (`ojs_store`'s `JobFields`). The
+/// names are the server's own, so a fast seeded hasher does (std's SipHash cost a tenth of a request).
+pub type Fields = HashMap<String, String, foldhash::fast::RandomState>;
+
 /// A job as the API shows it ([`job_view`]), already written as JSON: it is serialized into a response
 /// as it stands, with no `Value` tree built and taken apart again on the way.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -246,7 +250,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for DocMembers<'a> {
 /// is not echoed (it would pass for the job's state), whether or not the job has that field yet; a
 /// member the server also sets (`type`, `queue`, `priority`, `scheduled_at`, progress) shows the
 /// server's value in the client's position; the rest of the server's fields follow, in a fixed order.
-pub fn job_view(f: &HashMap<String, String>) -> JobView {
+pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> JobView {
     let get = |k: &str| f.get(k).map(String::as_str);
     let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
     // The server's fields, in the order they follow the envelope's.
@@ -380,7 +384,9 @@ fn stored_error_view(v: Value) -> Value {
 /// when none applies. Reports belong to one claim (`progress_claim`): an active job shows only what its
 /// current claim reported (a retry starts with none, §5.3); a completed job that reported any shows 1.0
 /// (§8.1); any other state keeps the last report (a failed job keeps where it stopped, §8.2).
-pub fn progress_view(f: &HashMap<String, String>) -> Option<(Value, Value, Value, Value)> {
+pub fn progress_view<S: std::hash::BuildHasher>(
+    f: &HashMap<String, String, S>,
+) -> Option<(Value, Value, Value, Value)> {
     let at = f.get("progress_at")?;
     if f.get("state").map(String::as_str) == Some("active") && f.get("progress_claim") != f.get("claims") {
         return None;

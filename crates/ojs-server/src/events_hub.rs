@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, watch};
 use crate::state::AppState;
 
 /// (event id, fields).
-pub type Entry = Arc<(String, HashMap<String, String>)>;
+pub type Entry = Arc<(String, ojs_core::job::Fields)>;
 
 /// How far before a cursor's time the other shards' streams are read again on a resume.
 pub const RESUME_MARGIN_MS: u64 = 1_000;

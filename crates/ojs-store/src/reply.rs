@@ -1,7 +1,5 @@
 //! Decoding script and command replies: a short or odd reply reads as empty, never a panic.
 
-use std::collections::HashMap;
-
 use redis::Value;
 
 use crate::store::{JobFields, Result, StoreError};
@@ -68,7 +66,7 @@ pub(crate) fn val_i64(v: &Value) -> i64 {
 }
 
 pub(crate) fn flat_map(v: &Value) -> JobFields {
-    let mut m = HashMap::new();
+    let mut m = JobFields::default();
     if let Value::Array(items) = v {
         for pair in items.chunks(2) {
             if let [k, v] = pair {
@@ -103,7 +101,7 @@ mod tests {
 
     #[test]
     fn a_job_with_its_parents_results_reads_as_one_record() {
-        let mut fields = JobFields::new();
+        let mut fields = JobFields::default();
         fields.insert("state".into(), "active".into());
         let record = rmp_serde::to_vec(&fields).expect("pack");
         let plain = decode_job(&Value::BulkString(record.clone()));

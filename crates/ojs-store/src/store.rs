@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +38,7 @@ impl From<redis::RedisError> for StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// A job hash as stored: field -> value.
-pub type JobFields = HashMap<String, String>;
+pub type JobFields = ojs_core::job::Fields;
 
 /// Settings the scripts need that are not part of any job.
 #[derive(Debug, Clone)]

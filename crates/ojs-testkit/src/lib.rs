@@ -21,7 +21,7 @@ pub use invariants::{check_invariants, job_fields};
 pub async fn stream_events(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
-) -> Vec<(String, std::collections::HashMap<String, String>)> {
+) -> Vec<(String, ojs_core::job::Fields)> {
     let mut out = Vec::new();
     let mut from = "-".to_string();
     loop {

@@ -131,7 +131,7 @@ struct EventList {
 }
 
 /// One stream entry as the API shows it: the script's fields, `data` merged with the job context.
-pub fn event_json(id: &str, f: &std::collections::HashMap<String, String>) -> Value {
+pub fn event_json(id: &str, f: &ojs_core::job::Fields) -> Value {
     let mut data: Map<String, Value> = f
         .get("data")
         .and_then(|d| serde_json::from_str::<Value>(d).ok())
@@ -174,7 +174,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
             .into());
         }
     }
-    let keep = |f: &std::collections::HashMap<String, String>| {
+    let keep = |f: &ojs_core::job::Fields| {
         (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
             && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
             && q.job_id.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
@@ -292,7 +292,7 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);
     let job = q.job_id.clone();
-    let keep = move |f: &std::collections::HashMap<String, String>| {
+    let keep = move |f: &ojs_core::job::Fields| {
         (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
             && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
             && job.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
@@ -314,7 +314,7 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
             }
         }
     }
-    let to_event = |id: &str, f: &std::collections::HashMap<String, String>| {
+    let to_event = |id: &str, f: &ojs_core::job::Fields| {
         let body = event_json(id, f);
         Event::default()
             .id(id)

@@ -32,7 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// The view of a job we just created, built from what we sent (no second round trip); `workflow`: the
 /// workflow it is the first step of.
 fn created_view(j: &NewJob, now_ms: i64, state: &str, workflow: Option<&str>) -> JobView {
-    let mut f: HashMap<String, String> = HashMap::new();
+    let mut f = ojs_core::job::Fields::default();
     f.insert("doc".into(), j.doc.clone());
     f.insert("type".into(), j.job_type.clone());
     f.insert("queue".into(), j.queue.clone());

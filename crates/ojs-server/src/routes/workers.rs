@@ -448,7 +448,7 @@ fn claimed_view(claimed: &[ojs_store::Claimed]) -> Vec<JobView> {
 }
 
 /// Time from becoming ready to being claimed, by queue and (bounded) priority.
-fn record_wait(f: &std::collections::HashMap<String, String>) {
+fn record_wait(f: &ojs_core::job::Fields) {
     let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok());
     if let (Some(ready), Some(started)) = (num("enqueued_at"), num("started_at")) {
         let queue = f.get("queue").cloned().unwrap_or_default();

@@ -220,7 +220,7 @@ pub fn view(
 
 /// The view of a workflow just created, from what was sent and the states the script gave each job.
 fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowView {
-    let mut f = JobFields::new();
+    let mut f = JobFields::default();
     for (k, v) in [
         ("type", wf.kind.as_str().to_string()),
         ("name", wf.name.clone()),

@@ -1,7 +1,5 @@
 //! Cron entries (written by cron-set-1.lua and cron-delete-1.lua; the cron tick: ops/enqueue.rs).
 
-use std::collections::HashMap;
-
 use crate::store::{JobFields, Result, Store};
 
 impl Store {
@@ -53,7 +51,7 @@ impl Store {
         for n in &names {
             pipe.cmd("HGETALL").arg(self.keys.cron(n));
         }
-        let maps: Vec<HashMap<String, String>> = pipe.query_async(conn).await?;
+        let maps: Vec<JobFields> = pipe.query_async(conn).await?;
         Ok(names.into_iter().zip(maps).filter(|(_, m)| !m.is_empty()).collect())
     }
 }

@@ -36,7 +36,9 @@ pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
                     k += 1;
                 }
             }
-            event.get_or_insert_with(JobFields::new).insert(name, val_str(value));
+            event
+                .get_or_insert_with(JobFields::default)
+                .insert(name, val_str(value));
         }
         if let Some(ev) = event {
             out.push((event_id(&id, k), ev));
