@@ -190,17 +190,21 @@ async fn tail(st: AppState, shard: usize, mut shutdown: watch::Receiver<bool>) {
                 _ = shutdown.changed() => return,
             };
             match read {
-                Ok(entries) => {
-                    for (id, fields) in entries {
-                        // XREAD goes on from the entry (one entry holds one call's events).
+                Ok(read) => {
+                    // XREAD goes on from the last entry (one entry holds one call's events).
+                    if let Some(id) = read.last_entry() {
                         last = ojs_store::event_entry(&id).to_string();
-                        if fields.get("type").is_some_and(|t| crate::wake::makes_ready(t)) {
-                            if let Some(q) = fields.get("queue") {
-                                st.wake.wake(q);
-                            }
+                    }
+                    read.each_type_and_queue(|etype, queue| {
+                        if crate::wake::makes_ready(etype) && !queue.is_empty() {
+                            st.wake.wake(queue);
                         }
-                        // No receiver is fine: nobody is listening on this node.
-                        let _ = st.events.send(Arc::new((event_id(&id, shard), fields)));
+                    });
+                    // Whole events only for this node's listeners (nobody listening is fine).
+                    if st.events.receiver_count() > 0 {
+                        for (id, fields) in read.events() {
+                            let _ = st.events.send(Arc::new((event_id(&id, shard), fields)));
+                        }
                     }
                 }
                 Err(_) => break,

@@ -29,7 +29,7 @@ pub use ops::rl_gauges::RateLimitGauges;
 pub use ops::rl_inspect::RateLimitState;
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use ops::{rand_unit, Acked, ClaimRef, Transition};
-pub use reads::events::{event_entry, event_position, stream_entries, EVENTS_BLOCK_MS};
+pub use reads::events::{event_entry, event_position, stream_entries, EventsRead, EVENTS_BLOCK_MS};
 pub use reads::queues::{Backpressure, QueueCounts};
 pub use reads::workers::WORKER_TTL_MS;
 pub use store::*;

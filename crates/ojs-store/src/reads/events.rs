@@ -47,6 +47,65 @@ pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
     out
 }
 
+/// One blocking read of the events stream (`Store::events_block`), decoded only as far as its reader
+/// asks: the events tail reads every entry's type and queue to wake long-polls, and builds whole
+/// events only when someone on this node listens.
+pub struct EventsRead(Value);
+
+impl EventsRead {
+    /// The stream id of the last entry read, where the next read goes on from.
+    pub fn last_entry(&self) -> Option<String> {
+        match &self.0 {
+            Value::Array(entries) => entries.iter().rev().find_map(|e| match e {
+                Value::Array(pair) => pair.first().map(val_str),
+                _ => None,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Calls `f(type, queue)` for each event read, oldest first (`""` for a field an event lacks).
+    pub fn each_type_and_queue(&self, mut f: impl FnMut(&str, &str)) {
+        let Value::Array(entries) = &self.0 else { return };
+        fn text(v: &Value) -> &str {
+            match v {
+                Value::BulkString(b) => std::str::from_utf8(b).unwrap_or(""),
+                Value::SimpleString(s) => s.as_str(),
+                _ => "",
+            }
+        }
+        for e in entries {
+            let Value::Array(pair) = e else { continue };
+            let Some(Value::Array(fields)) = pair.get(1) else {
+                continue;
+            };
+            // One entry holds one call's events, each starting at its `type` field.
+            let (mut etype, mut queue) = (None, "");
+            for kv in fields.chunks(2) {
+                let [k, v] = kv else { continue };
+                match text(k) {
+                    "type" => {
+                        if let Some(t) = etype.replace(text(v)) {
+                            f(t, queue);
+                        }
+                        queue = "";
+                    }
+                    "queue" => queue = text(v),
+                    _ => {}
+                }
+            }
+            if let Some(t) = etype {
+                f(t, queue);
+            }
+        }
+    }
+
+    /// Every event read, with its id, oldest first.
+    pub fn events(&self) -> Vec<(String, JobFields)> {
+        stream_entries(&self.0)
+    }
+}
+
 /// The newest `count` events of an XREVRANGE reply (entries newest first, each entry's events oldest
 /// first), newest first.
 fn newest_first(v: &Value, count: usize) -> Vec<(String, JobFields)> {
@@ -165,13 +224,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Waits up to `block_ms` for events after `last` on a dedicated connection; oldest first.
-    pub async fn events_block(
-        &self,
-        conn: &mut crate::Conn,
-        last: &str,
-        block_ms: u64,
-    ) -> Result<Vec<(String, JobFields)>> {
+    /// Waits up to `block_ms` for events after `last` on a dedicated connection.
+    pub async fn events_block(&self, conn: &mut crate::Conn, last: &str, block_ms: u64) -> Result<EventsRead> {
         let v: Value = redis::cmd("XREAD")
             .arg("COUNT")
             .arg(1000)
@@ -183,15 +237,15 @@ impl Store {
             .query_async(conn)
             .await?;
         // Reply: [[stream, [[id, [f, v…]], …]]] (RESP2) or a map (RESP3); nil on timeout.
-        let entries = match &v {
-            Value::Array(streams) => streams.first().and_then(|s| match s {
-                Value::Array(pair) => pair.get(1).cloned(),
+        let entries = match v {
+            Value::Array(streams) => streams.into_iter().next().and_then(|s| match s {
+                Value::Array(pair) => pair.into_iter().nth(1),
                 _ => None,
             }),
-            Value::Map(m) => m.first().map(|(_, e)| e.clone()),
+            Value::Map(m) => m.into_iter().next().map(|(_, e)| e),
             _ => None,
         };
-        Ok(entries.map(|e| stream_entries(&e)).unwrap_or_default())
+        Ok(EventsRead(entries.unwrap_or(Value::Nil)))
     }
 
     /// The id of the newest stream entry (where a tail starts), or "0-0".
@@ -261,5 +315,42 @@ mod event_tests {
         for bad in ["", "5", "5-", "-1", "a-1", "5-1.", "5-1.x", "5-1.+2"] {
             assert_eq!(event_position(bad), None, "{bad:?}");
         }
+    }
+
+    /// The events tail reads each event's type and queue from an entry of several events without
+    /// building them, and agrees with the whole decoding.
+    #[test]
+    fn types_and_queues_are_read_per_event() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = |id: &str, kv: &[&str]| Value::Array(vec![b(id), Value::Array(kv.iter().map(|s| b(s)).collect())]);
+        let read = EventsRead(Value::Array(vec![
+            entry(
+                "5-0",
+                &[
+                    "type",
+                    "job.enqueued",
+                    "job_id",
+                    "a",
+                    "queue",
+                    "q1",
+                    "type",
+                    "job.started",
+                    "job_id",
+                    "b",
+                ],
+            ),
+            entry("6-0", &["type", "job.available", "queue", "q2"]),
+        ]));
+        let mut seen = Vec::new();
+        read.each_type_and_queue(|t, q| seen.push(format!("{t}@{q}")));
+        assert_eq!(seen, ["job.enqueued@q1", "job.started@", "job.available@q2"]);
+        assert_eq!(read.last_entry().as_deref(), Some("6-0"));
+        let whole: Vec<String> = read
+            .events()
+            .iter()
+            .map(|(id, f)| format!("{id}:{}", f["type"]))
+            .collect();
+        assert_eq!(whole, ["5-0:job.enqueued", "5-0.1:job.started", "6-0:job.available"]);
+        assert_eq!(EventsRead(Value::Nil).last_entry(), None);
     }
 }
