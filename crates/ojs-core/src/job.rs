@@ -254,46 +254,46 @@ pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> Jo
     let get = |k: &str| f.get(k).map(String::as_str);
     let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
     // The server's fields, in the order they follow the envelope's.
-    let mut server: Vec<(&str, String)> = Vec::with_capacity(16);
+    let mut server: Vec<(&str, Sys)> = Vec::with_capacity(16);
     for k in ["type", "queue", "state"] {
         if let Some(v) = get(k) {
-            server.push((k, text(&v)));
+            server.push((k, Sys::Str(v)));
         }
     }
     if let Some(p) = int("priority") {
-        server.push(("priority", text(&p)));
+        server.push(("priority", Sys::Int(p)));
     }
-    server.push(("attempt", text(&int("attempt").unwrap_or(0))));
+    server.push(("attempt", Sys::Int(int("attempt").unwrap_or(0))));
     if let Some(d) = int("retry_delay_ms") {
-        server.push(("retry_delay_ms", text(&d)));
+        server.push(("retry_delay_ms", Sys::Int(d)));
     }
     if let Some(m) = int("max_attempts") {
-        server.push(("max_attempts", text(&m)));
+        server.push(("max_attempts", Sys::Int(m)));
     }
     for k in TIME_FIELDS {
         if let Some(ms) = int(k) {
-            server.push((k, text(&clock::format_ms(ms))));
+            server.push((k, Sys::Text(clock::format_ms(ms))));
         }
     }
     if let Some(ms) = int("expires_at") {
-        server.push(("expires_at", text(&clock::format_ms(ms))));
+        server.push(("expires_at", Sys::Text(clock::format_ms(ms))));
     }
     if let Some(w) = get("worker_id").filter(|w| !w.is_empty()) {
-        server.push(("worker_id", text(&w)));
+        server.push(("worker_id", Sys::Str(w)));
     }
     if let Some(ms) = int("lease_until") {
-        server.push(("visibility_deadline", text(&clock::format_ms(ms))));
+        server.push(("visibility_deadline", Sys::Text(clock::format_ms(ms))));
         // The claim's identity for ACK, NACK and heartbeat (lua/includes/lease.lua); a job is only
         // leased while active.
         if let Some(claims) = get("claims") {
-            server.push(("lease_id", text(&claims)));
+            server.push(("lease_id", Sys::Str(claims)));
         }
     }
     // Stored JSON is shown as stored (and not at all if it does not parse).
     let raw = |k: &str| {
         get(k)
             .and_then(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).ok())
-            .map(|r| r.get().to_string())
+            .map(Sys::Raw)
     };
     if let Some(v) = raw("result") {
         server.push(("result", v));
@@ -303,14 +303,14 @@ pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> Jo
     // them from the workflow's results hash when it reads the job (wf_job_reply); a job released by an
     // older server holds them in its own record. Either way they arrive as this field.
     if let Some(w) = get("wf") {
-        server.push(("workflow_id", text(&w)));
+        server.push(("workflow_id", Sys::Str(w)));
     }
     if let Some(v) = raw("parent_results") {
         server.push(("parent_results", v));
     }
     for k in ["error", "errors"] {
         if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {
-            server.push((k, text(&stored_error_view(v))));
+            server.push((k, Sys::Val(stored_error_view(v))));
         }
     }
     // Completed unrun at FETCH (options.dedup, options.root_job): why.
@@ -318,26 +318,18 @@ pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> Jo
         server.push(("superseded", v));
     }
     if let Some((value, message, data, updated)) = progress_view(f) {
-        server.push(("progress", text(&value)));
-        server.push(("progress_message", text(&message)));
-        server.push(("progress_data", text(&data)));
-        server.push(("progress_updated_at", text(&updated)));
+        server.push(("progress", Sys::Val(value)));
+        server.push(("progress_message", Sys::Val(message)));
+        server.push(("progress_data", Sys::Val(data)));
+        server.push(("progress_updated_at", Sys::Val(updated)));
     }
 
     let doc = get("doc")
         .and_then(|d| serde_json::from_str::<DocMembers>(d).ok())
         .map_or_else(Vec::new, |m| m.0);
-    let mut out = String::with_capacity(get("doc").map_or(0, str::len) + 48 * server.len());
+    // The members in order: the envelope's (a server field in its place), then the server's others.
     let mut used = vec![false; server.len()];
-    out.push('{');
-    let member = |out: &mut String, k: &str, v: &str| {
-        if out.len() > 1 {
-            out.push(',');
-        }
-        out.push_str(&text(&k));
-        out.push(':');
-        out.push_str(v);
-    };
+    let mut members: Vec<(&str, Member)> = Vec::with_capacity(doc.len() + server.len());
     for (k, v) in &doc {
         let k = k.as_str();
         if SYSTEM_FIELDS.contains(&k) || (TIME_FIELDS.contains(&k) && k != "scheduled_at") {
@@ -346,24 +338,68 @@ pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> Jo
         match server.iter().position(|(s, _)| *s == k) {
             Some(i) if !used[i] => {
                 used[i] = true;
-                member(&mut out, k, &server[i].1);
+                members.push((k, Member::Server(&server[i].1)));
             }
             Some(_) => {}
-            None => member(&mut out, k, v.get()),
+            None => members.push((k, Member::Client(v))),
         }
     }
     for (i, (k, v)) in server.iter().enumerate() {
         if !used[i] {
-            member(&mut out, k, v);
+            members.push((k, Member::Server(v)));
         }
     }
-    out.push('}');
-    JobView(serde_json::value::RawValue::from_string(out).expect("job_view writes JSON"))
+    // serde_json writes it (keys escaped as everywhere else) and takes its own output unchecked.
+    JobView(serde_json::value::to_raw_value(&Members(&members)).unwrap_or_else(|_| empty_object()))
 }
 
-/// JSON text of one value (serde_json's own writer: escaping and number formats as everywhere else).
-fn text<T: serde::Serialize + ?Sized>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+/// A server-set field's value.
+enum Sys<'a> {
+    Str(&'a str),
+    Int(i64),
+    Text(String),
+    /// Stored JSON, shown as stored.
+    Raw(&'a serde_json::value::RawValue),
+    Val(Value),
+}
+
+impl serde::Serialize for Sys<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Sys::Str(v) => s.serialize_str(v),
+            Sys::Int(v) => s.serialize_i64(*v),
+            Sys::Text(v) => s.serialize_str(v),
+            Sys::Raw(v) => v.serialize(s),
+            Sys::Val(v) => v.serialize(s),
+        }
+    }
+}
+
+/// One member of a job view: the client's, as sent, or the server's.
+enum Member<'a> {
+    Client(&'a serde_json::value::RawValue),
+    Server(&'a Sys<'a>),
+}
+
+/// A job view's members, serialized as one object in their order.
+struct Members<'a>(&'a [(&'a str, Member<'a>)]);
+
+impl serde::Serialize for Members<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            match v {
+                Member::Client(raw) => m.serialize_entry(k, raw)?,
+                Member::Server(sys) => m.serialize_entry(k, sys)?,
+            }
+        }
+        m.end()
+    }
+}
+
+fn empty_object() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string("{}".into()).expect("{} is JSON")
 }
 
 /// Error records are stored with `occurred_at` in epoch ms; show it as RFC 3339.
