@@ -38,7 +38,8 @@
 --                                            others.
 -- COST   per request as if it ran alone; the call's fixed costs (one round trip, TIME) are shared.
 --        O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
---        ready-queue index P..'ready' for all of them; weighted adds O(queues) per claimed job; a
+--        ready-queue index P..'ready' for all of them (kept exact with one ZCARD per queue claimed
+--        from and call, not per job); weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
 --        a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
@@ -53,7 +54,8 @@
 --        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or
 --        put back in a lane that gets parked): at most MAX_SKIPS = 100 per call, shared by its
 --        requests: a request that meets the budget stops with cut = 1 and the server calls again, so
---        20,000 keys at concurrency 0 cost 200 short calls, never one long one
+--        20,000 keys at concurrency 0 cost 200 short calls, never one long one; the ready-index check
+--        at the end visits the distinct queues claimed from (at most the requests' queue lists)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group
@@ -131,6 +133,8 @@ end
 -- stops there with cut = 1.
 local skips = 0
 local cut = 0
+-- Queues this call claimed from (P..'ready' is checked for them once, at the end).
+local claimed_from = {}
 -- end_unclaimed(jk, id, queue, jtype, state, fields, event, data): a popped job ends without being
 -- claimed (discarded, or completed as superseded).
 local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
@@ -259,7 +263,9 @@ local function claim_one(queue)
         end
         emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
         reply[#reply + 1] = wf_job_reply(P, jk)
-        ready_index_check(P, queue)
+        -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a
+        -- request later in the call that still finds an emptied queue there pops nothing and drops it.
+        claimed_from[queue] = true
         return true
       end
     end
@@ -352,4 +358,5 @@ while a <= #ARGV do
   r, a = serve(a)
   out[#out + 1] = r
 end
+for queue in pairs(claimed_from) do ready_index_check(P, queue) end
 return out
