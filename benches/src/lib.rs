@@ -112,10 +112,16 @@ impl Probe {
     }
 
     /// The start of a measured run: clears every node's command statistics (`CONFIG RESETSTAT`) and
-    /// returns each node's CPU time so far (see [`Probe::cpu_us`]).
+    /// returns each node's CPU time so far (see [`Probe::cpu_us`]); runs `OJS_BENCH_AT_BEGIN` (a shell
+    /// command) when it is set.
     pub async fn begin(&mut self) -> anyhow::Result<Vec<f64>> {
         for n in &mut self.nodes {
             let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(n).await?;
+        }
+        // benches/server_cpu.sh counts the server's instructions from here: `callgrind_control -z`.
+        if let Ok(cmd) = std::env::var("OJS_BENCH_AT_BEGIN") {
+            let status = std::process::Command::new("sh").arg("-c").arg(&cmd).status()?;
+            anyhow::ensure!(status.success(), "OJS_BENCH_AT_BEGIN ({cmd}) failed: {status}");
         }
         self.cpu_us().await
     }
