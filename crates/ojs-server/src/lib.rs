@@ -1,6 +1,6 @@
 //! The OJS HTTP server.
 //!
-//! A request flows: axum router ([`app`]) → a handler in [`routes`] (validates with `ojs-core`) →
+//! A request flows: the edge middleware and axum router ([`app`]) → a handler in [`routes`] (validates with `ojs-core`) →
 //! [`shards`] (which shard it concerns) → one `ojs_store::Store` method of that shard → one Lua script
 //! in `lua/` → that shard's Redis keys. Handlers
 //! hold no job state, so any number of nodes can serve one Redis. [`run`] takes its listener and its
