@@ -25,8 +25,8 @@
 --   sequence) or discarded when expires_at passed (a workflow job's workflow counts it failed); safe to run from every API pod at once, since
 --   a job is moved only if it is still in P..'scheduled';
 --   a rate-limit key leaves P..'rl:keys' only once its idle time came and its policy, lanes, slot
---   holders and override are all gone (an override that lapses later puts it back in P..'rl:idle' for
---   then); a re-scoring step and a sweep step keep their cursor where they left it, so any pod may take
+--   holders and override are all gone (an override or a policy that expires later puts it back in
+--   P..'rl:idle' for then: a key still listed is always in P..'rl:idle' or in use); a re-scoring step and a sweep step keep their cursor where they left it, so any pod may take
 --   the next one (includes/rescore.lua, includes/workflow.lua)
 --@include clock
 --@include emit
@@ -72,10 +72,11 @@ end
 -- "Idle keys"); one with an override that has not lapsed stays listed.
 for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))) do
   redis.call('ZREM', key_rl_idle(P), key)
-  local ovr_ttl = redis.call('PTTL', key_rl_ovr(P, key))
-  if ovr_ttl > 0 then
-    -- An override that lapses later: look again then.
-    redis.call('ZADD', key_rl_idle(P), now + ovr_ttl, key)
+  -- An override, or a policy, that expires later (an override lapses on its own clock; a policy's
+  -- expiry may have been set after its idle time): look again then, never forget the key.
+  local later = math.max(redis.call('PTTL', key_rl_ovr(P, key)), redis.call('PTTL', key_rl_policy(P, key)))
+  if later > 0 then
+    redis.call('ZADD', key_rl_idle(P), now + later, key)
   elseif redis.call('EXISTS', key_rl_policy(P, key), key_rl_queues(P, key), key_rl_active(P, key), key_rl_ovr(P, key)) == 0 then
     redis.call('ZREM', key_rl_keys(P), key)
   end
