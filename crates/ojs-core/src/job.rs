@@ -214,11 +214,6 @@ impl JobView {
     pub fn json(&self) -> &str {
         self.0.get()
     }
-
-    /// As a `Value`, for the few callers that take a job apart (parses the text).
-    pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
-    }
 }
 
 /// The client's envelope as stored (`doc`): its top-level members in order, each value left as text.
@@ -463,7 +458,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let v = job_view(&f).to_value();
+        let v: Value = serde_json::from_str(job_view(&f).json()).expect("a job view is JSON");
         assert_eq!(v["state"], "available");
         assert_eq!(v["attempt"], 0);
         for k in ["worker_id", "lease_id", "errors"] {

@@ -223,21 +223,21 @@ async fn edge(axum::extract::State(st): axum::extract::State<AppState>, req: Req
 }
 
 /// The `route` label of `ojs_http_request_duration_seconds`: the hot routes by name, the rest `other`.
-const ROUTES: [&str; 7] = ["enqueue", "enqueue_batch", "fetch", "ack", "nack", "heartbeat", "other"];
+const ROUTES: [(&str, &str); 6] = [
+    ("/ojs/v1/jobs", "enqueue"),
+    ("/ojs/v1/jobs/batch", "enqueue_batch"),
+    ("/ojs/v1/workers/fetch", "fetch"),
+    ("/ojs/v1/workers/ack", "ack"),
+    ("/ojs/v1/workers/nack", "nack"),
+    ("/ojs/v1/workers/heartbeat", "heartbeat"),
+];
 
+/// A request's index in [`ROUTES`] (`ROUTES.len()`: other).
 fn route_label(method: &axum::http::Method, path: &str) -> usize {
     if method != axum::http::Method::POST {
-        return 6;
+        return ROUTES.len();
     }
-    match path {
-        "/ojs/v1/jobs" => 0,
-        "/ojs/v1/jobs/batch" => 1,
-        "/ojs/v1/workers/fetch" => 2,
-        "/ojs/v1/workers/ack" => 3,
-        "/ojs/v1/workers/nack" => 4,
-        "/ojs/v1/workers/heartbeat" => 5,
-        _ => 6,
-    }
+    ROUTES.iter().position(|(p, _)| *p == path).unwrap_or(ROUTES.len())
 }
 
 /// The histogram of one route label, registered once (a `histogram!` call hashes its labels each time).
@@ -247,7 +247,9 @@ fn request_duration(route: usize) -> &'static ::metrics::Histogram {
         metrics::install();
         ROUTES
             .iter()
-            .map(|r| ::metrics::histogram!("ojs_http_request_duration_seconds", "route" => *r))
+            .map(|(_, label)| *label)
+            .chain(["other"])
+            .map(|label| ::metrics::histogram!("ojs_http_request_duration_seconds", "route" => label))
             .collect()
     })[route]
 }

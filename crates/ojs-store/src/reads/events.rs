@@ -15,36 +15,51 @@ const EVENT_PAGE: usize = 256;
 /// call's events, each starting at a `type` field; the k-th event of entry `<id>` has the event id `<id>`
 /// (k = 0) or `<id>.<k>`.
 pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
-    let Value::Array(entries) = v else {
-        return Vec::new();
-    };
-    let mut out = Vec::with_capacity(entries.len());
+    let mut out = Vec::new();
+    each_event(v, |id, k, fields| {
+        let mut event = JobFields::default();
+        for kv in fields.chunks(2) {
+            if let [name, value] = kv {
+                event.insert(val_str(name), val_str(value));
+            }
+        }
+        out.push((event_id(&val_str(id), k), event));
+    });
+    out
+}
+
+/// Splits stream entries into their events without copying: `f(entry id, k, the event's field/value
+/// pairs)` for the k-th event of each entry, oldest first. The one reading of emit.lua's format that
+/// [`stream_entries`] and [`EventsRead`] share.
+fn each_event<'a>(v: &'a Value, mut f: impl FnMut(&'a Value, usize, &'a [Value])) {
+    let Value::Array(entries) = v else { return };
     for e in entries {
         let Value::Array(pair) = e else { continue };
         let ([id, Value::Array(fields)] | [id, Value::Array(fields), ..]) = pair.as_slice() else {
             continue;
         };
-        let id = val_str(id);
+        let starts = (0..fields.len())
+            .step_by(2)
+            .filter(|&i| field_text(&fields[i]) == "type");
         let mut k = 0usize;
-        let mut event: Option<JobFields> = None;
-        for f in fields.chunks(2) {
-            let [name, value] = f else { continue };
-            let name = val_str(name);
-            if name == "type" {
-                if let Some(ev) = event.take() {
-                    out.push((event_id(&id, k), ev));
-                    k += 1;
-                }
+        let mut from = 0usize;
+        for at in starts.chain(std::iter::once(fields.len())) {
+            if at > from {
+                f(id, k, &fields[from..at]);
+                k += 1;
             }
-            event
-                .get_or_insert_with(JobFields::default)
-                .insert(name, val_str(value));
-        }
-        if let Some(ev) = event {
-            out.push((event_id(&id, k), ev));
+            from = at;
         }
     }
-    out
+}
+
+/// A field name or value as text, borrowed (`""` for anything else).
+fn field_text(v: &Value) -> &str {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).unwrap_or(""),
+        Value::SimpleString(s) => s.as_str(),
+        _ => "",
+    }
 }
 
 /// One blocking read of the events stream (`Store::events_block`), decoded only as far as its reader
@@ -66,38 +81,20 @@ impl EventsRead {
 
     /// Calls `f(type, queue)` for each event read, oldest first (`""` for a field an event lacks).
     pub fn each_type_and_queue(&self, mut f: impl FnMut(&str, &str)) {
-        let Value::Array(entries) = &self.0 else { return };
-        fn text(v: &Value) -> &str {
-            match v {
-                Value::BulkString(b) => std::str::from_utf8(b).unwrap_or(""),
-                Value::SimpleString(s) => s.as_str(),
-                _ => "",
-            }
-        }
-        for e in entries {
-            let Value::Array(pair) = e else { continue };
-            let Some(Value::Array(fields)) = pair.get(1) else {
-                continue;
-            };
-            // One entry holds one call's events, each starting at its `type` field.
-            let (mut etype, mut queue) = (None, "");
+        let text = field_text;
+        each_event(&self.0, |_, _, fields| {
+            let (mut etype, mut queue) = ("", "");
             for kv in fields.chunks(2) {
-                let [k, v] = kv else { continue };
-                match text(k) {
-                    "type" => {
-                        if let Some(t) = etype.replace(text(v)) {
-                            f(t, queue);
-                        }
-                        queue = "";
+                if let [k, v] = kv {
+                    match text(k) {
+                        "type" => etype = text(v),
+                        "queue" => queue = text(v),
+                        _ => {}
                     }
-                    "queue" => queue = text(v),
-                    _ => {}
                 }
             }
-            if let Some(t) = etype {
-                f(t, queue);
-            }
-        }
+            f(etype, queue);
+        });
     }
 
     /// Every event read, with its id, oldest first.
