@@ -55,7 +55,9 @@ for scenario in ${OJS_BENCH_SCENARIOS:-add process_split}; do
   [ -z "$baseline" ] || one baseline "$baseline" "$scenario"
 done
 python3 - "$rows" <<'PY'
-import collections, re, sys
+import sys
+sys.path.insert(0, "benches")
+from callgrind import Profile
 # Inclusive instructions of a function: its own plus those of the calls it makes to others.
 PARTS = [("job views (ojs_core::job::job_view)", "ojs_core::job::job_view"),
          ("envelope parsing (ojs_core::envelope::parse)", "ojs_core::envelope::parse"),
@@ -64,45 +66,12 @@ PARTS = [("job views (ojs_core::job::job_view)", "ojs_core::job::job_view"),
          ("the coalescer's script calls", "ojs_server::coalesce::Coalescer<R,O>::start::{{closure}}::{{closure}}"),
          ("hyper's request parsing", "as hyper::proto::h1::Http1Transaction>::parse"),
          ("metrics (ojs_server::metrics::job_event)", "ojs_server::metrics::job_event")]
-def load(path):
-    names, cur, pending = {}, None, None
-    own, out = collections.Counter(), collections.Counter()
-    def nm(tok):
-        m = re.match(r"\((\d+)\)(?: (.*))?", tok)
-        if not m:
-            return tok
-        i, n = m.groups()
-        if n:
-            names[i] = n
-        return names.get(i, i)
-    for line in open(path, errors="replace"):
-        line = line.rstrip("\n")
-        if line.startswith("fn="):
-            cur = nm(line[3:]); continue
-        if line.startswith("cfn="):
-            pending = nm(line[4:]); continue
-        if line.startswith("calls="):
-            continue
-        if line and (line[0].isdigit() or line[0] in "+-*"):
-            parts = line.split()
-            if len(parts) < 2:
-                continue
-            if pending is not None:
-                if pending != cur:
-                    out[cur] += int(parts[1])
-                pending = None
-            else:
-                own[cur] += int(parts[1])
-    return own, out
 rows = [l.split() for l in open(sys.argv[1])]
 table = {}
 for label, sc, req, path in rows:
-    own, out = load(path)
-    total = sum(own.values())
-    parts = []
-    for name, pat in PARTS:
-        best = max((own[k] + out[k] for k in set(own) | set(out) if pat in k), default=0)
-        parts.append((name, 100.0 * best / total if total else 0.0))
+    prof = Profile(path)
+    total = prof.total
+    parts = [(name, 100.0 * prof.inclusive(pat) / total if total else 0.0) for name, pat in PARTS]
     table[(label, sc)] = (total / int(req), int(req), parts)
 print("| scenario | build | requests | instructions per request | vs baseline |")
 print("|---|---|---:|---:|---:|")
