@@ -12,43 +12,106 @@ pub const EVENTS_BLOCK_MS: u64 = 1_000;
 const EVENT_PAGE: usize = 256;
 
 /// The events of stream entries (an XRANGE reply), in order (lua/includes/emit.lua): an entry holds one
-/// call's events, each starting at a `type` field; the k-th event of entry `<id>` has the event id `<id>`
-/// (k = 0) or `<id>.<k>`.
+/// call's events; the k-th event of entry `<id>` has the event id `<id>` (k = 0) or `<id>.<k>`.
 pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
     let mut out = Vec::new();
-    each_event(v, |id, k, fields| {
-        let mut event = JobFields::default();
-        for kv in fields.chunks(2) {
-            if let [name, value] = kv {
-                event.insert(val_str(name), val_str(value));
-            }
-        }
-        out.push((event_id(&val_str(id), k), event));
-    });
+    each_event(v, |id, k, event| out.push((event_id(&val_str(id), k), event.fields())));
     out
 }
 
-/// Splits stream entries into their events without copying: `f(entry id, k, the event's field/value
-/// pairs)` for the k-th event of each entry, oldest first. The one reading of emit.lua's format that
-/// [`stream_entries`] and [`EventsRead`] share.
-fn each_event<'a>(v: &'a Value, mut f: impl FnMut(&'a Value, usize, &'a [Value])) {
+/// One event of a stream entry, borrowed from the reply: one field named after its type whose value is
+/// `<job_id> <queue> <job_type> <time> <data>` (emit.lua), or, in entries written before that format,
+/// the field/value pairs `type`, `job_id`, `queue`, `job_type`, `time`, `data`.
+enum RawEvent<'a> {
+    Packed(&'a str, &'a str),
+    Pairs(&'a [Value]),
+}
+
+/// The parts of a packed event's value, in order.
+const PACKED_PARTS: [&str; 5] = ["job_id", "queue", "job_type", "time", "data"];
+
+impl<'a> RawEvent<'a> {
+    fn etype(&self) -> &'a str {
+        match self {
+            RawEvent::Packed(t, _) => t,
+            RawEvent::Pairs(fields) => pair_value(fields, "type"),
+        }
+    }
+
+    fn queue(&self) -> &'a str {
+        match self {
+            RawEvent::Packed(_, v) => v.splitn(3, ' ').nth(1).unwrap_or(""),
+            RawEvent::Pairs(fields) => pair_value(fields, "queue"),
+        }
+    }
+
+    /// The event as the map every reader takes (`type`, `job_id`, `queue`, `job_type`, `time`, `data`).
+    fn fields(&self) -> JobFields {
+        let mut event = JobFields::default();
+        match self {
+            RawEvent::Packed(t, v) => {
+                event.insert("type".into(), (*t).into());
+                for (name, part) in PACKED_PARTS.iter().zip(v.splitn(PACKED_PARTS.len(), ' ')) {
+                    event.insert((*name).into(), part.into());
+                }
+            }
+            RawEvent::Pairs(fields) => {
+                for kv in fields.chunks(2) {
+                    if let [name, value] = kv {
+                        event.insert(val_str(name), val_str(value));
+                    }
+                }
+            }
+        }
+        event
+    }
+}
+
+/// The value of field `name` among field/value pairs, borrowed (`""` when absent).
+fn pair_value<'a>(fields: &'a [Value], name: &str) -> &'a str {
+    fields
+        .chunks(2)
+        .find_map(|kv| match kv {
+            [k, v] if field_text(k) == name => Some(field_text(v)),
+            _ => None,
+        })
+        .unwrap_or("")
+}
+
+/// Splits stream entries into their events without copying: `f(entry id, k, the event)` for the k-th
+/// event of each entry, oldest first. The one reading of emit.lua's formats that [`stream_entries`] and
+/// [`EventsRead`] share: a field named `type` starts an event of the older format (its pairs run to the
+/// next `type` or a packed event); any other field whose name holds a `.` is one packed event.
+fn each_event<'a>(v: &'a Value, mut f: impl FnMut(&'a Value, usize, RawEvent<'a>)) {
     let Value::Array(entries) = v else { return };
     for e in entries {
         let Value::Array(pair) = e else { continue };
         let ([id, Value::Array(fields)] | [id, Value::Array(fields), ..]) = pair.as_slice() else {
             continue;
         };
-        let starts = (0..fields.len())
-            .step_by(2)
-            .filter(|&i| field_text(&fields[i]) == "type");
         let mut k = 0usize;
-        let mut from = 0usize;
-        for at in starts.chain(std::iter::once(fields.len())) {
-            if at > from {
-                f(id, k, &fields[from..at]);
-                k += 1;
+        // The start of the older format's event being read, if any.
+        let mut open: Option<usize> = None;
+        let mut i = 0usize;
+        while i + 1 < fields.len() {
+            let name = field_text(&fields[i]);
+            let packed = name != "type" && name.contains('.');
+            if name == "type" || packed {
+                if let Some(from) = open.take() {
+                    f(id, k, RawEvent::Pairs(&fields[from..i]));
+                    k += 1;
+                }
             }
-            from = at;
+            if packed {
+                f(id, k, RawEvent::Packed(name, field_text(&fields[i + 1])));
+                k += 1;
+            } else if name == "type" {
+                open = Some(i);
+            }
+            i += 2;
+        }
+        if let Some(from) = open {
+            f(id, k, RawEvent::Pairs(&fields[from..]));
         }
     }
 }
@@ -81,20 +144,7 @@ impl EventsRead {
 
     /// Calls `f(type, queue)` for each event read, oldest first (`""` for a field an event lacks).
     pub fn each_type_and_queue(&self, mut f: impl FnMut(&str, &str)) {
-        let text = field_text;
-        each_event(&self.0, |_, _, fields| {
-            let (mut etype, mut queue) = ("", "");
-            for kv in fields.chunks(2) {
-                if let [k, v] = kv {
-                    match text(k) {
-                        "type" => etype = text(v),
-                        "queue" => queue = text(v),
-                        _ => {}
-                    }
-                }
-            }
-            f(etype, queue);
-        });
+        each_event(&self.0, |_, _, event| f(event.etype(), event.queue()));
     }
 
     /// Every event read, with its id, oldest first.
@@ -300,6 +350,43 @@ mod event_tests {
         let rev = Value::Array(vec![entry("5-1", &three), entry("5-0", &one)]);
         let ids: Vec<String> = newest_first(&rev, 3).into_iter().map(|(id, _)| id).collect();
         assert_eq!(ids, ["5-1.2", "5-1.1", "5-1"]);
+    }
+
+    /// emit.lua's format (one field per event, named after its type) reads as the same events as the
+    /// older pairs, the data keeping its spaces, an empty part empty, and entries of both formats mix.
+    #[test]
+    fn packed_events_read_like_the_older_pairs() {
+        let packed = entry(
+            "7-0",
+            &[
+                "job.started",
+                "a q x 1 {\"attempt\":1,\"worker_id\":\"w 1\"}",
+                "backpressure.rejected",
+                " q  2 {}",
+            ],
+        );
+        let older = entry("6-0", &ev("job.enqueued", "a"));
+        let v = Value::Array(vec![older, packed]);
+        let got = stream_entries(&v);
+        let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["6-0", "7-0", "7-0.1"]);
+        let (_, first) = &got[0];
+        let (_, started) = &got[1];
+        for k in ["job_id", "queue", "job_type", "time", "data"] {
+            assert_eq!(started.contains_key(k), first.contains_key(k), "{k}");
+        }
+        assert_eq!(started["type"], "job.started");
+        assert_eq!(started["job_id"], "a");
+        assert_eq!(started["queue"], "q");
+        assert_eq!(started["job_type"], "x");
+        assert_eq!(started["time"], "1");
+        assert_eq!(started["data"], "{\"attempt\":1,\"worker_id\":\"w 1\"}");
+        let (_, rejected) = &got[2];
+        assert_eq!((rejected["job_id"].as_str(), rejected["queue"].as_str()), ("", "q"));
+        assert_eq!((rejected["job_type"].as_str(), rejected["time"].as_str()), ("", "2"));
+        let mut seen = Vec::new();
+        EventsRead(v.clone()).each_type_and_queue(|t, q| seen.push(format!("{t}@{q}")));
+        assert_eq!(seen, ["job.enqueued@q", "job.started@q", "backpressure.rejected@q"]);
     }
 
     #[test]
