@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The least a plain job's FETCH + ACK costs Redis in key schema v2's layout (one MessagePack record
+# per job), the same with numbers written as text (v2n), as a MessagePack array (v2a), and in a v3
+# layout (a hash of system fields + the envelope as a string written once), counted
+# in instructions under callgrind (see floor.lua). One request per script call, no coalescing: the
+# per-call costs (TIME, XADD, HINCRBY) are all in. Also prints memory per queued job of each layout.
+#   benches/layout/run.sh [jobs=2000]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+jobs="${1:-2000}"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+work=$(mktemp -d)
+cleanup() { kill "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+mkdir -p target/bench
+for layout in ${OJS_LAYOUTS:-v2 v2n v2a v3}; do
+  port=$(free_port)
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.$layout" \
+    "${OJS_BENCH_REDIS_SERVER:-$(command -v redis-server)}" --port "$port" --bind 127.0.0.1 --save '' \
+    --appendonly no --dir "$work" --loglevel warning >>"$work/redis.log" 2>&1 & rpid=$!
+  for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  python3 benches/layout/drive.py "$port" "$layout" "$jobs" setup
+  mem=$(python3 benches/layout/drive.py "$port" "$layout" "$jobs" memory)
+  callgrind_control -z "$rpid" >/dev/null 2>&1
+  python3 benches/layout/drive.py "$port" "$layout" "$jobs" run
+  callgrind_control -d "$rpid" >/dev/null 2>&1
+  for _ in $(seq 50); do dump=$(ls "$work"/cg."$layout".* 2>/dev/null | head -1); [ -n "$dump" ] && break; sleep 0.2; done
+  cp "$dump" "target/bench/layout-$layout.out"
+  kill "$rpid"; wait "$rpid" 2>/dev/null || true
+  echo "$layout $jobs $mem target/bench/layout-$layout.out" >>"$work/rows"
+done
+python3 - "$work/rows" <<'PY'
+import sys
+sys.path.insert(0, "benches")
+from callgrind import Profile
+print("| layout | memory per queued job (B) | Redis instructions per job (fetch + ack) | scripts | their commands | the rest |")
+print("|---|---:|---:|---:|---:|---:|")
+for layout, jobs, mem, path in (l.split() for l in open(sys.argv[1])):
+    p, n = Profile(path), int(jobs)
+    scripts = p.exact("fcallCommand")
+    commands = sum(v for (a, b), v in p.edge.items() if a == "scriptCall" and b.split("'")[0] == "call")
+    print(f"| {layout} | {float(mem):,.0f} | {p.total / n:,.0f} | {scripts / n:,.0f} | {commands / n:,.0f} | {(scripts - commands) / n:,.0f} |")
+PY
