@@ -7,7 +7,9 @@
 #   benches/redis_cpu.sh [jobs=3000]
 # OJS_BENCH_SCENARIOS (default "add process_split") picks the scenarios. With OJS_BASELINE_SERVER=<path
 # to another ojs-server binary> (which brings its own Lua library), each scenario also runs against it.
-# Prints, per job: all of Redis' instructions, the scripts' (FCALL, inclusive), the commands the scripts
+# With OJS_BENCH_BULLMQ=1, BullMQ (benches/peers/bullmq, as compare.sh runs it) does too: the peer's
+# count under the same instrument (BullMQ's process_split is its one way to process: a Worker).
+# Prints, per job: all of Redis' instructions, the scripts' (FCALL or EVALSHA, inclusive), the commands the scripts
 # call (`call` under `scriptCall`), their dispatch (the rest of `scriptCall`: lookup, ACL), and the rest
 # of FCALL: Lua, with the conversion of each redis.call's arguments and reply. With a redis-server
 # that has symbols (below), a second table splits that rest. Redis under callgrind runs
@@ -38,31 +40,52 @@ work=$(mktemp -d)
 cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 rows="$work/rows"
+start_redis() { # <label> <scenario> <port>: a fresh Redis under callgrind
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1.$2" \
+    "${OJS_BENCH_REDIS_SERVER:-$(command -v redis-server)}" --port "$3" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --loglevel warning >>"$work/redis.log" 2>&1 & rpid=$!
+  for _ in $(seq 300); do redis-cli -p "$3" ping >/dev/null 2>&1 && break; sleep 0.2; done
+}
+# dump <label> <scenario> <jobs>: writes Redis' counts since the measured part began and stops it.
+dump() {
+  callgrind_control -d "$rpid" >/dev/null 2>&1
+  local out
+  for _ in $(seq 50); do out=$(ls "$work"/cg."$1"."$2".* 2>/dev/null | head -1); [ -n "$out" ] && break; sleep 0.2; done
+  cp "$out" "target/bench/redis-callgrind-$1-$2.out"
+  kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true
+  echo "$1 $2 $3 target/bench/redis-callgrind-$1-$2.out" >>"$rows"
+  echo ">> $1 $2 done" >&2
+}
 # one <label> <binary> <scenario>: a fresh Redis under callgrind and a server, warm-up, the measured run.
 one() {
   local rport hport out
   rport=$(free_port); hport=$(free_port)
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1.$3" \
-    "${OJS_BENCH_REDIS_SERVER:-$(command -v redis-server)}" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
-    --loglevel warning >>"$work/redis.log" 2>&1 & rpid=$!
-  for _ in $(seq 300); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  start_redis "$1" "$3" "$rport"
   OJS_REDIS_URL="redis://127.0.0.1:$rport" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn "$2" >>"$work/server.log" 2>&1 & spid=$!
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$hport/ojs/v1/health" >/dev/null && break; sleep 0.2; done
   ./target/release/http_load "http://127.0.0.1:$hport" "redis://127.0.0.1:$rport" "$3" 500 >/dev/null
   redis-cli -p "$rport" FLUSHALL >/dev/null
   out=$(OJS_BENCH_AT_BEGIN="callgrind_control -z $rpid >/dev/null 2>&1" \
     ./target/release/http_load "http://127.0.0.1:$hport" "redis://127.0.0.1:$rport" "$3" "$jobs")
-  callgrind_control -d "$rpid" >/dev/null 2>&1
-  local dump
-  for _ in $(seq 50); do dump=$(ls "$work"/cg."$1"."$3".* 2>/dev/null | head -1); [ -n "$dump" ] && break; sleep 0.2; done
-  cp "$dump" "target/bench/redis-callgrind-$1-$3.out"
-  kill "$spid" "$rpid" 2>/dev/null || true; wait "$spid" "$rpid" 2>/dev/null || true
-  echo "$1 $3 $(echo "$out" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') target/bench/redis-callgrind-$1-$3.out" >>"$rows"
-  echo ">> $1 $3 done" >&2
+  kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true
+  dump "$1" "$3" "$(echo "$out" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])')"
 }
+# bullmq <scenario>: the peer against a fresh Redis under callgrind.
+bullmq() {
+  local rport out
+  rport=$(free_port)
+  start_redis bullmq "$1" "$rport"
+  out=$(OJS_BENCH_AT_BEGIN="callgrind_control -z $rpid >/dev/null 2>&1" \
+    node benches/peers/bullmq/bench.mjs "redis://127.0.0.1:$rport" "$1" "$jobs")
+  dump bullmq "$1" "$(echo "$out" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])["jobs"])')"
+}
+if [ "${OJS_BENCH_BULLMQ:-0}" = 1 ]; then
+  (cd benches/peers/bullmq && [ -d node_modules/bullmq ] || npm install --no-audit --no-fund --silent)
+fi
 for scenario in ${OJS_BENCH_SCENARIOS:-add process_split}; do
   one ours ./target/release/ojs-server "$scenario"
   [ -z "$baseline" ] || one baseline "$baseline" "$scenario"
+  [ "${OJS_BENCH_BULLMQ:-0}" != 1 ] || bullmq "$scenario"
 done
 python3 - "$rows" <<'PY'
 import sys
@@ -73,7 +96,8 @@ table, inside = {}, {}
 for label, sc, jobs, path in rows:
     p = Profile(path)
     n = int(jobs)
-    scripts = p.exact("fcallCommand")
+    # Our library runs by FCALL; BullMQ's scripts by EVALSHA.
+    scripts = p.exact("fcallCommand") + p.exact("evalShaCommand") + p.exact("evalCommand")
     bridge_and_commands = p.exact("scriptCall")
     # `call` runs FCALL itself too, so callgrind names the commands a script calls `call'2`.
     commands = sum(v for (a, b), v in p.edge.items() if a == "scriptCall" and b.split("'")[0] == "call")
@@ -91,10 +115,13 @@ for label, sc, jobs, path in rows:
             p.exact("str_format") + p.exact("luaB_tonumber"),
         )]
 print("Redis instructions per job (callgrind):\n")
-print("| scenario | build | all of Redis | scripts (FCALL) | their commands | their dispatch | Lua and the conversions | vs baseline (all / scripts) |")
+print("| scenario | build | all of Redis | scripts (FCALL, EVALSHA) | their commands | their dispatch | Lua and the conversions | vs baseline (all / scripts) |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for (label, sc), v in table.items():
     base = table.get(("baseline", sc))
+    if label == "ours" and ("bullmq", sc) in table:
+        b = table[("bullmq", sc)]
+        print(f"| {sc} | ours vs BullMQ | {v[0] / b[0]:.2f}x | {v[1] / b[1]:.2f}x | {v[2] / b[2]:.2f}x | | | |")
     ratio = f"{v[0] / base[0]:.2f}x / {v[1] / base[1]:.2f}x" if base and label == "ours" and base[1] else ""
     print(f"| {sc} | {label} | " + " | ".join(f"{x:,.0f}" for x in v) + f" | {ratio} |")
 if inside:

@@ -133,6 +133,7 @@ if not each then
 end
 
 local now = now_ms()
+local now_text = text(now)
 
 -- policy(b): the unique policy of the job whose fields start at ARGV[b], or nil.
 local function policy(b)
@@ -343,7 +344,7 @@ for i = 0, n - 1 do
     local rl_key = ARGV[b + 15] ~= '' and ARGV[b + 15] or nil
     local h = {doc = doc, queue = queue, type = jtype, rank = rec_str(rank), priority = priority,
       attempt = '0', max_attempts = ARGV[b + 5], backoff = ARGV[b + 6], on_exhaustion = ARGV[b + 7],
-      created_at = rec_str(now), enqueued_at = rec_str(now)}
+      created_at = now_text, enqueued_at = now_text}
     opt(h, 'non_retryable', ARGV[b + 8], '')
     opt(h, 'timeout_ms', ARGV[b + 9], '0')
     opt(h, 'visibility_ms', ARGV[b + 10], '0')
@@ -400,7 +401,7 @@ for i = 0, n - 1 do
       opt(h, 'member', member, '')
       rec_put(jk, h)
       local r = c.ready
-      r[#r + 1] = aging_score(c.aging, rank, now)
+      r[#r + 1] = text(aging_score(c.aging, rank, now))
       r[#r + 1] = member
       c.pri[priority] = (c.pri[priority] or 0) + 1
       emit(P, 'job.enqueued', id, queue, jtype, now, nil)

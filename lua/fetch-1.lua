@@ -96,6 +96,9 @@ local REQ_FIELDS = 11
 local P = ARGV[1]
 local retention = tonumber(ARGV[2])
 local now = now_ms()
+local now_text = text(now)
+-- The fields of a job whose record is missing (a ready member without its job): all absent.
+local NO_JOB = {}
 -- The request being served: its worker, lease length and reply (set by serve()).
 local worker, default_vt, reply
 
@@ -171,34 +174,34 @@ local function claim_one(queue)
     local member, score = popped[1], popped[2]
     local id = member_id(member)
     local jk = key_job(P, id)
-    local f = rec('HMGET', jk, 'type', 'expires_at', 'visibility_ms', 'timeout_ms', 'priority', 'rl_key', 'rl',
-      'attempt', 'claims', 'dedup', 'root', 'root_ts', 'root_self', 'created_at', 'wf')
-    local jtype, key = f[1] or '', f[6]
-    local dup = { dedup = f[10], root = f[11], root_ts = f[12], root_self = f[13], created_at = f[14] }
+    -- The record's own map (includes/record.lua rec_map): no table built to read it. Its fields dedup,
+    -- root, root_ts, root_self and created_at are what supersede.lua reads, so the map is passed as is.
+    local f = rec_map(jk) or NO_JOB
+    local jtype, key, priority, wf = f.type or '', f.rl_key, f.priority, f.wf
     local superseded = nil
-    if dup.dedup or dup.root then superseded = superseded_by(P, id, dup) end
+    if f.dedup or f.root then superseded = superseded_by(P, id, f) end
     -- A member of a workflow being cancelled whose sweep has not reached it yet never starts.
-    local wf_state = f[15] and redis.call('HGET', key_workflow(P, f[15]), 'state')
+    local wf_state = wf and redis.call('HGET', key_workflow(P, wf), 'state')
     local e, limited = nil, nil
     if key then
       redis.call('HDEL', key_queue_heads(P, queue), key)
-      e = rl_effective(P, key, rl_policy(P, key, f[7]))
+      e = rl_effective(P, key, rl_policy(P, key, f.rl))
     end
-    if f[2] and tonumber(f[2]) <= now then
+    if f.expires_at and tonumber(f.expires_at) <= now then
       skips = skips + 1
-      not_available(P, queue, f[5])
+      not_available(P, queue, priority)
       discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
       if key then lane_open(P, queue, key, true) end
     elseif wf_state == 'cancelled' then
       skips = skips + 1
-      not_available(P, queue, f[5])
+      not_available(P, queue, priority)
       end_unclaimed(jk, id, queue, jtype, 'cancelled', {}, 'job.cancelled',
         cjson.encode({previous_state = 'available', reason = 'workflow cancelled'}))
       if key then lane_open(P, queue, key, true) end
     elseif superseded then
       -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
       skips = skips + 1
-      not_available(P, queue, f[5])
+      not_available(P, queue, priority)
       local why = cjson.encode(superseded)
       end_unclaimed(jk, id, queue, jtype, 'completed', {'superseded', why}, 'job.superseded', why)
       if key then lane_open(P, queue, key, true) end
@@ -215,7 +218,7 @@ local function claim_one(queue)
             .. '","limit":' .. limit .. ',"current":' .. current .. '}')
         end
         if e.on_limit == 'drop' then
-          not_available(P, queue, f[5])
+          not_available(P, queue, priority)
           discard_now(jk, id, queue, jtype, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)',
             'rate_limit.dropped', '{"key":"' .. key .. '","strategy":"' .. strategy .. '"}')
           -- A dropped job does not park its lane: the next job of the lane faces the limit under its
@@ -223,7 +226,7 @@ local function claim_one(queue)
           lane_open(P, queue, key, true)
           if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
         elseif e.on_limit == 'reschedule' and wake > now then
-          not_available(P, queue, f[5])
+          not_available(P, queue, priority)
           rec('HDEL', jk, 'member')
           rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
           redis.call('ZADD', key_scheduled(P), wake, id)
@@ -234,17 +237,20 @@ local function claim_one(queue)
           lane_park(P, queue, key, member, score, wake, strategy)
         end
       else
-        not_available(P, queue, f[5])
-        rec('HDEL', jk, 'member')
-        local vt = tonumber(f[3]) or default_vt
-        local lease = lease_deadline(now, vt, now, tonumber(f[4]))
-        local attempt = (tonumber(f[8]) or 0) + 1
-        local claim = (tonumber(f[9]) or 0) + 1
-        rec('HSET', jk, 'state', 'active', 'started_at', now, 'lease_until', lease, 'worker_id', worker,
-          'attempt', attempt, 'claims', claim, 'lease_ms', vt)
-        redis.call('ZADD', KEYS[1], lease, id)
+        not_available(P, queue, priority)
+        local vt = tonumber(f.visibility_ms) or default_vt
+        local lease = lease_deadline(now, vt, now, tonumber(f.timeout_ms))
+        local attempt = (tonumber(f.attempt) or 0) + 1
+        local claim = (tonumber(f.claims) or 0) + 1
+        local lease_text = text(lease)
+        local w = rec_update(jk)
+        if w then
+          w.member, w.state, w.started_at, w.lease_until, w.worker_id = nil, 'active', now_text, lease_text, worker
+          w.attempt, w.claims, w.lease_ms = text(attempt), text(claim), text(vt)
+        end
+        redis.call('ZADD', KEYS[1], lease_text, id)
         stat(P, queue, 'active', 1)
-        if dup.dedup or dup.root_self then record_start(P, id, dup, now) end
+        if f.dedup or f.root_self then record_start(P, id, f, now) end
         if key then
           rl_take(P, key, e, id, claim, lease, now)
           lane_open(P, queue, key, true)
@@ -259,9 +265,9 @@ local function claim_one(queue)
           rec('HSET', jk, 'qrl', 1)
         end
         if wf_state then
-          redis.call('HSETNX', key_workflow(P, f[15]), 'started_at', now)
+          redis.call('HSETNX', key_workflow(P, wf), 'started_at', now)
         end
-        emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
+        emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. text(attempt) .. ',"worker_id":"' .. worker .. '"}')
         reply[#reply + 1] = wf_job_reply(P, jk)
         -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a
         -- request later in the call that still finds an emptied queue there pops nothing and drops it.

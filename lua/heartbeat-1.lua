@@ -52,7 +52,7 @@ for i = 7, #ARGV, 2 do
     'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms')
   local lease = -1
   local held = f[1] == 'active' and tonumber(f[9] or '0') > now
-    and not lease_refusal({ state = f[1], claims = f[10], attempt = f[11], worker = f[2] },
+    and not lease_refusal({ state = f[1], claims = f[10], attempt = f[11], worker_id = f[2] },
       { lease = lease_id, attempt = '', worker = worker })
   if held then
     local len = extend_ms > 0 and extend_ms or tonumber(f[3]) or tonumber(f[12]) or default_ms

@@ -44,7 +44,7 @@ local jk = KEYS[1]
 local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
   'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id')
 if not r[1] then return {'not_found'} end
-local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker = r[14] },
+local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker_id = r[14] },
   { lease = ARGV[10], attempt = ARGV[11], worker = ARGV[12] })
 if refused then return refused end
 if r[1] ~= 'active' then return {'state', r[1]} end

@@ -39,7 +39,7 @@ local f = rec('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_unt
   'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl', 'queue', 'type', 'progress', 'progress_claim',
   'progress_at')
 if not f[1] then return {'not_found'} end
-local refusal = lease_refusal({ state = f[1], claims = f[2], attempt = f[3], worker = f[4] },
+local refusal = lease_refusal({ state = f[1], claims = f[2], attempt = f[3], worker_id = f[4] },
   { lease = ARGV[7], attempt = ARGV[8], worker = ARGV[9] })
 if refusal then return refusal end
 if f[1] ~= 'active' then return {'ignored', f[1]} end

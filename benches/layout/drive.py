@@ -1,4 +1,4 @@
-"""benches/layout/drive.py <port> <layout> <jobs> [setup|run|memory]: talks RESP to a private redis-server
+"""benches/layout/drive.py <port> <v2|v2n|v2a|v3|real> <jobs> [setup|run|memory]: talks RESP to a private redis-server
 holding benches/layout/floor.lua (no client library needed)."""
 import socket
 import sys
@@ -39,6 +39,20 @@ if what == "setup":
     r("FUNCTION", "LOAD", "REPLACE", open("benches/layout/floor.lua", "rb").read())
     doc = ('{"type":"noop","queue":"bench","args":[1234,"%s"],"priority":3,"meta":{"trace":"abc"}}' % ("x" * 100))
     r("FCALL", "floor_setup", 0, P, jobs, doc)
+elif what == "run" and layout == "real":
+    # Our library as the server loaded it (the jobs were enqueued through a server, which is gone):
+    # one FETCH request per call, then one ACK request per call, as floor_fetch/floor_ack do.
+    lib = next(l for l in r("FUNCTION", "LIST") if l[1].startswith(b"ojs_"))[1].decode()
+    version = lib[len("ojs_"):]
+    P = "ojs:{main}:"
+    ids = [m[-36:] for m in r("ZRANGE", P + "q:bench:ready", 0, jobs - 1)]
+    for id in ids:
+        got = r("FCALL", f"fetch_{version}", 1, P + "active", P, 86400000,
+                "w1", 1, 30000, "strict", "", "", "", "", "", "", 1, "bench", 1)
+        assert got[0] == b"ok" and len(got[2]) == 3, got
+        acked = r("FCALL", f"fetch_{version}", 1, P + "active", P, 86400000,
+                  "w1", 0, 30000, "strict", "", id, "", "", "", "", 0)
+        assert acked[2][0][0] == b"ok", acked
 elif what == "run":
     for _ in range(jobs):
         got = r("FCALL", f"floor_fetch_{layout}", 0, P, "worker-1")

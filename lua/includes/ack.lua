@@ -14,22 +14,22 @@
 --@include workflow
 
 local function ack_job(P, jk, id, result, retention_ms, now, want)
-  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'started_at', 'rl_key', 'qrl', 'claims',
-    'worker_id', 'wf', 'wf_i')
-  if not f[1] then return {'not_found'} end
-  local refused = lease_refusal({ state = f[1], claims = f[8], attempt = f[4], worker = f[9] }, want)
+  -- The record's own map (includes/record.lua rec_map): the fields read here are the ones no write below
+  -- changes (queue, type, attempt, started_at, wf, wf_i).
+  local f = rec_map(jk)
+  if not (f and f.state) then return {'not_found'} end
+  local refused = lease_refusal(f, want)
   if refused then return refused end
-  if f[1] ~= 'active' then return {'state', f[1]} end
-  leave_active(P, jk, id, f[2], now, {f[6], f[7]}, 'error')
-  if result ~= '' then
-    rec('HSET', jk, 'state', 'completed', 'completed_at', now, 'result', result)
-  else
-    rec('HSET', jk, 'state', 'completed', 'completed_at', now)
-  end
-  stat(P, f[2], 'completed', 1)
-  emit(P, 'job.completed', id, f[2], f[3], now,
-    '{"attempt":' .. f[4] .. ',"duration_ms":' .. (now - (tonumber(f[5]) or now)) .. '}')
+  if f.state ~= 'active' then return {'state', f.state} end
+  local queue, jtype, attempt = f.queue, f.type, f.attempt
+  leave_active(P, jk, id, queue, now, 'error')
+  local w = rec_update(jk)
+  w.state, w.completed_at = 'completed', text(now)
+  if result ~= '' then w.result = result end
+  stat(P, queue, 'completed', 1)
+  emit(P, 'job.completed', id, queue, jtype, now,
+    '{"attempt":' .. attempt .. ',"duration_ms":' .. text(now - (tonumber(f.started_at) or now)) .. '}')
   finish(P, jk, id, retention_ms)
-  wf_job_ended(P, f[10], f[11], 'completed', result, now, retention_ms)
-  return {'ok', now, tonumber(f[4]), f[2], f[3]}
+  wf_job_ended(P, f.wf, f.wf_i, 'completed', result, now, retention_ms)
+  return {'ok', now, tonumber(attempt), queue, jtype}
 end

@@ -23,21 +23,21 @@ local function lease_deadline(now, visibility_ms, started_at, timeout_ms)
   return d
 end
 
--- leave_active(P, jk, id, queue, now, pre, also_del): the job stops being active (ack, nack, cancel,
--- lease expiry); its rate-limit slots (key and queue) are released in the same script, so they can never
--- leak. pre is nil, or {rl_key, qrl} when the caller already read those fields (saves a call); also_del
--- is nil or one more field to delete from the job's record.
-local function leave_active(P, jk, id, queue, now, pre, also_del)
+-- leave_active(P, jk, id, queue, now, also_del): the job stops being active (ack, nack, cancel, lease
+-- expiry); its rate-limit slots (key and queue) are released in the same script, so they can never
+-- leak. also_del is nil or one more field to delete from the job's record.
+local function leave_active(P, jk, id, queue, now, also_del)
   redis.call('ZREM', key_active(P), id)
-  local f = pre or rec('HMGET', jk, 'rl_key', 'qrl')
-  if also_del then
-    rec('HDEL', jk, 'lease_until', 'qrl', also_del)
-  else
-    rec('HDEL', jk, 'lease_until', 'qrl')
+  local w = rec_update(jk)
+  local rl_key, qrl = nil, nil
+  if w then
+    rl_key, qrl = w.rl_key, w.qrl
+    w.lease_until, w.qrl = nil, nil
+    if also_del then w[also_del] = nil end
   end
   stat(P, queue, 'active', -1)
-  if f[1] then rl_release(P, f[1], id, now) end
-  if f[2] then redis.call('ZREM', key_queue_rl_active(P, queue), id) end
+  if rl_key then rl_release(P, rl_key, id, now) end
+  if qrl then redis.call('ZREM', key_queue_rl_active(P, queue), id) end
 end
 
 -- finish(P, jk, id, retention_ms): a terminal job keeps its record for retention_ms (0 = forever), and a
@@ -46,7 +46,7 @@ end
 local function finish(P, jk, id, retention_ms)
   if retention_ms > 0 then
     rec('PEXPIRE', jk, retention_ms)
-    local key = rec('HGET', jk, 'unique')
+    local key = (rec_map(jk) or {}).unique
     if key then unique_release(P, key, id, retention_ms) end
   end
 end

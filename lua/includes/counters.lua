@@ -4,6 +4,7 @@
 -- group-commit call write nothing. A field counted with
 -- drop_at_zero is deleted when it reaches 0 or less. A script that reads such a counter adds
 -- count_pending(key) (see enqueue-1.lua's depth).
+--@include text
 -- CAPS: its loops visit the counters this call moved (a few per queue the call touched).
 local CNT, CNT_DROP = {}, {}
 
@@ -36,7 +37,7 @@ local function count_flush()
   for key, c in pairs(CNT) do
     for field, d in pairs(c) do
       if d ~= 0 then
-        local v = redis.call('HINCRBY', key, field, d)
+        local v = redis.call('HINCRBY', key, field, text(d))
         if CNT_DROP[key] and v <= 0 then redis.call('HDEL', key, field) end
       end
     end

@@ -10,12 +10,15 @@
 -- they always did.
 -- Why one field: per event, 2 arguments of XADD instead of 12 (each one a Lua string turned into a
 -- Redis string), 2 bulk strings instead of 12 in every reader's reply, and a smaller stream entry.
+--@include text
 -- CAPS: emit_flush writes the call's events 500 per XADD (as many as the call's transitions).
-local EVENTS_MAXLEN = 100000
+local EVENTS_MAXLEN = '100000'
 -- Events per entry: XADD's arguments go through unpack, which Lua 5.1 bounds at 8,000 values (a batch of
 -- 10,000 jobs writes 20 entries).
 local EVENTS_PER_ENTRY = 500
 local EV, EV_KEY = {}, nil
+-- The call's clock as text, made once per call (every event of a call has the same time).
+local EV_NOW, EV_NOW_TEXT = nil, nil
 
 local function emit_begin()
   EV, EV_KEY = {}, nil
@@ -25,7 +28,8 @@ local function emit(P, etype, job_id, queue, jtype, now, data)
   EV_KEY = key_events(P)
   local n = #EV
   EV[n + 1] = etype
-  EV[n + 2] = job_id .. ' ' .. queue .. ' ' .. jtype .. ' ' .. now .. ' ' .. (data or '{}')
+  if now ~= EV_NOW then EV_NOW, EV_NOW_TEXT = now, text(now) end
+  EV[n + 2] = job_id .. ' ' .. queue .. ' ' .. jtype .. ' ' .. EV_NOW_TEXT .. ' ' .. (data or '{}')
 end
 
 local function emit_flush()

@@ -21,6 +21,6 @@ local function lease_refusal(f, want)
   if f.state ~= 'active' then return lost end
   if want.lease ~= '' and (f.claims or '0') ~= want.lease then return lost end
   if want.attempt ~= '' and (f.attempt or '0') ~= want.attempt then return lost end
-  if want.worker ~= '' and f.worker and f.worker ~= '' and f.worker ~= want.worker then return lost end
+  if want.worker ~= '' and f.worker_id and f.worker_id ~= '' and f.worker_id ~= want.worker then return lost end
   return nil
 end

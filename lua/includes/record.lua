@@ -16,6 +16,7 @@
 -- record's values are strings, as a hash's were; the writes reach Redis before the call returns, in the
 -- same script as every other write of the transition.
 -- CAPS: its loops visit the records this call touched and each record's fields.
+--@include text
 --@include emit
 --@include counters
 local REC = {}
@@ -28,20 +29,8 @@ local function rec_begin()
   emit_begin()
 end
 
--- Lua numbers become strings as Redis would store them: integers in full (tostring would write
--- 1e+15), others with 17 significant digits.
-local function rec_str(v)
-  local t = type(v)
-  if t == 'string' then
-    return v
-  elseif t == 'number' then
-    if v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then
-      return string.format('%d', v)
-    end
-    return string.format('%.17g', v)
-  end
-  return tostring(v)
-end
+-- Record values are strings, as a hash's were (includes/text.lua).
+local rec_str = text
 
 local function rec_load(key)
   local e = REC[key]
@@ -137,6 +126,24 @@ local function rec(cmd, key, ...)
   error('rec: unsupported command ' .. tostring(cmd))
 end
 
+-- rec_map(key): the job's fields as the cached map itself (name -> string value; false for no job),
+-- for the hot paths that read many fields at once: a field is a table lookup, and no table is built
+-- per read as rec('HMGET', ...) builds two. Read it only; change a record with rec_update or rec().
+local function rec_map(key)
+  return rec_load(key).f
+end
+
+-- rec_update(key): the cached map of an existing job, to change in place (values must be strings: use
+-- text() for numbers; a field set to nil is deleted); the record is written when the call ends, as
+-- after rec('HSET', ...). False when there is no job (nothing is created).
+local function rec_update(key)
+  local e = rec_load(key)
+  if not e.f then return false end
+  e.dirty = true
+  e.packed = nil
+  return e.f
+end
+
 -- rec_put(key, f): a new job's record is exactly the fields f (name -> string value), with no TTL; the
 -- enqueue script's fast path (it has already checked that key holds no job).
 local function rec_put(key, f)
@@ -165,14 +172,14 @@ local function rec_end(reply)
     if e.f and e.dirty then
       local v = e.packed or cmsgpack.pack(e.f)
       if e.ttl then
-        redis.call('SET', key, v, 'PX', e.ttl)
+        redis.call('SET', key, v, 'PX', text(e.ttl))
       elseif e.fresh then
         redis.call('SET', key, v)
       else
         redis.call('SET', key, v, 'KEEPTTL')
       end
     elseif e.f and e.ttl then
-      redis.call('PEXPIRE', key, e.ttl)
+      redis.call('PEXPIRE', key, text(e.ttl))
     elseif e.dirty then
       redis.call('DEL', key)
     end

@@ -66,10 +66,10 @@ end
 -- holds parent_results itself has no wf_parents and comes back as it is.
 local function wf_job_reply(P, jk)
   local packed = rec_packed(jk)
-  local f = rec('HMGET', jk, 'wf', 'wf_parents')
-  local n = tonumber(f[2])
-  if not (f[1] and n) then return packed end
-  local results = wf_results(P, f[1], n)
+  local f = rec_map(jk) or {}
+  local n = tonumber(f.wf_parents)
+  if not (f.wf and n) then return packed end
+  local results = wf_results(P, f.wf, n)
   if not results then return packed end
   return {packed, results}
 end

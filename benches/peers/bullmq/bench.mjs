@@ -7,6 +7,7 @@
 // enqueue -> processed p50/p99).
 import { Queue, Worker, QueueEvents } from "bullmq";
 import IORedis from "ioredis";
+import { execSync } from "node:child_process";
 
 const [url, scenario, jobsArg] = process.argv.slice(2);
 const jobs = Number(jobsArg);
@@ -60,6 +61,8 @@ async function commandStats() {
 
 async function timed(fn) {
   await probe.config("RESETSTAT");
+  // benches/redis_cpu.sh counts Redis' instructions from here (`callgrind_control -z`), as http_load does.
+  if (process.env.OJS_BENCH_AT_BEGIN) execSync(process.env.OJS_BENCH_AT_BEGIN, { stdio: "inherit", shell: "/bin/sh" });
   const c0 = await cpuUs();
   const t0 = process.hrtime.bigint();
   const extra = (await fn()) || {};
