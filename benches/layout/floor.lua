@@ -59,6 +59,13 @@ redis.register_function('floor_setup', function(_, a)
     redis.call('ZADD', P .. 'v2:ready', i % 10, member)
     redis.call('SET', P .. 'v2n:job:' .. id, cmsgpack.pack(f))
     redis.call('ZADD', P .. 'v2n:ready', i % 10, member)
+    local cold = {doc = doc, rank = f.rank, max_attempts = f.max_attempts, backoff = f.backoff,
+      on_exhaustion = f.on_exhaustion, created_at = f.created_at, enqueued_at = f.enqueued_at}
+    local hot = {state = f.state, queue = f.queue, type = f.type, priority = f.priority, attempt = f.attempt,
+      timeout_ms = f.timeout_ms, visibility_ms = f.visibility_ms, member = f.member, flags = f.flags,
+      cold = cmsgpack.pack(cold)}
+    redis.call('SET', P .. 'v2c:job:' .. id, cmsgpack.pack(hot))
+    redis.call('ZADD', P .. 'v2c:ready', i % 10, member)
     local arr = {}
     for j, k in ipairs(FIELDS) do arr[j] = f[k] or false end
     redis.call('SET', P .. 'v2a:job:' .. id, cmsgpack.pack(arr))
@@ -183,6 +190,50 @@ redis.register_function('floor_ack_v2n', function(_, a)
   local now = now_ms()
   local now_s = tostr(now)
   local jk = P .. 'v2n:job:' .. id
+  local v = redis.call('GET', jk)
+  if not v then return {'not_found'} end
+  local f = cmsgpack.unpack(v)
+  if f.state ~= 'active' then return {'state', f.state} end
+  redis.call('ZREM', P .. 'active', id)
+  f.state, f.completed_at, f.result, f.lease_until = 'completed', now_s, result, nil
+  redis.call('SET', jk, cmsgpack.pack(f), 'PX', '86400000')
+  redis.call('HINCRBY', P .. 'stats', 'active', '-1')
+  redis.call('HINCRBY', P .. 'stats', 'completed', '1')
+  event(P, 'job.completed', id, f.queue, f.type, now_s, '{"attempt":' .. f.attempt .. ',"duration_ms":' ..
+    tostr(now - tonumber(f.started_at)) .. '}')
+  return {'ok', now, f.attempt}
+end)
+
+-- v2c: v2n's code on a record whose fields no FETCH or ACK reads (the envelope, rank, retry policy,
+-- creation times) are one packed field, 'cold', that these transitions copy as it is.
+redis.register_function('floor_fetch_v2c', function(_, a)
+  local P, worker = a[1], a[2]
+  local now = now_ms()
+  local popped = redis.call('ZPOPMIN', P .. 'v2c:ready')
+  if #popped == 0 then return false end
+  local id = string.sub(popped[1], -36)
+  local jk = P .. 'v2c:job:' .. id
+  local f = cmsgpack.unpack(redis.call('GET', jk))
+  local vt = tonumber(f.visibility_ms) or 0
+  if vt == 0 then vt = 30000 end
+  local lease = tostr(now + vt)
+  local attempt = tostr((tonumber(f.attempt) or 0) + 1)
+  local now_s = tostr(now)
+  f.state, f.started_at, f.lease_until, f.worker_id = 'active', now_s, lease, worker
+  f.attempt, f.claims, f.lease_ms, f.member = attempt, tostr((tonumber(f.claims) or 0) + 1), tostr(vt), nil
+  local packed = cmsgpack.pack(f)
+  redis.call('SET', jk, packed, 'KEEPTTL')
+  redis.call('ZADD', P .. 'active', lease, id)
+  redis.call('HINCRBY', P .. 'stats', 'active', '1')
+  event(P, 'job.started', id, f.queue, f.type, now_s, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
+  return {id, packed}
+end)
+
+redis.register_function('floor_ack_v2c', function(_, a)
+  local P, id, result = a[1], a[2], a[3]
+  local now = now_ms()
+  local now_s = tostr(now)
+  local jk = P .. 'v2c:job:' .. id
   local v = redis.call('GET', jk)
   if not v then return {'not_found'} end
   local f = cmsgpack.unpack(v)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The least a plain job's FETCH + ACK costs Redis in key schema v2's layout (one MessagePack record
-# per job), the same with numbers written as text (v2n), as a MessagePack array (v2a), and in a v3
+# per job), the same with numbers written as text (v2n), with the fields no FETCH or ACK reads packed
+# into one (v2c), as a MessagePack array (v2a), and in a v3
 # layout (a hash of system fields + the envelope as a string written once), and (real) our library's
 # own FETCH and ACK the same way, one request per call (OJS_LAYOUT_SERVER names the server that writes
 # the jobs and loads its library; default target/release/ojs-server), counted
@@ -15,7 +16,7 @@ work=$(mktemp -d)
 cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkdir -p target/bench
-for layout in ${OJS_LAYOUTS:-v2 v2n v2a v3 real}; do
+for layout in ${OJS_LAYOUTS:-v2 v2n v2c v2a v3 real}; do
   port=$(free_port)
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.$layout" \
     "${OJS_BENCH_REDIS_SERVER:-$(command -v redis-server)}" --port "$port" --bind 127.0.0.1 --save '' \
