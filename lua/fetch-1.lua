@@ -36,10 +36,12 @@
 --                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
 --                                            A refused request changes nothing and does not affect the
 --                                            others.
--- COST   per request as if it ran alone; the call's fixed costs (one round trip, TIME) are shared.
+-- COST   per request as if it ran alone; the call's fixed costs (one round trip, TIME) and its reads of
+--        each queue's state (ready index, paused flag, settings) are shared by its requests.
 --        O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
---        ready-queue index P..'ready' for all of them (kept exact with one ZCARD per queue claimed
---        from and call, not per job); weighted adds O(queues) per claimed job; a
+--        ready-queue index P..'ready' for those of a request's queues the call has not seen there yet
+--        (a SISMEMBER for a one-queue strict request, none once seen; kept exact with one ZCARD per
+--        queue claimed from and call, not per job); weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
 --        a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
@@ -106,6 +108,21 @@ local worker, default_vt, reply
 local qlimits = {}
 -- Paused queues (P..'paused'), read once per call and queue.
 local paused = {}
+-- Queues this call saw in the ready-queue index P..'ready' and has not found empty since (claim_one
+-- forgets a queue whose pop finds nothing): a later request of the call asks the index only about the
+-- others. Only what was seen there is kept, so a queue that a lane opened meanwhile (ratelimit.lua adds
+-- it to the index) is asked about again, as a separate call would.
+local ready_seen = {}
+
+-- queue_live(queue): it has ready jobs by the index and is not paused (each read once per call).
+local function queue_live(queue)
+  if not ready_seen[queue] then
+    if redis.call('SISMEMBER', key_ready_index(P), queue) == 0 then return false end
+    ready_seen[queue] = true
+  end
+  if paused[queue] == nil then paused[queue] = redis.call('SISMEMBER', key_paused(P), queue) == 1 end
+  return not paused[queue]
+end
 local function queue_blocked(queue)
   -- The settings are read once per call (no operation of this script changes them); the counts below
   -- move with every claim, so they are read each time.
@@ -169,6 +186,7 @@ local function claim_one(queue)
     local popped = redis.call('ZPOPMIN', rk)
     if #popped == 0 then
       redis.call('SREM', key_ready_index(P), queue)
+      ready_seen[queue] = nil
       return false
     end
     local member, score = popped[1], popped[2]
@@ -294,20 +312,38 @@ local function serve(a)
   end
   if want < 1 or nq < 1 then return reply, next_a end
   -- reply[2] is set from cut when the request is done (below).
+  local got = 0
+  if nq == 1 and strategy ~= 'weighted' then
+    -- One queue, strict (what every SDK's worker asks for): no table built for the request.
+    local queue = ARGV[a + REQ_FIELDS]
+    if queue_live(queue) then
+      while got < want and claim_one(queue) do got = got + 1 end
+    end
+    reply[2] = cut
+    return reply, next_a
+  end
 
   local queues, weights = {}, {}
   for i = a + REQ_FIELDS, next_a - 1, 2 do
     queues[#queues + 1] = ARGV[i]
     weights[#weights + 1] = tonumber(ARGV[i + 1])
   end
-  -- One SMISMEMBER against the ready-queue index skips every empty queue without touching it.
-  local has_ready = redis.call('SMISMEMBER', key_ready_index(P), unpack(queues))
+  -- One SMISMEMBER against the ready-queue index, for the queues this call has not seen there, skips
+  -- every empty queue without touching it.
+  local ask = {}
+  for _, q in ipairs(queues) do
+    if not ready_seen[q] then ask[#ask + 1] = q end
+  end
+  if #ask > 0 then
+    local has_ready = redis.call('SMISMEMBER', key_ready_index(P), unpack(ask))
+    for i, q in ipairs(ask) do
+      if has_ready[i] == 1 then ready_seen[q] = true end
+    end
+  end
   local live = {}
   for i, q in ipairs(queues) do
-    if has_ready[i] == 1 and paused[q] == nil then paused[q] = redis.call('SISMEMBER', key_paused(P), q) == 1 end
-    live[i] = has_ready[i] == 1 and not paused[q]
+    live[i] = ready_seen[q] == true and queue_live(q)
   end
-  local got = 0
   if strategy == 'weighted' then
     local sk = key_wrr(P, ARGV[a + 4])
     local cw = {}

@@ -11,7 +11,8 @@
 -- told apart from a stale worker, which is why ojs-client always sends the lease.
 
 -- lease_refusal(f, want): nil when the request may act on the job, else the reply {'lease_lost', state}.
---   f    table: state, claims, attempt, worker (the job's fields as stored; nil when absent)
+--   f    table: state, claims, attempt, worker_id (the job's fields as stored, or its record map; nil when
+--        absent)
 --   want table: lease, attempt, worker (strings; '' = not named)
 -- Every part the request names must match: a lease id is a small per-job counter, not a secret, so a
 -- request naming another worker than the holder is refused even with the right lease id.
