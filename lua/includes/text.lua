@@ -1,16 +1,20 @@
 -- text(v): a Lua number as the text Redis would store for it: an integer in full (Lua's own tostring
--- writes 1e+15), anything else with 17 significant digits; a string as it is.
+-- writes 1e+15), anything else with 17 significant digits; a string as it is; anything else through
+-- tostring (a record value is always a string, as a hash's was).
 -- Why every number that leaves Lua goes through here: Lua turns a number into text with '%.14g' (a
 -- concatenation) and Redis a numeric redis.call argument with '%.17g', both glibc's float formatting,
 -- which costs several times string.format('%d') (benches/layout: 9% of a plain job's FETCH + ACK).
 local INT_LIMIT = 2 ^ 53
 local function text(v)
-  if type(v) == 'number' then
+  local t = type(v)
+  if t == 'number' then
     -- v % 1 is 0 for an integer: a VM operation, where math.floor would be one more function call.
     if v % 1 == 0 and v > -INT_LIMIT and v < INT_LIMIT then
       return string.format('%d', v)
     end
     return string.format('%.17g', v)
+  elseif t == 'string' then
+    return v
   end
-  return v
+  return tostring(v)
 end
