@@ -23,7 +23,7 @@ jobs="${2:-20000}"
 (cd benches/peers/bullmq && [ -d node_modules/bullmq ] || npm install --no-audit --no-fund --silent)
 cargo build --release --quiet -p ojs-server -p ojs-bench
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. benches/common.sh
 rport=$(free_port); hport=$(free_port); work=$(mktemp -d)
 cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT

@@ -22,24 +22,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
+. benches/common.sh
 ensure_redis_server
 jobs="${1:-3000}"
-if ! command -v valgrind >/dev/null 2>&1; then
-  echo ">> installing valgrind" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1 ||
-    { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1; } ||
-    { echo "!! valgrind is needed and could not be installed" >&2; exit 2; }
-fi
-cargo build --release --quiet -p ojs-server -p ojs-bench
-baseline="${OJS_BASELINE_SERVER:-}"
-[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "!! OJS_BASELINE_SERVER=$baseline is not an executable" >&2; exit 2; }
-mkdir -p target/bench
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-work=$(mktemp -d)
-cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-rows="$work/rows"
+ensure_valgrind
+callgrind_runs
 start_redis() { # <label> <scenario> <port>: a fresh Redis under callgrind
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1.$2" \
     "${OJS_BENCH_REDIS_SERVER:-$(command -v redis-server)}" --port "$3" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \

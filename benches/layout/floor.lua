@@ -161,92 +161,54 @@ redis.register_function('floor_ack_v3', function(_, a)
   return {'ok', now, f[4]}
 end)
 
--- v2n: v2 with every number written as text by tostr (the same commands and record).
-redis.register_function('floor_fetch_v2n', function(_, a)
-  local P, worker = a[1], a[2]
-  local now = now_ms()
-  local popped = redis.call('ZPOPMIN', P .. 'v2n:ready')
-  if #popped == 0 then return false end
-  local id = string.sub(popped[1], -36)
-  local jk = P .. 'v2n:job:' .. id
-  local f = cmsgpack.unpack(redis.call('GET', jk))
-  local vt = tonumber(f.visibility_ms) or 0
-  if vt == 0 then vt = 30000 end
-  local lease = tostr(now + vt)
-  local attempt = tostr((tonumber(f.attempt) or 0) + 1)
-  local now_s = tostr(now)
-  f.state, f.started_at, f.lease_until, f.worker_id = 'active', now_s, lease, worker
-  f.attempt, f.claims, f.lease_ms, f.member = attempt, tostr((tonumber(f.claims) or 0) + 1), tostr(vt), nil
-  local packed = cmsgpack.pack(f)
-  redis.call('SET', jk, packed, 'KEEPTTL')
-  redis.call('ZADD', P .. 'active', lease, id)
-  redis.call('HINCRBY', P .. 'stats', 'active', '1')
-  event(P, 'job.started', id, f.queue, f.type, now_s, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
-  return {id, packed}
-end)
+-- v2n: v2 with every number written as text by tostr (the same commands and record); v2c: the same code
+-- on a record whose fields no FETCH or ACK reads (the envelope, rank, retry policy, creation times) are
+-- one packed field, 'cold', that these transitions copy as it is.
+local function register_text_layout(layout)
+  redis.register_function('floor_fetch_' .. layout, function(_, a)
+    local P, worker = a[1], a[2]
+    local now = now_ms()
+    local popped = redis.call('ZPOPMIN', P .. layout .. ':ready')
+    if #popped == 0 then return false end
+    local id = string.sub(popped[1], -36)
+    local jk = P .. layout .. ':job:' .. id
+    local f = cmsgpack.unpack(redis.call('GET', jk))
+    local vt = tonumber(f.visibility_ms) or 0
+    if vt == 0 then vt = 30000 end
+    local lease = tostr(now + vt)
+    local attempt = tostr((tonumber(f.attempt) or 0) + 1)
+    local now_s = tostr(now)
+    f.state, f.started_at, f.lease_until, f.worker_id = 'active', now_s, lease, worker
+    f.attempt, f.claims, f.lease_ms, f.member = attempt, tostr((tonumber(f.claims) or 0) + 1), tostr(vt), nil
+    local packed = cmsgpack.pack(f)
+    redis.call('SET', jk, packed, 'KEEPTTL')
+    redis.call('ZADD', P .. 'active', lease, id)
+    redis.call('HINCRBY', P .. 'stats', 'active', '1')
+    event(P, 'job.started', id, f.queue, f.type, now_s, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
+    return {id, packed}
+  end)
 
-redis.register_function('floor_ack_v2n', function(_, a)
-  local P, id, result = a[1], a[2], a[3]
-  local now = now_ms()
-  local now_s = tostr(now)
-  local jk = P .. 'v2n:job:' .. id
-  local v = redis.call('GET', jk)
-  if not v then return {'not_found'} end
-  local f = cmsgpack.unpack(v)
-  if f.state ~= 'active' then return {'state', f.state} end
-  redis.call('ZREM', P .. 'active', id)
-  f.state, f.completed_at, f.result, f.lease_until = 'completed', now_s, result, nil
-  redis.call('SET', jk, cmsgpack.pack(f), 'PX', '86400000')
-  redis.call('HINCRBY', P .. 'stats', 'active', '-1')
-  redis.call('HINCRBY', P .. 'stats', 'completed', '1')
-  event(P, 'job.completed', id, f.queue, f.type, now_s, '{"attempt":' .. f.attempt .. ',"duration_ms":' ..
-    tostr(now - tonumber(f.started_at)) .. '}')
-  return {'ok', now, f.attempt}
-end)
-
--- v2c: v2n's code on a record whose fields no FETCH or ACK reads (the envelope, rank, retry policy,
--- creation times) are one packed field, 'cold', that these transitions copy as it is.
-redis.register_function('floor_fetch_v2c', function(_, a)
-  local P, worker = a[1], a[2]
-  local now = now_ms()
-  local popped = redis.call('ZPOPMIN', P .. 'v2c:ready')
-  if #popped == 0 then return false end
-  local id = string.sub(popped[1], -36)
-  local jk = P .. 'v2c:job:' .. id
-  local f = cmsgpack.unpack(redis.call('GET', jk))
-  local vt = tonumber(f.visibility_ms) or 0
-  if vt == 0 then vt = 30000 end
-  local lease = tostr(now + vt)
-  local attempt = tostr((tonumber(f.attempt) or 0) + 1)
-  local now_s = tostr(now)
-  f.state, f.started_at, f.lease_until, f.worker_id = 'active', now_s, lease, worker
-  f.attempt, f.claims, f.lease_ms, f.member = attempt, tostr((tonumber(f.claims) or 0) + 1), tostr(vt), nil
-  local packed = cmsgpack.pack(f)
-  redis.call('SET', jk, packed, 'KEEPTTL')
-  redis.call('ZADD', P .. 'active', lease, id)
-  redis.call('HINCRBY', P .. 'stats', 'active', '1')
-  event(P, 'job.started', id, f.queue, f.type, now_s, '{"attempt":' .. attempt .. ',"worker_id":"' .. worker .. '"}')
-  return {id, packed}
-end)
-
-redis.register_function('floor_ack_v2c', function(_, a)
-  local P, id, result = a[1], a[2], a[3]
-  local now = now_ms()
-  local now_s = tostr(now)
-  local jk = P .. 'v2c:job:' .. id
-  local v = redis.call('GET', jk)
-  if not v then return {'not_found'} end
-  local f = cmsgpack.unpack(v)
-  if f.state ~= 'active' then return {'state', f.state} end
-  redis.call('ZREM', P .. 'active', id)
-  f.state, f.completed_at, f.result, f.lease_until = 'completed', now_s, result, nil
-  redis.call('SET', jk, cmsgpack.pack(f), 'PX', '86400000')
-  redis.call('HINCRBY', P .. 'stats', 'active', '-1')
-  redis.call('HINCRBY', P .. 'stats', 'completed', '1')
-  event(P, 'job.completed', id, f.queue, f.type, now_s, '{"attempt":' .. f.attempt .. ',"duration_ms":' ..
-    tostr(now - tonumber(f.started_at)) .. '}')
-  return {'ok', now, f.attempt}
-end)
+  redis.register_function('floor_ack_' .. layout, function(_, a)
+    local P, id, result = a[1], a[2], a[3]
+    local now = now_ms()
+    local now_s = tostr(now)
+    local jk = P .. layout .. ':job:' .. id
+    local v = redis.call('GET', jk)
+    if not v then return {'not_found'} end
+    local f = cmsgpack.unpack(v)
+    if f.state ~= 'active' then return {'state', f.state} end
+    redis.call('ZREM', P .. 'active', id)
+    f.state, f.completed_at, f.result, f.lease_until = 'completed', now_s, result, nil
+    redis.call('SET', jk, cmsgpack.pack(f), 'PX', '86400000')
+    redis.call('HINCRBY', P .. 'stats', 'active', '-1')
+    redis.call('HINCRBY', P .. 'stats', 'completed', '1')
+    event(P, 'job.completed', id, f.queue, f.type, now_s, '{"attempt":' .. f.attempt .. ',"duration_ms":' ..
+      tostr(now - tonumber(f.started_at)) .. '}')
+    return {'ok', now, f.attempt}
+  end)
+end
+register_text_layout('v2n')
+register_text_layout('v2c')
 
 -- v2a: the array record, numbers as text.
 redis.register_function('floor_fetch_v2a', function(_, a)
