@@ -1,25 +1,84 @@
--- Job records (key schema v2). P..'job:'..id is one STRING: the job's fields (name -> string value, the
--- same fields v1 kept in a hash) packed as one MessagePack map (cmsgpack). One compact value per job
--- stays small whatever its size (a v1 hash left Redis' listpack encoding as soon as one value passed
--- hash-max-listpack-value, 64 bytes by default, which a ~100-byte args payload always does): measured
--- 560 B per queued job instead of 912 B (migrations-notes/README.md).
+-- Job records (key schema v3). P..'job:'..id is one STRING: the job's fields (name -> string value)
+-- packed as one MessagePack map (cmsgpack). One compact value per job stays small whatever its size
+-- (migrations-notes/README.md, version 2: 560 B per queued job where a v1 hash took 912 B).
+--
+-- v3 splits the map in two. The fields every job has that no FETCH, ACK or heartbeat reads (REC_COLD:
+-- the client's envelope `doc`, the rank, the retry policy, the creation times) are packed once, at the
+-- enqueue, into ONE field, `cold`, a MessagePack map of their own; every other field sits in the outer
+-- map. A transition unpacks and re-packs only the outer map and copies `cold` as it is, unless it reads
+-- or writes one of REC_COLD: the first such access in a call unpacks `cold` into the record (a
+-- metatable does it, so callers read and write a cold field like any other), and the write splits them
+-- apart again. A record without `cold` (written by a v2 server) reads the same, its fields all in the
+-- outer map, and is split when it is next written. The server reads `cold` the same way
+-- (crates/ojs-store/src/reply.rs decode_record). Measured: benches/RESULTS.md, tenth session.
 --
 -- Scripts touch a job only through rec(cmd, key, ...), which answers the hash commands scripts used on
 -- v1 (HGET, HMGET, HSET, HDEL, HINCRBY, HEXISTS, HGETALL, EXISTS, DEL, PEXPIRE) exactly as redis.call
--- would (missing values are false, counts are numbers), from a per-call cache: a record is read (GET +
--- unpack) at most once per call and written (pack + SET) at most once, when the call ends. Every
--- function of the library is wrapped by build.rs as rec_begin(); ...; rec_end(reply), so nothing
--- cached outlives its call. A v1 hash found in place of a record (a keyspace not yet migrated) is read
--- with HGETALL and written back as a record, keeping its TTL.
+-- would (missing values are false, counts are numbers), or rec_map/rec_update (below), from a per-call
+-- cache: a record is read (GET + unpack) at most once per call and written (pack + SET) at most once,
+-- when the call ends. Every function of the library is wrapped by build.rs as rec_begin(); ...;
+-- rec_end(reply), so nothing cached outlives its call. A v1 hash found in place of a record (a keyspace
+-- not yet migrated) is read with HGETALL and written back as a record, keeping its TTL.
 --
 -- INVARIANTS: a job key holds a record (or, before migration, a v1 hash), never anything else; a
--- record's values are strings, as a hash's were; the writes reach Redis before the call returns, in the
--- same script as every other write of the transition.
--- CAPS: its loops visit the records this call touched and each record's fields.
+-- record's values are strings, as a hash's were; a field lives either in the outer map or in `cold`,
+-- never in both; the writes reach Redis before the call returns, in the same script as every other
+-- write of the transition.
+-- CAPS: its loops visit the records this call touched, each record's fields and REC_COLD (8 names).
 --@include text
 --@include emit
 --@include counters
 local REC = {}
+
+-- The cold fields (see above). Which fields are cold decides only what a transition costs, never what
+-- it reads: a cold field is read and written like any other.
+local REC_COLD = {'doc', 'rank', 'max_attempts', 'backoff', 'on_exhaustion', 'non_retryable', 'created_at',
+  'enqueued_at'}
+local REC_IS_COLD = {}
+for i = 1, #REC_COLD do REC_IS_COLD[REC_COLD[i]] = true end
+
+-- rec_open(f): moves the fields packed in f.cold into f itself (nothing when there are none).
+local function rec_open(f)
+  local c = rawget(f, 'cold')
+  if c == nil then return end
+  rawset(f, 'cold', nil)
+  for k, v in pairs(cmsgpack.unpack(c)) do rawset(f, k, v) end
+end
+
+-- A record's metatable: reading or writing a cold field that is not in the outer map opens `cold` first.
+local REC_MT = {
+  __index = function(f, k)
+    if REC_IS_COLD[k] and rawget(f, 'cold') ~= nil then
+      rec_open(f)
+      return rawget(f, k)
+    end
+    return nil
+  end,
+  __newindex = function(f, k, v)
+    if REC_IS_COLD[k] then rec_open(f) end
+    rawset(f, k, v)
+  end,
+}
+
+-- rec_pack(f): the record as stored: the cold fields found in f itself (a new record, one whose `cold`
+-- was opened, or one a v2 server wrote) go into `cold` first; a record whose `cold` is still packed is
+-- packed as it is.
+local function rec_pack(f)
+  if rawget(f, 'cold') == nil then
+    local c, any = {}, false
+    for i = 1, #REC_COLD do
+      local k = REC_COLD[i]
+      local v = rawget(f, k)
+      if v ~= nil then
+        c[k] = v
+        rawset(f, k, nil)
+        any = true
+      end
+    end
+    if any then rawset(f, 'cold', cmsgpack.pack(c)) end
+  end
+  return cmsgpack.pack(f)
+end
 
 -- rec_begin(): a call starts with no cached record, no counter moved and no event (build.rs runs it
 -- before every function's body; rec_end after it).
@@ -41,9 +100,9 @@ local function rec_load(key)
     local h = redis.call('HGETALL', key)
     local f = {}
     for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
-    e = {f = f, dirty = true}
+    e = {f = setmetatable(f, REC_MT), dirty = true}
   elseif v then
-    e = {f = cmsgpack.unpack(v)}
+    e = {f = setmetatable(cmsgpack.unpack(v), REC_MT)}
   else
     e = {f = false, fresh = true}
   end
@@ -67,7 +126,7 @@ local function rec(cmd, key, ...)
     return out
   elseif cmd == 'HSET' then
     if not f then
-      f = {}
+      f = setmetatable({}, REC_MT)
       e.f = f
     end
     local added = 0
@@ -91,7 +150,7 @@ local function rec(cmd, key, ...)
     return n
   elseif cmd == 'HINCRBY' then
     if not f then
-      f = {}
+      f = setmetatable({}, REC_MT)
       e.f = f
     end
     local v = (tonumber(f[a[1]]) or 0) + a[2]
@@ -103,6 +162,7 @@ local function rec(cmd, key, ...)
   elseif cmd == 'HGETALL' then
     local out = {}
     if f then
+      rec_open(f)
       for k, v in pairs(f) do
         out[#out + 1] = k
         out[#out + 1] = v
@@ -148,7 +208,7 @@ end
 -- enqueue script's fast path (it has already checked that key holds no job).
 local function rec_put(key, f)
   local e = rec_load(key)
-  e.f = f
+  e.f = setmetatable(f, REC_MT)
   e.dirty = true
   e.fresh = true
   e.ttl = nil
@@ -160,8 +220,25 @@ end
 local function rec_packed(key)
   local e = rec_load(key)
   if not e.f then return false end
-  e.packed = e.packed or cmsgpack.pack(e.f)
+  e.packed = e.packed or rec_pack(e.f)
   return e.packed
+end
+
+-- rec_convert(key): whether the job at key is written back in this schema when the call ends (a v1
+-- hash, or a record whose cold fields are in the outer map, as v2 wrote them); job-migrate-1.lua's step.
+local function rec_convert(key)
+  local e = rec_load(key)
+  local f = e.f
+  if not f then return false end
+  if e.dirty then return true end
+  if rawget(f, 'cold') ~= nil then return false end
+  for i = 1, #REC_COLD do
+    if rawget(f, REC_COLD[i]) ~= nil then
+      e.dirty = true
+      return true
+    end
+  end
+  return false
 end
 
 -- rec_end(reply): writes the counters, every changed record (a new or deleted-and-recreated one without the old TTL,
@@ -170,7 +247,7 @@ end
 local function rec_end(reply)
   for key, e in pairs(REC) do
     if e.f and e.dirty then
-      local v = e.packed or cmsgpack.pack(e.f)
+      local v = e.packed or rec_pack(e.f)
       if e.ttl then
         redis.call('SET', key, v, 'PX', text(e.ttl))
       elseif e.fresh then

@@ -17,8 +17,8 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_millis(st.config.tick_ms.max(5));
     let mut failing = false;
     let mut sleep = tick;
-    // A key-schema v1 keyspace is upgraded once, before the first round (jobs are served meanwhile:
-    // the scripts read v1 job hashes); retried each round until Redis answers.
+    // An older keyspace (key schema v1 or v2) is upgraded once, before the first round (jobs are served
+    // meanwhile: the scripts read older jobs as they are); retried each round until Redis answers.
     let mut upgraded = false;
     let mut round: u64 = 0;
     loop {
@@ -31,8 +31,8 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
         }
         sleep = tick;
         if !upgraded {
-            // Only shard 0 can hold a v1 keyspace: shards came with v2.
-            match st.shards.first().upgrade_schema().await {
+            // Shard 0 holds the version; the jobs of every shard are converted.
+            match st.shards.first().upgrade_schema(st.shards.all()).await {
                 Ok(_) => upgraded = true,
                 Err(e) => {
                     if !failing {

@@ -1,4 +1,4 @@
-//! The key schema (version 2), written once. Every Redis key this server writes is `P` followed by one
+//! The key schema (version 3), written once. Every Redis key this server writes is `P` followed by one
 //! of these templates, where `P = ojs:{<namespace>}:` (the braces are the Redis Cluster hash tag) and
 //! each `{part}` is filled in by the caller.
 //!

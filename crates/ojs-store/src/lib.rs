@@ -35,6 +35,6 @@ pub use reads::workers::WORKER_TTL_MS;
 pub use store::*;
 
 /// Version of the key schema this code writes; stored at `<prefix>schema`.
-pub const SCHEMA_VERSION: u32 = 2;
-/// The older version this code also reads, and upgrades at start ([`Store::upgrade_schema`]).
-pub const SCHEMA_VERSION_UPGRADED: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 3;
+/// The older versions this code also reads, and upgrades at start ([`Store::upgrade_schema`]).
+pub const SCHEMA_VERSIONS_UPGRADED: &[u32] = &[1, 2];

@@ -22,14 +22,88 @@ pub(crate) fn val_str(v: &Value) -> String {
     }
 }
 
-/// A job record's fields from its stored bytes (key schema v2: a MessagePack map of field name ->
-/// string value, written by lua/includes/record.lua). Bytes that are not one (never written by this
-/// server) read as no fields.
+/// The field of a key-schema v3 record that holds its cold fields, packed as a record of their own
+/// (lua/includes/record.lua, `REC_COLD`).
+pub(crate) const COLD_FIELD: &str = "cold";
+
+/// A job record's fields from its stored bytes: a MessagePack map of field name -> string value,
+/// written by lua/includes/record.lua. In key schema v3 the cold fields sit packed in one field,
+/// [`COLD_FIELD`], and are read into the same map (a v2 record has none and reads as it is). Bytes that
+/// are not a record (never written by this server) read as no fields.
 pub(crate) fn decode_record(bytes: &[u8]) -> JobFields {
-    rmp_serde::from_slice(bytes).unwrap_or_else(|e| {
+    let mut fields = JobFields::default();
+    if let Err(e) = decode_record_into(bytes, &mut fields) {
         tracing::warn!(error = %e, "a job record is not a MessagePack map of strings");
-        JobFields::default()
-    })
+        fields.clear();
+    }
+    fields
+}
+
+fn decode_record_into(bytes: &[u8], fields: &mut JobFields) -> std::result::Result<(), rmp_serde::decode::Error> {
+    use serde::de::DeserializeSeed;
+    RecordInto(fields).deserialize(&mut rmp_serde::Deserializer::from_read_ref(bytes))
+}
+
+/// Reads a record's map into the fields it is given, the cold field's nested map included.
+struct RecordInto<'a>(&'a mut JobFields);
+
+impl<'de> serde::de::DeserializeSeed<'de> for RecordInto<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for RecordInto<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map of field names to strings")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        use serde::de::Error;
+        self.0.reserve(map.size_hint().unwrap_or(0));
+        while let Some(name) = map.next_key::<String>()? {
+            let RecordValue(value) = map.next_value()?;
+            if name == COLD_FIELD {
+                decode_record_into(&value, self.0).map_err(A::Error::custom)?;
+            } else {
+                let value = String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                self.0.insert(name, value);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value of a stored record: a string, or (the cold field) MessagePack bytes, which need not be
+/// UTF-8 (rmp_serde hands a string that is not UTF-8 to `visit_bytes`).
+struct RecordValue(Vec<u8>);
+
+impl<'de> serde::Deserialize<'de> for RecordValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(RecordValueVisitor)
+    }
+}
+
+struct RecordValueVisitor;
+
+impl serde::de::Visitor<'_> for RecordValueVisitor {
+    type Value = RecordValue;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string or bytes")
+    }
+    fn visit_str<E>(self, s: &str) -> std::result::Result<RecordValue, E> {
+        Ok(RecordValue(s.as_bytes().to_vec()))
+    }
+    fn visit_string<E>(self, s: String) -> std::result::Result<RecordValue, E> {
+        Ok(RecordValue(s.into_bytes()))
+    }
+    fn visit_bytes<E>(self, b: &[u8]) -> std::result::Result<RecordValue, E> {
+        Ok(RecordValue(b.to_vec()))
+    }
+    fn visit_byte_buf<E>(self, b: Vec<u8>) -> std::result::Result<RecordValue, E> {
+        Ok(RecordValue(b))
+    }
 }
 
 /// A whole job as a script returns it (lua/includes/workflow.lua `wf_job_reply`): its record, or
@@ -113,5 +187,40 @@ mod tests {
         assert_eq!(with.get("parent_results").map(String::as_str), Some("[1,null]"));
         assert_eq!(with.get("state").map(String::as_str), Some("active"));
         assert!(decode_job(&Value::Boolean(false)).is_empty());
+    }
+
+    /// A MessagePack map of the given entries, every value a str as Redis' cmsgpack writes Lua strings
+    /// (whatever bytes it holds).
+    fn packed(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = vec![0x80 | entries.len() as u8];
+        let mut str_of = |b: &[u8]| {
+            match b.len() {
+                n if n < 32 => out.push(0xa0 | n as u8),
+                n if n < 256 => out.extend([0xd9, n as u8]),
+                n => out.extend([0xda, (n >> 8) as u8, n as u8]),
+            }
+            out.extend_from_slice(b);
+        };
+        for (k, v) in entries {
+            str_of(k.as_bytes());
+            str_of(v);
+        }
+        out
+    }
+
+    #[test]
+    fn a_v3_record_reads_its_cold_fields_into_the_same_map_and_a_v2_record_reads_as_it_is() {
+        let doc = br#"{"type":"mail.send","args":["\u00e9t\u00e9"]}"#;
+        let cold = packed(&[("doc", doc), ("rank", b"2")]);
+        assert!(std::str::from_utf8(&cold).is_err(), "the nested map is not UTF-8, as in Redis");
+        let v3 = decode_record(&packed(&[("state", b"active"), (COLD_FIELD, &cold), ("attempt", b"1")]));
+        let v2 = decode_record(&packed(&[("state", b"active"), ("doc", doc), ("rank", b"2"), ("attempt", b"1")]));
+        assert_eq!(v3, v2);
+        assert_eq!(v3.len(), 4);
+        assert_eq!(v3.get("doc").map(String::as_bytes), Some(&doc[..]));
+        assert!(!v3.contains_key(COLD_FIELD));
+        // Bytes that are not a record, or a cold field that is not one, read as no fields.
+        assert!(decode_record(b"not msgpack").is_empty());
+        assert!(decode_record(&packed(&[("state", b"active"), (COLD_FIELD, b"\xc1")])).is_empty());
     }
 }

@@ -277,8 +277,8 @@ impl Store {
                     .await?;
                 Ok(())
             }
-            // A v1 keyspace is being upgraded (see `upgrade_schema`); every script reads it meanwhile.
-            Some(v) if v == crate::SCHEMA_VERSION || v == crate::SCHEMA_VERSION_UPGRADED => Ok(()),
+            // An older keyspace is being upgraded (see `upgrade_schema`); every script reads it meanwhile.
+            Some(v) if v == crate::SCHEMA_VERSION || crate::SCHEMA_VERSIONS_UPGRADED.contains(&v) => Ok(()),
             Some(v) => Err(StoreError::Reply(format!(
                 "key schema version {v} found in Redis, this server speaks {}; see migrations-notes/",
                 crate::SCHEMA_VERSION

@@ -4,11 +4,37 @@
 
 use std::collections::{HashMap, HashSet};
 
+/// A Lua function `record(bytes)`: a job record's fields as one table, read like the server reads them
+/// (lua/includes/record.lua): a MessagePack map of strings whose field `cold` (key schema v3) is a
+/// MessagePack map of more fields. A record that is not v3 (its envelope `doc` outside `cold`) or a
+/// field found in both places is an error.
+macro_rules! record_lua {
+    () => {
+        r#"
+local function record(v)
+  local f = cmsgpack.unpack(v)
+  if f.doc ~= nil then error('job record holds its envelope outside cold: not a key-schema v3 record') end
+  local c = f.cold
+  if c then
+    f.cold = nil
+    for k, x in pairs(cmsgpack.unpack(c)) do
+      if f[k] ~= nil then error('job record field ' .. k .. ' is both in the record and in cold') end
+      f[k] = x
+    end
+  end
+  return f
+end
+"#
+    };
+}
+
 /// Dumps every key of a namespace in one script call, so the checker reads one atomic snapshot: the
 /// server's timers and requests cannot move a job between two reads. Streams are left out. A job
-/// record (key schema v2: a MessagePack map in a string, lua/includes/record.lua) is read as a hash,
-/// under the type name `record`.
-const DUMP: &str = r#"
+/// record (a MessagePack map in a string, read by `record_lua!`) is read as a hash, under the type name
+/// `record`.
+const DUMP: &str = concat!(
+    record_lua!(),
+    r#"
 local out = {}
 local jobs = ARGV[1] .. 'job:'
 for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
@@ -16,7 +42,7 @@ for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
   local v = {}
   if t == 'string' and string.sub(k, 1, #jobs) == jobs then
     t = 'record'
-    for f, x in pairs(cmsgpack.unpack(redis.call('GET', k))) do
+    for f, x in pairs(record(redis.call('GET', k))) do
       v[#v + 1] = f
       v[#v + 1] = x
     end
@@ -31,26 +57,30 @@ for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
   out[#out + 1] = v
 end
 return out
-"#;
+"#
+);
 
-/// Reads the fields of jobs (key schema v2 records, lua/includes/record.lua) behind the server's back,
+/// Reads the fields of jobs (records, lua/includes/record.lua) behind the server's back,
 /// as tests inspect them: for each job key, the named fields (None where the job or field is missing).
 pub async fn job_fields(
     conn: &mut redis::aio::MultiplexedConnection,
     job_keys: &[String],
     fields: &[&str],
 ) -> Vec<Vec<Option<String>>> {
-    const READ: &str = r#"
+    const READ: &str = concat!(
+        record_lua!(),
+        r#"
 local out = {}
 for i, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
-  local f = v and cmsgpack.unpack(v) or {}
+  local f = v and record(v) or {}
   local row = {}
   for j, name in ipairs(ARGV) do row[j] = f[name] or false end
   out[i] = row
 end
 return out
-"#;
+"#
+    );
     let read = redis::Script::new(READ);
     let mut script = read.prepare_invoke();
     for k in job_keys {
@@ -315,7 +345,7 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         let id = first_part(&keys, "job", &key);
         if let Some((t, _)) = snap.keys.get(&key) {
             if t != "record" {
-                problems.push(format!("job {id} is a {t}, not a record (key schema v2)"));
+                problems.push(format!("job {id} is a {t}, not a record (key schema v3)"));
             }
         }
         let f: HashMap<String, String> = snap.hgetall(&key);

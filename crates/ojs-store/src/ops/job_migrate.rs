@@ -1,5 +1,6 @@
-//! The typed twin of `lua/job-migrate-1.lua`, and the upgrade of a key-schema v1 keyspace that drives
-//! it: every v1 job hash becomes a v2 record. See the script's header and `migrations-notes/`.
+//! The typed twin of `lua/job-migrate-1.lua`, and the upgrade of an older keyspace that drives it:
+//! every v1 job hash and every v2 record becomes a v3 record. See the script's header and
+//! `migrations-notes/`.
 
 use super::ArgWriter;
 
@@ -24,7 +25,7 @@ impl Store {
         args
     }
 
-    /// Converts these jobs' v1 hashes to records; returns how many were converted.
+    /// Converts these jobs to v3 records; returns how many were converted.
     async fn job_migrate(&self, ids: &[String]) -> Result<u64> {
         let Some(first) = ids.first() else { return Ok(0) };
         let args = self.job_migrate_args(ids);
@@ -32,10 +33,13 @@ impl Store {
         Ok(val_i64(at(&items, 1)) as u64)
     }
 
-    /// Repairs what older builds could leave behind (below), then brings a v1 keyspace to v2: SCANs every job hash, converts them in batches (logging progress),
-    /// then records the new version. Jobs are served throughout (scripts read a v1 hash as a record),
-    /// and servers racing here do the same idempotent work. Returns how many jobs were converted.
-    pub async fn upgrade_schema(&self) -> Result<u64> {
+    /// Repairs what older builds could leave behind (below), then brings an older keyspace (v1 or v2,
+    /// [`SCHEMA_VERSIONS_UPGRADED`](crate::SCHEMA_VERSIONS_UPGRADED)) to v3: converts every job of every
+    /// shard in `shards` (SCAN, batches, progress in the log), then records the new version here. `self` is
+    /// shard 0, which holds the version. Jobs are served throughout (scripts read an older job as it is and
+    /// write it as v3), and servers racing here do the same idempotent work. Returns how many jobs were
+    /// converted.
+    pub async fn upgrade_schema(&self, shards: &[impl AsRef<Store>]) -> Result<u64> {
         let mut conn = self.conn().await?;
         // Before the name `due` was reserved, registering a cron entry of that name on a deployment
         // with no cron entry yet left a hash at the due index (and answered 500), which broke every
@@ -52,27 +56,40 @@ impl Store {
             tracing::warn!(key = %self.keys.cron_due(), "removed a hash left at the cron due index by a refused cron entry named 'due'");
         }
         let version: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
-        if version != Some(crate::SCHEMA_VERSION_UPGRADED) {
+        let Some(from) = version.filter(|v| crate::SCHEMA_VERSIONS_UPGRADED.contains(v)) else {
             return Ok(0);
+        };
+        let to = crate::SCHEMA_VERSION;
+        let mut converted = 0;
+        for shard in shards {
+            converted += shard.as_ref().convert_jobs(from).await?;
         }
+        let _: () = redis::cmd("SET")
+            .arg(self.keys.schema())
+            .arg(to)
+            .query_async(&mut conn)
+            .await?;
+        tracing::info!(converted, "key schema v{to}: every job is a v{to} record");
+        Ok(converted)
+    }
+
+    /// Converts every job of this shard from key schema `from` to this one's; returns how many.
+    async fn convert_jobs(&self, from: u32) -> Result<u64> {
+        let mut conn = self.conn().await?;
+        let to = crate::SCHEMA_VERSION;
         let pattern = self.keys.pattern("job");
         let id_at = self.keys.job("").len();
         let total: u64 = conn.on_tag(&redis::cmd("DBSIZE"), &self.keys.schema()).await?;
         tracing::info!(
             keys_in_db = total,
-            "key schema v1 found: converting job hashes to v2 records"
+            prefix = self.keys.prefix(),
+            "key schema v{from} found: converting job records to v{to}"
         );
         let (mut cursor, mut converted, mut seen) = (0u64, 0u64, 0u64);
         loop {
             let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("TYPE")
-                .arg("hash")
-                .arg("COUNT")
-                .arg(BATCH);
-            // On a cluster: the primary holding the deployment's slot (every key shares its tag).
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(BATCH);
+            // On a cluster: the primary holding the shard's slot (every key of a shard shares its tag).
             let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys.schema()).await?;
             let ids: Vec<String> = keys.into_iter().map(|k| k[id_at..].to_string()).collect();
             seen += ids.len() as u64;
@@ -80,19 +97,14 @@ impl Store {
                 converted += self.job_migrate(chunk).await?;
             }
             if !ids.is_empty() {
-                tracing::info!(converted, "key schema v2: converting job hashes");
+                tracing::info!(converted, seen, "key schema v{to}: converting job records");
             }
             cursor = next;
             if cursor == 0 {
                 break;
             }
         }
-        let _: () = redis::cmd("SET")
-            .arg(self.keys.schema())
-            .arg(crate::SCHEMA_VERSION)
-            .query_async(&mut conn)
-            .await?;
-        tracing::info!(converted, seen, "key schema v2: every job is a record");
+        tracing::info!(converted, seen, prefix = self.keys.prefix(), "key schema v{to}: this shard's jobs are converted");
         Ok(converted)
     }
 }
