@@ -7,22 +7,24 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'; every other key is built from it and shares
 --                                its cluster hash tag, so the script touches one slot
---   ARGV[2] n             int    number of jobs; then STRIDE (26) fields per job, starting at ARGV[4]:
+--   ARGV[2] n             int    number of jobs; then STRIDE (22) fields per job, starting at ARGV[4]:
 --   ARGV[3] mode          'all' (any duplicate id or unique 'reject' conflict: nothing is written) |
 --                         'each' (per job) | 'cron': one job fired by a cron entry |
 --                         'workflow': all or nothing like 'all', the jobs of one new workflow
 --                         (includes/workflow.lua; its jobs carry no unique policy, dedup or root info)
---     (+0) id (UUIDv7)  (+1) queue  (+2) type  (+3) rank (lower runs first)  (+4) doc (job JSON without system fields)
---     (+5) max_attempts  (+6) backoff spec  (+7) on_exhaustion  (+8) non_retryable (JSON array or '')
---     (+9) timeout_ms (0 none)  (+10) visibility_ms (0 server default)  (+11) expires_at ms (0 none)
---     (+12) scheduled_at ms (0 none)  (+13) delay_ms (0 none)  (+14) priority as the client gave it
---     (+15) rate-limit key ('' none)  (+16) rate-limit policy (see includes/ratelimit.lua; '' none)
---     (+17) expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
---     (+18) unique key ('' none: no options.unique)  (+19) unique states (comma-separated)
---     (+20) unique period_ms (0 none)  (+21) on_conflict (reject | ignore | replace |
+--     (+0) id (UUIDv7)  (+1) queue  (+2) type  (+3) rank (lower runs first)
+--     (+4) cold: the record's cold fields (includes/record.lua REC_COLD: doc, the job JSON without system
+--          fields, max_attempts, backoff spec, on_exhaustion, non_retryable when not empty), a MessagePack
+--          map the server packed (ops/enqueue.rs ColdFields), stored as it is
+--     (+5) timeout_ms (0 none)  (+6) visibility_ms (0 server default)  (+7) expires_at ms (0 none)
+--     (+8) scheduled_at ms (0 none)  (+9) delay_ms (0 none)  (+10) priority as the client gave it
+--     (+11) rate-limit key ('' none)  (+12) rate-limit policy (see includes/ratelimit.lua; '' none)
+--     (+13) expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
+--     (+14) unique key ('' none: no options.unique)  (+15) unique states (comma-separated)
+--     (+16) unique period_ms (0 none)  (+17) on_conflict (reject | ignore | replace |
 --         replace_except_schedule | raise_priority)
---     (+22) dedup fingerprint ('' none)  (+23) root-job signature hash ('' none)
---     (+24) root timestamp ms (0: the job's creation time)  (+25) '1' when the job is the root itself
+--     (+18) dedup fingerprint ('' none)  (+19) root-job signature hash ('' none)
+--     (+20) root timestamp ms (0: the job's creation time)  (+21) '1' when the job is the root itself
 --   then, after the jobs (ARGV[4 + n * STRIDE] on):
 --     retention_ms (how long a job cancelled here by on_conflict replace or a cron overlap keeps its
 --     hash; 0 = forever), and in 'cron' mode 4 more: cron name, expected next_run_at (ms, the tick
@@ -101,7 +103,7 @@ local P = ARGV[1]
 local n = tonumber(ARGV[2])
 local mode = ARGV[3]
 local each = mode == 'each'
-local STRIDE = 26
+local STRIDE = 22
 local BASE = 4
 local TAIL = BASE + n * STRIDE
 local retention = tonumber(ARGV[TAIL])
@@ -137,9 +139,9 @@ local now_text = text(now)
 
 -- policy(b): the unique policy of the job whose fields start at ARGV[b], or nil.
 local function policy(b)
-  if ARGV[b + 18] == '' then return nil end
-  return { key = ARGV[b + 18], states = unique_state_set(ARGV[b + 19]), period = tonumber(ARGV[b + 20]),
-    on_conflict = ARGV[b + 21] }
+  if ARGV[b + 14] == '' then return nil end
+  return { key = ARGV[b + 14], states = unique_state_set(ARGV[b + 15]), period = tonumber(ARGV[b + 16]),
+    on_conflict = ARGV[b + 17] }
 end
 
 local function replaces(u)
@@ -148,8 +150,8 @@ end
 
 -- run_at(b): when the job may first run (Redis time), from scheduled_at and delay_ms.
 local function run_at(b)
-  local at = tonumber(ARGV[b + 12])
-  local delay = tonumber(ARGV[b + 13])
+  local at = tonumber(ARGV[b + 8])
+  local delay = tonumber(ARGV[b + 9])
   if delay > 0 and now + delay > at then at = now + delay end
   return at
 end
@@ -296,7 +298,7 @@ local hi, lo = seq_block(P, n)
 
 for i = 0, n - 1 do
   local b = BASE + i * STRIDE
-  local id, queue, jtype, rank, doc = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4]
+  local id, queue, jtype, rank = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
   local jk = key_job(P, id)
   local member = nil
   if hi then
@@ -315,7 +317,7 @@ for i = 0, n - 1 do
     local hk = key_job(P, held)
     if u.on_conflict == 'raise_priority' and rank < tonumber(rec('HGET', hk, 'rank')) then
       flush()
-      set_priority(P, hk, held, ARGV[b + 14], rank, now)
+      set_priority(P, hk, held, ARGV[b + 10], rank, now)
     end
     states[#states + 1] = u.on_conflict == 'reject' and 'conflict' or 'ignored'
     found[#found + 1] = {held, rec('HGETALL', hk)}
@@ -340,33 +342,32 @@ for i = 0, n - 1 do
       if cancelled[1] == 'ok' and cancelled[3] ~= 'active' and hc and hc.bound then hc.depth = hc.depth - 1 end
     end
     if c.bound and not waits(i) then c.depth = c.depth + 1 end
-    local priority = ARGV[b + 14]
-    local rl_key = ARGV[b + 15] ~= '' and ARGV[b + 15] or nil
-    local h = {doc = doc, queue = queue, type = jtype, rank = rec_str(rank), priority = priority,
-      attempt = '0', max_attempts = ARGV[b + 5], backoff = ARGV[b + 6], on_exhaustion = ARGV[b + 7],
-      created_at = now_text, enqueued_at = now_text}
-    opt(h, 'non_retryable', ARGV[b + 8], '')
-    opt(h, 'timeout_ms', ARGV[b + 9], '0')
-    opt(h, 'visibility_ms', ARGV[b + 10], '0')
-    local expires_in = tonumber(ARGV[b + 17])
-    opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + 11], '0')
+    local priority = ARGV[b + 10]
+    local rl_key = ARGV[b + 11] ~= '' and ARGV[b + 11] or nil
+    -- The record's cold fields come packed by the server (includes/record.lua REC_COLD).
+    local h = {queue = queue, type = jtype, rank = rec_str(rank), priority = priority, attempt = '0',
+      created_at = now_text, enqueued_at = now_text, cold = ARGV[b + 4]}
+    opt(h, 'timeout_ms', ARGV[b + 5], '0')
+    opt(h, 'visibility_ms', ARGV[b + 6], '0')
+    local expires_in = tonumber(ARGV[b + 13])
+    opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + 7], '0')
     if u then
       opt(h, 'unique', u.key, '')
-      opt(h, 'unique_states', ARGV[b + 19], UNIQUE_DEFAULT_STATES)
+      opt(h, 'unique_states', ARGV[b + 15], UNIQUE_DEFAULT_STATES)
       if u.period > 0 then opt(h, 'unique_until', now + u.period, '') end
       unique_take(P, u.key, id, u.period)
     end
-    opt(h, 'dedup', ARGV[b + 22], '')
-    if ARGV[b + 23] ~= '' then
-      local ts = tonumber(ARGV[b + 24])
-      opt(h, 'root', ARGV[b + 23], '')
+    opt(h, 'dedup', ARGV[b + 18], '')
+    if ARGV[b + 19] ~= '' then
+      local ts = tonumber(ARGV[b + 20])
+      opt(h, 'root', ARGV[b + 19], '')
       opt(h, 'root_ts', ts > 0 and ts or now, '')
-      opt(h, 'root_self', ARGV[b + 25], '0')
+      opt(h, 'root_self', ARGV[b + 21], '0')
     end
     if rl_key then
       opt(h, 'rl_key', rl_key, '')
-      opt(h, 'rl', ARGV[b + 16], '')
-      rl_register(P, rl_key, ARGV[b + 16], now)
+      opt(h, 'rl', ARGV[b + 12], '')
+      rl_register(P, rl_key, ARGV[b + 12], now)
     end
     if wf then
       opt(h, 'wf', wf.id, '')
@@ -375,8 +376,8 @@ for i = 0, n - 1 do
     found[#found + 1] = {}
     if waits(i) then
       opt(h, 'state', 'pending', '')
-      opt(h, 'scheduled_at', ARGV[b + 12], '0')
-      opt(h, 'hold_delay_ms', ARGV[b + 13], '0')
+      opt(h, 'scheduled_at', ARGV[b + 8], '0')
+      opt(h, 'hold_delay_ms', ARGV[b + 9], '0')
       rec_put(jk, h)
       emit(P, 'job.enqueued', id, queue, jtype, now, cjson.encode({state = 'pending', workflow_id = wf.id}))
       states[#states + 1] = 'pending'

@@ -2,15 +2,17 @@
 -- packed as one MessagePack map (cmsgpack). One compact value per job stays small whatever its size
 -- (migrations-notes/README.md, version 2: 560 B per queued job where a v1 hash took 912 B).
 --
--- v3 splits the map in two. The fields every job has that no FETCH, ACK or heartbeat reads (REC_COLD:
--- the client's envelope `doc`, the rank, the retry policy, the creation times) are packed once, at the
--- enqueue, into ONE field, `cold`, a MessagePack map of their own; every other field sits in the outer
+-- v3 splits the map in two. The fields no FETCH, ACK, heartbeat or promote reads (REC_COLD: the
+-- client's envelope `doc` and the retry policy) are packed once, by the server for the enqueue
+-- (a job's arguments carry them so), into ONE field, `cold`, a MessagePack map of their own; every other field sits in the outer
 -- map. A transition unpacks and re-packs only the outer map and copies `cold` as it is, unless it reads
--- or writes one of REC_COLD: the first such access in a call unpacks `cold` into the record (a
--- metatable does it, so callers read and write a cold field like any other), and the write splits them
--- apart again. A record without `cold` (written by a v2 server) reads the same, its fields all in the
--- outer map, and is split when it is next written. The server reads `cold` the same way
--- (crates/ojs-store/src/reply.rs decode_record). Measured: benches/RESULTS.md, tenth session.
+-- or writes one of REC_COLD through rec(): the first such command in a call unpacks `cold` into the
+-- record, and the write packs them apart again. rec_map and rec_update hand out the outer map as it is
+-- (no metatable: one on every record made each absent field a function call, which cost half of what
+-- the split saves, benches/RESULTS.md), so the hot paths that use them read no cold field. A record
+-- without `cold` (written by a v2 server) reads the same, its fields all in the outer map, and is split
+-- when it is next written. The server reads `cold` the same way (crates/ojs-store/src/reply.rs
+-- decode_record).
 --
 -- Scripts touch a job only through rec(cmd, key, ...), which answers the hash commands scripts used on
 -- v1 (HGET, HMGET, HSET, HDEL, HINCRBY, HEXISTS, HGETALL, EXISTS, DEL, PEXPIRE) exactly as redis.call
@@ -24,58 +26,43 @@
 -- record's values are strings, as a hash's were; a field lives either in the outer map or in `cold`,
 -- never in both; the writes reach Redis before the call returns, in the same script as every other
 -- write of the transition.
--- CAPS: its loops visit the records this call touched, each record's fields and REC_COLD (8 names).
+-- CAPS: its loops visit the records this call touched, each record's fields and REC_COLD (5 names).
 --@include text
 --@include emit
 --@include counters
 local REC = {}
 
--- The cold fields (see above). Which fields are cold decides only what a transition costs, never what
--- it reads: a cold field is read and written like any other.
-local REC_COLD = {'doc', 'rank', 'max_attempts', 'backoff', 'on_exhaustion', 'non_retryable', 'created_at',
-  'enqueued_at'}
+-- The cold fields (see above): the server packs exactly these for a new job (crates/ojs-store
+-- ops/enqueue.rs ColdFields, whose test reads this line), and the invariant checker (crates/ojs-testkit)
+-- refuses a record split otherwise.
+local REC_COLD = {'doc', 'max_attempts', 'backoff', 'on_exhaustion', 'non_retryable'}
 local REC_IS_COLD = {}
 for i = 1, #REC_COLD do REC_IS_COLD[REC_COLD[i]] = true end
 
 -- rec_open(f): moves the fields packed in f.cold into f itself (nothing when there are none).
 local function rec_open(f)
-  local c = rawget(f, 'cold')
+  local c = f.cold
   if c == nil then return end
-  rawset(f, 'cold', nil)
-  for k, v in pairs(cmsgpack.unpack(c)) do rawset(f, k, v) end
+  f.cold = nil
+  for k, v in pairs(cmsgpack.unpack(c)) do f[k] = v end
 end
 
--- A record's metatable: reading or writing a cold field that is not in the outer map opens `cold` first.
-local REC_MT = {
-  __index = function(f, k)
-    if REC_IS_COLD[k] and rawget(f, 'cold') ~= nil then
-      rec_open(f)
-      return rawget(f, k)
-    end
-    return nil
-  end,
-  __newindex = function(f, k, v)
-    if REC_IS_COLD[k] then rec_open(f) end
-    rawset(f, k, v)
-  end,
-}
-
--- rec_pack(f): the record as stored: the cold fields found in f itself (a new record, one whose `cold`
--- was opened, or one a v2 server wrote) go into `cold` first; a record whose `cold` is still packed is
--- packed as it is.
+-- rec_pack(f): the record as stored. The cold fields found in f itself (a record whose `cold` was
+-- opened, one a v2 server wrote, or one made by HSET) go into `cold` first; a record whose `cold` is
+-- still packed is packed as it is.
 local function rec_pack(f)
-  if rawget(f, 'cold') == nil then
+  if f.cold == nil then
     local c, any = {}, false
     for i = 1, #REC_COLD do
       local k = REC_COLD[i]
-      local v = rawget(f, k)
+      local v = f[k]
       if v ~= nil then
         c[k] = v
-        rawset(f, k, nil)
+        f[k] = nil
         any = true
       end
     end
-    if any then rawset(f, 'cold', cmsgpack.pack(c)) end
+    if any then f.cold = cmsgpack.pack(c) end
   end
   return cmsgpack.pack(f)
 end
@@ -100,9 +87,9 @@ local function rec_load(key)
     local h = redis.call('HGETALL', key)
     local f = {}
     for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
-    e = {f = setmetatable(f, REC_MT), dirty = true}
+    e = {f = f, dirty = true}
   elseif v then
-    e = {f = setmetatable(cmsgpack.unpack(v), REC_MT)}
+    e = {f = cmsgpack.unpack(v)}
   else
     e = {f = false, fresh = true}
   end
@@ -111,6 +98,9 @@ local function rec_load(key)
 end
 
 local REC_READS = {HGET = true, HMGET = true, HEXISTS = true, HGETALL = true, EXISTS = true}
+-- For each command that names fields: the last argument that may be a field name, and the step between
+-- them (HSET's arguments are name, value, ...); -1: every argument.
+local REC_NAMES = {HGET = {1, 1}, HMGET = {-1, 1}, HSET = {-1, 2}, HDEL = {-1, 1}, HINCRBY = {1, 1}, HEXISTS = {1, 1}}
 
 -- rec(cmd, key, ...): the hash command cmd on the job record at key (see above).
 local function rec(cmd, key, ...)
@@ -118,6 +108,23 @@ local function rec(cmd, key, ...)
   local f = e.f
   local a = {...}
   if not REC_READS[cmd] then e.packed = nil end
+  -- A cold field is read or written in the record itself: open `cold` first.
+  if f and f.cold ~= nil then
+    if cmd == 'HGETALL' then
+      rec_open(f)
+    else
+      local names = REC_NAMES[cmd]
+      if names then
+        local last = names[1] < 0 and #a or names[1]
+        for i = 1, last, names[2] do
+          if REC_IS_COLD[a[i]] then
+            rec_open(f)
+            break
+          end
+        end
+      end
+    end
+  end
   if cmd == 'HGET' then
     return f and f[a[1]] or false
   elseif cmd == 'HMGET' then
@@ -126,7 +133,7 @@ local function rec(cmd, key, ...)
     return out
   elseif cmd == 'HSET' then
     if not f then
-      f = setmetatable({}, REC_MT)
+      f = {}
       e.f = f
     end
     local added = 0
@@ -150,7 +157,7 @@ local function rec(cmd, key, ...)
     return n
   elseif cmd == 'HINCRBY' then
     if not f then
-      f = setmetatable({}, REC_MT)
+      f = {}
       e.f = f
     end
     local v = (tonumber(f[a[1]]) or 0) + a[2]
@@ -162,7 +169,6 @@ local function rec(cmd, key, ...)
   elseif cmd == 'HGETALL' then
     local out = {}
     if f then
-      rec_open(f)
       for k, v in pairs(f) do
         out[#out + 1] = k
         out[#out + 1] = v
@@ -189,13 +195,15 @@ end
 -- rec_map(key): the job's fields as the cached map itself (name -> string value; false for no job),
 -- for the hot paths that read many fields at once: a field is a table lookup, and no table is built
 -- per read as rec('HMGET', ...) builds two. Read it only; change a record with rec_update or rec().
+-- It shows the outer map as stored: read no field of REC_COLD through it (rec() opens `cold` for them).
 local function rec_map(key)
   return rec_load(key).f
 end
 
 -- rec_update(key): the cached map of an existing job, to change in place (values must be strings: use
 -- text() for numbers; a field set to nil is deleted); the record is written when the call ends, as
--- after rec('HSET', ...). False when there is no job (nothing is created).
+-- after rec('HSET', ...). False when there is no job (nothing is created). Like rec_map, for fields
+-- outside REC_COLD only.
 local function rec_update(key)
   local e = rec_load(key)
   if not e.f then return false end
@@ -208,7 +216,7 @@ end
 -- enqueue script's fast path (it has already checked that key holds no job).
 local function rec_put(key, f)
   local e = rec_load(key)
-  e.f = setmetatable(f, REC_MT)
+  e.f = f
   e.dirty = true
   e.fresh = true
   e.ttl = nil
@@ -231,9 +239,9 @@ local function rec_convert(key)
   local f = e.f
   if not f then return false end
   if e.dirty then return true end
-  if rawget(f, 'cold') ~= nil then return false end
+  if f.cold ~= nil then return false end
   for i = 1, #REC_COLD do
-    if rawget(f, REC_COLD[i]) ~= nil then
+    if f[REC_COLD[i]] ~= nil then
       e.dirty = true
       return true
     end

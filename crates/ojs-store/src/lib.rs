@@ -32,6 +32,7 @@ pub use ops::{rand_unit, Acked, ClaimRef, Transition};
 pub use reads::events::{event_entry, event_position, stream_entries, EventsRead, EVENTS_BLOCK_MS};
 pub use reads::queues::{Backpressure, QueueCounts};
 pub use reads::workers::WORKER_TTL_MS;
+pub use reply::cold_fields;
 pub use store::*;
 
 /// Version of the key schema this code writes; stored at `<prefix>schema`.

@@ -26,6 +26,18 @@ pub(crate) fn val_str(v: &Value) -> String {
 /// (lua/includes/record.lua, `REC_COLD`).
 pub(crate) const COLD_FIELD: &str = "cold";
 
+/// The names of the fields a v3 record keeps in [`COLD_FIELD`], as `REC_COLD` in
+/// lua/includes/record.lua declares them (read from that file, so the server's packing and the test
+/// kit's checker hold to the script's list).
+pub fn cold_fields() -> Vec<&'static str> {
+    const RECORD: &str = include_str!("../../../lua/includes/record.lua");
+    RECORD
+        .lines()
+        .find(|l| l.starts_with("local REC_COLD = {"))
+        .map(|line| line.split('\'').skip(1).step_by(2).collect())
+        .unwrap_or_default()
+}
+
 /// A job record's fields from its stored bytes: a MessagePack map of field name -> string value,
 /// written by lua/includes/record.lua. In key schema v3 the cold fields sit packed in one field,
 /// [`COLD_FIELD`], and are read into the same map (a v2 record has none and reads as it is). Bytes that

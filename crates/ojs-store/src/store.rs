@@ -223,7 +223,7 @@ impl Store {
     /// Runs an operation with `FCALL`. When Redis does not know the function (a Redis without
     /// persistence restarted, `FUNCTION FLUSH`, or the first call of a new build) the library is loaded
     /// and the call made once more, so none of these ever breaks the server.
-    pub(crate) async fn run(&self, s: &Named, keys: &[String], args: Vec<String>) -> Result<Vec<Value>> {
+    pub(crate) async fn run<A: redis::ToRedisArgs>(&self, s: &Named, keys: &[String], args: A) -> Result<Vec<Value>> {
         let started = std::time::Instant::now();
         let mut conn = self.conn().await?;
         let mut cmd = redis::cmd("FCALL");

@@ -7,18 +7,26 @@ use std::collections::{HashMap, HashSet};
 /// A Lua function `record(bytes)`: a job record's fields as one table, read like the server reads them
 /// (lua/includes/record.lua): a MessagePack map of strings whose field `cold` (key schema v3) is a
 /// MessagePack map of more fields. A record that is not v3 (its envelope `doc` outside `cold`) or a
-/// field found in both places is an error.
+/// field found in both places is an error; with `COLD` set (the set of cold field names), so is a cold
+/// field outside `cold` or another field in it.
 macro_rules! record_lua {
     () => {
         r#"
+local COLD = nil
 local function record(v)
   local f = cmsgpack.unpack(v)
   if f.doc ~= nil then error('job record holds its envelope outside cold: not a key-schema v3 record') end
+  if COLD then
+    for k in pairs(COLD) do
+      if f[k] ~= nil then error('job record holds the cold field ' .. k .. ' outside cold') end
+    end
+  end
   local c = f.cold
   if c then
     f.cold = nil
     for k, x in pairs(cmsgpack.unpack(c)) do
       if f[k] ~= nil then error('job record field ' .. k .. ' is both in the record and in cold') end
+      if COLD and not COLD[k] then error('job record holds ' .. k .. ' in cold, which is not a cold field') end
       f[k] = x
     end
   end
@@ -36,6 +44,8 @@ const DUMP: &str = concat!(
     record_lua!(),
     r#"
 local out = {}
+COLD = {}
+for i = 2, #ARGV do COLD[ARGV[i]] = true end
 local jobs = ARGV[1] .. 'job:'
 for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
   local t = redis.call('TYPE', k)['ok']
@@ -101,6 +111,7 @@ impl Snapshot {
     async fn take(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Self {
         let flat: Vec<redis::Value> = redis::Script::new(DUMP)
             .arg(prefix)
+            .arg(ojs_store::cold_fields())
             .invoke_async(conn)
             .await
             .expect("namespace dump");

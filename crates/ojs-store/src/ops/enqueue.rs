@@ -74,7 +74,7 @@ pub enum EnqueueOutcome {
 }
 
 /// Fields per job in the enqueue script's ARGV (`lua/enqueue-1.lua`, its `STRIDE`).
-pub const ENQUEUE_STRIDE: usize = 26;
+pub const ENQUEUE_STRIDE: usize = 22;
 
 /// A queue with a depth bound (backpressure), as an enqueue left it.
 #[derive(Debug, Clone, PartialEq)]
@@ -262,62 +262,98 @@ impl Store {
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
-    /// The script's arguments, in the order of its header.
-    fn enqueue_args(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + jobs.len() * ENQUEUE_STRIDE + 1 + extra.len());
-        ArgWriter::new(ARGV, &mut args)
+    /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a
+    /// MessagePack map ([`ColdFields`]).
+    fn enqueue_args(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Vec<Vec<u8>> {
+        let mut head = Vec::with_capacity(ARGV.len());
+        ArgWriter::new(ARGV, &mut head)
             .arg("P", self.keys.prefix())
             .arg("n", jobs.len().to_string())
             .arg("mode", mode)
             .done();
+        let mut args = Vec::with_capacity(ARGV.len() + jobs.len() * ENQUEUE_STRIDE + 1 + extra.len());
+        args.extend(head.into_iter().map(String::into_bytes));
         for j in jobs {
             push_job(j, &mut args);
         }
-        args.push(self.cfg.retention_ms.to_string());
-        args.extend(extra);
+        args.push(self.cfg.retention_ms.to_string().into_bytes());
+        args.extend(extra.into_iter().map(String::into_bytes));
         args
     }
 }
 
+/// The cold fields of a new job's record (key schema v3: `REC_COLD` in lua/includes/record.lua, which
+/// a test below holds this to), packed here as the MessagePack map the record keeps in its `cold` field;
+/// the enqueue stores the bytes as they are, and FETCH hands them back inside the record.
+#[derive(serde::Serialize)]
+struct ColdFields<'a> {
+    /// The client's envelope as JSON, without the system fields.
+    doc: &'a str,
+    max_attempts: String,
+    backoff: String,
+    on_exhaustion: &'a str,
+    /// A JSON array of error types; left out when there are none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    non_retryable: String,
+}
+
+impl<'a> ColdFields<'a> {
+    fn of(j: &'a NewJob) -> Self {
+        Self {
+            doc: &j.doc,
+            max_attempts: j.retry.max_attempts.to_string(),
+            backoff: backoff_spec(&j.retry),
+            on_exhaustion: j.retry.on_exhaustion.as_str(),
+            non_retryable: j.retry.non_retryable_json(),
+        }
+    }
+
+    /// The map's bytes. Packing strings into a Vec cannot fail; were it to, the job would be stored
+    /// without them and read with the defaults.
+    fn packed(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "packing a job's cold fields failed");
+            vec![0x80]
+        })
+    }
+}
+
 /// Appends one job's [`ENQUEUE_STRIDE`] fields, in the order of the header's `(+k)` list.
-fn push_job(j: &NewJob, args: &mut Vec<String>) {
+fn push_job(j: &NewJob, args: &mut Vec<Vec<u8>>) {
     let unique = j.unique.as_ref();
     let root = j.root_job.as_ref();
-    let fields: [String; ENQUEUE_STRIDE] = [
-        // +0 id, +1 queue, +2 type, +3 rank, +4 doc
-        j.id.clone(),
-        j.queue.clone(),
-        j.job_type.clone(),
-        j.rank.to_string(),
-        j.doc.clone(),
-        // +5 max_attempts, +6 backoff spec, +7 on_exhaustion, +8 non_retryable
-        j.retry.max_attempts.to_string(),
-        backoff_spec(&j.retry),
-        j.retry.on_exhaustion.as_str().to_string(),
-        j.retry.non_retryable_json(),
-        // +9 timeout_ms, +10 visibility_ms, +11 expires_at, +12 scheduled_at, +13 delay_ms, +14 priority
+    // +0 id, +1 queue, +2 type, +3 rank, +4 cold
+    args.extend([
+        j.id.clone().into_bytes(),
+        j.queue.clone().into_bytes(),
+        j.job_type.clone().into_bytes(),
+        j.rank.to_string().into_bytes(),
+        ColdFields::of(j).packed(),
+    ]);
+    let fields: [String; ENQUEUE_STRIDE - 5] = [
+        // +5 timeout_ms, +6 visibility_ms, +7 expires_at, +8 scheduled_at, +9 delay_ms, +10 priority
         j.timeout_ms.to_string(),
         j.visibility_ms.to_string(),
         j.expires_at_ms.to_string(),
         j.scheduled_at_ms.to_string(),
         j.delay_ms.to_string(),
         j.priority.to_string(),
-        // +15 rate-limit key, +16 rate-limit policy, +17 expires_in_ms
+        // +11 rate-limit key, +12 rate-limit policy, +13 expires_in_ms
         j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
         j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
         j.expires_in_ms.to_string(),
-        // +18 unique key, +19 unique states, +20 unique period_ms, +21 on_conflict
+        // +14 unique key, +15 unique states, +16 unique period_ms, +17 on_conflict
         unique.map(|u| u.key.clone()).unwrap_or_default(),
         unique.map(|u| u.states.join(",")).unwrap_or_default(),
         unique.map_or(0, |u| u.period_ms).to_string(),
         unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().to_string(),
-        // +22 dedup fingerprint, +23 root-job signature, +24 root timestamp, +25 is the root
+        // +18 dedup fingerprint, +19 root-job signature, +20 root timestamp, +21 is the root
         j.dedup.as_ref().map(|d| d.key.clone()).unwrap_or_default(),
         root.map(|r| r.key.clone()).unwrap_or_default(),
         root.map_or(0, |r| r.timestamp_ms).to_string(),
         if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.to_string(),
     ];
-    args.extend(fields);
+    args.extend(fields.map(String::into_bytes));
 }
 
 #[cfg(test)]
@@ -385,34 +421,58 @@ mod tests {
         // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.enqueue_args(&[job("a"), b], "cron", extra);
         assert_eq!(args.len(), ARGV.len() + 2 * ENQUEUE_STRIDE + 1 + 4);
-        assert_eq!(&args[..3], ["ojs:{t}:", "2", "cron"]);
+        assert_eq!(args[..3].iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>(), ["ojs:{t}:", "2", "cron"]);
         // Job i's field +k is ARGV[4 + i * STRIDE + k] (1-based), args[3 + i * STRIDE + k] here.
-        let field = |i: usize, k: usize| args[3 + i * ENQUEUE_STRIDE + k].as_str();
+        let field = |i: usize, k: usize| String::from_utf8_lossy(&args[3 + i * ENQUEUE_STRIDE + k]).into_owned();
         assert_eq!(
             [field(0, 0), field(0, 1), field(0, 2), field(0, 3)],
             ["a", "q", "email", "-5"]
         );
+        // +4: the cold fields, a MessagePack map, as a record's `cold` field reads.
+        let cold = crate::reply::decode_record(&args[3 + 4]);
+        let mut cold: Vec<(String, String)> = cold.into_iter().collect();
+        cold.sort();
         assert_eq!(
-            [field(0, 5), field(0, 6), field(0, 7)],
-            ["3", "exponential 1000 2 300000 1", "discard"]
+            cold,
+            [
+                ("backoff", "exponential 1000 2 300000 1"),
+                ("doc", "{}"),
+                ("max_attempts", "3"),
+                ("on_exhaustion", "discard"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
         );
         assert_eq!(
-            [field(0, 13), field(0, 14), field(0, 15), field(0, 25)],
+            [field(0, 9), field(0, 10), field(0, 11), field(0, 21)],
             ["250", "5", "", "0"]
         );
         assert_eq!(
-            [field(1, 0), field(1, 15), field(1, 16)],
+            [field(1, 0), field(1, 11), field(1, 12)],
             ["b", "k", "2 10 1000 - - wait"]
         );
         assert_eq!(
-            [field(1, 18), field(1, 19), field(1, 20), field(1, 21)],
+            [field(1, 14), field(1, 15), field(1, 16), field(1, 17)],
             ["u", "available,active", "60000", "reject"]
         );
         assert_eq!(
-            [field(1, 22), field(1, 23), field(1, 24), field(1, 25)],
+            [field(1, 18), field(1, 19), field(1, 20), field(1, 21)],
             ["d", "r", "7", "1"]
         );
         // Then retention_ms and the cron mode's four arguments.
-        assert_eq!(&args[3 + 2 * ENQUEUE_STRIDE..], ["86400000", "c", "100", "", "skip"]);
+        let tail: Vec<&[u8]> = args[3 + 2 * ENQUEUE_STRIDE..].iter().map(Vec::as_slice).collect();
+        assert_eq!(tail, [&b"86400000"[..], b"c", b"100", b"", b"skip"]);
+    }
+
+    #[test]
+    fn the_cold_fields_packed_here_are_the_ones_record_lua_keeps_in_cold() {
+        let mut lua = crate::reply::cold_fields();
+        lua.sort_unstable();
+        assert!(lua.contains(&"doc"), "REC_COLD as read from record.lua: {lua:?}");
+        let mut j = job("a");
+        j.retry.non_retryable_errors = vec!["Fatal".into()];
+        let packed = crate::reply::decode_record(&ColdFields::of(&j).packed());
+        let mut rust: Vec<&str> = packed.keys().map(String::as_str).collect();
+        rust.sort_unstable();
+        assert_eq!(rust, lua);
     }
 }
