@@ -33,6 +33,8 @@ use std::path::{Path, PathBuf};
 
 #[path = "src/layout.rs"]
 mod layout;
+#[path = "src/fnv.rs"]
+mod fnv;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -123,7 +125,7 @@ fn main() {
         Ok(b) => b,
         Err(e) => panic!("Lua key calls: {e}"),
     };
-    let version = format!("{:016x}", fnv1a(body.as_bytes()));
+    let version = format!("{:016x}", fnv::fnv1a([body.as_bytes()]));
     let library = format!("#!lua name=ojs_{version}\nlocal V = '{version}'\n{body}");
     writeln!(
         out,
@@ -433,12 +435,6 @@ fn own_body(text: &str) -> String {
         .collect()
 }
 
-/// FNV-1a, 64 bits: a stable fingerprint of the library text (a version tag, not a security measure).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
 
 /// The names of a header's `ARGV[i] <name>` lines (in order) and of its record lines `+k <name>`.
 fn header_args(text: &str) -> (Vec<String>, Vec<String>) {

@@ -82,6 +82,9 @@ pub(crate) struct Scripts {
     pub(crate) workflow_cancel: Named,
     pub(crate) place: Named,
     pub(crate) pick: Named,
+    pub(crate) job_read: Named,
+    pub(crate) job_migrate: Named,
+    pub(crate) progress: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
@@ -181,6 +184,9 @@ impl Store {
                 workflow_cancel: script(scripts::WORKFLOW_CANCEL),
                 place: script(scripts::PLACE),
                 pick: script(scripts::PICK),
+                job_read: script(scripts::JOB_READ),
+                job_migrate: script(scripts::JOB_MIGRATE),
+                progress: script(scripts::PROGRESS),
             },
             cfg,
         })

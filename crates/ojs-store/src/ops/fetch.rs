@@ -229,14 +229,14 @@ impl Strategy {
 
 /// The round-robin state is per set of (queue, weight): a short stable hash of it names the key.
 pub(crate) fn wrr_key(queues: &[(String, u32)]) -> String {
-    // FNV-1a 64: stable across processes and versions (std's hasher is not).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (q, w) in queues {
-        for b in q.bytes().chain([0u8]).chain(w.to_string().into_bytes()).chain([0u8]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+    // Each queue name and weight, each followed by a zero byte.
+    let weights: Vec<String> = queues.iter().map(|(_, w)| w.to_string()).collect();
+    let h = crate::fnv::fnv1a(
+        queues
+            .iter()
+            .zip(&weights)
+            .flat_map(|((q, _), w)| [q.as_bytes(), &[0u8][..], w.as_bytes(), &[0u8][..]]),
+    );
     format!("{h:016x}")
 }
 
@@ -249,6 +249,13 @@ pub struct Claimed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_weighted_set_keeps_its_round_robin_key_name() {
+        // `P wrr:<this>` names stored state: the hash of each queue name and weight, each followed by
+        // a zero byte, must not change between versions.
+        assert_eq!(wrr_key(&[("email".into(), 3), ("sms".into(), 1)]), "c7de1aac9d21f2ec");
+    }
 
     #[test]
     fn a_request_is_written_in_the_order_the_header_declares() {

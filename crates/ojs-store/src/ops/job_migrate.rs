@@ -5,13 +5,11 @@
 use super::ArgWriter;
 
 use crate::reply::{at, val_i64};
-use crate::scripts;
-use crate::store::{script, Named, Result, Store};
+use crate::store::{Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P"];
 
-static JOB_MIGRATE_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::JOB_MIGRATE));
 
 /// Job keys per SCAN step and per script call.
 const BATCH: usize = 500;
@@ -29,7 +27,7 @@ impl Store {
     async fn job_migrate(&self, ids: &[String]) -> Result<u64> {
         let Some(first) = ids.first() else { return Ok(0) };
         let args = self.job_migrate_args(ids);
-        let items = self.run(&JOB_MIGRATE_SCRIPT, &[self.keys.job(first)], args).await?;
+        let items = self.run(&self.scripts.job_migrate, &[self.keys.job(first)], args).await?;
         Ok(val_i64(at(&items, 1)) as u64)
     }
 

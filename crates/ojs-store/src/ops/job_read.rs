@@ -6,13 +6,11 @@ use redis::Value;
 use super::ArgWriter;
 
 use crate::reply::{at, decode_job, val_opt_str};
-use crate::scripts::{self};
-use crate::store::{script, JobFields, Named, Result, Store};
+use crate::store::{JobFields, Result, Store};
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "nfields"];
 
-static JOB_READ_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::JOB_READ));
 
 impl Store {
     /// The script's arguments, in the order of its header: `fields` empty reads whole jobs.
@@ -32,7 +30,7 @@ impl Store {
             return Ok(Vec::new());
         };
         let args = self.job_read_args(fields, ids);
-        let mut items = self.run(&JOB_READ_SCRIPT, &[self.keys.job(first)], args).await?;
+        let mut items = self.run(&self.scripts.job_read, &[self.keys.job(first)], args).await?;
         items.remove(0);
         Ok(items)
     }

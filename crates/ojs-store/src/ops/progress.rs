@@ -5,11 +5,9 @@ use super::ArgWriter;
 
 use super::{transition, ClaimRef, Transition};
 use crate::reply::{at, tag, val_i64, val_str};
-use crate::scripts;
-use crate::store::{script, Named, Result, Store};
+use crate::store::{Result, Store};
 
 /// `lua/progress-1.lua`, kept beside its method rather than in the store's `Scripts`.
-static PROGRESS_SCRIPT: std::sync::LazyLock<Named> = std::sync::LazyLock::new(|| script(scripts::PROGRESS));
 
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &[
@@ -63,7 +61,7 @@ impl Store {
         data: Option<&str>,
     ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
         let args = self.progress_args(id, claim, progress, message, data);
-        let items = self.run(&PROGRESS_SCRIPT, &[self.keys.job(id)], args).await?;
+        let items = self.run(&self.scripts.progress, &[self.keys.job(id)], args).await?;
         if tag(&items) == "ignored" {
             return Ok(Transition::WrongState(val_str(at(&items, 1))));
         }
