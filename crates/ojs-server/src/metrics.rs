@@ -10,16 +10,11 @@
 
 use std::sync::OnceLock;
 
-use prometheus_client::encoding::text::encode_registry;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::formatting::{write_help_line, write_metric_line, write_type_line};
+use metrics_exporter_prometheus::{LabelSet, PrometheusBuilder, PrometheusHandle};
 
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -113,41 +108,20 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> ApiResult<Response> {
     let mut out = install().render();
-    // Gauges read from Redis go into a registry built for this scrape, so a queue or key that is gone
-    // leaves no stale series behind; prometheus-client encodes them.
-    let mut registry = Registry::default();
-    let labels = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    };
-    let depth = Family::<Vec<(String, String)>, Gauge>::default();
-    registry.register(
-        "ojs_queue_depth",
-        "Jobs in a queue by state (read from Redis at scrape time)",
-        depth.clone(),
-    );
-    let by_priority = Family::<Vec<(String, String)>, Gauge>::default();
-    registry.register(
-        "ojs_queue_available_by_priority",
-        "Available jobs per priority level",
-        by_priority.clone(),
-    );
-    let rl_active = Family::<Vec<(String, String)>, Gauge>::default();
-    registry.register(
-        "ojs_rate_limit_active",
-        "Jobs holding a concurrency slot of a rate-limit key",
-        rl_active.clone(),
-    );
-    let rl_waiting = Family::<Vec<(String, String)>, Gauge>::default();
-    registry.register(
+    // Gauges read from Redis are built for this scrape, so a queue or key that is gone leaves no stale
+    // series behind; the recorder's crate writes them in the same format.
+    let mut depth = Family::new("ojs_queue_depth", "Jobs in a queue by state (read from Redis at scrape time)", "gauge");
+    let mut by_priority = Family::new("ojs_queue_available_by_priority", "Available jobs per priority level", "gauge");
+    let mut rl_active = Family::new("ojs_rate_limit_active", "Jobs holding a concurrency slot of a rate-limit key", "gauge");
+    let mut rl_waiting = Family::new(
         "ojs_rate_limit_waiting",
         "Available jobs of a rate-limit key (waiting in its lanes)",
-        rl_waiting.clone(),
+        "gauge",
     );
-    let rl_exceeded = Family::<Vec<(String, String)>, Counter>::default();
-    registry.register(
-        "ojs_rate_limit_exceeded",
+    let mut rl_exceeded = Family::new(
+        "ojs_rate_limit_exceeded_total",
         "Blocking episodes of a rate-limit key, by strategy",
-        rl_exceeded.clone(),
+        "counter",
     );
 
     let mut names = st.shards.queue_names().await?;
@@ -162,9 +136,7 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
             ("active", c.active),
             ("scheduled", c.scheduled),
         ] {
-            depth
-                .get_or_create(&labels(&[("queue", &c.name), ("state", state)]))
-                .set(n as i64);
+            depth.sample(&[("queue", c.name.as_str()), ("state", state)], n);
         }
     }
     let per_priority = st
@@ -176,17 +148,13 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         for (i, (p, n)) in per.iter().enumerate() {
             let label = priority_label(*p);
             if i < MAX_PRIORITIES && label != "other" {
-                by_priority
-                    .get_or_create(&labels(&[("queue", q), ("priority", &label)]))
-                    .set(*n as i64);
+                by_priority.sample(&[("queue", q.as_str()), ("priority", label.as_str())], *n);
             } else {
                 other += n;
             }
         }
         if other > 0 {
-            by_priority
-                .get_or_create(&labels(&[("queue", q), ("priority", "other")]))
-                .set(other as i64);
+            by_priority.sample(&[("queue", q.as_str()), ("priority", "other")], other);
         }
     }
     let mut gauges = Vec::new();
@@ -195,20 +163,57 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
     }
     for s in gauges {
         let k = s.key.as_str();
-        rl_active.get_or_create(&labels(&[("key", k)])).set(s.active as i64);
-        rl_waiting.get_or_create(&labels(&[("key", k)])).set(s.waiting as i64);
+        rl_active.sample(&[("key", k)], s.active);
+        rl_waiting.sample(&[("key", k)], s.waiting);
         for (field, n) in &s.stats {
             if let Some(strategy) = field.strip_prefix("exceeded_") {
-                let n: u64 = n.parse().unwrap_or(0);
-                rl_exceeded
-                    .get_or_create(&labels(&[("key", k), ("strategy", strategy)]))
-                    .inc_by(n);
+                rl_exceeded.sample(&[("key", k), ("strategy", strategy)], n.parse::<u64>().unwrap_or(0));
             }
         }
     }
-    // The recorded metrics above are Prometheus text 0.0.4; these follow without OpenMetrics' `# EOF`.
-    let _ = encode_registry(&mut out, &registry);
+    for family in [depth, by_priority, rl_active, rl_waiting, rl_exceeded] {
+        family.write(&mut out);
+    }
     Ok(([(header::CONTENT_TYPE, content_type(&headers))], out).into_response())
+}
+
+/// One metric family read from Redis at scrape time: its samples, in the order they were read, written
+/// after the recorded metrics in the Prometheus text format (0.0.4) by metrics-exporter-prometheus'
+/// own formatting (labels escaped as the recorded metrics' are).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    samples: Vec<(LabelSet, u64)>,
+}
+
+impl Family {
+    fn new(name: &'static str, help: &'static str, kind: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            kind,
+            samples: Vec::new(),
+        }
+    }
+
+    fn sample(&mut self, labels: &[(&'static str, &str)], value: impl Into<u64>) {
+        let labels: Vec<metrics::Label> = labels.iter().map(|(k, v)| metrics::Label::new(*k, v.to_string())).collect();
+        let key = metrics::Key::from_parts(self.name, labels);
+        self.samples.push((LabelSet::from_key_and_global(&key, &Default::default()), value.into()));
+    }
+
+    /// HELP and TYPE, then each sample; nothing for a family without samples.
+    fn write(self, out: &mut String) {
+        if self.samples.is_empty() {
+            return;
+        }
+        write_help_line(out, self.name, None, None, self.help);
+        write_type_line(out, self.name, None, None, self.kind);
+        for (labels, value) in &self.samples {
+            write_metric_line::<&str, u64>(out, self.name, None, labels, None, *value, None);
+        }
+    }
 }
 
 /// The Prometheus text format (0.0.4) is served as `text/plain`, which every Prometheus version parses
