@@ -50,6 +50,27 @@ pub fn parse_iso8601_ms(s: &str) -> Result<u64, String> {
     }
     Ok(total as u64)
 }
+/// The duration at `key` of a JSON object, named `field` in errors: an ISO 8601 duration string or a
+/// whole number of milliseconds; None when absent or null.
+pub(crate) fn duration_field(
+    o: &serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    field: &str,
+) -> Result<Option<u64>, crate::error::OjsError> {
+    use crate::error::OjsError;
+    use serde_json::Value;
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_iso8601_ms(s)
+            .map(Some)
+            .map_err(|e| OjsError::invalid(format!("{field}: {e}"))),
+        Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+        Some(v) => Err(OjsError::invalid(format!(
+            "{field} must be an ISO 8601 duration such as \"PT1S\"; got {v}"
+        ))),
+    }
+}
+
 
 /// Formats milliseconds as the shortest ISO 8601 duration in hours, minutes and seconds.
 pub fn format_iso8601_ms(ms: u64) -> String {

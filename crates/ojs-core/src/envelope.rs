@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::clock;
-use crate::duration::parse_iso8601_ms;
+use crate::duration::{duration_field, parse_iso8601_ms};
 use crate::error::OjsError;
 use crate::job::{Backoff, NewJob, OnExhaustion, RetryPolicy};
 use crate::names;
@@ -79,19 +79,6 @@ fn opt_time(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<i64
         }),
         Some(v) => Err(invalid(format!(
             "{field} must be an RFC 3339 timestamp string; got {v}"
-        ))),
-    }
-}
-
-pub(crate) fn duration_field(o: &Map<String, Value>, key: &str, field: &str) -> Result<Option<u64>, OjsError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => parse_iso8601_ms(s)
-            .map(Some)
-            .map_err(|e| invalid(format!("{field}: {e}"))),
-        Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
-        Some(v) => Err(invalid(format!(
-            "{field} must be an ISO 8601 duration such as \"PT1S\"; got {v}"
         ))),
     }
 }

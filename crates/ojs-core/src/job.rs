@@ -7,21 +7,7 @@ use serde_json::{json, Value};
 use crate::clock;
 use crate::duration::format_iso8601_ms;
 
-/// The eight OJS job states.
-pub const STATES: [&str; 8] = [
-    "scheduled",
-    "available",
-    "pending",
-    "active",
-    "completed",
-    "retryable",
-    "cancelled",
-    "discarded",
-];
-
-pub fn is_terminal(state: &str) -> bool {
-    matches!(state, "completed" | "cancelled" | "discarded")
-}
+pub use crate::state::{is_terminal, STATES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backoff {

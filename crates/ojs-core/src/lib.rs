@@ -12,6 +12,7 @@ pub mod job;
 pub mod names;
 pub mod priority;
 pub mod ratelimit;
+pub mod state;
 pub mod unique;
 pub mod workflow;
 

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::clock;
-use crate::envelope::duration_field;
+use crate::duration::duration_field;
 use crate::error::OjsError;
-use crate::job::STATES;
+use crate::state::STATES;
 
 /// The states a duplicate is looked for in when the policy names none (ojs-unique-jobs §6.1).
 pub const DEFAULT_STATES: [&str; 5] = ["available", "active", "scheduled", "retryable", "pending"];

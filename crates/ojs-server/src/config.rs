@@ -91,8 +91,8 @@ pub struct Config {
 
     /// API keys, `admin:<key>,worker:<key>,…` (each at least 16 characters). Without any, the server
     /// only listens on loopback unless --insecure-no-auth is given.
-    #[arg(long, env = "OJS_API_KEYS", default_value = "", value_parser = crate::auth::parse_keys, hide_env_values = true)]
-    pub api_keys: crate::auth::ApiKeys,
+    #[arg(long, env = "OJS_API_KEYS", default_value = "", value_parser = crate::api_keys::parse_keys, hide_env_values = true)]
+    pub api_keys: crate::api_keys::ApiKeys,
 
     /// Allow listening on a non-loopback address without API keys (anyone who can reach it can drain
     /// the queues).

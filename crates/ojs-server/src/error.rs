@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use ojs_core::{ErrorCode, OjsError};
 use ojs_store::StoreError;
 
-use crate::respond::ojs_json;
+use crate::media::ojs_json;
 
 #[derive(Debug)]
 pub struct ApiError(pub OjsError);

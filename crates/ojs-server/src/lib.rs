@@ -6,6 +6,7 @@
 //! hold no job state, so any number of nodes can serve one Redis. [`run`] takes its listener and its
 //! shutdown signal as arguments, so tests start real servers on port 0.
 
+pub mod api_keys;
 pub mod auth;
 pub mod background;
 pub mod coalesce;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod cron;
 pub mod error;
 pub mod events_hub;
+pub mod media;
 pub mod metrics;
 pub mod respond;
 pub mod routes;

@@ -4,27 +4,14 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use ojs_core::{ErrorCode, OjsError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
 
-pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
-
-/// A JSON response with the OJS media type: any serializable body, written straight to bytes (a typed
-/// response need not become a `Value` first).
-pub fn ojs_json(status: StatusCode, body: impl serde::Serialize) -> Response {
-    let mut res = (status, axum::Json(body)).into_response();
-    res.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_MEDIA_TYPE));
-    res
-}
-
-pub fn ok(body: impl serde::Serialize) -> Response {
-    ojs_json(StatusCode::OK, body)
-}
+pub use crate::media::{ojs_json, ok, OJS_MEDIA_TYPE};
 
 /// With `--response-content-type json`, answers `application/json` instead of the OJS media type
 /// (same body): the Python SDK 0.4 parses a reply only when its Content-Type contains

@@ -4,6 +4,7 @@
 //! answers against it).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use ojs_core::{ErrorCode, OjsError};
 use serde::Serialize;
@@ -281,7 +282,7 @@ pub struct JobResponse {
     /// The workflow the job started (an enqueue in the seed's form, with a `workflow` object).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub workflow: Option<crate::routes::workflows::WorkflowView>,
+    pub workflow: Option<WorkflowView>,
 }
 
 impl JobResponse {
@@ -292,9 +293,269 @@ impl JobResponse {
 
 /// The media type of every JSON answer, for `responses(...)`: `(status = 404, description = "…",
 /// body = OjsErrorBody, content_type = OJS_MEDIA_TYPE)`.
-pub use crate::respond::OJS_MEDIA_TYPE;
+pub use crate::media::OJS_MEDIA_TYPE;
 
 /// The names a string-enum schema lists (tests keep such schemas equal to the lists the code checks).
+/// An OJS job envelope as a producer sends it. Fields this server does not know are kept and echoed
+/// back in the job (extensions, `x_…` fields).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::envelope::parse, which reads the JSON
+pub struct JobRequest {
+    /// A dot-separated name such as `email.send`.
+    #[serde(rename = "type")]
+    #[schema(pattern = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$", max_length = 255)]
+    job_type: String,
+    /// Positional arguments (`[]` for none).
+    args: Vec<Value>,
+    /// The job's own id (a UUIDv7); the server mints one when absent. Enqueueing an id twice is a 409.
+    #[schema(
+        nullable = false,
+        pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+    )]
+    id: Option<String>,
+    /// The queue (default `default`); `options.queue` works too.
+    #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
+    queue: Option<String>,
+    /// Seed priority model: the priority, 0 to 4294967295, lower runs first (default 2). With
+    /// `--priority-model core`, `options.priority` instead (higher first).
+    #[schema(nullable = false)]
+    priority: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    meta: Option<Value>,
+    options: Option<EnqueueOptions>,
+    /// When the job becomes available: RFC 3339, or relative (`+PT5S`).
+    #[schema(nullable = false)]
+    scheduled_at: Option<String>,
+    /// The seed's place for the rate-limit policy (`options.rate_limit` works too).
+    rate_limit: Option<RateLimitPolicy>,
+    /// The seed's workflow form: `{"chain": [job envelope, ...]}`; this job is the chain's first step
+    /// and the others follow it in order, inheriting its priority and queue unless they set their own.
+    /// Only on `POST /ojs/v1/jobs`: a batch's job, a cron template or a workflow's member carrying it is
+    /// refused with 422 (use `POST /ojs/v1/workflows`).
+    #[schema(value_type = Option<Object>)]
+    workflow: Option<Value>,
+    #[serde(flatten)]
+    extensions: HashMap<String, Value>,
+}
+
+/// `options` of the envelope.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct EnqueueOptions {
+    #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
+    queue: Option<String>,
+    /// Core priority model: the priority (higher first).
+    #[schema(nullable = false)]
+    priority: Option<i64>,
+    /// The execution timeout (at most ten years).
+    #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
+    timeout_ms: Option<u64>,
+    /// How long a FETCH holds the job before it is taken back (default: the server's; at most ten years).
+    #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
+    visibility_timeout_ms: Option<u64>,
+    /// Run no sooner than this many ms from now (at most ten years).
+    #[schema(maximum = 315360000000i64, nullable = false)]
+    delay_ms: Option<u64>,
+    /// RFC 3339, or relative (`+PT5S`, at most ten years).
+    #[schema(nullable = false)]
+    scheduled_at: Option<String>,
+    #[schema(nullable = false)]
+    delay_until: Option<String>,
+    /// RFC 3339, or relative (`+PT1H`): the job is discarded if it has not started by then.
+    #[schema(nullable = false)]
+    expires_at: Option<String>,
+    #[schema(nullable = false)]
+    tags: Option<Vec<String>>,
+    retry: Option<RetryPolicy>,
+    rate_limit: Option<RateLimitPolicy>,
+    unique: Option<UniquePolicy>,
+    /// MediaWiki's `ignoreDuplicates`: `true` (deduplication info = type and args), or
+    /// `{keys, args_keys, meta_keys}` as in `unique`. The job is completed unrun at FETCH
+    /// (`job.superseded`) when a job of the same type with the same info started after it was created.
+    #[schema(value_type = Option<Object>)]
+    dedup: Option<Value>,
+    root_job: Option<RootJob>,
+    #[serde(flatten)]
+    extensions: HashMap<String, Value>,
+}
+
+/// ojs-unique-jobs' UniquePolicy: checked inside the enqueue script against jobs holding the same key.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::unique::parse_unique
+pub struct UniquePolicy {
+    /// Dimensions of the uniqueness key besides `type` (always in it): `type`, `queue`, `args`, `meta`
+    /// (default `["type"]`).
+    #[schema(nullable = false)]
+    keys: Option<Vec<String>>,
+    /// Keys of the object arguments that count (default: all of args).
+    #[schema(nullable = false)]
+    args_keys: Option<Vec<String>>,
+    /// Keys of meta that count; required when `keys` has `meta`.
+    #[schema(nullable = false)]
+    meta_keys: Option<Vec<String>>,
+    /// ISO 8601 duration from the existing job's creation after which the key is free (default: none).
+    #[schema(nullable = false)]
+    period: Option<String>,
+    /// States of the existing job that make a duplicate (default: available, active, scheduled,
+    /// retryable, pending).
+    #[schema(nullable = false)]
+    states: Option<Vec<crate::schemas::JobState>>,
+    /// `reject` (default: 409), `ignore` (200 with the existing job), `replace` (the existing job is
+    /// cancelled, the new one written), `replace_except_schedule` (as replace, keeping a scheduled
+    /// job's run time), `raise_priority` (as ignore, and the existing job takes the new priority when
+    /// it runs sooner; the priority seed's §9.3 opt-in).
+    #[schema(nullable = false)]
+    on_conflict: Option<String>,
+}
+
+/// MediaWiki's root-job parameters (`rootJobSignature`, `rootJobTimestamp`; `is_root` for the root
+/// itself, which records its timestamp when it starts: `deduplicateRootJob`). A job whose signature's
+/// newest started root is newer than its own timestamp is completed unrun at FETCH (`job.superseded`).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // documents ojs_core::unique::parse_root_job
+pub struct RootJob {
+    #[schema(min_length = 1, max_length = 1024)]
+    signature: String,
+    /// RFC 3339 (default: the job's creation time).
+    #[schema(nullable = false)]
+    timestamp: Option<String>,
+    #[schema(nullable = false)]
+    is_root: Option<bool>,
+}
+
+/// The OJS retry policy; every field has a default.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct RetryPolicy {
+    /// 1 to 1000 (default 3).
+    #[schema(minimum = 1, nullable = false)]
+    max_attempts: Option<u32>,
+    /// ISO 8601 (default `PT1S`).
+    #[schema(nullable = false)]
+    initial_interval: Option<String>,
+    /// 1 to 100 (default 2).
+    #[schema(nullable = false)]
+    backoff_coefficient: Option<f64>,
+    /// ISO 8601 (default `PT5M`).
+    #[schema(nullable = false)]
+    max_interval: Option<String>,
+    #[schema(nullable = false)]
+    jitter: Option<bool>,
+    /// `exponential` (default), `linear`, `constant`.
+    #[schema(nullable = false)]
+    backoff_strategy: Option<String>,
+    /// Error types that discard at once (patterns such as `Auth.*`).
+    #[schema(nullable = false)]
+    non_retryable_errors: Option<Vec<String>>,
+    /// `discard` (default) or `dead_letter`.
+    #[schema(nullable = false)]
+    on_exhaustion: Option<String>,
+}
+
+/// The seed's RateLimitPolicy: jobs sharing `key` share these limits.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct RateLimitPolicy {
+    #[schema(pattern = r"^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
+    key: String,
+    /// At most this many active at once.
+    #[schema(nullable = false)]
+    concurrency: Option<u64>,
+    /// At most `limit` starts in any sliding `period`.
+    rate: Option<RateWindow>,
+    /// Starts spaced evenly: `limit` per `period`.
+    throttle: Option<RateWindow>,
+    /// `wait` (default), `reschedule` or `drop`.
+    #[schema(nullable = false)]
+    on_limit: Option<String>,
+}
+
+/// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the
+/// conformance suite's names); `metadata` carries the same counters under the spec's names.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowView {
+    pub id: String,
+    /// `chain`, `group` or `batch`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(chain|group|batch)$")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub name: Option<String>,
+    /// `running`, then `completed`, `failed` or `cancelled`.
+    #[schema(pattern = "^(running|completed|failed|cancelled)$")]
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub steps_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub steps_completed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub jobs_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub jobs_completed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub jobs_failed: Option<u64>,
+    /// Chain: the step that failed (the chain stopped there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub failed_step_index: Option<u64>,
+    /// Batch: the callback that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub failed_callback: Option<String>,
+    pub metadata: WorkflowMetadata,
+    /// The steps (chain) or jobs, in order (the first 1,000).
+    pub jobs: Vec<WorkflowJob>,
+    /// Batch callbacks by name (`on_complete`, `on_success`, `on_failure`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub callbacks: std::collections::BTreeMap<String, WorkflowJob>,
+}
+
+/// ojs-workflows §3.3. Times are RFC 3339.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowMetadata {
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    /// When its first job was claimed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    pub started_at: Option<String>,
+    /// When it reached a terminal state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    pub completed_at: Option<String>,
+    /// Steps or jobs (callbacks not counted).
+    pub job_count: u64,
+    pub completed_count: u64,
+    pub failed_count: u64,
+}
+
+/// One job of a workflow.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowJob {
+    pub id: String,
+    /// The job's type, state and queue; absent once the job's record passed its retention.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub job_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub state: Option<JobStateName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub queue: Option<String>,
+}
+
+/// A job state, as [`JobState`] lists them.
+#[derive(Serialize, ToSchema)]
+#[schema(value_type = JobState)]
+pub struct JobStateName(pub String);
+
 #[cfg(test)]
 pub(crate) fn enum_names<T: utoipa::PartialSchema>() -> Vec<String> {
     let doc = serde_json::to_value(T::schema()).unwrap_or_default();

@@ -9,6 +9,9 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 
+/// One event as the hub fans it out: (event id, fields).
+pub type Entry = Arc<(String, ojs_core::job::Fields)>;
+
 #[derive(Clone)]
 pub struct AppState(pub Arc<Inner>);
 
@@ -21,7 +24,7 @@ pub struct Inner {
     /// Flips to true when the node begins shutting down: long-polls return at once, timers stop.
     pub shutting_down: watch::Receiver<bool>,
     /// This node's fan-out of the Redis event stream to its SSE clients (see `events_hub`).
-    pub events: tokio::sync::broadcast::Sender<crate::events_hub::Entry>,
+    pub events: tokio::sync::broadcast::Sender<Entry>,
     /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
     pub wake: crate::wake::ReadyWake,
     /// Group commit of this node's concurrent single enqueues (see `coalesce`), one per shard; each

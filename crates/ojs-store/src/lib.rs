@@ -6,6 +6,7 @@
 //! schema is described in `docs/architecture.md` and versioned in `migrations-notes/`.
 
 mod conn;
+mod error;
 mod fnv;
 pub mod keys;
 pub mod layout;

@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use crate::store::{JobFields, Result, StoreError};
+use crate::error::{JobFields, Result, StoreError};
 
 pub(crate) fn strings(v: &Value) -> Vec<String> {
     match v {

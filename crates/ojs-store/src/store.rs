@@ -10,35 +10,7 @@ use crate::keys::Keys;
 use crate::reply::reply_items;
 use crate::scripts::{self, ScriptSource};
 
-/// What can go wrong talking to Redis. Expected outcomes (not found, wrong state, duplicate) are not
-/// errors: they are variants of each operation's outcome type.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// Redis cannot be reached (connection refused, timed out, pool exhausted). Maps to 503.
-    #[error("redis is unavailable: {0}")]
-    Unavailable(String),
-    /// Redis answered with an error or an unexpected reply. Maps to 500: it is a bug.
-    #[error("redis replied unexpectedly: {0}")]
-    Reply(String),
-    /// The store cannot be built from this configuration.
-    #[error("invalid store configuration: {0}")]
-    Config(String),
-}
-
-impl From<redis::RedisError> for StoreError {
-    fn from(e: redis::RedisError) -> Self {
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
-            StoreError::Unavailable(e.to_string())
-        } else {
-            StoreError::Reply(e.to_string())
-        }
-    }
-}
-
-pub type Result<T> = std::result::Result<T, StoreError>;
-
-/// A job hash as stored: field -> value.
-pub type JobFields = ojs_core::job::Fields;
+pub use crate::error::{JobFields, Result, StoreError};
 
 /// Settings the scripts need that are not part of any job.
 #[derive(Debug, Clone)]

@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 use crate::error::ApiResult;
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::routes::admin::{PageQuery, Pagination, Params};
-use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{JobStateName, OjsErrorBody, WorkflowJob, WorkflowMetadata, WorkflowView, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -28,92 +28,6 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// Most member jobs a workflow view lists (the counters always cover all of them).
 const VIEW_JOBS: u64 = 1_000;
-
-/// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the
-/// conformance suite's names); `metadata` carries the same counters under the spec's names.
-#[derive(Serialize, ToSchema)]
-pub struct WorkflowView {
-    pub id: String,
-    /// `chain`, `group` or `batch`.
-    #[serde(rename = "type")]
-    #[schema(pattern = "^(chain|group|batch)$")]
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub name: Option<String>,
-    /// `running`, then `completed`, `failed` or `cancelled`.
-    #[schema(pattern = "^(running|completed|failed|cancelled)$")]
-    pub state: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub steps_total: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub steps_completed: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub jobs_total: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub jobs_completed: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub jobs_failed: Option<u64>,
-    /// Chain: the step that failed (the chain stopped there).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub failed_step_index: Option<u64>,
-    /// Batch: the callback that failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub failed_callback: Option<String>,
-    pub metadata: WorkflowMetadata,
-    /// The steps (chain) or jobs, in order (the first 1,000).
-    pub jobs: Vec<WorkflowJob>,
-    /// Batch callbacks by name (`on_complete`, `on_success`, `on_failure`).
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub callbacks: std::collections::BTreeMap<String, WorkflowJob>,
-}
-
-/// ojs-workflows §3.3. Times are RFC 3339.
-#[derive(Serialize, ToSchema)]
-pub struct WorkflowMetadata {
-    #[schema(format = DateTime)]
-    pub created_at: String,
-    /// When its first job was claimed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime, nullable = false)]
-    pub started_at: Option<String>,
-    /// When it reached a terminal state.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime, nullable = false)]
-    pub completed_at: Option<String>,
-    /// Steps or jobs (callbacks not counted).
-    pub job_count: u64,
-    pub completed_count: u64,
-    pub failed_count: u64,
-}
-
-/// One job of a workflow.
-#[derive(Serialize, ToSchema)]
-pub struct WorkflowJob {
-    pub id: String,
-    /// The job's type, state and queue; absent once the job's record passed its retention.
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub job_type: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub state: Option<JobStateName>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub queue: Option<String>,
-}
-
-/// A job state, as [`JobState`] lists them.
-#[derive(Serialize, ToSchema)]
-#[schema(value_type = JobState)]
-pub struct JobStateName(String);
 
 /// A workflow definition (ojs-workflows §3–6), as `ojs_core::workflow::parse` reads it.
 #[derive(Serialize, ToSchema)]
@@ -130,10 +44,10 @@ pub struct WorkflowRequest {
     id: Option<String>,
     /// A chain's steps, run in order (1 to 10,000 job envelopes).
     #[schema(nullable = false)]
-    steps: Option<Vec<crate::routes::jobs::JobRequest>>,
+    steps: Option<Vec<crate::schemas::JobRequest>>,
     /// A group's or batch's jobs, run in parallel (1 to 10,000 job envelopes).
     #[schema(nullable = false)]
-    jobs: Option<Vec<crate::routes::jobs::JobRequest>>,
+    jobs: Option<Vec<crate::schemas::JobRequest>>,
     /// A batch's callbacks: at least one of them.
     #[schema(nullable = false)]
     callbacks: Option<WorkflowCallbacks>,
@@ -151,13 +65,13 @@ pub struct WorkflowRequest {
 pub struct WorkflowCallbacks {
     /// Always.
     #[schema(nullable = false)]
-    on_complete: Option<crate::routes::jobs::JobRequest>,
+    on_complete: Option<crate::schemas::JobRequest>,
     /// When no job failed.
     #[schema(nullable = false)]
-    on_success: Option<crate::routes::jobs::JobRequest>,
+    on_success: Option<crate::schemas::JobRequest>,
     /// When a job failed.
     #[schema(nullable = false)]
-    on_failure: Option<crate::routes::jobs::JobRequest>,
+    on_failure: Option<crate::schemas::JobRequest>,
 }
 
 #[derive(Serialize, ToSchema)]

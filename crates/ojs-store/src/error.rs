@@ -1,0 +1,32 @@
+//! What the store's operations return: their error, their result, and a stored job's fields (below
+//! every other module of the crate, which all use them).
+
+/// What can go wrong talking to Redis. Expected outcomes (not found, wrong state, duplicate) are not
+/// errors: they are variants of each operation's outcome type.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Redis cannot be reached (connection refused, timed out, pool exhausted). Maps to 503.
+    #[error("redis is unavailable: {0}")]
+    Unavailable(String),
+    /// Redis answered with an error or an unexpected reply. Maps to 500: it is a bug.
+    #[error("redis replied unexpectedly: {0}")]
+    Reply(String),
+    /// The store cannot be built from this configuration.
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(e: redis::RedisError) -> Self {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Reply(e.to_string())
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A job as stored: field -> value (a record's map, its cold fields read into it).
+pub type JobFields = ojs_core::job::Fields;
