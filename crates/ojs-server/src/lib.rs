@@ -14,6 +14,7 @@ pub mod config;
 pub mod cron;
 pub mod error;
 pub mod events_hub;
+pub mod listing;
 pub mod media;
 pub mod metrics;
 pub mod respond;

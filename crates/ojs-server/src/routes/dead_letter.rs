@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsPath, OjsQuery};
-use crate::routes::admin::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
+use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
 use crate::routes::path_job_id;
 use crate::schemas::{Job, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;

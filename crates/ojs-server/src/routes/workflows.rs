@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 
 use crate::error::ApiResult;
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
-use crate::routes::admin::{PageQuery, Pagination, Params};
+use crate::listing::{PageQuery, Pagination, Params};
 use crate::schemas::{JobStateName, OjsErrorBody, WorkflowJob, WorkflowMetadata, WorkflowView, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 
