@@ -53,14 +53,24 @@ return out
 #[ignore = "makes tests/fixtures/v1-keyspace.json from a v1 server named by OJS_V1_SERVER"]
 async fn make_v1_fixture() {
     let bin = std::env::var("OJS_V1_SERVER").expect("OJS_V1_SERVER: a v1 ojs-server binary");
-    make_fixture(&bin, FIXTURE_V1, "v1 ojs-server (9ef230a), tests/upgrade.rs make_v1_fixture").await;
+    make_fixture(
+        &bin,
+        FIXTURE_V1,
+        "v1 ojs-server (9ef230a), tests/upgrade.rs make_v1_fixture",
+    )
+    .await;
 }
 
 #[tokio::test]
 #[ignore = "makes tests/fixtures/v2-keyspace.json from a v2 server named by OJS_V2_SERVER"]
 async fn make_v2_fixture() {
     let bin = std::env::var("OJS_V2_SERVER").expect("OJS_V2_SERVER: a v2 ojs-server binary");
-    make_fixture(&bin, FIXTURE_V2, "v2 ojs-server (3d268f2), tests/upgrade.rs make_v2_fixture").await;
+    make_fixture(
+        &bin,
+        FIXTURE_V2,
+        "v2 ojs-server (3d268f2), tests/upgrade.rs make_v2_fixture",
+    )
+    .await;
 }
 
 /// Runs the fixture's scenario on the server `bin` and writes its keyspace to `path`.

@@ -31,10 +31,10 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-#[path = "src/layout.rs"]
-mod layout;
 #[path = "src/fnv.rs"]
 mod fnv;
+#[path = "src/layout.rs"]
+mod layout;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -434,7 +434,6 @@ fn own_body(text: &str) -> String {
         .map(|l| format!("{l}\n"))
         .collect()
 }
-
 
 /// The names of a header's `ARGV[i] <name>` lines (in order) and of its record lines `+k <name>`.
 fn header_args(text: &str) -> (Vec<String>, Vec<String>) {

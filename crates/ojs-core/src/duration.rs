@@ -71,7 +71,6 @@ pub(crate) fn duration_field(
     }
 }
 
-
 /// Formats milliseconds as the shortest ISO 8601 duration in hours, minutes and seconds.
 pub fn format_iso8601_ms(ms: u64) -> String {
     if ms == 0 {

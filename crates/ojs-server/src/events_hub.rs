@@ -18,8 +18,8 @@ use std::time::Duration;
 use ojs_store::{JobFields, StoreError};
 use tokio::sync::{broadcast, watch};
 
-pub use crate::state::Entry;
 use crate::state::AppState;
+pub use crate::state::Entry;
 
 /// How far before a cursor's time the other shards' streams are read again on a resume.
 pub const RESUME_MARGIN_MS: u64 = 1_000;

@@ -110,9 +110,21 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
     let mut out = install().render();
     // Gauges read from Redis are built for this scrape, so a queue or key that is gone leaves no stale
     // series behind; the recorder's crate writes them in the same format.
-    let mut depth = Family::new("ojs_queue_depth", "Jobs in a queue by state (read from Redis at scrape time)", "gauge");
-    let mut by_priority = Family::new("ojs_queue_available_by_priority", "Available jobs per priority level", "gauge");
-    let mut rl_active = Family::new("ojs_rate_limit_active", "Jobs holding a concurrency slot of a rate-limit key", "gauge");
+    let mut depth = Family::new(
+        "ojs_queue_depth",
+        "Jobs in a queue by state (read from Redis at scrape time)",
+        "gauge",
+    );
+    let mut by_priority = Family::new(
+        "ojs_queue_available_by_priority",
+        "Available jobs per priority level",
+        "gauge",
+    );
+    let mut rl_active = Family::new(
+        "ojs_rate_limit_active",
+        "Jobs holding a concurrency slot of a rate-limit key",
+        "gauge",
+    );
     let mut rl_waiting = Family::new(
         "ojs_rate_limit_waiting",
         "Available jobs of a rate-limit key (waiting in its lanes)",
@@ -198,9 +210,13 @@ impl Family {
     }
 
     fn sample(&mut self, labels: &[(&'static str, &str)], value: impl Into<u64>) {
-        let labels: Vec<metrics::Label> = labels.iter().map(|(k, v)| metrics::Label::new(*k, v.to_string())).collect();
+        let labels: Vec<metrics::Label> = labels
+            .iter()
+            .map(|(k, v)| metrics::Label::new(*k, v.to_string()))
+            .collect();
         let key = metrics::Key::from_parts(self.name, labels);
-        self.samples.push((LabelSet::from_key_and_global(&key, &Default::default()), value.into()));
+        self.samples
+            .push((LabelSet::from_key_and_global(&key, &Default::default()), value.into()));
     }
 
     /// HELP and TYPE, then each sample; nothing for a family without samples.

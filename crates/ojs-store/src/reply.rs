@@ -79,7 +79,8 @@ impl<'de> serde::de::Visitor<'de> for RecordInto<'_> {
             if name == COLD_FIELD {
                 decode_record_into(&value, self.0).map_err(A::Error::custom)?;
             } else {
-                let value = String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                let value =
+                    String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
                 self.0.insert(name, value);
             }
         }
@@ -224,9 +225,17 @@ mod tests {
     fn a_v3_record_reads_its_cold_fields_into_the_same_map_and_a_v2_record_reads_as_it_is() {
         let doc = br#"{"type":"mail.send","args":["\u00e9t\u00e9"]}"#;
         let cold = packed(&[("doc", doc), ("rank", b"2")]);
-        assert!(std::str::from_utf8(&cold).is_err(), "the nested map is not UTF-8, as in Redis");
+        assert!(
+            std::str::from_utf8(&cold).is_err(),
+            "the nested map is not UTF-8, as in Redis"
+        );
         let v3 = decode_record(&packed(&[("state", b"active"), (COLD_FIELD, &cold), ("attempt", b"1")]));
-        let v2 = decode_record(&packed(&[("state", b"active"), ("doc", doc), ("rank", b"2"), ("attempt", b"1")]));
+        let v2 = decode_record(&packed(&[
+            ("state", b"active"),
+            ("doc", doc),
+            ("rank", b"2"),
+            ("attempt", b"1"),
+        ]));
         assert_eq!(v3, v2);
         assert_eq!(v3.len(), 4);
         assert_eq!(v3.get("doc").map(String::as_bytes), Some(&doc[..]));

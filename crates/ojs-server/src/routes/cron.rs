@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 
 use crate::cron::{check_name, entry_view, parse_registration, CronEntry, CronRequest};
 use crate::error::ApiResult;
-use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::listing::{PageQuery, Pagination, Params};
+use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;

@@ -14,8 +14,8 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsPath, OjsQuery};
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
+use crate::respond::{ok, OjsPath, OjsQuery};
 use crate::routes::path_job_id;
 use crate::schemas::{Job, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;

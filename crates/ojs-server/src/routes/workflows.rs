@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::ApiResult;
-use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::listing::{PageQuery, Pagination, Params};
+use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::schemas::{JobStateName, OjsErrorBody, WorkflowJob, WorkflowMetadata, WorkflowView, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 

@@ -421,7 +421,10 @@ mod tests {
         // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.enqueue_args(&[job("a"), b], "cron", extra);
         assert_eq!(args.len(), ARGV.len() + 2 * ENQUEUE_STRIDE + 1 + 4);
-        assert_eq!(args[..3].iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>(), ["ojs:{t}:", "2", "cron"]);
+        assert_eq!(
+            args[..3].iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>(),
+            ["ojs:{t}:", "2", "cron"]
+        );
         // Job i's field +k is ARGV[4 + i * STRIDE + k] (1-based), args[3 + i * STRIDE + k] here.
         let field = |i: usize, k: usize| String::from_utf8_lossy(&args[3 + i * ENQUEUE_STRIDE + k]).into_owned();
         assert_eq!(

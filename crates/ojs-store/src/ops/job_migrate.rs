@@ -10,7 +10,6 @@ use crate::store::{Result, Store};
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P"];
 
-
 /// Job keys per SCAN step and per script call.
 const BATCH: usize = 500;
 
@@ -27,7 +26,9 @@ impl Store {
     async fn job_migrate(&self, ids: &[String]) -> Result<u64> {
         let Some(first) = ids.first() else { return Ok(0) };
         let args = self.job_migrate_args(ids);
-        let items = self.run(&self.scripts.job_migrate, &[self.keys.job(first)], args).await?;
+        let items = self
+            .run(&self.scripts.job_migrate, &[self.keys.job(first)], args)
+            .await?;
         Ok(val_i64(at(&items, 1)) as u64)
     }
 
@@ -102,7 +103,12 @@ impl Store {
                 break;
             }
         }
-        tracing::info!(converted, seen, prefix = self.keys.prefix(), "key schema v{to}: this shard's jobs are converted");
+        tracing::info!(
+            converted,
+            seen,
+            prefix = self.keys.prefix(),
+            "key schema v{to}: this shard's jobs are converted"
+        );
         Ok(converted)
     }
 }

@@ -11,7 +11,6 @@ use crate::store::{JobFields, Result, Store};
 /// The script's arguments, as its header names them (checked by build.rs).
 const ARGV: &[&str] = &["P", "nfields"];
 
-
 impl Store {
     /// The script's arguments, in the order of its header: `fields` empty reads whole jobs.
     fn job_read_args(&self, fields: &[&str], ids: &[String]) -> Vec<String> {
