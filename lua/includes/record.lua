@@ -2,17 +2,16 @@
 -- packed as one MessagePack map (cmsgpack). One compact value per job stays small whatever its size
 -- (migrations-notes/README.md, version 2: 560 B per queued job where a v1 hash took 912 B).
 --
--- v3 splits the map in two. The fields no FETCH, ACK, heartbeat or promote reads (REC_COLD: the
--- client's envelope `doc` and the retry policy) are packed once, by the server for the enqueue
--- (a job's arguments carry them so), into ONE field, `cold`, a MessagePack map of their own; every other field sits in the outer
--- map. A transition unpacks and re-packs only the outer map and copies `cold` as it is, unless it reads
--- or writes one of REC_COLD through rec(): the first such command in a call unpacks `cold` into the
--- record, and the write packs them apart again. rec_map and rec_update hand out the outer map as it is
--- (no metatable: one on every record made each absent field a function call, which cost half of what
--- the split saves, benches/RESULTS.md), so the hot paths that use them read no cold field. A record
--- without `cold` (written by a v2 server) reads the same, its fields all in the outer map, and is split
--- when it is next written. The server reads `cold` the same way (crates/ojs-store/src/reply.rs
--- decode_record).
+-- v3 splits the map in two. The fields no FETCH, ACK, heartbeat or promote reads (REC_COLD: the client's
+-- envelope `doc` and the retry policy) are packed once, by the server (the enqueue's arguments carry them
+-- so), into ONE field, `cold`, a MessagePack map of their own; every other field sits in the outer map. A
+-- transition unpacks and re-packs only the outer map and copies `cold` as it is, unless it reads or writes
+-- one of REC_COLD through rec(): the first such command in a call unpacks `cold` into the record, and the
+-- write packs them apart again. rec_map and rec_update hand out the outer map as it is (no metatable: one
+-- on every record made each absent field a function call, which cost half of what the split saves,
+-- benches/RESULTS.md), so the hot paths that use them read no cold field. A record without `cold` (written
+-- by a v2 server) reads the same, its fields all in the outer map, and is split when it is next written.
+-- The server reads `cold` the same way (crates/ojs-store/src/reply.rs decode_record).
 --
 -- Scripts touch a job only through rec(cmd, key, ...), which answers the hash commands scripts used on
 -- v1 (HGET, HMGET, HSET, HDEL, HINCRBY, HEXISTS, HGETALL, EXISTS, DEL, PEXPIRE) exactly as redis.call
@@ -100,7 +99,8 @@ end
 local REC_READS = {HGET = true, HMGET = true, HEXISTS = true, HGETALL = true, EXISTS = true}
 -- For each command that names fields: the last argument that may be a field name, and the step between
 -- them (HSET's arguments are name, value, ...); -1: every argument.
-local REC_NAMES = {HGET = {1, 1}, HMGET = {-1, 1}, HSET = {-1, 2}, HDEL = {-1, 1}, HINCRBY = {1, 1}, HEXISTS = {1, 1}}
+local REC_NAMES = {HGET = {1, 1}, HMGET = {-1, 1}, HSET = {-1, 2}, HDEL = {-1, 1}, HINCRBY = {1, 1},
+  HEXISTS = {1, 1}}
 
 -- rec(cmd, key, ...): the hash command cmd on the job record at key (see above).
 local function rec(cmd, key, ...)

@@ -66,7 +66,7 @@ struct Deleted {
 }
 
 /// Newest first. Without a filter one ZRANGE of the page; with `queue` or `type` the set is walked and
-/// each entry's fields read (see routes/admin.rs for the cost and the cap).
+/// each entry's fields read (see listing.rs for the cost and the cap).
 async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(50, 1000)?;
     let filter = JobFilter {
