@@ -27,6 +27,6 @@ redis.call('ZREM', KEYS[1], id)
 rec('DEL', jk)
 if f[3] then unique_release(P, f[3], id, 0) end
 if f[1] then
-    emit(P, 'job.deleted', id, f[1], f[2], now_ms(), nil)
+    ev_job_deleted(P, id, f[1], f[2], now_ms())
 end
 return {'ok'}

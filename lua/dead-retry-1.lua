@@ -44,5 +44,5 @@ redis.call('ZREM', KEYS[1], id)
 rec('HSET', jk, 'state', 'available', 'attempt', 0, 'enqueued_at', now)
 rec('HDEL', jk, 'discarded_at', 'started_at', 'completed_at', 'worker_id')
 make_ready(P, jk, id, f[1], tonumber(f[3]), f[4], now, f[5])
-emit(P, 'job.retried', id, f[1], f[2], now, '{"from":"dead_letter"}')
+ev_job_retried(P, id, f[1], f[2], now, 'dead_letter')
 return {'ok', now}

@@ -42,8 +42,8 @@
 --               exists, 'full' when its queue is at its depth bound
 --      pressure {queue, depth, bound, warning_threshold, strategy, ...} for each bounded queue the
 --               call touched, depth counted after the call
---      found    {found_1, ..., found_n}: for a 'conflict' or 'ignored' job, {existing id, its fields as a
---               flat field/value array, as it is after this call's changes to it}; else {}
+--      found    {found_1, ..., found_n}: for a 'conflict' or 'ignored' job, {existing id, its record
+--               packed (rec_packed), as it is after this call's changes to it}; else {}
 --   {'duplicate', id}                        'all' and 'workflow': that job id exists (or repeats in
 --                                            the batch), or that workflow id does; nothing was written
 --   {'conflict', index, existing_id, existing_state, existing_index}
@@ -206,8 +206,7 @@ if cron then
   local prev_state = prev and rec('HGET', key_job(P, prev), 'state')
   if cron.overlap == 'skip' and prev_state and prev_state ~= 'completed' and prev_state ~= 'cancelled'
     and prev_state ~= 'discarded' then
-    emit(P, 'cron.skipped', prev, ARGV[BASE + 1], ARGV[BASE + 2], now, cjson.encode({ cron_name = cron.name,
-      reason = prev_state == 'active' and 'previous run still active' or 'previous run still ' .. prev_state }))
+    ev_cron_skipped(P, prev, ARGV[BASE + 1], ARGV[BASE + 2], now, cron.name, 'previous run still ' .. prev_state)
     return {'cron_skipped', prev}
   end
   if cron.overlap == 'cancel_previous' and prev_state == 'active' then
@@ -242,8 +241,7 @@ local function qinfo(queue)
 end
 
 local function reject(queue, c, jtype)
-  emit(P, 'backpressure.rejected', '', queue, jtype, now,
-    '{"queue":"' .. queue .. '","depth":' .. c.depth .. ',"bound":' .. c.bound .. '}')
+  ev_backpressure_rejected(P, '', queue, jtype, now, queue, c.depth, c.bound)
 end
 
 -- All or nothing: every bounded queue must have room for all of the batch's jobs before any is written.
@@ -320,10 +318,9 @@ for i = 0, n - 1 do
       set_priority(P, hk, held, ARGV[b + 10], rank, now)
     end
     states[#states + 1] = u.on_conflict == 'reject' and 'conflict' or 'ignored'
-    found[#found + 1] = {held, rec('HGETALL', hk)}
+    found[#found + 1] = {held, rec_packed(hk)}
     if cron then
-      emit(P, 'cron.skipped', held, queue, jtype, now,
-        cjson.encode({ cron_name = cron.name, reason = 'unique: a job with this uniqueness key exists' }))
+      ev_cron_skipped(P, held, queue, jtype, now, cron.name, 'unique: a job with this uniqueness key exists')
     end
   elseif each and c.bound and c.depth >= c.bound then
     reject(queue, c, jtype)
@@ -379,7 +376,7 @@ for i = 0, n - 1 do
       opt(h, 'scheduled_at', ARGV[b + 8], '0')
       opt(h, 'hold_delay_ms', ARGV[b + 9], '0')
       rec_put(jk, h)
-      emit(P, 'job.enqueued', id, queue, jtype, now, cjson.encode({state = 'pending', workflow_id = wf.id}))
+      ev_job_enqueued(P, id, queue, jtype, now, 'pending', wf.id)
       states[#states + 1] = 'pending'
     elseif at > now then
       opt(h, 'state', 'scheduled', '')
@@ -387,14 +384,14 @@ for i = 0, n - 1 do
       rec_put(jk, h)
       redis.call('ZADD', key_scheduled(P), at, id)
       c.sched = c.sched + 1
-      emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. at .. '}')
+      ev_job_scheduled(P, id, queue, jtype, now, at, nil)
       states[#states + 1] = 'scheduled'
     elseif rl_key then
       -- Through its lane, one by one (lane heads, parking: see ratelimit.lua).
       opt(h, 'state', 'available', '')
       rec_put(jk, h)
       make_ready(P, jk, id, queue, rank, priority, now, rl_key, member)
-      emit(P, 'job.enqueued', id, queue, jtype, now, nil)
+      ev_job_enqueued(P, id, queue, jtype, now, nil, nil)
       states[#states + 1] = 'available'
     else
       member = member or next_member(P, id)
@@ -405,7 +402,7 @@ for i = 0, n - 1 do
       r[#r + 1] = text(aging_score(c.aging, rank, now))
       r[#r + 1] = member
       c.pri[priority] = (c.pri[priority] or 0) + 1
-      emit(P, 'job.enqueued', id, queue, jtype, now, nil)
+      ev_job_enqueued(P, id, queue, jtype, now, nil, nil)
       states[#states + 1] = 'available'
     end
   end
@@ -446,11 +443,11 @@ if wf then
     redis.call('RPUSH', key_workflow_jobs(P, wf.id), unpack(ids, s, math.min(s + 999, #ids)))
   end
   redis.call('ZADD', key_workflows(P), now, wf.id)
-  emit(P, 'workflow.created', '', '', '', now, cjson.encode({workflow_id = wf.id, type = wf.type, name = wf.name}))
+  ev_workflow_created(P, '', '', '', now, wf.id, wf.type, wf.name)
 end
 if cron and (states[1] == 'available' or states[1] == 'scheduled') then
   local id = ARGV[BASE]
   redis.call('HSET', key_cron(P, cron.name), 'last_job', id)
-  emit(P, 'cron.triggered', id, ARGV[BASE + 1], ARGV[BASE + 2], now, '{"cron_name":"' .. cron.name .. '"}')
+  ev_cron_triggered(P, id, ARGV[BASE + 1], ARGV[BASE + 2], now, cron.name)
 end
 return reply

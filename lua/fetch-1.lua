@@ -91,6 +91,7 @@
 --@include active
 --@include ack
 --@include supersede
+--@include errors
 
 local MAX_SKIPS = 100
 local WRR_KEEP_MS = 86400000
@@ -155,21 +156,19 @@ local skips = 0
 local cut = 0
 -- Queues this call claimed from (P..'ready' is checked for them once, at the end).
 local claimed_from = {}
--- end_unclaimed(jk, id, queue, jtype, state, fields, event, data): a popped job ends without being
--- claimed (discarded, or completed as superseded).
-local function end_unclaimed(jk, id, queue, jtype, state, fields, event, data)
+-- end_unclaimed(jk, id, queue, state, fields): a popped job ends without being claimed (discarded, or
+-- completed as superseded); the caller wrote its event.
+local function end_unclaimed(jk, id, queue, state, fields)
   rec('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
   rec('HDEL', jk, 'member')
   stat(P, queue, state, 1)
-  emit(P, event, id, queue, jtype, now, data)
   finish(P, jk, id, retention)
   local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
 end
 
-local function discard_now(jk, id, queue, jtype, code, message, event, data)
-  end_unclaimed(jk, id, queue, jtype, 'discarded', {'error', '{"code":"' .. code .. '","message":"' .. message .. '"}'},
-    event, data)
+local function discard_now(jk, id, queue, code, message)
+  end_unclaimed(jk, id, queue, 'discarded', {'error', error_entry(error_json(code, message))})
 end
 
 -- claim_one(queue): take the queue's best job that may start and make it active; false when none can.
@@ -208,20 +207,22 @@ local function claim_one(queue)
     if f.expires_at and tonumber(f.expires_at) <= now then
       skips = skips + 1
       not_available(P, queue, priority)
-      discard_now(jk, id, queue, jtype, 'expired', 'expires_at passed before the job started', 'job.expired', nil)
+      ev_job_expired(P, id, queue, jtype, now)
+      discard_now(jk, id, queue, 'expired', EXPIRED_ERROR)
       if key then lane_open(P, queue, key, true) end
     elseif wf_state == 'cancelled' then
       skips = skips + 1
       not_available(P, queue, priority)
-      end_unclaimed(jk, id, queue, jtype, 'cancelled', {}, 'job.cancelled',
-        cjson.encode({previous_state = 'available', reason = 'workflow cancelled'}))
+      ev_job_cancelled(P, id, queue, jtype, now, 'available', 'workflow cancelled')
+      end_unclaimed(jk, id, queue, 'cancelled', {})
       if key then lane_open(P, queue, key, true) end
     elseif superseded then
       -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
       skips = skips + 1
       not_available(P, queue, priority)
       local why = cjson.encode(superseded)
-      end_unclaimed(jk, id, queue, jtype, 'completed', {'superseded', why}, 'job.superseded', why)
+      ev_job_superseded(P, id, queue, jtype, now, why)
+      end_unclaimed(jk, id, queue, 'completed', {'superseded', why})
       if key then lane_open(P, queue, key, true) end
     else
       local strategy, limit, current, wake
@@ -232,13 +233,12 @@ local function claim_one(queue)
         if redis.call('HSETNX', key_rl_state(P, key), 'blocked_since', now) == 1 then
           redis.call('HSET', key_rl_state(P, key), 'strategy', strategy, 'until', wake)
           redis.call('HINCRBY', key_rl_stats(P, key), 'exceeded_' .. strategy, 1)
-          emit(P, 'rate_limit.exceeded', id, queue, jtype, now, '{"key":"' .. key .. '","strategy":"' .. strategy
-            .. '","limit":' .. limit .. ',"current":' .. current .. '}')
+          ev_rate_limit_exceeded(P, id, queue, jtype, now, key, strategy, limit, current)
         end
         if e.on_limit == 'drop' then
           not_available(P, queue, priority)
-          discard_now(jk, id, queue, jtype, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)',
-            'rate_limit.dropped', '{"key":"' .. key .. '","strategy":"' .. strategy .. '"}')
+          ev_rate_limit_dropped(P, id, queue, jtype, now, key, strategy)
+          discard_now(jk, id, queue, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)')
           -- A dropped job does not park its lane: the next job of the lane faces the limit under its
           -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
           lane_open(P, queue, key, true)
@@ -249,7 +249,7 @@ local function claim_one(queue)
           rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
           redis.call('ZADD', key_scheduled(P), wake, id)
           stat(P, queue, 'scheduled', 1)
-          emit(P, 'job.scheduled', id, queue, jtype, now, '{"scheduled_at":' .. wake .. ',"reason":"rate_limit"}')
+          ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
           lane_park(P, queue, key, nil, nil, wake, strategy)
         else
           lane_park(P, queue, key, member, score, wake, strategy)
@@ -285,7 +285,7 @@ local function claim_one(queue)
         if wf_state then
           redis.call('HSETNX', key_workflow(P, wf), 'started_at', now)
         end
-        emit(P, 'job.started', id, queue, jtype, now, '{"attempt":' .. text(attempt) .. ',"worker_id":"' .. worker .. '"}')
+        ev_job_started(P, id, queue, jtype, now, attempt, worker)
         reply[#reply + 1] = wf_job_reply(P, jk)
         -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a
         -- request later in the call that still finds an emptied queue there pops nothing and drops it.

@@ -60,15 +60,14 @@ if rl_until > now then
     redis.call('SET', key_rl_until(P, r[12]), rl_until, 'PXAT', rl_until)
     rec('HSET', jk, 'state', 'available')
     make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
-    emit(P, 'rate_limit.dynamic_adjusted', id, f.queue, f.type, now,
-      '{"key":"' .. r[12] .. '","until":' .. rl_until .. ',"reason":' .. err .. '}')
+    ev_rate_limit_dynamic_adjusted(P, id, f.queue, f.type, now, r[12], rl_until, err)
     return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
   end
   -- No key to block: retry at that time, still without spending the attempt.
   rec('HSET', jk, 'state', 'retryable', 'scheduled_at', rl_until, 'retry_delay_ms', rl_until - now)
   redis.call('ZADD', key_scheduled(P), rl_until, id)
   stat(P, f.queue, 'scheduled', 1)
-  emit(P, 'job.retrying', id, f.queue, f.type, now, '{"delay_ms":' .. (rl_until - now) .. ',"rate_limited":true}')
+  ev_job_retrying(P, id, f.queue, f.type, now, nil, rl_until - now, nil, true)
   return {'ok', now, 'retryable', tonumber(f.attempt) - 1, rl_until - now, tonumber(f.max_attempts), f.queue, f.type}
 end
 if ARGV[6] == '1' then
@@ -76,7 +75,7 @@ if ARGV[6] == '1' then
   rec('HINCRBY', jk, 'attempt', -1)
   rec('HSET', jk, 'state', 'available')
   make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
-  emit(P, 'job.released', id, f.queue, f.type, now, nil)
+  ev_job_released(P, id, f.queue, f.type, now)
   return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
 end
 local state, delay = fail_job(P, jk, id, f, err, match, ARGV[5] == '1', now, tonumber(ARGV[7]),

@@ -71,7 +71,6 @@ end
 
 -- At most one progress event a second per job (ojs-progress §6.2).
 if not same_claim or now - tonumber(f[16] or '0') >= 1000 then
-  emit(P, 'job.progress', id, f[12], f[13], now,
-    '{"progress":' .. (value ~= '' and value or 'null') .. ',"attempt":' .. (f[3] or '0') .. '}')
+  ev_job_progress(P, id, f[12], f[13], now, value, f[3] or '0')
 end
 return {'ok', now, value, lease}

@@ -35,6 +35,7 @@
 --@include workflow
 --@include cancel
 --@include rescore
+--@include errors
 
 local P = ARGV[1]
 local now = now_ms()
@@ -48,15 +49,15 @@ for _, id in ipairs(due) do
     stat(P, f[1], 'scheduled', -1)
     if f[4] and tonumber(f[4]) <= now then
       rec('HSET', jk, 'state', 'discarded', 'discarded_at', now,
-        'error', '{"code":"expired","message":"expires_at passed before the job started"}')
+        'error', error_entry(error_json('expired', EXPIRED_ERROR)))
       stat(P, f[1], 'discarded', 1)
-      emit(P, 'job.expired', id, f[1], f[2], now, nil)
+      ev_job_expired(P, id, f[1], f[2], now)
       finish(P, jk, id, tonumber(ARGV[3]))
       wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARGV[3]))
     else
       rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
       make_ready(P, jk, id, f[1], tonumber(f[3]), f[6], now, f[7])
-      emit(P, 'job.available', id, f[1], f[2], now, '{"from":"' .. f[5] .. '"}')
+      ev_job_available(P, id, f[1], f[2], now, f[5])
     end
   end
 end

@@ -43,19 +43,19 @@ for _, id in ipairs(expired) do
     local started, timeout = tonumber(r[10]), tonumber(r[11])
     if timeout and timeout > 0 and started and now >= started + timeout then
       timed_out = timed_out + 1
-      fail_job(P, jk, id, f, '{"code":"timeout","type":"ExecutionTimeout","message":"execution timeout of '
-        .. timeout .. ' ms exceeded","retryable":true}', 'ExecutionTimeout', true, now,
+      fail_job(P, jk, id, f, error_json('timeout', 'execution timeout of ' .. text(timeout) .. ' ms exceeded',
+        'ExecutionTimeout'), 'ExecutionTimeout', true, now,
         tonumber(ARGV[3]), tonumber(ARGV[4]))
     elseif tonumber(f.attempt) >= (tonumber(f.max_attempts) or 3) then
       timed_out = timed_out + 1
-      fail_job(P, jk, id, f, '{"code":"visibility_timeout","type":"VisibilityTimeout","message":'
-        .. '"the worker neither acknowledged nor heartbeat the job before its lease expired","retryable":true}',
+      fail_job(P, jk, id, f, error_json('visibility_timeout',
+        'the worker neither acknowledged nor heartbeat the job before its lease expired', 'VisibilityTimeout'),
         'VisibilityTimeout', true, now, tonumber(ARGV[3]), tonumber(ARGV[4]))
     else
       requeued = requeued + 1
       rec('HSET', jk, 'state', 'available')
       make_ready(P, jk, id, f.queue, tonumber(r[9]), r[12], tonumber(r[13]), r[14])
-      emit(P, 'job.requeued', id, f.queue, f.type, now, '{"reason":"visibility_timeout"}')
+      ev_job_requeued(P, id, f.queue, f.type, now, 'visibility_timeout')
     end
   end
 end

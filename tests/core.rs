@@ -223,6 +223,103 @@ async fn fetch_ack_nack_lifecycle() {
     s.assert_invariants().await;
 }
 
+/// The error history and the events keep the JSON the API always showed, although no script writes
+/// JSON (errors are stored as entries, events as parts: lua/includes/errors.lua, ojs-core event.rs):
+/// the worker's error object as sent (an empty array stays an array, a big integer exact), with its
+/// attempt and time first; each event's data with its members typed.
+#[tokio::test]
+async fn errors_and_event_data_keep_their_json() {
+    let s = TestServer::start().await;
+    let q = "shapes";
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": q,
+            "retry": {"max_attempts": 2, "initial_interval": "PT0.1S", "jitter": false}}}))
+        .await;
+    let fetch = json!({"queues": [q], "worker_id": "w-1"});
+    let (st, _) = s.post("/ojs/v1/workers/fetch", fetch.clone()).await;
+    assert_eq!(st, 200);
+    let details = json!({"list": [], "empty": {}, "big": 12345678901234567890u64, "text": "a \u{1f} b"});
+    let error = json!({"code": "io", "message": "boom", "details": details, "retryable": true});
+    let (st, _) = s
+        .post("/ojs/v1/workers/nack", json!({"job_id": id, "error": error}))
+        .await;
+    assert_eq!(st, 200);
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    let error = &job["job"]["error"];
+    assert_eq!(
+        (error["attempt"].as_i64(), error["code"].as_str()),
+        (Some(1), Some("io"))
+    );
+    assert!(
+        error["occurred_at"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{error}"
+    );
+    assert_eq!(error["details"], details, "the worker's error object is kept as sent");
+    s.wait_state(&id, "available", std::time::Duration::from_secs(5)).await;
+    s.post("/ojs/v1/workers/fetch", fetch).await;
+    let (_, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"code": "again", "message": "x"}}),
+        )
+        .await;
+    assert_eq!(b["state"], "discarded");
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    let errors = job["job"]["errors"].as_array().cloned().unwrap_or_default();
+    let attempts: Vec<_> = errors
+        .iter()
+        .map(|e| (e["attempt"].as_i64(), e["code"].as_str()))
+        .collect();
+    assert_eq!(attempts, [(Some(1), Some("io")), (Some(2), Some("again"))]);
+    assert_eq!(errors[0]["details"], details);
+    assert_eq!(job["job"]["error"]["code"], "again");
+
+    let (_, all) = s.get(&format!("/ojs/v1/events?job_id={id}")).await;
+    let data = |t: &str| {
+        all["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["type"] == t)
+            .map(|e| e["data"].clone())
+            .unwrap_or_else(|| panic!("no {t} event in {all}"))
+    };
+    let started = data("job.started");
+    assert_eq!(
+        (started["attempt"].as_i64(), started["worker_id"].as_str()),
+        (Some(1), Some("w-1"))
+    );
+    assert_eq!(
+        (started["job_id"].as_str(), started["queue"].as_str()),
+        (Some(id.as_str()), Some(q))
+    );
+    let retrying = data("job.retrying");
+    assert_eq!(
+        (retrying["attempt"].as_i64(), retrying["delay_ms"].as_i64()),
+        (Some(1), Some(100))
+    );
+    assert_eq!(
+        (retrying["error"]["code"].as_str(), &retrying["error"]["details"]),
+        (Some("io"), &details)
+    );
+    assert!(retrying.get("rate_limited").is_none(), "{retrying}");
+    let failed = data("job.failed");
+    assert_eq!(
+        (failed["attempt"].as_i64(), failed["error"]["code"].as_str()),
+        (Some(2), Some("again"))
+    );
+
+    // A pause is written by a script, with Redis' time, like every other event.
+    s.post(&format!("/ojs/v1/queues/{q}/pause"), json!({})).await;
+    let (_, paused) = s.get(&format!("/ojs/v1/events?types=queue.paused&queues={q}")).await;
+    let e = &paused["events"][0];
+    assert_eq!(
+        (e["type"].as_str(), e["data"]["queue"].as_str()),
+        (Some("queue.paused"), Some(q))
+    );
+    s.assert_invariants().await;
+}
+
 #[tokio::test]
 async fn non_retryable_errors_and_dead_letter_delete() {
     let s = TestServer::start().await;

@@ -36,6 +36,9 @@ mod fnv;
 #[path = "src/layout.rs"]
 mod layout;
 
+#[path = "../ojs-core/src/event_kinds.rs"]
+mod event_kinds;
+
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let lua_dir = manifest.join("../../lua");
@@ -62,7 +65,17 @@ fn main() {
     for inc in std::fs::read_dir(lua_dir.join("includes")).expect("lua/includes/") {
         let path = inc.expect("dir entry").path();
         let text = std::fs::read_to_string(&path).expect("read include");
-        if let Err(e) = check_no_key_names(&text).and_then(|()| check_include_caps(&text)) {
+        let is_emit = path.file_name().is_some_and(|n| n == "emit.lua");
+        if let Err(e) = check_no_key_names(&text)
+            .and_then(|()| check_include_caps(&text))
+            .and_then(|()| {
+                if is_emit {
+                    Ok(())
+                } else {
+                    check_no_raw_emit(&code_lines(&text))
+                }
+            })
+        {
             problems.push(format!(
                 "includes/{}: {e}",
                 path.file_name().unwrap_or_default().to_string_lossy()
@@ -84,15 +97,25 @@ fn main() {
         if let Err(e) = check_header(&text, nkeys) {
             problems.push(format!("{stem}.lua: {e}"));
         }
-        if let Err(e) = check_no_key_names(&own_body(&text)) {
+        if let Err(e) = check_no_key_names(&own_body(&text)).and_then(|()| check_no_raw_emit(&own_body(&text))) {
             problems.push(format!("{stem}.lua: {e}"));
         }
-        let twin = manifest.join("src/ops").join(format!("{}.rs", op.replace('-', "_")));
+        // The twin is src/ops/<op>.rs, or, for scripts that share their arguments, the module named by
+        // the op's first word (src/ops/dead.rs for dead-retry and dead-delete).
+        let own = manifest.join("src/ops").join(format!("{}.rs", op.replace('-', "_")));
+        let shared = manifest
+            .join("src/ops")
+            .join(format!("{}.rs", op.split('-').next().unwrap_or(op)));
+        let twin = if own.exists() { own } else { shared };
         println!("cargo:rerun-if-changed={}", twin.display());
-        if let Ok(rust) = std::fs::read_to_string(&twin) {
-            if let Err(e) = check_twin(&text, &rust) {
-                problems.push(format!("{stem}.lua vs src/ops/{}.rs: {e}", op.replace('-', "_")));
+        let twin_name = twin.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        match std::fs::read_to_string(&twin) {
+            Ok(rust) => {
+                if let Err(e) = check_twin(&text, &rust) {
+                    problems.push(format!("{stem}.lua vs src/ops/{twin_name}: {e}"));
+                }
             }
+            Err(_) => problems.push(format!("{stem}.lua has no typed twin (src/ops/{twin_name})")),
         }
         match flatten(&includes_only(&text), &lua_dir.join("includes"), &mut lib_seen) {
             Ok(inc) => lib_includes.push_str(&inc),
@@ -119,6 +142,11 @@ fn main() {
         )
         .expect("write");
     }
+    // Every `ev_<kind>(P, …)` call becomes the `emit` of its event (ojs-core's event_kinds.rs).
+    let body = match inline_event_calls(&body) {
+        Ok(b) => b,
+        Err(e) => panic!("Lua event calls: {e}"),
+    };
     // Every `key_<family>(P, …)` call becomes the concatenation its template gives: the scripts name
     // keys through src/layout.rs, and the library pays no function call per key.
     let body = match inline_key_calls(&body) {
@@ -136,6 +164,10 @@ fn main() {
     std::fs::write(out_dir.join("scripts.rs"), out).expect("write scripts.rs");
     std::fs::write(out_dir.join("keys_gen.rs"), rust_key_methods()).expect("write keys_gen.rs");
     println!("cargo:rerun-if-changed={}", manifest.join("src/layout.rs").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest.join("../ojs-core/src/event_kinds.rs").display()
+    );
 }
 
 /// The library's code with every `key_<family>(P, part…)` call replaced by the concatenation of the
@@ -143,45 +175,53 @@ fn main() {
 /// (strings and brackets respected) and inlined themselves; a call with the wrong number of arguments,
 /// or of a family src/layout.rs does not have, fails the build.
 fn inline_key_calls(code: &str) -> Result<String, String> {
+    inline_calls(code, "key_", &inline_key_calls, |family, args, call| {
+        let f = layout::KEY_FAMILIES
+            .iter()
+            .find(|f| f.name == family)
+            .ok_or_else(|| format!("key_{family}(…) names no family of src/layout.rs"))?;
+        let parts = layout::part_names(f.template);
+        if args.len() != parts.len() + 1 {
+            return Err(format!(
+                "key_{family} takes P and {} part(s) ({parts:?}); got {} argument(s): {call:?}",
+                parts.len(),
+                args.len(),
+            ));
+        }
+        let next = std::cell::Cell::new(1);
+        let tail = layout::render(
+            f.template,
+            |_| {
+                next.set(next.get() + 1);
+                format!(" .. ({})", args[next.get() - 1])
+            },
+            |lit| format!(" .. '{lit}'"),
+        );
+        Ok(format!("({}{tail})", args[0]))
+    })
+}
+
+/// `code` with every call `<prefix><name>(arg, …)` (at a word's start) replaced by what `expand(name,
+/// args, the call's text)` makes of it, each argument first passed through `inner` (calls within calls).
+fn inline_calls(
+    code: &str,
+    prefix: &str,
+    inner: &dyn Fn(&str) -> Result<String, String>,
+    expand: impl Fn(&str, &[String], &str) -> Result<String, String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(code.len());
     let b = code.as_bytes();
     let mut i = 0;
     while i < b.len() {
         let starts_word = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
-        if starts_word && code[i..].starts_with("key_") {
+        if starts_word && code[i..].starts_with(prefix) {
             let name_end = i + code[i..]
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(b.len() - i);
             if b.get(name_end) == Some(&b'(') {
-                let family = &code[i + 4..name_end];
-                let f = layout::KEY_FAMILIES
-                    .iter()
-                    .find(|f| f.name == family)
-                    .ok_or_else(|| format!("key_{family}(…) names no family of src/layout.rs"))?;
                 let (args, end) = call_args(code, name_end)?;
-                let parts = layout::part_names(f.template);
-                if args.len() != parts.len() + 1 {
-                    return Err(format!(
-                        "key_{family} takes P and {} part(s) ({parts:?}); got {} argument(s): {:?}",
-                        parts.len(),
-                        args.len(),
-                        &code[i..end]
-                    ));
-                }
-                let args: Vec<String> = args
-                    .iter()
-                    .map(|a| inline_key_calls(a.trim()))
-                    .collect::<Result<_, _>>()?;
-                let next = std::cell::Cell::new(1);
-                let tail = layout::render(
-                    f.template,
-                    |_| {
-                        next.set(next.get() + 1);
-                        format!(" .. ({})", args[next.get() - 1])
-                    },
-                    |lit| format!(" .. '{lit}'"),
-                );
-                write!(out, "({}{tail})", args[0]).expect("write");
+                let args: Vec<String> = args.iter().map(|a| inner(a.trim())).collect::<Result<_, _>>()?;
+                out.push_str(&expand(&code[i + prefix.len()..name_end], &args, &code[i..end])?);
                 i = end;
                 continue;
             }
@@ -191,6 +231,67 @@ fn inline_key_calls(code: &str) -> Result<String, String> {
         i += ch.len_utf8();
     }
     Ok(out)
+}
+
+/// The library's code with every `ev_<kind>(P, job_id, queue, job_type, now, part…)` call replaced by
+/// the `emit` of that event (`lua/includes/emit.lua`): its type, then its data as the parts' text, each
+/// after a `\x1f` (a part the kind marks optional may be nil or false, and is then empty; a flag is a
+/// Lua boolean). A call of a
+/// kind `event_kinds.rs` does not list, or with the wrong number of parts, fails the build.
+fn inline_event_calls(code: &str) -> Result<String, String> {
+    inline_calls(code, "ev_", &inline_event_calls, |name, args, call| {
+        let kind = event_kinds::EVENT_KINDS
+            .iter()
+            .find(|k| event_kinds::lua_name(k) == format!("ev_{name}"))
+            .ok_or_else(|| format!("ev_{name}(…) names no event of ojs-core's event_kinds.rs"))?;
+        let members: Vec<&str> = kind.data.iter().map(|m| m.name).collect();
+        if args.len() != 5 + members.len() {
+            return Err(format!(
+                "ev_{name} takes P, job_id, queue, job_type, now and {members:?}; got {} argument(s): {call:?}",
+                args.len(),
+            ));
+        }
+        // The separator as a Lua string literal ('\31').
+        let separator = format!("'\\{}'", event_kinds::PART_SEPARATOR as u32);
+        let data = if members.is_empty() {
+            "''".to_string()
+        } else {
+            kind.data
+                .iter()
+                .zip(&args[5..])
+                .map(|(m, a)| {
+                    let value = match (m.part, m.optional) {
+                        (event_kinds::Part::Flag, _) => format!("(({a}) and '1' or '')"),
+                        (_, true) => format!("part_opt({a})"),
+                        (_, false) => format!("text({a})"),
+                    };
+                    format!("{separator} .. {value}")
+                })
+                .collect::<Vec<_>>()
+                .join(" .. ")
+        };
+        Ok(format!(
+            "emit({}, '{}', {}, {}, {}, {}, {data})",
+            args[0], kind.name, args[1], args[2], args[3], args[4]
+        ))
+    })
+}
+
+/// Events are written through `ev_<kind>(…)` only: a script or include other than emit.lua that calls
+/// `emit(…)` itself fails the build.
+fn check_no_raw_emit(code: &str) -> Result<(), String> {
+    let b = code.as_bytes();
+    for (i, _) in code.match_indices("emit(") {
+        let starts_word = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if starts_word {
+            let line = code[..i].lines().count().max(1);
+            return Err(format!(
+                "line {line}: emit(…) is written by build.rs; call ev_<kind>(P, job_id, queue, job_type, now, …) \
+                 with a kind of ojs-core's event_kinds.rs"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The arguments of the call whose `(` is at `open`, and the index just past its `)`.
@@ -427,6 +528,14 @@ fn includes_only(text: &str) -> String {
 }
 
 /// A script's own code: what follows its header, without include lines and comment lines.
+/// A file's lines that are not comment lines.
+fn code_lines(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 fn own_body(text: &str) -> String {
     text.lines()
         .skip(header(text).len())

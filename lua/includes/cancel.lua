@@ -27,7 +27,7 @@ local function cancel_job(P, jk, id, retention_ms, now)
   end
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, queue, 'cancelled', 1)
-  emit(P, 'job.cancelled', id, queue, f[3], now, '{"previous_state":"' .. state .. '"}')
+  ev_job_cancelled(P, id, queue, f[3], now, state, nil)
   finish(P, jk, id, retention_ms)
   wf_job_ended(P, f[4], f[5], 'failed', nil, now, retention_ms)
   return {'ok', now, state}

@@ -1,7 +1,7 @@
 -- fail_job: the retry policy, applied when an attempt failed (NACK, execution timeout, lease expiry).
 -- The attempt that failed is f.attempt (FETCH counted it). Reads nothing; the caller passed the fields.
 --   f        table with queue, type, attempt, max_attempts, backoff, on_exhaustion, non_retryable
---   err      JSON object text of the error, e.g. {"code":"x","message":"y"}
+--   err      JSON object text of the error, e.g. {"code":"x","message":"y"} (kept as text: errors.lua)
 --   match    the error's type (or code) for non_retryable_errors patterns
 --   retryable false when the worker says the error is final
 --   jitter_u a uniform random number in [0,1) chosen by the caller (scripts stay deterministic)
@@ -10,6 +10,7 @@
 -- workflow (includes/workflow.lua) in the same call.
 -- CAPS: the loop visits the job's own non_retryable_errors patterns (its envelope's list).
 --@include workflow
+--@include errors
 -- Backoff ('backoff' field = "<strategy> <initial_ms> <coefficient> <max_ms> <jitter 0|1>"):
 --   exponential: initial * coefficient^(attempt-1); linear: initial * attempt; constant: initial;
 --   capped at max_ms; with jitter the delay is multiplied by 0.5 + jitter_u (so 50%..150%).
@@ -48,14 +49,8 @@ end
 
 local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, retention_ms)
   local attempt = tonumber(f.attempt) or 0
-  local entry = '{"attempt":' .. attempt .. ',"occurred_at":' .. now .. ',' .. string.sub(err, 2)
-  local history = rec('HGET', jk, 'errors')
-  if history then
-    history = string.sub(history, 1, -2) .. ',' .. entry .. ']'
-  else
-    history = '[' .. entry .. ']'
-  end
-  rec('HSET', jk, 'error', entry, 'errors', history)
+  local entry = error_entry(err, attempt, now)
+  rec('HSET', jk, 'error', entry, 'errors', (rec('HGET', jk, 'errors') or '') .. entry)
   stat(P, f.queue, 'failed', 1)
   local final = (not retryable) or attempt >= (tonumber(f.max_attempts) or 3)
     or matches_non_retryable(f.non_retryable, match)
@@ -64,22 +59,21 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
     rec('HSET', jk, 'state', 'retryable', 'scheduled_at', now + delay, 'retry_delay_ms', delay)
     redis.call('ZADD', key_scheduled(P), now + delay, id)
     stat(P, f.queue, 'scheduled', 1)
-    emit(P, 'job.retrying', id, f.queue, f.type, now,
-      '{"attempt":' .. attempt .. ',"delay_ms":' .. delay .. ',"error":' .. err .. '}')
+    ev_job_retrying(P, id, f.queue, f.type, now, attempt, delay, err, nil)
     return 'retryable', delay
   end
   -- A job that ran and failed for good has finished: completed_at marks when (jobs discarded without
   -- running, expired or dropped by a rate limit, get only discarded_at).
   rec('HSET', jk, 'state', 'discarded', 'discarded_at', now, 'completed_at', now)
   stat(P, f.queue, 'discarded', 1)
-  emit(P, 'job.failed', id, f.queue, f.type, now, '{"attempt":' .. attempt .. ',"error":' .. err .. '}')
+  ev_job_failed(P, id, f.queue, f.type, now, attempt, err)
   local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention_ms)
   if f.on_exhaustion == 'dead_letter' then
     redis.call('ZADD', key_dead(P), now, id)
-    emit(P, 'job.dead_lettered', id, f.queue, f.type, now, '{}')
+    ev_job_dead_lettered(P, id, f.queue, f.type, now)
   else
-    emit(P, 'job.discarded', id, f.queue, f.type, now, '{}')
+    ev_job_discarded(P, id, f.queue, f.type, now)
     finish(P, jk, id, retention_ms)
   end
   return 'discarded', -1

@@ -28,7 +28,6 @@ local function set_priority(P, jk, id, priority, rank, now)
     count(pk, priority, 1, true)
   end
   rec('HSET', jk, 'priority', priority, 'rank', rank)
-  emit(P, 'priority.changed', id, queue, f[3], now,
-    cjson.encode({ previous_priority = tonumber(f[4]), new_priority = tonumber(priority) }))
+  ev_priority_changed(P, id, queue, f[3], now, f[4], priority)
   return {'ok', now, tonumber(f[4]), state, queue}
 end

@@ -222,7 +222,7 @@ local function lane_release(P, queue, key, now)
   local head = lane_open(P, queue, key)
   if head then
     local strategy = held and string.match(held, '^%S+ (%S+)$') or 'concurrency'
-    emit(P, 'rate_limit.released', head, queue, '', now, cjson.encode({key = key, strategy = strategy}))
+    ev_rate_limit_released(P, head, queue, '', now, key, strategy)
   end
   return head
 end

@@ -41,9 +41,10 @@ local WF_SWEEP = 500
 -- workflow cancels each member as DELETE /jobs/{id} would.
 local WF_CANCEL_JOB
 
--- wf_results(P, W, n): the results of indexes 0..n-1 as a JSON array text, read with HMGET (at most 1000
--- fields a call), or nil when none is there (the workflow's keys expired). Each stored result is a JSON
--- value written by the server (an ACK's result, already validated), so joining them is well-formed.
+-- wf_results(P, W, n): the results of indexes 0..n-1 in order, read with HMGET (at most 1000 fields a
+-- call), 'null' for one not there, or nil when none is there (the workflow's keys expired). Each stored
+-- result is a JSON value written by the server (an ACK's result, already validated); the server writes
+-- the array.
 local function wf_results(P, W, n)
   local rk = key_workflow_results(P, W)
   local out, found = {}, false
@@ -56,7 +57,7 @@ local function wf_results(P, W, n)
     end
   end
   if not found then return nil end
-  return '[' .. table.concat(out, ',') .. ']'
+  return out
 end
 
 -- wf_job_reply(P, jk): a job as a script returns it whole: its record (rec_packed, false for no job),
@@ -89,11 +90,11 @@ local function wf_release(P, id, parents, now)
     rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
     redis.call('ZADD', key_scheduled(P), run_at, id)
     stat(P, f[2], 'scheduled', 1)
-    emit(P, 'job.scheduled', id, f[2], f[3], now, cjson.encode({scheduled_at = run_at}))
+    ev_job_scheduled(P, id, f[2], f[3], now, run_at, nil)
   else
     rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
     make_ready(P, jk, id, f[2], tonumber(f[4]), f[5], now, f[6])
-    emit(P, 'job.available', id, f[2], f[3], now, '{"from":"pending"}')
+    ev_job_available(P, id, f[2], f[3], now, 'pending')
   end
   return true
 end
@@ -106,7 +107,7 @@ local function wf_drop(P, id, now, retention_ms, reason)
   if f[1] ~= 'pending' then return false end
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, f[2], 'cancelled', 1)
-  emit(P, 'job.cancelled', id, f[2], f[3], now, cjson.encode({previous_state = 'pending', reason = reason}))
+  ev_job_cancelled(P, id, f[2], f[3], now, 'pending', reason)
   finish(P, jk, id, retention_ms)
   return true
 end
@@ -125,7 +126,13 @@ local function wf_close(P, W, wk, state, now, retention_ms)
   for i = 3, 5 do
     if w[i] and wf_drop(P, w[i], now, retention_ms, 'workflow ' .. state) then dropped = dropped + 1 end
   end
-  emit(P, 'workflow.' .. state, '', '', '', now, cjson.encode({workflow_id = W, type = w[1], name = w[2]}))
+  if state == 'completed' then
+    ev_workflow_completed(P, '', '', '', now, W, w[1], w[2])
+  elseif state == 'failed' then
+    ev_workflow_failed(P, '', '', '', now, W, w[1], w[2])
+  else
+    ev_workflow_cancelled(P, '', '', '', now, W, w[1], w[2])
+  end
   local closed = key_workflows_closed(P)
   if retention_ms > 0 then
     for _, k in ipairs({wk, key_workflow_jobs(P, W), key_workflow_results(P, W)}) do redis.call('PEXPIRE', k, retention_ms) end

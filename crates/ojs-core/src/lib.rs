@@ -8,6 +8,7 @@ pub mod cron;
 pub mod duration;
 pub mod envelope;
 pub mod error;
+pub mod event;
 pub mod job;
 pub mod names;
 pub mod priority;

@@ -19,7 +19,7 @@ mod store;
 pub use conn::Conn;
 pub use keys::Keys;
 pub use ops::cron_set::CronSaved;
-pub use ops::dead_retry::DeadRetry;
+pub use ops::dead::DeadRetry;
 pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure, ENQUEUE_STRIDE};
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::fetch::{Claimed, Strategy};

@@ -78,6 +78,8 @@ impl<'de> serde::de::Visitor<'de> for RecordInto<'_> {
             let RecordValue(value) = map.next_value()?;
             if name == COLD_FIELD {
                 decode_record_into(&value, self.0).map_err(A::Error::custom)?;
+            } else if let Some(list) = error_field(&name) {
+                self.0.insert(name, stored_errors_json(&value, list));
             } else {
                 let value =
                     String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -85,6 +87,86 @@ impl<'de> serde::de::Visitor<'de> for RecordInto<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether record field `name` holds error entries (lua/includes/errors.lua): `Some(false)` for `error`
+/// (the current one), `Some(true)` for `errors` (the history).
+fn error_field(name: &str) -> Option<bool> {
+    match name {
+        "error" => Some(false),
+        "errors" => Some(true),
+        _ => None,
+    }
+}
+
+/// One item of an error entry: the error's JSON text, an attempt or a time.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum EntryItem {
+    Int(i64),
+    Text(String),
+}
+
+/// The JSON the API shows for a record's `error` (`list` false: the current error) or `errors` (`list`
+/// true: the history, an array) as lua/includes/errors.lua stores them: entries `{error JSON, attempt,
+/// occurred_at}` one after another, each shown as the error object with `attempt` and `occurred_at`
+/// first (when it has them), the way records before entries held it as JSON text, which may come first
+/// (a history an older server began). Whatever is not such an entry is left out, with a warning.
+pub(crate) fn stored_errors_json(bytes: &[u8], list: bool) -> String {
+    let mut shown: Vec<String> = Vec::new();
+    let mut rest = bytes;
+    // Written before entries: JSON text (an object, or an array of them for the history).
+    if matches!(rest.first(), Some(b'{' | b'[')) {
+        let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<&serde_json::value::RawValue>();
+        match stream.next() {
+            Some(Ok(v)) => {
+                match serde_json::from_str::<Vec<&serde_json::value::RawValue>>(v.get()) {
+                    Ok(each) => shown.extend(each.iter().map(|e| e.get().to_string())),
+                    Err(_) => shown.push(v.get().to_string()),
+                }
+                rest = &rest[stream.byte_offset()..];
+            }
+            _ => {
+                tracing::warn!("a job's stored error is neither JSON nor error entries");
+                rest = &[];
+            }
+        }
+    }
+    let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(rest));
+    while (de.position() as usize) < rest.len() {
+        let items: Vec<Option<EntryItem>> = match serde::Deserialize::deserialize(&mut de) {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(error = %e, "a job's stored error entry is not {{error, attempt, occurred_at}}");
+                break;
+            }
+        };
+        let mut items = items.into_iter();
+        let Some(Some(EntryItem::Text(err))) = items.next() else {
+            continue;
+        };
+        let mut ints = items.filter_map(|i| match i {
+            Some(EntryItem::Int(n)) => Some(n),
+            _ => None,
+        });
+        let inner = err
+            .trim()
+            .strip_prefix('{')
+            .and_then(|e| e.strip_suffix('}'))
+            .map(str::trim);
+        match (ints.next(), ints.next(), inner) {
+            (Some(attempt), Some(at), Some(inner)) => {
+                let sep = if inner.is_empty() { "" } else { "," };
+                shown.push(format!("{{\"attempt\":{attempt},\"occurred_at\":{at}{sep}{inner}}}"));
+            }
+            _ => shown.push(err),
+        }
+    }
+    if list {
+        format!("[{}]", shown.join(","))
+    } else {
+        shown.pop().unwrap_or_default()
     }
 }
 
@@ -120,15 +202,23 @@ impl serde::de::Visitor<'_> for RecordValueVisitor {
 }
 
 /// A whole job as a script returns it (lua/includes/workflow.lua `wf_job_reply`): its record, or
-/// `{record, parent_results}` for a workflow job with parents, whose results the script read from the
-/// workflow's results hash (the record does not hold them). Anything else reads as no fields.
+/// `{record, {result, …}}` for a workflow job with parents, whose results (each JSON text) the script
+/// read from the workflow's results hash (the record does not hold them); they become the JSON array
+/// `parent_results`. Anything else reads as no fields.
 pub(crate) fn decode_job(v: &Value) -> JobFields {
     match v {
         Value::BulkString(b) => decode_record(b),
         Value::Array(parts) => match parts.as_slice() {
             [Value::BulkString(b), results] => {
                 let mut f = decode_record(b);
-                f.insert("parent_results".into(), val_str(results));
+                let results = match results {
+                    Value::Array(each) => {
+                        let each: Vec<String> = each.iter().map(val_str).collect();
+                        format!("[{}]", each.join(","))
+                    }
+                    other => val_str(other),
+                };
+                f.insert("parent_results".into(), results);
                 f
             }
             _ => JobFields::default(),
@@ -186,6 +276,45 @@ pub(crate) fn tag(items: &[Value]) -> String {
 mod tests {
     use super::*;
 
+    /// Error entries (lua/includes/errors.lua) read as the JSON records before them held: each error
+    /// object with its attempt and time first; a history an older server began (JSON text) comes first.
+    #[test]
+    fn error_entries_read_as_the_json_the_api_shows() {
+        let entry = |err: &str, attempt: Option<i64>, at: Option<i64>| match (attempt, at) {
+            (Some(a), Some(t)) => rmp_serde::to_vec(&(err, a, t)).expect("pack"),
+            _ => rmp_serde::to_vec(&(err,)).expect("pack"),
+        };
+        let json = |t: &str| serde_json::from_str::<serde_json::Value>(t).expect("JSON");
+        let one = entry(
+            r#"{"code":"x","details":[],"n":12345678901234567890}"#,
+            Some(2),
+            Some(1000),
+        );
+        assert_eq!(
+            json(&stored_errors_json(&one, false)),
+            serde_json::json!({"attempt": 2, "occurred_at": 1000, "code": "x", "details": [],
+                "n": 12345678901234567890u64})
+        );
+        let discarded = entry(r#"{"code":"expired","message":"m"}"#, None, None);
+        assert_eq!(
+            stored_errors_json(&discarded, false),
+            r#"{"code":"expired","message":"m"}"#
+        );
+        let mut history = br#"[{"attempt":1,"occurred_at":5,"code":"a"}]"#.to_vec();
+        history.extend(entry("{}", Some(2), Some(6)));
+        history.extend(entry(r#"{"code":"c"}"#, Some(3), Some(7)));
+        assert_eq!(
+            json(&stored_errors_json(&history, true)),
+            serde_json::json!([
+                {"attempt": 1, "occurred_at": 5, "code": "a"},
+                {"attempt": 2, "occurred_at": 6},
+                {"attempt": 3, "occurred_at": 7, "code": "c"},
+            ])
+        );
+        assert_eq!(stored_errors_json(br#"{"code":"old"}"#, false), r#"{"code":"old"}"#);
+        assert_eq!(stored_errors_json(b"", true), "[]");
+    }
+
     #[test]
     fn a_job_with_its_parents_results_reads_as_one_record() {
         let mut fields = JobFields::default();
@@ -195,7 +324,10 @@ mod tests {
         assert_eq!(plain, fields);
         let with = decode_job(&Value::Array(vec![
             Value::BulkString(record),
-            Value::BulkString(b"[1,null]".to_vec()),
+            Value::Array(vec![
+                Value::BulkString(b"1".to_vec()),
+                Value::BulkString(b"null".to_vec()),
+            ]),
         ]));
         assert_eq!(with.get("parent_results").map(String::as_str), Some("[1,null]"));
         assert_eq!(with.get("state").map(String::as_str), Some("active"));

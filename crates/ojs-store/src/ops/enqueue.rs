@@ -16,7 +16,7 @@ use redis::Value;
 
 use super::ArgWriter;
 
-use crate::reply::{at, flat_map, strings, tag, val_i64, val_str};
+use crate::reply::{at, decode_job, strings, tag, val_i64, val_str};
 use crate::store::{JobFields, Result, Store, StoreError};
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
@@ -30,7 +30,7 @@ pub struct Enqueued {
     pub states: Vec<String>,
     /// Each bounded queue the call touched, as it left it.
     pub pressure: Vec<Pressure>,
-    /// Per job: for a `conflict` or `ignored` one, the existing job it met: (id, its hash after the
+    /// Per job: for a `conflict` or `ignored` one, the existing job it met: (id, its fields after the
     /// call).
     pub existing: Vec<Option<(String, JobFields)>>,
 }
@@ -41,7 +41,7 @@ impl Enqueued {
             Value::Array(a) => a
                 .iter()
                 .map(|v| match v {
-                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), flat_map(&pair[1]))),
+                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), decode_job(&pair[1]))),
                     _ => None,
                 })
                 .collect(),

@@ -9,8 +9,7 @@
 pub mod cancel;
 pub mod cron_delete;
 pub mod cron_set;
-pub mod dead_delete;
-pub mod dead_retry;
+pub mod dead;
 pub mod enqueue;
 pub mod fetch;
 pub mod heartbeat;
@@ -22,6 +21,7 @@ pub mod place;
 pub mod progress;
 pub mod promote;
 pub mod queue_conf;
+pub mod queue_pause;
 pub mod requeue;
 pub mod rl_gauges;
 pub mod rl_inspect;

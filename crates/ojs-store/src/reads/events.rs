@@ -1,5 +1,6 @@
 //! The event stream `P events` (lua/includes/emit.lua): paging, the blocking tail, and event ids.
 
+use ojs_core::event::data_json;
 use redis::Value;
 
 use crate::reply::val_str;
@@ -20,7 +21,9 @@ pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
 }
 
 /// One event of a stream entry, borrowed from the reply: one field named after its type whose value is
-/// `<job_id> <queue> <job_type> <time> <data>` (emit.lua), or, in entries written before that format,
+/// `<job_id> <queue> <job_type> <time> <data>` (emit.lua; the data is the parts of
+/// `ojs_core::event::EVENT_KINDS`, read into the `data` JSON object here), or, in entries written before
+/// that format,
 /// the field/value pairs `type`, `job_id`, `queue`, `job_type`, `time`, `data`.
 enum RawEvent<'a> {
     Packed(&'a str, &'a str),
@@ -52,7 +55,13 @@ impl<'a> RawEvent<'a> {
             RawEvent::Packed(t, v) => {
                 event.insert("type".into(), (*t).into());
                 for (name, part) in PACKED_PARTS.iter().zip(v.splitn(PACKED_PARTS.len(), ' ')) {
-                    event.insert((*name).into(), part.into());
+                    // The data's parts (ojs_core::event): the event's data object is written here.
+                    let part = if *name == "data" {
+                        data_json(t, part)
+                    } else {
+                        part.into()
+                    };
+                    event.insert((*name).into(), part);
                 }
             }
             RawEvent::Pairs(fields) => {
@@ -387,6 +396,37 @@ mod event_tests {
         let mut seen = Vec::new();
         EventsRead(v.clone()).each_type_and_queue(|t, q| seen.push(format!("{t}@{q}")));
         assert_eq!(seen, ["job.enqueued@q", "job.started@q", "backpressure.rejected@q"]);
+    }
+
+    /// Data written as parts (ev_<kind> in lua/) reads as the kind's JSON object; data written as JSON
+    /// before the parts reads as it is.
+    #[test]
+    fn data_parts_read_as_the_kinds_json() {
+        let v = Value::Array(vec![entry(
+            "8-0",
+            &[
+                "job.started",
+                "a q x 1 \u{1f}2\u{1f}w-1",
+                "job.failed",
+                "a q x 1 \u{1f}2\u{1f}{\"code\":\"e\",\"details\":[]}",
+                "job.completed",
+                "a q x 1 {\"attempt\":1}",
+                "job.discarded",
+                "a q x 1 ",
+            ],
+        )]);
+        let got = stream_entries(&v);
+        let data: Vec<serde_json::Value> = got
+            .iter()
+            .map(|(_, f)| serde_json::from_str(&f["data"]).expect("JSON"))
+            .collect();
+        assert_eq!(data[0], serde_json::json!({"attempt": 2, "worker_id": "w-1"}));
+        assert_eq!(
+            data[1],
+            serde_json::json!({"attempt": 2, "error": {"code": "e", "details": []}})
+        );
+        assert_eq!(data[2], serde_json::json!({"attempt": 1}));
+        assert_eq!(data[3], serde_json::json!({}));
     }
 
     #[test]

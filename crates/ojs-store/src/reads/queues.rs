@@ -142,44 +142,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Pausing is one SADD/SREM: FETCH checks P..'paused' inside its script, so a paused queue is
-    /// skipped atomically with every claim.
-    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<()> {
-        let mut conn = self.conn().await?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd(if paused { "SADD" } else { "SREM" })
-            .arg(self.keys.paused())
-            .arg(queue)
-            .ignore();
-        pipe.cmd("SADD").arg(self.keys.queues()).arg(queue).ignore();
-        pipe.cmd("XADD")
-            .arg(self.keys.events())
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(100_000)
-            .arg("*")
-            .arg("type")
-            .arg(if paused { "queue.paused" } else { "queue.resumed" })
-            .arg("job_id")
-            .arg("")
-            .arg("queue")
-            .arg(queue)
-            .arg("job_type")
-            .arg("")
-            .arg("time")
-            .arg(now as u64)
-            .arg("data")
-            .arg("{}")
-            .ignore();
-        let _: () = pipe.query_async(&mut conn).await?;
-        Ok(())
-    }
-
     pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {
         let mut conn = self.conn().await?;
         let f: Vec<Option<String>> = redis::cmd("HMGET")

@@ -1,10 +1,11 @@
-//! The typed twin of `lua/dead-retry-1.lua`: a dead-lettered job gets a new life (back to available
-//! with fresh attempts). See the script's header.
+//! The typed twin of the dead letter's two scripts, which take the same arguments: `lua/dead-retry-1.lua`
+//! gives a dead-lettered job a new life (back to available with fresh attempts), `lua/dead-delete-1.lua`
+//! deletes it for good. See the scripts' headers.
 
 use super::ArgWriter;
 
 use crate::reply::{at, tag, val_str};
-use crate::store::{Result, Store};
+use crate::store::{Named, Result, Store};
 
 /// What a dead-letter retry did.
 #[derive(Debug, PartialEq, Eq)]
@@ -43,23 +44,22 @@ impl DeadRetry {
     }
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
+/// Both scripts' arguments, as their headers name them (checked by build.rs).
 const ARGV: &[&str] = &["P", "id"];
 
 impl Store {
-    /// The script's arguments, in the order of its header.
-    fn dead_retry_args(&self, id: &str) -> Vec<String> {
+    /// Runs one of the dead letter's scripts on job `id`.
+    async fn dead_run(&self, script: &Named, id: &str) -> Result<Vec<redis::Value>> {
         let mut args = Vec::with_capacity(ARGV.len());
         ArgWriter::new(ARGV, &mut args)
             .arg("P", self.keys.prefix())
             .arg("id", id)
             .done();
-        args
+        self.run(script, &[self.keys.dead()], args).await
     }
 
     pub async fn dead_retry(&self, id: &str) -> Result<DeadRetry> {
-        let args = self.dead_retry_args(id);
-        let items = self.run(&self.scripts.dead_retry, &[self.keys.dead()], args).await?;
+        let items = self.dead_run(&self.scripts.dead_retry, id).await?;
         Ok(match tag(&items).as_str() {
             "ok" => DeadRetry::Retried,
             "duplicate" => DeadRetry::Duplicate {
@@ -70,17 +70,16 @@ impl Store {
             _ => DeadRetry::NotFound,
         })
     }
+
+    /// Whether the job was in the dead letter set (and is now deleted).
+    pub async fn dead_delete(&self, id: &str) -> Result<bool> {
+        let items = self.dead_run(&self.scripts.dead_delete, id).await?;
+        Ok(tag(&items) == "ok")
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_arguments_are_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
-        let args = super::super::test_store().dead_retry_args("j");
-        assert_eq!(args, ["ojs:{t}:", "j"]);
-    }
-
     #[test]
     fn the_scripts_default_unique_states_are_the_policys() {
         // A record stores no 'unique_states' when the enqueue sent these; a retry then reads them back.
