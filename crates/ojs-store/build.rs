@@ -240,10 +240,15 @@ fn inline_calls(
 /// kind `event_kinds.rs` does not list, or with the wrong number of parts, fails the build.
 fn inline_event_calls(code: &str) -> Result<String, String> {
     inline_calls(code, "ev_", &inline_event_calls, |name, args, call| {
-        let kind = event_kinds::EVENT_KINDS
+        let (index, kind) = event_kinds::EVENT_KINDS
             .iter()
-            .find(|k| event_kinds::lua_name(k) == format!("ev_{name}"))
+            .enumerate()
+            .find(|(_, k)| event_kinds::lua_name(k) == format!("ev_{name}"))
             .ok_or_else(|| format!("ev_{name}(…) names no event of ojs-core's event_kinds.rs"))?;
+        // The server reads an event's type through EventType, whose k-th variant is the k-th kind.
+        if kind.event as usize != index {
+            return Err(format!("event_kinds.rs: {} is not in EventType's order", kind.name));
+        }
         let members: Vec<&str> = kind.data.iter().map(|m| m.name).collect();
         if args.len() != 5 + members.len() {
             return Err(format!(

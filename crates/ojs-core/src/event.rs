@@ -4,11 +4,32 @@
 #[path = "event_kinds.rs"]
 mod kinds;
 
-pub use kinds::{lua_name, EventKind, Member, Part, EVENT_KINDS, PART_SEPARATOR};
+pub use kinds::{lua_name, EventKind, EventType, Member, Part, EVENT_KINDS, PART_SEPARATOR};
 
 /// The event kind named `name`.
 pub fn event_kind(name: &str) -> Option<&'static EventKind> {
     EVENT_KINDS.iter().find(|k| k.name == name)
+}
+
+impl EventType {
+    /// The event type named `name` (None for a type no script writes).
+    pub fn parse(name: &str) -> Option<Self> {
+        event_kind(name).map(|k| k.event)
+    }
+
+    /// The type's name, as events carry it (`job.started`).
+    pub fn name(self) -> &'static str {
+        EVENT_KINDS[self as usize].name
+    }
+
+    /// After events of these types a job of the event's queue may be claimable.
+    pub fn makes_ready(self) -> bool {
+        use EventType::*;
+        matches!(
+            self,
+            JobEnqueued | JobAvailable | JobRequeued | JobRetried | JobReleased | RateLimitReleased
+        )
+    }
 }
 
 use serde_json::value::RawValue;
@@ -157,6 +178,8 @@ mod tests {
     #[test]
     fn kinds_are_unique_and_named_like_their_lua_calls() {
         for (i, k) in EVENT_KINDS.iter().enumerate() {
+            assert_eq!(k.event as usize, i, "{}: the table is in the enum's order", k.name);
+            assert_eq!((EventType::parse(k.name), k.event.name()), (Some(k.event), k.name));
             assert!(EVENT_KINDS[..i].iter().all(|o| o.name != k.name), "{} twice", k.name);
             assert!(k.name.contains('.'), "{}: an event type holds a '.' (emit.lua)", k.name);
             let lua = lua_name(k);

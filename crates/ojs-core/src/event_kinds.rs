@@ -39,6 +39,7 @@ pub struct Member {
 /// An event type and the members of its `data`, in order.
 #[derive(Clone, Copy, Debug)]
 pub struct EventKind {
+    pub event: EventType,
     pub name: &'static str,
     pub data: &'static [Member],
 }
@@ -60,82 +61,62 @@ const fn opt(name: &'static str, part: Part) -> Member {
     }
 }
 
-const fn kind(name: &'static str, data: &'static [Member]) -> EventKind {
-    EventKind { name, data }
-}
-
 use Part::{Flag, Int, Json, Members, Text};
 
-/// Every event type a script writes.
-pub const EVENT_KINDS: &[EventKind] = &[
+/// Defines [`EventType`] and [`EVENT_KINDS`] from one list: each line a variant, its type's name and the
+/// members of its data, so the enum and the table cannot disagree (the k-th kind is the k-th variant).
+macro_rules! event_kinds {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal [$($member:expr),* $(,)?];)*) => {
+        /// Every event type a script writes.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum EventType {
+            $($(#[$doc])* $variant,)*
+        }
+
+        /// Every event type a script writes, with its data's members, in [`EventType`]'s order.
+        pub const EVENT_KINDS: &[EventKind] = &[
+            $(EventKind { event: EventType::$variant, name: $name, data: &[$($member),*] },)*
+        ];
+    };
+}
+
+event_kinds! {
     // A job's life.
-    kind("job.enqueued", &[opt("state", Text), opt("workflow_id", Text)]),
-    kind("job.scheduled", &[m("scheduled_at", Int), opt("reason", Text)]),
-    kind("job.available", &[m("from", Text)]),
-    kind("job.started", &[m("attempt", Int), m("worker_id", Text)]),
-    kind("job.progress", &[m("progress", Json), m("attempt", Int)]),
-    kind("job.completed", &[m("attempt", Int), m("duration_ms", Int)]),
-    kind(
-        "job.retrying",
-        &[
-            opt("attempt", Int),
-            m("delay_ms", Int),
-            opt("error", Json),
-            opt("rate_limited", Flag),
-        ],
-    ),
-    kind("job.failed", &[m("attempt", Int), m("error", Json)]),
-    kind("job.dead_lettered", &[]),
-    kind("job.discarded", &[]),
-    kind("job.expired", &[]),
-    kind("job.cancelled", &[m("previous_state", Text), opt("reason", Text)]),
-    kind("job.superseded", &[m("why", Members)]),
-    kind("job.requeued", &[m("reason", Text)]),
-    kind("job.released", &[]),
-    kind("job.retried", &[m("from", Text)]),
-    kind("job.deleted", &[]),
-    kind(
-        "priority.changed",
-        &[m("previous_priority", Int), m("new_priority", Int)],
-    ),
-    // Limits and backpressure.
-    kind(
-        "rate_limit.exceeded",
-        &[m("key", Text), m("strategy", Text), m("limit", Int), m("current", Int)],
-    ),
-    kind("rate_limit.dropped", &[m("key", Text), m("strategy", Text)]),
-    kind("rate_limit.released", &[m("key", Text), m("strategy", Text)]),
-    kind(
-        "rate_limit.dynamic_adjusted",
-        &[m("key", Text), m("until", Int), m("reason", Json)],
-    ),
-    kind(
-        "backpressure.rejected",
-        &[m("queue", Text), m("depth", Int), m("bound", Int)],
-    ),
-    // Queues.
-    kind("queue.paused", &[]),
-    kind("queue.resumed", &[]),
+    JobEnqueued = "job.enqueued" [opt("state", Text), opt("workflow_id", Text)];
+    JobScheduled = "job.scheduled" [m("scheduled_at", Int), opt("reason", Text)];
+    JobAvailable = "job.available" [m("from", Text)];
+    JobStarted = "job.started" [m("attempt", Int), m("worker_id", Text)];
+    JobProgress = "job.progress" [m("progress", Json), m("attempt", Int)];
+    JobCompleted = "job.completed" [m("attempt", Int), m("duration_ms", Int)];
+    /// A failed attempt that will be retried, or a worker's 429 (`rate_limited`: no attempt spent).
+    JobRetrying = "job.retrying" [opt("attempt", Int), m("delay_ms", Int), opt("error", Json), opt("rate_limited", Flag)];
+    JobFailed = "job.failed" [m("attempt", Int), m("error", Json)];
+    JobDeadLettered = "job.dead_lettered" [];
+    JobDiscarded = "job.discarded" [];
+    JobExpired = "job.expired" [];
+    JobCancelled = "job.cancelled" [m("previous_state", Text), opt("reason", Text)];
+    JobSuperseded = "job.superseded" [m("why", Members)];
+    JobRequeued = "job.requeued" [m("reason", Text)];
+    JobReleased = "job.released" [];
+    JobRetried = "job.retried" [m("from", Text)];
+    JobDeleted = "job.deleted" [];
+    PriorityChanged = "priority.changed" [m("previous_priority", Int), m("new_priority", Int)];
+    // Limits, backpressure and queues.
+    RateLimitExceeded = "rate_limit.exceeded" [m("key", Text), m("strategy", Text), m("limit", Int), m("current", Int)];
+    RateLimitDropped = "rate_limit.dropped" [m("key", Text), m("strategy", Text)];
+    RateLimitReleased = "rate_limit.released" [m("key", Text), m("strategy", Text)];
+    RateLimitDynamicAdjusted = "rate_limit.dynamic_adjusted" [m("key", Text), m("until", Int), m("reason", Json)];
+    BackpressureRejected = "backpressure.rejected" [m("queue", Text), m("depth", Int), m("bound", Int)];
+    QueuePaused = "queue.paused" [];
+    QueueResumed = "queue.resumed" [];
     // Cron entries and workflows.
-    kind("cron.triggered", &[m("cron_name", Text)]),
-    kind("cron.skipped", &[m("cron_name", Text), m("reason", Text)]),
-    kind(
-        "workflow.created",
-        &[m("workflow_id", Text), m("type", Text), opt("name", Text)],
-    ),
-    kind(
-        "workflow.completed",
-        &[m("workflow_id", Text), m("type", Text), opt("name", Text)],
-    ),
-    kind(
-        "workflow.failed",
-        &[m("workflow_id", Text), m("type", Text), opt("name", Text)],
-    ),
-    kind(
-        "workflow.cancelled",
-        &[m("workflow_id", Text), m("type", Text), opt("name", Text)],
-    ),
-];
+    CronTriggered = "cron.triggered" [m("cron_name", Text)];
+    CronSkipped = "cron.skipped" [m("cron_name", Text), m("reason", Text)];
+    WorkflowCreated = "workflow.created" [m("workflow_id", Text), m("type", Text), opt("name", Text)];
+    WorkflowCompleted = "workflow.completed" [m("workflow_id", Text), m("type", Text), opt("name", Text)];
+    WorkflowFailed = "workflow.failed" [m("workflow_id", Text), m("type", Text), opt("name", Text)];
+    WorkflowCancelled = "workflow.cancelled" [m("workflow_id", Text), m("type", Text), opt("name", Text)];
+}
 
 /// The Lua call that writes events of `kind`: `ev_job_started` for `job.started`.
 pub fn lua_name(kind: &EventKind) -> String {

@@ -11,17 +11,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ojs_core::event::EventType;
 use tokio::sync::Notify;
 
 /// How often a waiting FETCH re-checks Redis when no wake-up came.
 pub const RECHECK: Duration = Duration::from_millis(200);
 
-/// Event types after which a job of the event's queue may be claimable.
+/// Event types after which a job of the event's queue may be claimable (`EventType::makes_ready`).
 pub fn makes_ready(event_type: &str) -> bool {
-    matches!(
-        event_type,
-        "job.enqueued" | "job.available" | "job.requeued" | "job.retried" | "job.released" | "rate_limit.released"
-    )
+    EventType::parse(event_type).is_some_and(EventType::makes_ready)
 }
 
 #[derive(Default)]

@@ -4,6 +4,7 @@
 
 use axum::extract::State;
 use axum::response::Response;
+use ojs_core::event::EventType;
 use ojs_core::job::JobView;
 use ojs_core::{clock, OjsError};
 use ojs_store::{DeadRetry, Transition};
@@ -49,9 +50,9 @@ async fn throughput(st: &AppState, now: i64) -> ApiResult<(f64, f64)> {
     let events = crate::events_hub::events_latest(st, SAMPLE, Some(now - 60_000)).await?;
     let (mut done, mut failed) = (0u64, 0u64);
     for (_, e) in &events {
-        match e.get("type").map(String::as_str) {
-            Some("job.completed") => done += 1,
-            Some("job.failed") => failed += 1,
+        match e.get("type").and_then(|t| EventType::parse(t)) {
+            Some(EventType::JobCompleted) => done += 1,
+            Some(EventType::JobFailed) => failed += 1,
             _ => {}
         }
     }

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::State;
 use axum::response::Response;
+use ojs_core::event::EventType;
 use ojs_core::{clock, names, OjsError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -251,16 +252,19 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
                 .and_then(|d| serde_json::from_str::<Value>(d).ok())
                 .unwrap_or(Value::Null)
         };
-        let kind = match f.get("type").map(String::as_str).unwrap_or("") {
-            "job.enqueued" => {
+        let Some(event) = f.get("type").and_then(|t| EventType::parse(t)) else {
+            continue;
+        };
+        let kind = match event {
+            EventType::JobEnqueued => {
                 ready.insert(job_id, t);
                 Some(0)
             }
-            "job.available" | "job.retried" | "job.requeued" | "job.released" => {
+            EventType::JobAvailable | EventType::JobRetried | EventType::JobRequeued | EventType::JobReleased => {
                 ready.insert(job_id, t);
                 None
             }
-            "job.started" => {
+            EventType::JobStarted => {
                 let attempt = data()["attempt"].as_i64().unwrap_or(0);
                 let waited = ready.remove(&job_id).map(|r| (t - r).max(0));
                 starts.push(Start {
@@ -271,9 +275,9 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
                 });
                 Some(1)
             }
-            "job.completed" => Some(2),
-            "job.failed" => Some(3),
-            "job.retrying" => {
+            EventType::JobCompleted => Some(2),
+            EventType::JobFailed => Some(3),
+            EventType::JobRetrying => {
                 if data()["rate_limited"].as_bool() == Some(true) {
                     // A worker's 429: the job waits again, its attempt unspent; not a failure.
                     ready.insert(job_id, t);
@@ -282,7 +286,7 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
                     Some(4)
                 }
             }
-            "job.dead_lettered" => Some(5),
+            EventType::JobDeadLettered => Some(5),
             _ => None,
         };
         if let Some(k) = kind {
