@@ -264,14 +264,23 @@ impl JobCounts {
     }
 }
 
-/// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`).
+/// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`): an
+/// `ojs_core::ratelimit::Window` as requests give it and answers show it.
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::ratelimit::Window as requests give it
 pub struct RateWindow {
     #[schema(minimum = 1)]
-    limit: u64,
+    pub limit: u64,
     #[schema(example = "PT1M")]
-    period: String,
+    pub period: String,
+}
+
+impl From<ojs_core::ratelimit::Window> for RateWindow {
+    fn from(w: ojs_core::ratelimit::Window) -> Self {
+        Self {
+            limit: w.limit,
+            period: ojs_core::duration::format_iso8601_ms(w.period_ms),
+        }
+    }
 }
 
 /// `{"job": Job}`: the answer of enqueue, GET, and cancel.
@@ -556,7 +565,8 @@ pub struct WorkflowJob {
 #[schema(value_type = JobState)]
 pub struct JobStateName(pub String);
 
-#[cfg(test)]
+/// The names a string-enum schema lists, in order: for a serde enum, the names serde gives its variants
+/// (error messages list them, so they cannot drift from what the enum accepts).
 pub(crate) fn enum_names<T: utoipa::PartialSchema>() -> Vec<String> {
     let doc = serde_json::to_value(T::schema()).unwrap_or_default();
     doc["enum"]
@@ -565,6 +575,21 @@ pub(crate) fn enum_names<T: utoipa::PartialSchema>() -> Vec<String> {
         .flatten()
         .filter_map(|v| v.as_str().map(str::to_owned))
         .collect()
+}
+
+/// The unit variant of a string enum that serde names `name` (one of [`enum_names`]), for the hand
+/// parsers that word their own error message.
+pub(crate) fn variant<T: serde::de::DeserializeOwned>(name: &str) -> Option<T> {
+    use serde::de::IntoDeserializer;
+    T::deserialize(IntoDeserializer::<serde::de::value::Error>::into_deserializer(name)).ok()
+}
+
+/// The name serde gives a unit variant of a string enum (the inverse of [`variant`]).
+pub(crate) fn variant_name<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]

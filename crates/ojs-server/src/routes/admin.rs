@@ -16,7 +16,7 @@ use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Pa
 use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
 use crate::routes::lifecycle::{worker_view, WorkerState, WorkerView};
 use crate::routes::queues::{one_queue, queue_name, QueueStatus};
-use crate::schemas::{Job, JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{variant_name, Job, JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -428,8 +428,7 @@ struct BulkReq {
 /// What a bulk request did.
 #[derive(Serialize, ToSchema)]
 struct BulkResult {
-    #[schema(value_type = BulkAction)]
-    action: &'static str,
+    action: BulkAction,
     /// Jobs the filter matched (see `total_exact`).
     matched: u64,
     /// Jobs acted on in this request (at most `limit`).
@@ -444,9 +443,8 @@ struct BulkResult {
     total_exact: bool,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents the action strings
 enum BulkAction {
     Retry,
     Cancel,
@@ -465,7 +463,7 @@ struct BulkError {
 async fn bulk<F, Fut>(
     st: &AppState,
     req: BulkReq,
-    action: &'static str,
+    action: BulkAction,
     states: &[&'static str],
     op: F,
 ) -> ApiResult<Response>
@@ -477,7 +475,8 @@ where
     // unfiltered request (every job) nor a filtered one acts by accident.
     if req.confirm != Some(true) {
         return Err(OjsError::invalid(format!(
-            "bulk {action} needs \"confirm\": true (it acts on every job the filter matches{})",
+            "bulk {} needs \"confirm\": true (it acts on every job the filter matches{})",
+            variant_name(&action),
             if req.filter.as_ref().is_none_or(JobFilter::is_empty) {
                 "; with no filter, that is every job it applies to"
             } else {
@@ -535,7 +534,7 @@ where
 )]
 async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
-    bulk(&st, req, "retry", &["discarded"], move |id| {
+    bulk(&st, req, BulkAction::Retry, &["discarded"], move |id| {
         let s = s.clone();
         async move {
             let id = id.as_str();
@@ -565,7 +564,7 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
     bulk(
         &st,
         req,
-        "cancel",
+        BulkAction::Cancel,
         &["available", "active", "scheduled", "retryable"],
         move |id| {
             let s = s.clone();
@@ -596,7 +595,7 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
 )]
 async fn bulk_delete(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
-    bulk(&st, req, "delete", &["discarded"], move |id| {
+    bulk(&st, req, BulkAction::Delete, &["discarded"], move |id| {
         let s = s.clone();
         async move {
             let id = id.as_str();
