@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use ojs_core::{ErrorCode, OjsError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
@@ -107,119 +107,123 @@ impl ToSchema for ErrorTypeName {
     }
 }
 
-/// The eight OJS job states (`ojs_core::job::STATES`).
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents ojs_core::job::STATES; a unit test keeps the two equal
-pub enum JobState {
-    Scheduled,
-    Available,
-    Pending,
-    Active,
-    Completed,
-    Retryable,
-    Cancelled,
-    Discarded,
-}
+/// The eight OJS job states: the schema is ojs-core's, where the names are defined.
+pub use ojs_core::state::JobState;
 
 /// A job as the API shows it: the envelope the client enqueued (its own fields, such as `meta`,
 /// `options` or extension fields, echoed as sent) plus the system-managed fields. Times are RFC 3339.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::job::job_view, which builds the JSON
+//
+// `ojs_core::job::job_view` writes this JSON itself (it is on the hot path: no Value tree, the
+// envelope's members echoed as text); answers carry its `JobView` documented as this type. The two
+// stay one definition by test: a view of a job with every field set reads as a `Job` whose only
+// unnamed members are the envelope's extensions, and writes back as the same JSON value.
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct Job {
     /// The job id (a UUIDv7 unless the client gave its own).
-    id: String,
+    pub id: String,
     #[serde(rename = "type")]
-    job_type: String,
-    queue: String,
-    state: JobState,
+    pub job_type: String,
+    pub queue: String,
+    pub state: JobState,
     /// The arguments as enqueued.
-    args: Vec<Value>,
+    pub args: Vec<Value>,
     /// The priority as the client gave it (or the model's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     /// Attempts started so far (0 until the first FETCH).
-    attempt: i64,
+    pub attempt: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    max_attempts: Option<i64>,
+    pub max_attempts: Option<i64>,
     /// The delay before the next attempt, while the job is retryable.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    retry_delay_ms: Option<i64>,
+    pub retry_delay_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    meta: Option<Value>,
+    pub meta: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    options: Option<Value>,
+    pub options: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    created_at: Option<String>,
+    pub created_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    enqueued_at: Option<String>,
+    pub enqueued_at: Option<String>,
     /// When a scheduled job becomes available (RFC 3339); the client's own value (maybe `null`) is
     /// echoed when the job was not scheduled.
     #[serde(skip_serializing_if = "Option::is_none")]
-    scheduled_at: Option<String>,
+    pub scheduled_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    started_at: Option<String>,
+    pub started_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    completed_at: Option<String>,
+    pub completed_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    cancelled_at: Option<String>,
+    pub cancelled_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    discarded_at: Option<String>,
+    pub discarded_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    expires_at: Option<String>,
+    pub expires_at: Option<String>,
     /// The worker holding the job (while active).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    worker_id: Option<String>,
+    pub worker_id: Option<String>,
     /// When the current lease lapses unless extended (while active).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    visibility_deadline: Option<String>,
+    pub visibility_deadline: Option<String>,
     /// The claim's identity for ACK, NACK and heartbeat (while active).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    lease_id: Option<String>,
+    pub lease_id: Option<String>,
     /// What the worker's ACK reported.
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<Value>,
+    pub result: Option<Value>,
     /// The latest failure the worker reported (NACK `error`, with `occurred_at`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, nullable = false)]
-    error: Option<Value>,
+    pub error: Option<Value>,
     /// Every failure, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Vec<Object>, nullable = false)]
-    errors: Option<Vec<Value>>,
+    pub errors: Option<Vec<Value>>,
     /// The workflow this job belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    workflow_id: Option<String>,
+    pub workflow_id: Option<String>,
     /// A workflow job's inputs: a chain step gets the results of the steps before it (by index), a
     /// batch callback those of every job of the batch (`null` for a job that failed or gave none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    parent_results: Option<Vec<Value>>,
+    pub parent_results: Option<Vec<Value>>,
     /// Why the job was completed at FETCH without being handed to a worker (`options.dedup`,
     /// `options.root_job`): `{"reason": "dedup", "by", "started_at"}` or `{"reason": "root_job",
     /// "root_timestamp", "newest_root_timestamp"}` (epoch ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, nullable = false)]
-    superseded: Option<Value>,
+    pub superseded: Option<Value>,
+    /// The job's progress (ojs-progress), once a report applies to it: `null` members for what the
+    /// report did not give.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub progress_data: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub progress_updated_at: Option<String>,
     /// The client's own fields, echoed.
     #[serde(flatten)]
-    extra: std::collections::HashMap<String, Value>,
+    pub extra: HashMap<String, Value>,
 }
 
 /// Jobs by state. `scheduled` counts scheduled and retryable jobs (they wait in one index); `completed`,
@@ -595,6 +599,69 @@ pub(crate) fn variant_name<T: Serialize>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// `job_view` writes what [`Job`] documents: a view with every field the server sets reads as a
+    /// `Job` (so each member has the documented type), the only members `Job` does not name are the
+    /// envelope's own extensions, and the `Job` writes back as the same JSON value.
+    #[test]
+    fn a_job_view_is_a_job() {
+        let doc = json!({"id": "019a0000-0000-7000-8000-000000000001", "type": "email.send", "queue": "mail",
+            "args": [1, "a"], "meta": {"m": 1}, "options": {"retry": {"max_attempts": 5}},
+            "scheduled_at": "2026-01-01T00:00:00Z", "x_tenant": "acme"});
+        let mut f: HashMap<String, String> = [
+            ("type", "email.send"),
+            ("queue", "mail"),
+            ("state", "completed"),
+            ("priority", "2"),
+            ("attempt", "2"),
+            ("retry_delay_ms", "1000"),
+            ("max_attempts", "5"),
+            ("expires_at", "1795757790000"),
+            ("worker_id", "w-1"),
+            ("lease_until", "1795757700800"),
+            ("claims", "2"),
+            ("result", r#"{"sent": true}"#),
+            ("wf", "wf-1"),
+            ("parent_results", r#"[{"a": 1}, null]"#),
+            ("error", r#"{"message": "smtp down", "occurred_at": 1795757670000}"#),
+            ("errors", r#"[{"message": "smtp down", "occurred_at": 1795757670000}]"#),
+            (
+                "superseded",
+                r#"{"reason": "dedup", "by": "j0", "started_at": 1795757670000}"#,
+            ),
+            ("progress", "0.5"),
+            ("progress_message", "half"),
+            ("progress_data", r#"{"done": 5}"#),
+            ("progress_at", "1795757680000"),
+            ("created_at", "1795757670000"),
+            ("enqueued_at", "1795757670001"),
+            ("scheduled_at", "1795757670002"),
+            ("started_at", "1795757670003"),
+            ("completed_at", "1795757670004"),
+            ("cancelled_at", "1795757670005"),
+            ("discarded_at", "1795757670006"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        f.insert("doc".into(), doc.to_string());
+        let view = ojs_core::job::job_view(&f);
+        let shown: Value = serde_json::from_str(view.json()).expect("a view is JSON");
+        let job: Job = serde_json::from_str(view.json()).expect("a view reads as a Job");
+        assert_eq!(job.extra.keys().collect::<Vec<_>>(), ["x_tenant"], "{shown}");
+        assert_eq!(serde_json::to_value(&job).expect("json"), shown);
+        // Every member the server wrote is one the schema names.
+        let schema = serde_json::to_value(<Job as utoipa::PartialSchema>::schema()).expect("json");
+        for k in shown
+            .as_object()
+            .expect("an object")
+            .keys()
+            .filter(|k| *k != "x_tenant")
+        {
+            assert!(schema["properties"].get(k).is_some(), "{k} is not in the Job schema");
+        }
+    }
 
     #[test]
     fn the_typed_error_body_is_the_catalogs() {
@@ -606,10 +673,5 @@ mod tests {
             serde_json::to_value(OjsErrorBody::from(&plain)).expect("json"),
             plain.body(None)
         );
-    }
-
-    #[test]
-    fn job_state_lists_the_core_states() {
-        assert_eq!(enum_names::<JobState>(), ojs_core::job::STATES);
     }
 }
