@@ -270,7 +270,7 @@ impl JobCounts {
 
 /// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`): an
 /// `ojs_core::ratelimit::Window` as requests give it and answers show it.
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct RateWindow {
     #[schema(minimum = 1)]
     pub limit: u64,
@@ -311,176 +311,170 @@ pub use crate::media::OJS_MEDIA_TYPE;
 /// The names a string-enum schema lists (tests keep such schemas equal to the lists the code checks).
 /// An OJS job envelope as a producer sends it. Fields this server does not know are kept and echoed
 /// back in the job (extensions, `x_…` fields).
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::envelope::parse, which reads the JSON
+#[derive(Deserialize, ToSchema)]
 pub struct JobRequest {
     /// A dot-separated name such as `email.send`.
     #[serde(rename = "type")]
     #[schema(pattern = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$", max_length = 255)]
-    job_type: String,
+    pub job_type: String,
     /// Positional arguments (`[]` for none).
-    args: Vec<Value>,
+    pub args: Vec<Value>,
     /// The job's own id (a UUIDv7); the server mints one when absent. Enqueueing an id twice is a 409.
     #[schema(
         nullable = false,
         pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
     )]
-    id: Option<String>,
+    pub id: Option<String>,
     /// The queue (default `default`); `options.queue` works too.
     #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
-    queue: Option<String>,
+    pub queue: Option<String>,
     /// Seed priority model: the priority, 0 to 4294967295, lower runs first (default 2). With
     /// `--priority-model core`, `options.priority` instead (higher first).
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     #[schema(value_type = Option<Object>)]
-    meta: Option<Value>,
-    options: Option<EnqueueOptions>,
+    pub meta: Option<Value>,
+    pub options: Option<EnqueueOptions>,
     /// When the job becomes available: RFC 3339, or relative (`+PT5S`).
     #[schema(nullable = false)]
-    scheduled_at: Option<String>,
+    pub scheduled_at: Option<String>,
     /// The seed's place for the rate-limit policy (`options.rate_limit` works too).
-    rate_limit: Option<RateLimitPolicy>,
+    pub rate_limit: Option<RateLimitPolicy>,
     /// The seed's workflow form: `{"chain": [job envelope, ...]}`; this job is the chain's first step
     /// and the others follow it in order, inheriting its priority and queue unless they set their own.
     /// Only on `POST /ojs/v1/jobs`: a batch's job, a cron template or a workflow's member carrying it is
     /// refused with 422 (use `POST /ojs/v1/workflows`).
     #[schema(value_type = Option<Object>)]
-    workflow: Option<Value>,
+    pub workflow: Option<Value>,
     #[serde(flatten)]
-    extensions: HashMap<String, Value>,
+    pub extensions: HashMap<String, Value>,
 }
 
 /// `options` of the envelope.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct EnqueueOptions {
     #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
-    queue: Option<String>,
+    pub queue: Option<String>,
     /// Core priority model: the priority (higher first).
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     /// The execution timeout (at most ten years).
     #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
-    timeout_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
     /// How long a FETCH holds the job before it is taken back (default: the server's; at most ten years).
     #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
-    visibility_timeout_ms: Option<u64>,
+    pub visibility_timeout_ms: Option<u64>,
     /// Run no sooner than this many ms from now (at most ten years).
     #[schema(maximum = 315360000000i64, nullable = false)]
-    delay_ms: Option<u64>,
+    pub delay_ms: Option<u64>,
     /// RFC 3339, or relative (`+PT5S`, at most ten years).
     #[schema(nullable = false)]
-    scheduled_at: Option<String>,
+    pub scheduled_at: Option<String>,
     #[schema(nullable = false)]
-    delay_until: Option<String>,
+    pub delay_until: Option<String>,
     /// RFC 3339, or relative (`+PT1H`): the job is discarded if it has not started by then.
     #[schema(nullable = false)]
-    expires_at: Option<String>,
+    pub expires_at: Option<String>,
     #[schema(nullable = false)]
-    tags: Option<Vec<String>>,
-    retry: Option<RetryPolicy>,
-    rate_limit: Option<RateLimitPolicy>,
-    unique: Option<UniquePolicy>,
+    pub tags: Option<Vec<String>>,
+    pub retry: Option<RetryPolicy>,
+    pub rate_limit: Option<RateLimitPolicy>,
+    pub unique: Option<UniquePolicy>,
     /// MediaWiki's `ignoreDuplicates`: `true` (deduplication info = type and args), or
     /// `{keys, args_keys, meta_keys}` as in `unique`. The job is completed unrun at FETCH
     /// (`job.superseded`) when a job of the same type with the same info started after it was created.
     #[schema(value_type = Option<Object>)]
-    dedup: Option<Value>,
-    root_job: Option<RootJob>,
+    pub dedup: Option<Value>,
+    pub root_job: Option<RootJob>,
     #[serde(flatten)]
-    extensions: HashMap<String, Value>,
+    pub extensions: HashMap<String, Value>,
 }
 
 /// ojs-unique-jobs' UniquePolicy: checked inside the enqueue script against jobs holding the same key.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::unique::parse_unique
+#[derive(Deserialize, ToSchema)]
 pub struct UniquePolicy {
     /// Dimensions of the uniqueness key besides `type` (always in it): `type`, `queue`, `args`, `meta`
     /// (default `["type"]`).
     #[schema(nullable = false)]
-    keys: Option<Vec<String>>,
+    pub keys: Option<Vec<String>>,
     /// Keys of the object arguments that count (default: all of args).
     #[schema(nullable = false)]
-    args_keys: Option<Vec<String>>,
+    pub args_keys: Option<Vec<String>>,
     /// Keys of meta that count; required when `keys` has `meta`.
     #[schema(nullable = false)]
-    meta_keys: Option<Vec<String>>,
+    pub meta_keys: Option<Vec<String>>,
     /// ISO 8601 duration from the existing job's creation after which the key is free (default: none).
     #[schema(nullable = false)]
-    period: Option<String>,
+    pub period: Option<String>,
     /// States of the existing job that make a duplicate (default: available, active, scheduled,
     /// retryable, pending).
     #[schema(nullable = false)]
-    states: Option<Vec<crate::schemas::JobState>>,
+    pub states: Option<Vec<crate::schemas::JobState>>,
     /// `reject` (default: 409), `ignore` (200 with the existing job), `replace` (the existing job is
     /// cancelled, the new one written), `replace_except_schedule` (as replace, keeping a scheduled
     /// job's run time), `raise_priority` (as ignore, and the existing job takes the new priority when
     /// it runs sooner; the priority seed's §9.3 opt-in).
     #[schema(nullable = false)]
-    on_conflict: Option<String>,
+    pub on_conflict: Option<String>,
 }
 
 /// MediaWiki's root-job parameters (`rootJobSignature`, `rootJobTimestamp`; `is_root` for the root
 /// itself, which records its timestamp when it starts: `deduplicateRootJob`). A job whose signature's
 /// newest started root is newer than its own timestamp is completed unrun at FETCH (`job.superseded`).
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::unique::parse_root_job
+#[derive(Deserialize, ToSchema)]
 pub struct RootJob {
     #[schema(min_length = 1, max_length = 1024)]
-    signature: String,
+    pub signature: String,
     /// RFC 3339 (default: the job's creation time).
     #[schema(nullable = false)]
-    timestamp: Option<String>,
+    pub timestamp: Option<String>,
     #[schema(nullable = false)]
-    is_root: Option<bool>,
+    pub is_root: Option<bool>,
 }
 
 /// The OJS retry policy; every field has a default.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct RetryPolicy {
     /// 1 to 1000 (default 3).
     #[schema(minimum = 1, nullable = false)]
-    max_attempts: Option<u32>,
+    pub max_attempts: Option<u32>,
     /// ISO 8601 (default `PT1S`).
     #[schema(nullable = false)]
-    initial_interval: Option<String>,
+    pub initial_interval: Option<String>,
     /// 1 to 100 (default 2).
     #[schema(nullable = false)]
-    backoff_coefficient: Option<f64>,
+    pub backoff_coefficient: Option<f64>,
     /// ISO 8601 (default `PT5M`).
     #[schema(nullable = false)]
-    max_interval: Option<String>,
+    pub max_interval: Option<String>,
     #[schema(nullable = false)]
-    jitter: Option<bool>,
+    pub jitter: Option<bool>,
     /// `exponential` (default), `linear`, `constant`.
     #[schema(nullable = false)]
-    backoff_strategy: Option<String>,
+    pub backoff_strategy: Option<String>,
     /// Error types that discard at once (patterns such as `Auth.*`).
     #[schema(nullable = false)]
-    non_retryable_errors: Option<Vec<String>>,
+    pub non_retryable_errors: Option<Vec<String>>,
     /// `discard` (default) or `dead_letter`.
     #[schema(nullable = false)]
-    on_exhaustion: Option<String>,
+    pub on_exhaustion: Option<String>,
 }
 
 /// The seed's RateLimitPolicy: jobs sharing `key` share these limits.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct RateLimitPolicy {
     #[schema(pattern = r"^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
-    key: String,
+    pub key: String,
     /// At most this many active at once.
     #[schema(nullable = false)]
-    concurrency: Option<u64>,
+    pub concurrency: Option<u64>,
     /// At most `limit` starts in any sliding `period`.
-    rate: Option<RateWindow>,
+    pub rate: Option<RateWindow>,
     /// Starts spaced evenly: `limit` per `period`.
-    throttle: Option<RateWindow>,
+    pub throttle: Option<RateWindow>,
     /// `wait` (default), `reschedule` or `drop`.
     #[schema(nullable = false)]
-    on_limit: Option<String>,
+    pub on_limit: Option<String>,
 }
 
 /// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the
@@ -661,6 +655,108 @@ mod tests {
         {
             assert!(schema["properties"].get(k).is_some(), "{k} is not in the Job schema");
         }
+    }
+
+    /// Envelopes that between them give every member [`JobRequest`] documents. Each is one
+    /// `ojs_core::envelope::parse` accepts; the tests below read each as the documented type too.
+    pub(crate) fn envelopes() -> Vec<Value> {
+        let window = json!({"limit": 10, "period": "PT1M"});
+        vec![
+            json!({"type": "a.b", "args": []}),
+            json!({
+                "type": "email.send",
+                "args": [{"to": "a@example.com"}],
+                "id": "019a0000-0000-7000-8000-000000000001",
+                "queue": "mail",
+                "priority": 3,
+                "meta": {"tenant": "acme"},
+                "scheduled_at": "+PT5S",
+                "rate_limit": {"key": "smtp", "concurrency": 2, "rate": window, "throttle": {"limit": 1, "period": "PT1S"}, "on_limit": "reschedule"},
+                "options": {
+                    "timeout_ms": 30000,
+                    "visibility_timeout_ms": 60000,
+                    "expires_at": "+PT1H",
+                    "tags": ["t1"],
+                    "retry": {"max_attempts": 5, "initial_interval": "PT2S", "backoff_coefficient": 3.0, "max_interval": "PT10M",
+                        "jitter": false, "backoff_strategy": "linear", "non_retryable_errors": ["Auth.*"], "on_exhaustion": "dead_letter"},
+                    "unique": {"keys": ["type", "args", "meta"], "args_keys": ["to"], "meta_keys": ["tenant"], "period": "PT1H",
+                        "states": ["available", "active"], "on_conflict": "ignore"},
+                    "root_job": {"signature": "sig", "timestamp": "2026-01-01T00:00:00Z", "is_root": false},
+                    "x_option": 1
+                },
+                "x_trace": "t"
+            }),
+            json!({"type": "a.b", "args": [1], "options": {"queue": "q2", "delay_ms": 1000, "dedup": true,
+                "rate_limit": {"key": "k", "rate": window}}}),
+            json!({"type": "a.b", "args": [1], "options": {"scheduled_at": "+PT5S"}}),
+            json!({"type": "a.b", "args": [1], "options": {"delay_until": "+PT5S"}}),
+        ]
+    }
+
+    /// Every envelope the parser accepts reads as the documented [`JobRequest`], which finds in it
+    /// what the parser found.
+    #[test]
+    fn envelopes_read_as_job_requests() {
+        let rules = ojs_core::envelope::EnvelopeRules::default();
+        for body in envelopes() {
+            let parsed = ojs_core::envelope::parse(body.clone(), &rules).expect("a valid envelope");
+            let req: JobRequest = serde_json::from_value(body.clone()).expect("a JobRequest");
+            let options = req.options.as_ref();
+            assert_eq!(req.job_type, parsed.job_type);
+            let queue = req.queue.clone().or_else(|| options.and_then(|o| o.queue.clone()));
+            assert_eq!(queue.as_deref().unwrap_or("default"), parsed.queue, "{body}");
+            if let Some(id) = &req.id {
+                assert_eq!(*id, parsed.id);
+            }
+            if let Some(p) = req.priority {
+                assert_eq!(p, parsed.priority);
+            }
+            let rate_limit = req
+                .rate_limit
+                .as_ref()
+                .or_else(|| options.and_then(|o| o.rate_limit.as_ref()));
+            assert_eq!(
+                rate_limit.map(|r| r.key.as_str()),
+                parsed.rate_limit.as_ref().map(|r| r.key.as_str())
+            );
+            if let Some(r) = rate_limit {
+                let p = parsed.rate_limit.as_ref().expect("a policy");
+                assert_eq!(r.concurrency, p.concurrency);
+                assert_eq!(r.rate.as_ref().map(|w| w.limit), p.rate.map(|w| w.limit));
+                assert_eq!(r.throttle.as_ref().map(|w| w.limit), p.throttle.map(|w| w.limit));
+            }
+            let Some(o) = options else { continue };
+            if let Some(r) = &o.retry {
+                assert_eq!(r.max_attempts, Some(parsed.retry.max_attempts));
+                assert_eq!(
+                    r.non_retryable_errors.as_ref(),
+                    Some(&parsed.retry.non_retryable_errors)
+                );
+            }
+            if let Some(u) = &o.unique {
+                let p = parsed.unique.as_ref().expect("a unique policy");
+                let states: Vec<&str> = u.states.iter().flatten().map(|s| s.as_str()).collect();
+                assert_eq!(states, p.states);
+            }
+            if let Some(r) = &o.root_job {
+                let p = parsed.root_job.as_ref().expect("a root job");
+                assert_eq!(
+                    (r.signature.as_str(), r.is_root),
+                    (p.signature.as_str(), Some(p.is_root))
+                );
+            }
+            assert_eq!(o.dedup.is_some(), parsed.dedup.is_some());
+            assert_eq!(
+                o.timeout_ms.is_some(),
+                parsed.timeout_ms > 0 && body["options"].get("timeout_ms").is_some()
+            );
+        }
+        let full: JobRequest = serde_json::from_value(envelopes()[1].clone()).expect("a JobRequest");
+        assert_eq!(full.extensions.keys().collect::<Vec<_>>(), ["x_trace"]);
+        assert_eq!(
+            full.options.expect("options").extensions.keys().collect::<Vec<_>>(),
+            ["x_option"]
+        );
     }
 
     #[test]

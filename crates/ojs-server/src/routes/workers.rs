@@ -693,10 +693,9 @@ struct NackReq {
 }
 
 /// A worker's error report.
-#[derive(Serialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)] // documents error_record
-enum NackError {
+pub enum NackError {
     Message(String),
     Report {
         #[schema(nullable = false)]
@@ -1226,6 +1225,40 @@ mod tests {
     use std::hash::{Hash, Hasher};
 
     use super::*;
+
+    /// Every error report error_record accepts reads as the documented [`NackError`], whose members
+    /// say what error_record found: the retryable flag, the type (or code) the retry policy matches,
+    /// and the rate-limit block.
+    #[test]
+    fn nack_errors_read_as_documented() {
+        for e in [
+            json!("connection reset"),
+            json!({"message": "smtp down", "type": "Smtp.Timeout", "code": "E1", "retryable": false, "x_host": "mx1"}),
+            json!({"code": "Auth.Denied", "rate_limit_until": "2030-01-01T00:00:00Z", "details": {"n": 1}}),
+        ] {
+            let (_, match_key, retryable, until) = error_record(Some(e.clone())).expect("a valid report");
+            match serde_json::from_value::<NackError>(e).expect("a NackError") {
+                NackError::Message(m) => {
+                    assert!(!m.is_empty());
+                    assert!(retryable && match_key.is_empty() && until == 0);
+                }
+                NackError::Report {
+                    message,
+                    kind,
+                    code,
+                    retryable: r,
+                    rate_limit_until,
+                    other,
+                } => {
+                    assert!(message.is_some() || code.is_some());
+                    assert_eq!(kind.or(code).unwrap_or_default(), match_key);
+                    assert_eq!(r.unwrap_or(true), retryable);
+                    assert_eq!(rate_limit_until.and_then(|t| clock::parse_ms(&t)).unwrap_or(0), until);
+                    assert!(!other.is_empty(), "the report's own members are kept");
+                }
+            }
+        }
+    }
 
     thread_local! {
         /// Comparisons and hashes of [`Counted`] keys made on this thread.
