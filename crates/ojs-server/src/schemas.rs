@@ -226,6 +226,24 @@ pub struct Job {
     pub extra: HashMap<String, Value>,
 }
 
+/// Whether FETCH takes a queue's jobs (`active`) or skips the queue (`paused`).
+#[derive(Serialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueStatus {
+    Active,
+    Paused,
+}
+
+impl QueueStatus {
+    pub fn of(paused: bool) -> Self {
+        if paused {
+            QueueStatus::Paused
+        } else {
+            QueueStatus::Active
+        }
+    }
+}
+
 /// Jobs by state. `scheduled` counts scheduled and retryable jobs (they wait in one index); `completed`,
 /// `failed`, `discarded` and `cancelled` count since the queue was first used.
 #[derive(Serialize, ToSchema, Default)]

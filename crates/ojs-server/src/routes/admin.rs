@@ -15,8 +15,8 @@ use crate::error::ApiResult;
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
 use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
 use crate::routes::lifecycle::{worker_view, WorkerState, WorkerView};
-use crate::routes::queues::{one_queue, queue_name, QueueStatus};
-use crate::schemas::{variant_name, Job, JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::routes::queues::{one_queue, queue_name};
+use crate::schemas::{variant_name, Job, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -138,8 +138,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
 #[derive(Serialize, ToSchema)]
 struct AdminQueue {
     name: String,
-    #[schema(value_type = QueueStatus)]
-    state: &'static str,
+    state: QueueStatus,
     paused: bool,
     counts: JobCounts,
 }
@@ -148,7 +147,7 @@ impl From<&ojs_store::QueueCounts> for AdminQueue {
     fn from(c: &ojs_store::QueueCounts) -> Self {
         Self {
             name: c.name.clone(),
-            state: if c.paused { "paused" } else { "active" },
+            state: QueueStatus::of(c.paused),
             paused: c.paused,
             counts: c.into(),
         }

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson, OjsPath};
-use crate::schemas::{variant, variant_name, JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{variant, variant_name, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -48,13 +48,6 @@ struct Counts {
     depth: u64,
 }
 
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum QueueStatus {
-    Active,
-    Paused,
-}
-
 fn counts(c: &QueueCounts) -> Counts {
     Counts {
         jobs: c.into(),
@@ -65,11 +58,7 @@ fn counts(c: &QueueCounts) -> Counts {
 fn summary(c: &QueueCounts) -> QueueSummary {
     QueueSummary {
         name: c.name.clone(),
-        status: if c.paused {
-            QueueStatus::Paused
-        } else {
-            QueueStatus::Active
-        },
+        status: QueueStatus::of(c.paused),
         paused: c.paused,
         counts: counts(c),
     }

@@ -616,8 +616,7 @@ struct AckResponse {
     job_id: String,
     /// The same as `job_id`.
     id: String,
-    #[schema(value_type = JobState)]
-    state: &'static str,
+    state: JobState,
     attempt: i64,
     #[schema(format = DateTime)]
     completed_at: String,
@@ -665,7 +664,7 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
                 acknowledged: true,
                 job_id: id.to_string(),
                 id: id.to_string(),
-                state: "completed",
+                state: JobState::Completed,
                 attempt: a.attempt,
                 completed_at: clock::format_ms(a.now_ms),
                 jobs,
