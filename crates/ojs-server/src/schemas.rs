@@ -326,7 +326,6 @@ impl JobResponse {
 /// body = OjsErrorBody, content_type = OJS_MEDIA_TYPE)`.
 pub use crate::media::OJS_MEDIA_TYPE;
 
-/// The names a string-enum schema lists (tests keep such schemas equal to the lists the code checks).
 /// An OJS job envelope as a producer sends it. Fields this server does not know are kept and echoed
 /// back in the job (extensions, `x_…` fields).
 #[derive(Deserialize, ToSchema)]
