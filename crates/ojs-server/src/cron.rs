@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
+use crate::schemas::{enum_names, variant, variant_name};
 use crate::state::AppState;
 
 /// What a registration says, validated.
@@ -34,19 +35,17 @@ pub struct Registration {
 pub struct CronDef {
     expression: String,
     timezone: String,
-    overlap_policy: String,
+    overlap_policy: OverlapPolicy,
     enabled: bool,
     description: Option<String>,
     job_template: Value,
 }
 
-pub const OVERLAP_POLICIES: [&str; 4] = ["skip", "allow", "cancel_previous", "enqueue"];
-
 /// What a tick does while the previous run of the entry is still active.
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema, Clone, Copy, PartialEq, Eq, Default, Debug)]
 #[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // documents OVERLAP_POLICIES
 pub enum OverlapPolicy {
+    #[default]
     Skip,
     Allow,
     CancelPrevious,
@@ -102,8 +101,7 @@ pub struct CronEntry {
     /// The same as `expression`.
     cron: String,
     timezone: String,
-    #[schema(value_type = OverlapPolicy)]
-    overlap_policy: String,
+    overlap_policy: OverlapPolicy,
     enabled: bool,
     description: Option<String>,
     /// The job each tick creates.
@@ -147,13 +145,15 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
     };
     let timezone = req.timezone.unwrap_or_else(|| "UTC".to_string());
     let schedule = Schedule::parse(&expression, &timezone).map_err(OjsError::invalid)?;
-    let overlap = req.overlap_policy.unwrap_or_else(|| "skip".to_string());
-    if !OVERLAP_POLICIES.contains(&overlap.as_str()) {
-        return Err(OjsError::invalid(format!(
-            "overlap_policy must be one of {}; got {overlap:?}",
-            OVERLAP_POLICIES.join(", ")
-        )));
-    }
+    let overlap = match req.overlap_policy {
+        None => OverlapPolicy::default(),
+        Some(p) => variant(&p).ok_or_else(|| {
+            OjsError::invalid(format!(
+                "overlap_policy must be one of {}; got {p:?}",
+                enum_names::<OverlapPolicy>().join(", ")
+            ))
+        })?,
+    };
     let enabled = req.enabled.unwrap_or(true);
     let template = match req.job_template {
         Some(t) => {
@@ -192,7 +192,7 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
         t.entry("args").or_insert_with(|| json!([]));
     }
     // Fail fast: the template must be a job this server accepts, as every tick will create it.
-    let queue = job_for_tick(&template, &name, &overlap, 0, rules)
+    let queue = job_for_tick(&template, &name, overlap, 0, rules)
         .map_err(|e| OjsError {
             message: format!("job_template: {}", e.message),
             ..e
@@ -221,7 +221,7 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
 fn job_for_tick(
     template: &Value,
     name: &str,
-    overlap: &str,
+    overlap: OverlapPolicy,
     tick_ms: i64,
     rules: &EnvelopeRules,
 ) -> Result<ojs_core::job::NewJob, OjsError> {
@@ -235,7 +235,7 @@ fn job_for_tick(
         m.insert("cron_name".into(), json!(name));
         m.insert("cron_triggered_at".into(), json!(clock::format_ms(tick_ms)));
     }
-    if overlap == "enqueue" {
+    if overlap == OverlapPolicy::Enqueue {
         if obj.contains_key("rate_limit") || obj.get("options").is_some_and(|o| o.get("rate_limit").is_some()) {
             return Err(OjsError::unprocessable(
                 "overlap_policy enqueue limits the entry's jobs to one at a time with a rate limit of its own; the template may not carry another",
@@ -298,7 +298,7 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
         let next = Schedule::parse(&def.expression, &def.timezone)
             .ok()
             .and_then(|s| s.next_after_ms(now.max(tick)));
-        let overlap = def.overlap_policy.as_str();
+        let overlap = def.overlap_policy;
         let job = match job_for_tick(&def.job_template, &name, overlap, tick, &st.rules) {
             Ok(mut j) => match st.shards.place_jobs(std::slice::from_mut(&mut j)).await {
                 Ok(at) if at[0] == store.shard_index() => Ok(j),
@@ -327,7 +327,10 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
                 continue;
             }
         };
-        match store.cron_fire(&job, &name, &expected, next, overlap).await? {
+        match store
+            .cron_fire(&job, &name, &expected, next, &variant_name(&overlap))
+            .await?
+        {
             CronFired::Created => crate::metrics::job_event("enqueued", &job.queue, &job.job_type),
             CronFired::Skipped(prev) => {
                 tracing::info!(cron = %name, previous = %prev, "cron tick skipped: previous run still active")
@@ -350,7 +353,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn overlap_policy_lists_the_policies_registration_accepts() {
-        assert_eq!(crate::schemas::enum_names::<OverlapPolicy>(), OVERLAP_POLICIES);
+    fn overlap_policies_are_stored_and_read_by_their_names() {
+        let names = enum_names::<OverlapPolicy>();
+        assert_eq!(names, ["skip", "allow", "cancel_previous", "enqueue"]);
+        for n in names {
+            let p: OverlapPolicy = variant(&n).expect("a policy");
+            assert_eq!(variant_name(&p), n);
+        }
+        assert_eq!(variant::<OverlapPolicy>("never"), None);
     }
 }

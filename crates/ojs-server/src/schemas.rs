@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use ojs_core::{ErrorCode, OjsError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
@@ -107,119 +107,141 @@ impl ToSchema for ErrorTypeName {
     }
 }
 
-/// The eight OJS job states (`ojs_core::job::STATES`).
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents ojs_core::job::STATES; a unit test keeps the two equal
-pub enum JobState {
-    Scheduled,
-    Available,
-    Pending,
-    Active,
-    Completed,
-    Retryable,
-    Cancelled,
-    Discarded,
-}
+/// The eight OJS job states: the schema is ojs-core's, where the names are defined.
+pub use ojs_core::state::JobState;
 
 /// A job as the API shows it: the envelope the client enqueued (its own fields, such as `meta`,
 /// `options` or extension fields, echoed as sent) plus the system-managed fields. Times are RFC 3339.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::job::job_view, which builds the JSON
+//
+// `ojs_core::job::job_view` writes this JSON itself (it is on the hot path: no Value tree, the
+// envelope's members echoed as text); answers carry its `JobView` documented as this type. The two
+// stay one definition by test: a view of a job with every field set reads as a `Job` whose only
+// unnamed members are the envelope's extensions, and writes back as the same JSON value.
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct Job {
     /// The job id (a UUIDv7 unless the client gave its own).
-    id: String,
+    pub id: String,
     #[serde(rename = "type")]
-    job_type: String,
-    queue: String,
-    state: JobState,
+    pub job_type: String,
+    pub queue: String,
+    pub state: JobState,
     /// The arguments as enqueued.
-    args: Vec<Value>,
+    pub args: Vec<Value>,
     /// The priority as the client gave it (or the model's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     /// Attempts started so far (0 until the first FETCH).
-    attempt: i64,
+    pub attempt: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    max_attempts: Option<i64>,
+    pub max_attempts: Option<i64>,
     /// The delay before the next attempt, while the job is retryable.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    retry_delay_ms: Option<i64>,
+    pub retry_delay_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    meta: Option<Value>,
+    pub meta: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    options: Option<Value>,
+    pub options: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    created_at: Option<String>,
+    pub created_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    enqueued_at: Option<String>,
+    pub enqueued_at: Option<String>,
     /// When a scheduled job becomes available (RFC 3339); the client's own value (maybe `null`) is
     /// echoed when the job was not scheduled.
     #[serde(skip_serializing_if = "Option::is_none")]
-    scheduled_at: Option<String>,
+    pub scheduled_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    started_at: Option<String>,
+    pub started_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    completed_at: Option<String>,
+    pub completed_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    cancelled_at: Option<String>,
+    pub cancelled_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    discarded_at: Option<String>,
+    pub discarded_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    expires_at: Option<String>,
+    pub expires_at: Option<String>,
     /// The worker holding the job (while active).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    worker_id: Option<String>,
+    pub worker_id: Option<String>,
     /// When the current lease lapses unless extended (while active).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
-    visibility_deadline: Option<String>,
+    pub visibility_deadline: Option<String>,
     /// The claim's identity for ACK, NACK and heartbeat (while active).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    lease_id: Option<String>,
+    pub lease_id: Option<String>,
     /// What the worker's ACK reported.
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<Value>,
+    pub result: Option<Value>,
     /// The latest failure the worker reported (NACK `error`, with `occurred_at`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, nullable = false)]
-    error: Option<Value>,
+    pub error: Option<Value>,
     /// Every failure, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Vec<Object>, nullable = false)]
-    errors: Option<Vec<Value>>,
+    pub errors: Option<Vec<Value>>,
     /// The workflow this job belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    workflow_id: Option<String>,
+    pub workflow_id: Option<String>,
     /// A workflow job's inputs: a chain step gets the results of the steps before it (by index), a
     /// batch callback those of every job of the batch (`null` for a job that failed or gave none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    parent_results: Option<Vec<Value>>,
+    pub parent_results: Option<Vec<Value>>,
     /// Why the job was completed at FETCH without being handed to a worker (`options.dedup`,
     /// `options.root_job`): `{"reason": "dedup", "by", "started_at"}` or `{"reason": "root_job",
     /// "root_timestamp", "newest_root_timestamp"}` (epoch ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, nullable = false)]
-    superseded: Option<Value>,
+    pub superseded: Option<Value>,
+    /// The job's progress (ojs-progress), once a report applies to it: `null` members for what the
+    /// report did not give.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub progress_data: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub progress_updated_at: Option<String>,
     /// The client's own fields, echoed.
     #[serde(flatten)]
-    extra: std::collections::HashMap<String, Value>,
+    pub extra: HashMap<String, Value>,
+}
+
+/// Whether FETCH takes a queue's jobs (`active`) or skips the queue (`paused`).
+#[derive(Serialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueStatus {
+    Active,
+    Paused,
+}
+
+impl QueueStatus {
+    pub fn of(paused: bool) -> Self {
+        if paused {
+            QueueStatus::Paused
+        } else {
+            QueueStatus::Active
+        }
+    }
 }
 
 /// Jobs by state. `scheduled` counts scheduled and retryable jobs (they wait in one index); `completed`,
@@ -264,14 +286,23 @@ impl JobCounts {
     }
 }
 
-/// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`).
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::ratelimit::Window as requests give it
+/// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`): an
+/// `ojs_core::ratelimit::Window` as requests give it and answers show it.
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct RateWindow {
     #[schema(minimum = 1)]
-    limit: u64,
+    pub limit: u64,
     #[schema(example = "PT1M")]
-    period: String,
+    pub period: String,
+}
+
+impl From<ojs_core::ratelimit::Window> for RateWindow {
+    fn from(w: ojs_core::ratelimit::Window) -> Self {
+        Self {
+            limit: w.limit,
+            period: ojs_core::duration::format_iso8601_ms(w.period_ms),
+        }
+    }
 }
 
 /// `{"job": Job}`: the answer of enqueue, GET, and cancel.
@@ -295,179 +326,172 @@ impl JobResponse {
 /// body = OjsErrorBody, content_type = OJS_MEDIA_TYPE)`.
 pub use crate::media::OJS_MEDIA_TYPE;
 
-/// The names a string-enum schema lists (tests keep such schemas equal to the lists the code checks).
 /// An OJS job envelope as a producer sends it. Fields this server does not know are kept and echoed
 /// back in the job (extensions, `x_…` fields).
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::envelope::parse, which reads the JSON
+#[derive(Deserialize, ToSchema)]
 pub struct JobRequest {
     /// A dot-separated name such as `email.send`.
     #[serde(rename = "type")]
     #[schema(pattern = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$", max_length = 255)]
-    job_type: String,
+    pub job_type: String,
     /// Positional arguments (`[]` for none).
-    args: Vec<Value>,
+    pub args: Vec<Value>,
     /// The job's own id (a UUIDv7); the server mints one when absent. Enqueueing an id twice is a 409.
     #[schema(
         nullable = false,
         pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
     )]
-    id: Option<String>,
+    pub id: Option<String>,
     /// The queue (default `default`); `options.queue` works too.
     #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
-    queue: Option<String>,
+    pub queue: Option<String>,
     /// Seed priority model: the priority, 0 to 4294967295, lower runs first (default 2). With
     /// `--priority-model core`, `options.priority` instead (higher first).
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     #[schema(value_type = Option<Object>)]
-    meta: Option<Value>,
-    options: Option<EnqueueOptions>,
+    pub meta: Option<Value>,
+    pub options: Option<EnqueueOptions>,
     /// When the job becomes available: RFC 3339, or relative (`+PT5S`).
     #[schema(nullable = false)]
-    scheduled_at: Option<String>,
+    pub scheduled_at: Option<String>,
     /// The seed's place for the rate-limit policy (`options.rate_limit` works too).
-    rate_limit: Option<RateLimitPolicy>,
+    pub rate_limit: Option<RateLimitPolicy>,
     /// The seed's workflow form: `{"chain": [job envelope, ...]}`; this job is the chain's first step
     /// and the others follow it in order, inheriting its priority and queue unless they set their own.
     /// Only on `POST /ojs/v1/jobs`: a batch's job, a cron template or a workflow's member carrying it is
     /// refused with 422 (use `POST /ojs/v1/workflows`).
     #[schema(value_type = Option<Object>)]
-    workflow: Option<Value>,
+    pub workflow: Option<Value>,
     #[serde(flatten)]
-    extensions: HashMap<String, Value>,
+    pub extensions: HashMap<String, Value>,
 }
 
 /// `options` of the envelope.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct EnqueueOptions {
     #[schema(nullable = false, pattern = r"^[a-z0-9][a-z0-9.-]*$", max_length = 255)]
-    queue: Option<String>,
+    pub queue: Option<String>,
     /// Core priority model: the priority (higher first).
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     /// The execution timeout (at most ten years).
     #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
-    timeout_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
     /// How long a FETCH holds the job before it is taken back (default: the server's; at most ten years).
     #[schema(minimum = 1, maximum = 315360000000i64, nullable = false)]
-    visibility_timeout_ms: Option<u64>,
+    pub visibility_timeout_ms: Option<u64>,
     /// Run no sooner than this many ms from now (at most ten years).
     #[schema(maximum = 315360000000i64, nullable = false)]
-    delay_ms: Option<u64>,
+    pub delay_ms: Option<u64>,
     /// RFC 3339, or relative (`+PT5S`, at most ten years).
     #[schema(nullable = false)]
-    scheduled_at: Option<String>,
+    pub scheduled_at: Option<String>,
     #[schema(nullable = false)]
-    delay_until: Option<String>,
+    pub delay_until: Option<String>,
     /// RFC 3339, or relative (`+PT1H`): the job is discarded if it has not started by then.
     #[schema(nullable = false)]
-    expires_at: Option<String>,
+    pub expires_at: Option<String>,
     #[schema(nullable = false)]
-    tags: Option<Vec<String>>,
-    retry: Option<RetryPolicy>,
-    rate_limit: Option<RateLimitPolicy>,
-    unique: Option<UniquePolicy>,
+    pub tags: Option<Vec<String>>,
+    pub retry: Option<RetryPolicy>,
+    pub rate_limit: Option<RateLimitPolicy>,
+    pub unique: Option<UniquePolicy>,
     /// MediaWiki's `ignoreDuplicates`: `true` (deduplication info = type and args), or
     /// `{keys, args_keys, meta_keys}` as in `unique`. The job is completed unrun at FETCH
     /// (`job.superseded`) when a job of the same type with the same info started after it was created.
     #[schema(value_type = Option<Object>)]
-    dedup: Option<Value>,
-    root_job: Option<RootJob>,
+    pub dedup: Option<Value>,
+    pub root_job: Option<RootJob>,
     #[serde(flatten)]
-    extensions: HashMap<String, Value>,
+    pub extensions: HashMap<String, Value>,
 }
 
 /// ojs-unique-jobs' UniquePolicy: checked inside the enqueue script against jobs holding the same key.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::unique::parse_unique
+#[derive(Deserialize, ToSchema)]
 pub struct UniquePolicy {
     /// Dimensions of the uniqueness key besides `type` (always in it): `type`, `queue`, `args`, `meta`
     /// (default `["type"]`).
     #[schema(nullable = false)]
-    keys: Option<Vec<String>>,
+    pub keys: Option<Vec<String>>,
     /// Keys of the object arguments that count (default: all of args).
     #[schema(nullable = false)]
-    args_keys: Option<Vec<String>>,
+    pub args_keys: Option<Vec<String>>,
     /// Keys of meta that count; required when `keys` has `meta`.
     #[schema(nullable = false)]
-    meta_keys: Option<Vec<String>>,
+    pub meta_keys: Option<Vec<String>>,
     /// ISO 8601 duration from the existing job's creation after which the key is free (default: none).
     #[schema(nullable = false)]
-    period: Option<String>,
+    pub period: Option<String>,
     /// States of the existing job that make a duplicate (default: available, active, scheduled,
     /// retryable, pending).
     #[schema(nullable = false)]
-    states: Option<Vec<crate::schemas::JobState>>,
+    pub states: Option<Vec<crate::schemas::JobState>>,
     /// `reject` (default: 409), `ignore` (200 with the existing job), `replace` (the existing job is
     /// cancelled, the new one written), `replace_except_schedule` (as replace, keeping a scheduled
     /// job's run time), `raise_priority` (as ignore, and the existing job takes the new priority when
     /// it runs sooner; the priority seed's §9.3 opt-in).
     #[schema(nullable = false)]
-    on_conflict: Option<String>,
+    pub on_conflict: Option<String>,
 }
 
 /// MediaWiki's root-job parameters (`rootJobSignature`, `rootJobTimestamp`; `is_root` for the root
 /// itself, which records its timestamp when it starts: `deduplicateRootJob`). A job whose signature's
 /// newest started root is newer than its own timestamp is completed unrun at FETCH (`job.superseded`).
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::unique::parse_root_job
+#[derive(Deserialize, ToSchema)]
 pub struct RootJob {
     #[schema(min_length = 1, max_length = 1024)]
-    signature: String,
+    pub signature: String,
     /// RFC 3339 (default: the job's creation time).
     #[schema(nullable = false)]
-    timestamp: Option<String>,
+    pub timestamp: Option<String>,
     #[schema(nullable = false)]
-    is_root: Option<bool>,
+    pub is_root: Option<bool>,
 }
 
 /// The OJS retry policy; every field has a default.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct RetryPolicy {
     /// 1 to 1000 (default 3).
     #[schema(minimum = 1, nullable = false)]
-    max_attempts: Option<u32>,
+    pub max_attempts: Option<u32>,
     /// ISO 8601 (default `PT1S`).
     #[schema(nullable = false)]
-    initial_interval: Option<String>,
+    pub initial_interval: Option<String>,
     /// 1 to 100 (default 2).
     #[schema(nullable = false)]
-    backoff_coefficient: Option<f64>,
+    pub backoff_coefficient: Option<f64>,
     /// ISO 8601 (default `PT5M`).
     #[schema(nullable = false)]
-    max_interval: Option<String>,
+    pub max_interval: Option<String>,
     #[schema(nullable = false)]
-    jitter: Option<bool>,
+    pub jitter: Option<bool>,
     /// `exponential` (default), `linear`, `constant`.
     #[schema(nullable = false)]
-    backoff_strategy: Option<String>,
+    pub backoff_strategy: Option<String>,
     /// Error types that discard at once (patterns such as `Auth.*`).
     #[schema(nullable = false)]
-    non_retryable_errors: Option<Vec<String>>,
+    pub non_retryable_errors: Option<Vec<String>>,
     /// `discard` (default) or `dead_letter`.
     #[schema(nullable = false)]
-    on_exhaustion: Option<String>,
+    pub on_exhaustion: Option<String>,
 }
 
 /// The seed's RateLimitPolicy: jobs sharing `key` share these limits.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct RateLimitPolicy {
     #[schema(pattern = r"^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
-    key: String,
+    pub key: String,
     /// At most this many active at once.
     #[schema(nullable = false)]
-    concurrency: Option<u64>,
+    pub concurrency: Option<u64>,
     /// At most `limit` starts in any sliding `period`.
-    rate: Option<RateWindow>,
+    pub rate: Option<RateWindow>,
     /// Starts spaced evenly: `limit` per `period`.
-    throttle: Option<RateWindow>,
+    pub throttle: Option<RateWindow>,
     /// `wait` (default), `reschedule` or `drop`.
     #[schema(nullable = false)]
-    on_limit: Option<String>,
+    pub on_limit: Option<String>,
 }
 
 /// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the
@@ -556,7 +580,8 @@ pub struct WorkflowJob {
 #[schema(value_type = JobState)]
 pub struct JobStateName(pub String);
 
-#[cfg(test)]
+/// The names a string-enum schema lists, in order: for a serde enum, the names serde gives its variants
+/// (error messages list them, so they cannot drift from what the enum accepts).
 pub(crate) fn enum_names<T: utoipa::PartialSchema>() -> Vec<String> {
     let doc = serde_json::to_value(T::schema()).unwrap_or_default();
     doc["enum"]
@@ -567,9 +592,189 @@ pub(crate) fn enum_names<T: utoipa::PartialSchema>() -> Vec<String> {
         .collect()
 }
 
+/// The unit variant of a string enum that serde names `name` (one of [`enum_names`]), for the hand
+/// parsers that word their own error message.
+pub(crate) fn variant<T: serde::de::DeserializeOwned>(name: &str) -> Option<T> {
+    use serde::de::IntoDeserializer;
+    T::deserialize(IntoDeserializer::<serde::de::value::Error>::into_deserializer(name)).ok()
+}
+
+/// The name serde gives a unit variant of a string enum (the inverse of [`variant`]).
+pub(crate) fn variant_name<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// `job_view` writes what [`Job`] documents: a view with every field the server sets reads as a
+    /// `Job` (so each member has the documented type), the only members `Job` does not name are the
+    /// envelope's own extensions, and the `Job` writes back as the same JSON value.
+    #[test]
+    fn a_job_view_is_a_job() {
+        let doc = json!({"id": "019a0000-0000-7000-8000-000000000001", "type": "email.send", "queue": "mail",
+            "args": [1, "a"], "meta": {"m": 1}, "options": {"retry": {"max_attempts": 5}},
+            "scheduled_at": "2026-01-01T00:00:00Z", "x_tenant": "acme"});
+        let mut f: HashMap<String, String> = [
+            ("type", "email.send"),
+            ("queue", "mail"),
+            ("state", "completed"),
+            ("priority", "2"),
+            ("attempt", "2"),
+            ("retry_delay_ms", "1000"),
+            ("max_attempts", "5"),
+            ("expires_at", "1795757790000"),
+            ("worker_id", "w-1"),
+            ("lease_until", "1795757700800"),
+            ("claims", "2"),
+            ("result", r#"{"sent": true}"#),
+            ("wf", "wf-1"),
+            ("parent_results", r#"[{"a": 1}, null]"#),
+            ("error", r#"{"message": "smtp down", "occurred_at": 1795757670000}"#),
+            ("errors", r#"[{"message": "smtp down", "occurred_at": 1795757670000}]"#),
+            (
+                "superseded",
+                r#"{"reason": "dedup", "by": "j0", "started_at": 1795757670000}"#,
+            ),
+            ("progress", "0.5"),
+            ("progress_message", "half"),
+            ("progress_data", r#"{"done": 5}"#),
+            ("progress_at", "1795757680000"),
+            ("created_at", "1795757670000"),
+            ("enqueued_at", "1795757670001"),
+            ("scheduled_at", "1795757670002"),
+            ("started_at", "1795757670003"),
+            ("completed_at", "1795757670004"),
+            ("cancelled_at", "1795757670005"),
+            ("discarded_at", "1795757670006"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        f.insert("doc".into(), doc.to_string());
+        let view = ojs_core::job::job_view(&f);
+        let shown: Value = serde_json::from_str(view.json()).expect("a view is JSON");
+        let job: Job = serde_json::from_str(view.json()).expect("a view reads as a Job");
+        assert_eq!(job.extra.keys().collect::<Vec<_>>(), ["x_tenant"], "{shown}");
+        assert_eq!(serde_json::to_value(&job).expect("json"), shown);
+        // Every member the server wrote is one the schema names.
+        let schema = serde_json::to_value(<Job as utoipa::PartialSchema>::schema()).expect("json");
+        for k in shown
+            .as_object()
+            .expect("an object")
+            .keys()
+            .filter(|k| *k != "x_tenant")
+        {
+            assert!(schema["properties"].get(k).is_some(), "{k} is not in the Job schema");
+        }
+    }
+
+    /// Envelopes that between them give every member [`JobRequest`] documents. Each is one
+    /// `ojs_core::envelope::parse` accepts; the tests below read each as the documented type too.
+    pub(crate) fn envelopes() -> Vec<Value> {
+        let window = json!({"limit": 10, "period": "PT1M"});
+        vec![
+            json!({"type": "a.b", "args": []}),
+            json!({
+                "type": "email.send",
+                "args": [{"to": "a@example.com"}],
+                "id": "019a0000-0000-7000-8000-000000000001",
+                "queue": "mail",
+                "priority": 3,
+                "meta": {"tenant": "acme"},
+                "scheduled_at": "+PT5S",
+                "rate_limit": {"key": "smtp", "concurrency": 2, "rate": window, "throttle": {"limit": 1, "period": "PT1S"}, "on_limit": "reschedule"},
+                "options": {
+                    "timeout_ms": 30000,
+                    "visibility_timeout_ms": 60000,
+                    "expires_at": "+PT1H",
+                    "tags": ["t1"],
+                    "retry": {"max_attempts": 5, "initial_interval": "PT2S", "backoff_coefficient": 3.0, "max_interval": "PT10M",
+                        "jitter": false, "backoff_strategy": "linear", "non_retryable_errors": ["Auth.*"], "on_exhaustion": "dead_letter"},
+                    "unique": {"keys": ["type", "args", "meta"], "args_keys": ["to"], "meta_keys": ["tenant"], "period": "PT1H",
+                        "states": ["available", "active"], "on_conflict": "ignore"},
+                    "root_job": {"signature": "sig", "timestamp": "2026-01-01T00:00:00Z", "is_root": false},
+                    "x_option": 1
+                },
+                "x_trace": "t"
+            }),
+            json!({"type": "a.b", "args": [1], "options": {"queue": "q2", "delay_ms": 1000, "dedup": true,
+                "rate_limit": {"key": "k", "rate": window}}}),
+            json!({"type": "a.b", "args": [1], "options": {"scheduled_at": "+PT5S"}}),
+            json!({"type": "a.b", "args": [1], "options": {"delay_until": "+PT5S"}}),
+        ]
+    }
+
+    /// Every envelope the parser accepts reads as the documented [`JobRequest`], which finds in it
+    /// what the parser found.
+    #[test]
+    fn envelopes_read_as_job_requests() {
+        let rules = ojs_core::envelope::EnvelopeRules::default();
+        for body in envelopes() {
+            let parsed = ojs_core::envelope::parse(body.clone(), &rules).expect("a valid envelope");
+            let req: JobRequest = serde_json::from_value(body.clone()).expect("a JobRequest");
+            let options = req.options.as_ref();
+            assert_eq!(req.job_type, parsed.job_type);
+            let queue = req.queue.clone().or_else(|| options.and_then(|o| o.queue.clone()));
+            assert_eq!(queue.as_deref().unwrap_or("default"), parsed.queue, "{body}");
+            if let Some(id) = &req.id {
+                assert_eq!(*id, parsed.id);
+            }
+            if let Some(p) = req.priority {
+                assert_eq!(p, parsed.priority);
+            }
+            let rate_limit = req
+                .rate_limit
+                .as_ref()
+                .or_else(|| options.and_then(|o| o.rate_limit.as_ref()));
+            assert_eq!(
+                rate_limit.map(|r| r.key.as_str()),
+                parsed.rate_limit.as_ref().map(|r| r.key.as_str())
+            );
+            if let Some(r) = rate_limit {
+                let p = parsed.rate_limit.as_ref().expect("a policy");
+                assert_eq!(r.concurrency, p.concurrency);
+                assert_eq!(r.rate.as_ref().map(|w| w.limit), p.rate.map(|w| w.limit));
+                assert_eq!(r.throttle.as_ref().map(|w| w.limit), p.throttle.map(|w| w.limit));
+            }
+            let Some(o) = options else { continue };
+            if let Some(r) = &o.retry {
+                assert_eq!(r.max_attempts, Some(parsed.retry.max_attempts));
+                assert_eq!(
+                    r.non_retryable_errors.as_ref(),
+                    Some(&parsed.retry.non_retryable_errors)
+                );
+            }
+            if let Some(u) = &o.unique {
+                let p = parsed.unique.as_ref().expect("a unique policy");
+                let states: Vec<&str> = u.states.iter().flatten().map(|s| s.as_str()).collect();
+                assert_eq!(states, p.states);
+            }
+            if let Some(r) = &o.root_job {
+                let p = parsed.root_job.as_ref().expect("a root job");
+                assert_eq!(
+                    (r.signature.as_str(), r.is_root),
+                    (p.signature.as_str(), Some(p.is_root))
+                );
+            }
+            assert_eq!(o.dedup.is_some(), parsed.dedup.is_some());
+            assert_eq!(
+                o.timeout_ms.is_some(),
+                parsed.timeout_ms > 0 && body["options"].get("timeout_ms").is_some()
+            );
+        }
+        let full: JobRequest = serde_json::from_value(envelopes()[1].clone()).expect("a JobRequest");
+        assert_eq!(full.extensions.keys().collect::<Vec<_>>(), ["x_trace"]);
+        assert_eq!(
+            full.options.expect("options").extensions.keys().collect::<Vec<_>>(),
+            ["x_option"]
+        );
+    }
 
     #[test]
     fn the_typed_error_body_is_the_catalogs() {
@@ -581,10 +786,5 @@ mod tests {
             serde_json::to_value(OjsErrorBody::from(&plain)).expect("json"),
             plain.body(None)
         );
-    }
-
-    #[test]
-    fn job_state_lists_the_core_states() {
-        assert_eq!(enum_names::<JobState>(), ojs_core::job::STATES);
     }
 }

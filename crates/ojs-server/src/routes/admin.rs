@@ -16,8 +16,8 @@ use crate::error::ApiResult;
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
 use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
 use crate::routes::lifecycle::{worker_view, WorkerState, WorkerView};
-use crate::routes::queues::{one_queue, queue_name, QueueStatus};
-use crate::schemas::{Job, JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::routes::queues::{one_queue, queue_name};
+use crate::schemas::{variant_name, Job, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -139,8 +139,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
 #[derive(Serialize, ToSchema)]
 struct AdminQueue {
     name: String,
-    #[schema(value_type = QueueStatus)]
-    state: &'static str,
+    state: QueueStatus,
     paused: bool,
     counts: JobCounts,
 }
@@ -149,7 +148,7 @@ impl From<&ojs_store::QueueCounts> for AdminQueue {
     fn from(c: &ojs_store::QueueCounts) -> Self {
         Self {
             name: c.name.clone(),
-            state: if c.paused { "paused" } else { "active" },
+            state: QueueStatus::of(c.paused),
             paused: c.paused,
             counts: c.into(),
         }
@@ -429,8 +428,7 @@ struct BulkReq {
 /// What a bulk request did.
 #[derive(Serialize, ToSchema)]
 struct BulkResult {
-    #[schema(value_type = BulkAction)]
-    action: &'static str,
+    action: BulkAction,
     /// Jobs the filter matched (see `total_exact`).
     matched: u64,
     /// Jobs acted on in this request (at most `limit`).
@@ -445,9 +443,8 @@ struct BulkResult {
     total_exact: bool,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents the action strings
 enum BulkAction {
     Retry,
     Cancel,
@@ -466,7 +463,7 @@ struct BulkError {
 async fn bulk<F, Fut>(
     st: &AppState,
     req: BulkReq,
-    action: &'static str,
+    action: BulkAction,
     states: &[&'static str],
     op: F,
 ) -> ApiResult<Response>
@@ -478,7 +475,8 @@ where
     // unfiltered request (every job) nor a filtered one acts by accident.
     if req.confirm != Some(true) {
         return Err(OjsError::invalid(format!(
-            "bulk {action} needs \"confirm\": true (it acts on every job the filter matches{})",
+            "bulk {} needs \"confirm\": true (it acts on every job the filter matches{})",
+            variant_name(&action),
             if req.filter.as_ref().is_none_or(JobFilter::is_empty) {
                 "; with no filter, that is every job it applies to"
             } else {
@@ -536,7 +534,7 @@ where
 )]
 async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
-    bulk(&st, req, "retry", &["discarded"], move |id| {
+    bulk(&st, req, BulkAction::Retry, &["discarded"], move |id| {
         let s = s.clone();
         async move {
             let id = id.as_str();
@@ -566,7 +564,7 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
     bulk(
         &st,
         req,
-        "cancel",
+        BulkAction::Cancel,
         &["available", "active", "scheduled", "retryable"],
         move |id| {
             let s = s.clone();
@@ -597,7 +595,7 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
 )]
 async fn bulk_delete(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
-    bulk(&st, req, "delete", &["discarded"], move |id| {
+    bulk(&st, req, BulkAction::Delete, &["discarded"], move |id| {
         let s = s.clone();
         async move {
             let id = id.as_str();

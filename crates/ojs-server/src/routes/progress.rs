@@ -59,8 +59,7 @@ enum ProgressAnswer {
     /// Recorded (the job is active); also extended the lease.
     Accepted {
         job_id: String,
-        #[schema(value_type = JobState)]
-        state: &'static str,
+        state: JobState,
         accepted: bool,
         /// The progress now (it never goes down within an attempt).
         progress: Option<f64>,
@@ -212,7 +211,7 @@ async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response
     {
         Transition::Done((now, stored, lease)) => Ok(ok(json!(ProgressAnswer::Accepted {
             job_id: id.to_string(),
-            state: "active",
+            state: JobState::Active,
             accepted: true,
             progress: stored,
             message,

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson, OjsPath};
-use crate::schemas::{JobCounts, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{variant, variant_name, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -33,8 +33,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 struct QueueSummary {
     name: String,
     /// `active` or `paused`.
-    #[schema(value_type = QueueStatus)]
-    status: &'static str,
+    status: QueueStatus,
     paused: bool,
     #[serde(flatten)]
     counts: Counts,
@@ -49,14 +48,6 @@ struct Counts {
     depth: u64,
 }
 
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents the status strings
-pub(crate) enum QueueStatus {
-    Active,
-    Paused,
-}
-
 fn counts(c: &QueueCounts) -> Counts {
     Counts {
         jobs: c.into(),
@@ -67,7 +58,7 @@ fn counts(c: &QueueCounts) -> Counts {
 fn summary(c: &QueueCounts) -> QueueSummary {
     QueueSummary {
         name: c.name.clone(),
-        status: if c.paused { "paused" } else { "active" },
+        status: QueueStatus::of(c.paused),
         paused: c.paused,
         counts: counts(c),
     }
@@ -200,10 +191,10 @@ struct BackpressureConfig {
     warning_threshold: f64,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema, Clone, Copy, Default)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
 enum BackpressureStrategy {
+    #[default]
     Reject,
     Block,
 }
@@ -291,16 +282,15 @@ fn parse_backpressure(req: QueueConfigRequest) -> Result<Option<Backpressure>, O
     }
     let strategy =
         match bp.strategy.as_deref() {
-            None => "reject".to_string(),
-            Some(s @ ("reject" | "block")) => s.to_string(),
+            None => BackpressureStrategy::default(),
             Some("drop_oldest") => return Err(OjsError::unprocessable(
                 "backpressure.strategy drop_oldest is not supported (it discards accepted jobs); use reject or block",
             )),
-            Some(s) => {
-                return Err(OjsError::invalid(format!(
+            Some(s) => variant::<BackpressureStrategy>(s).ok_or_else(|| {
+                OjsError::invalid(format!(
                     "backpressure.strategy must be \"reject\" or \"block\"; got {s:?}"
-                )))
-            }
+                ))
+            })?,
         };
     let warning_threshold = bp.warning_threshold.unwrap_or(0.8);
     if !(0.0..=1.0).contains(&warning_threshold) {
@@ -311,7 +301,7 @@ fn parse_backpressure(req: QueueConfigRequest) -> Result<Option<Backpressure>, O
     let max_depth = bp.max_depth.unwrap_or(0);
     Ok((max_depth > 0).then_some(Backpressure {
         max_depth,
-        strategy,
+        strategy: variant_name(&strategy),
         warning_threshold,
     }))
 }

@@ -3,12 +3,11 @@
 use axum::extract::State;
 use axum::response::Response;
 use ojs_core::clock;
-use ojs_core::duration::format_iso8601_ms;
 use ojs_core::ratelimit::Window;
 use ojs_core::{names, OjsError};
 use ojs_store::RateLimitState as StoreState;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
@@ -32,13 +31,15 @@ fn check_key(key: &str) -> Result<(), OjsError> {
 /// A rate-limit key's state (seed §10): its limits (the newest job's policy with any override on
 /// top), their use now, and why it is blocked.
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents state_json
 struct RateLimitState {
     key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     concurrency: Option<ConcurrencyState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     rate: Option<RateState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     throttle: Option<ThrottleState>,
     /// The newest job's `on_limit` (each job keeps its own); empty when no job set one.
@@ -46,13 +47,15 @@ struct RateLimitState {
     /// Jobs held back by this key.
     waiting_count: u64,
     /// The current blocking episode.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     blocked: Option<Blocked>,
     /// A worker's `rate_limit_until` still in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
     dynamic_until: Option<String>,
     /// The operator's override, while in force.
-    #[serde(rename = "override")]
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     override_: Option<OverrideState>,
     /// Starts refused, by strategy (`wait`, `reschedule`, `drop`…).
@@ -60,7 +63,6 @@ struct RateLimitState {
 }
 
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 struct ConcurrencyState {
     limit: u64,
     active: u64,
@@ -68,27 +70,25 @@ struct ConcurrencyState {
 }
 
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 struct RateState {
-    limit: u64,
-    period: String,
+    #[serde(flatten)]
+    window: RateWindow,
     current_count: u64,
     /// When the oldest start in the sliding window slides out.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
     window_resets_at: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 struct ThrottleState {
-    limit: u64,
-    period: String,
+    #[serde(flatten)]
+    window: RateWindow,
     #[schema(format = DateTime)]
     next_allowed_at: String,
 }
 
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 struct Blocked {
     /// The strategy of the job that found the key full.
     reason: Option<String>,
@@ -98,82 +98,60 @@ struct Blocked {
 }
 
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 struct OverrideState {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     concurrency: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
     expires_at: Option<String>,
 }
 
-pub fn state_json(key: &str, s: &StoreState) -> Value {
-    let (conc, rate, thr, on_limit) = (s.concurrency, s.rate, s.throttle, &s.on_limit);
-    let mut out = Map::new();
-    out.insert("key".into(), json!(key));
-    if let Some(c) = conc {
-        out.insert(
-            "concurrency".into(),
-            json!({ "limit": c, "active": s.active, "available": c.saturating_sub(s.active) }),
-        );
-    }
-    if let Some(w) = rate {
-        let mut r =
-            json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "current_count": s.window_count });
-        // A sliding window: room opens when the oldest start in it slides out.
-        if let Some(oldest) = s.window_oldest_ms {
-            r["window_resets_at"] = json!(clock::format_ms(oldest + w.period_ms as i64));
-        }
-        out.insert("rate".into(), r);
-    }
-    if let Some(w) = thr {
-        let next = s.throttle_next_ms.unwrap_or(s.now_ms);
-        out.insert("throttle".into(), json!({ "limit": w.limit, "period": format_iso8601_ms(w.period_ms), "next_allowed_at": clock::format_ms(next) }));
-    }
-    out.insert("on_limit".into(), json!(on_limit));
-    out.insert("waiting_count".into(), json!(s.waiting));
-    if let Some(since) = s.episode.get("blocked_since").and_then(|v| v.parse::<i64>().ok()) {
-        let until = s
-            .episode
-            .get("until")
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|u| *u > 0);
-        out.insert(
-            "blocked".into(),
-            json!({
-                "reason": s.episode.get("strategy"),
-                "since": clock::format_ms(since),
-                "until": until.map(clock::format_ms),
+impl RateLimitState {
+    /// The state of `key` as the store read it.
+    fn of(key: &str, s: &StoreState) -> Self {
+        let episode_ms = |k: &str| s.episode.get(k).and_then(|v| v.parse::<i64>().ok());
+        Self {
+            key: key.to_string(),
+            concurrency: s.concurrency.map(|limit| ConcurrencyState {
+                limit,
+                active: s.active,
+                available: limit.saturating_sub(s.active),
             }),
-        );
-    }
-    if let Some(u) = s.dynamic_until_ms {
-        out.insert("dynamic_until".into(), json!(clock::format_ms(u)));
-    }
-    if !s.override_fields.is_empty() {
-        let mut o: Map<String, Value> = Map::new();
-        if let Some(c) = s.override_fields.get("concurrency") {
-            o.insert("concurrency".into(), json!(c.parse::<u64>().unwrap_or(0)));
+            rate: s.rate.map(|w| RateState {
+                window: w.into(),
+                current_count: s.window_count,
+                // A sliding window: room opens when the oldest start in it slides out.
+                window_resets_at: s
+                    .window_oldest_ms
+                    .map(|oldest| clock::format_ms(oldest + w.period_ms as i64)),
+            }),
+            throttle: s.throttle.map(|w| ThrottleState {
+                window: w.into(),
+                next_allowed_at: clock::format_ms(s.throttle_next_ms.unwrap_or(s.now_ms)),
+            }),
+            on_limit: s.on_limit.clone(),
+            waiting_count: s.waiting,
+            blocked: episode_ms("blocked_since").map(|since| Blocked {
+                reason: s.episode.get("strategy").cloned(),
+                since: clock::format_ms(since),
+                until: episode_ms("until").filter(|u| *u > 0).map(clock::format_ms),
+            }),
+            dynamic_until: s.dynamic_until_ms.map(clock::format_ms),
+            override_: (!s.override_fields.is_empty()).then(|| OverrideState {
+                concurrency: s
+                    .override_fields
+                    .get("concurrency")
+                    .map(|c| c.parse::<u64>().unwrap_or(0)),
+                expires_at: (s.override_ttl_ms > 0).then(|| clock::format_ms(s.now_ms + s.override_ttl_ms)),
+            }),
+            exceeded_total: s
+                .stats
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix("exceeded_")?.to_string(), v.parse::<u64>().unwrap_or(0))))
+                .collect(),
         }
-        if s.override_ttl_ms > 0 {
-            o.insert(
-                "expires_at".into(),
-                json!(clock::format_ms(s.now_ms + s.override_ttl_ms)),
-            );
-        }
-        out.insert("override".into(), Value::Object(o));
     }
-    let exceeded: Map<String, Value> = s
-        .stats
-        .iter()
-        .filter_map(|(k, v)| {
-            Some((
-                k.strip_prefix("exceeded_")?.to_string(),
-                json!(v.parse::<u64>().unwrap_or(0)),
-            ))
-        })
-        .collect();
-    out.insert("exceeded_total".into(), Value::Object(exceeded));
-    Value::Object(out)
 }
 
 #[utoipa::path(
@@ -190,7 +168,7 @@ async fn inspect(State(st): State<AppState>, OjsPath(key): OjsPath<String>) -> A
     if !s.known {
         return Err(OjsError::not_found("rate-limit key", &key).into());
     }
-    Ok(ok(state_json(&key, &s)))
+    Ok(ok(RateLimitState::of(&key, &s)))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -206,8 +184,7 @@ struct Page {
 
 #[derive(Serialize, ToSchema)]
 struct RateLimitList {
-    #[schema(value_type = Vec<RateLimitState>)]
-    items: Vec<Value>,
+    items: Vec<RateLimitState>,
     pagination: Pagination,
 }
 
@@ -236,12 +213,12 @@ async fn list(State(st): State<AppState>, OjsQuery(p): OjsQuery<Page>) -> ApiRes
     let (total, keys) = st.shards.rate_limit_keys(offset, per_page).await?;
     let mut items = Vec::with_capacity(keys.len());
     for (store, k) in &keys {
-        items.push(state_json(k, &store.rate_limit_state(k).await?));
+        items.push(RateLimitState::of(k, &store.rate_limit_state(k).await?));
     }
-    Ok(ok(json!(RateLimitList {
+    Ok(ok(RateLimitList {
         items,
         pagination: Pagination { total, page, per_page },
-    })))
+    }))
 }
 
 fn window_field(v: &Value, field: &str) -> Result<Window, OjsError> {
@@ -252,23 +229,53 @@ fn window_field(v: &Value, field: &str) -> Result<Window, OjsError> {
 }
 
 /// An override: at least one of `concurrency`, `rate`, `throttle`.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents put_override
+// Each member is read as sent and checked by put_override, which names the member and the rule when it
+// is wrong.
+#[derive(Deserialize, ToSchema)]
 struct OverrideRequest {
-    #[schema(nullable = false)]
-    concurrency: Option<u64>,
-    rate: Option<RateWindow>,
-    throttle: Option<RateWindow>,
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, nullable = false)]
+    concurrency: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<RateWindow>)]
+    rate: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<RateWindow>)]
+    throttle: Option<Value>,
     /// RFC 3339, in the future; absent: until lifted.
-    expires_at: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    expires_at: Option<Value>,
 }
 
 /// Queue-level limits: at least one of `concurrency`, `rate`.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents put_queue
+// Read as sent, checked by put_queue.
+#[derive(Deserialize, ToSchema)]
 struct QueueLimitRequest {
-    concurrency: Option<u64>,
-    rate: Option<RateWindow>,
+    #[serde(default)]
+    #[schema(value_type = Option<u64>)]
+    concurrency: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<RateWindow>)]
+    rate: Option<Value>,
+}
+
+/// `body` read as `T`, a request whose members are all optional JSON values: any JSON object is one;
+/// anything else is refused with `not_object`.
+fn members<T: serde::de::DeserializeOwned>(body: Value, not_object: &str) -> Result<T, OjsError> {
+    if !body.is_object() {
+        return Err(OjsError::invalid(not_object.to_string()));
+    }
+    serde_json::from_value(body).map_err(|e| OjsError::invalid(format!("{not_object}: {e}")))
+}
+
+/// `concurrency` of a request: an integer >= 0, when given.
+fn concurrency_field(c: Option<Value>) -> Result<Option<u64>, OjsError> {
+    c.map(|c| {
+        c.as_u64()
+            .ok_or_else(|| OjsError::invalid(format!("concurrency must be an integer >= 0; got {c}")))
+    })
+    .transpose()
 }
 
 /// A queue's own limits (`null` when not set), with their use now.
@@ -287,8 +294,8 @@ struct QueueConcurrency {
 
 #[derive(Serialize, ToSchema)]
 struct QueueRate {
-    limit: u64,
-    period: String,
+    #[serde(flatten)]
+    window: RateWindow,
     current_count: u64,
 }
 
@@ -309,22 +316,17 @@ async fn put_override(
     OjsJson(body): OjsJson<Value>,
 ) -> ApiResult<Response> {
     check_key(&key)?;
-    let o = body
-        .as_object()
-        .ok_or_else(|| OjsError::invalid("the override must be a JSON object"))?;
+    let req: OverrideRequest = members(body, "the override must be a JSON object")?;
     let mut fields = Vec::new();
-    if let Some(c) = o.get("concurrency").filter(|v| !v.is_null()) {
-        let c = c
-            .as_u64()
-            .ok_or_else(|| OjsError::invalid(format!("concurrency must be an integer >= 0; got {c}")))?;
+    if let Some(c) = concurrency_field(req.concurrency)? {
         fields.push(("concurrency".to_string(), c.to_string()));
     }
-    for (name, lf, pf) in [
-        ("rate", "rate_limit", "rate_period"),
-        ("throttle", "throttle_limit", "throttle_period"),
+    for (name, v, lf, pf) in [
+        ("rate", req.rate, "rate_limit", "rate_period"),
+        ("throttle", req.throttle, "throttle_limit", "throttle_period"),
     ] {
-        if let Some(v) = o.get(name).filter(|v| !v.is_null()) {
-            let w = window_field(v, name)?;
+        if let Some(v) = v {
+            let w = window_field(&v, name)?;
             fields.push((lf.to_string(), w.limit.to_string()));
             fields.push((pf.to_string(), w.period_ms.to_string()));
         }
@@ -332,9 +334,9 @@ async fn put_override(
     if fields.is_empty() {
         return Err(OjsError::invalid("an override needs at least one of concurrency, rate or throttle").into());
     }
-    let expires = match o.get("expires_at") {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(t)) => clock::parse_ms(t)
+    let expires = match req.expires_at {
+        None => 0,
+        Some(Value::String(t)) => clock::parse_ms(&t)
             .ok_or_else(|| OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {t:?}")))?,
         Some(v) => return Err(OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {v}")).into()),
     };
@@ -343,7 +345,7 @@ async fn put_override(
     if !store.rate_limit_override(&key, Some((&fields, expires))).await? {
         return Err(OjsError::invalid("expires_at is in the past (by the server's clock)").into());
     }
-    Ok(ok(state_json(&key, &store.rate_limit_state(&key).await?)))
+    Ok(ok(RateLimitState::of(&key, &store.rate_limit_state(&key).await?)))
 }
 
 #[utoipa::path(
@@ -358,7 +360,7 @@ async fn delete_override(State(st): State<AppState>, OjsPath(key): OjsPath<Strin
     check_key(&key)?;
     let store = st.shards.for_key(&key).await?;
     store.rate_limit_override(&key, None).await?;
-    Ok(ok(state_json(&key, &store.rate_limit_state(&key).await?)))
+    Ok(ok(RateLimitState::of(&key, &store.rate_limit_state(&key).await?)))
 }
 
 fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_window: u64) -> Value {
@@ -366,8 +368,7 @@ fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_
         queue: q.to_string(),
         concurrency: conc.map(|limit| QueueConcurrency { limit, active }),
         rate: rate.map(|w| QueueRate {
-            limit: w.limit,
-            period: format_iso8601_ms(w.period_ms),
+            window: w.into(),
             current_count: in_window,
         }),
     })
@@ -403,20 +404,9 @@ async fn put_queue(
     OjsJson(body): OjsJson<Value>,
 ) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
-    let o = body
-        .as_object()
-        .ok_or_else(|| OjsError::invalid("the queue limit must be a JSON object"))?;
-    let conc = match o.get("concurrency").filter(|v| !v.is_null()) {
-        Some(c) => Some(
-            c.as_u64()
-                .ok_or_else(|| OjsError::invalid(format!("concurrency must be an integer >= 0; got {c}")))?,
-        ),
-        None => None,
-    };
-    let rate = match o.get("rate").filter(|v| !v.is_null()) {
-        Some(v) => Some(window_field(v, "rate")?),
-        None => None,
-    };
+    let req: QueueLimitRequest = members(body, "the queue limit must be a JSON object")?;
+    let conc = concurrency_field(req.concurrency)?;
+    let rate = req.rate.map(|v| window_field(&v, "rate")).transpose()?;
     if conc.is_none() && rate.is_none() {
         return Err(OjsError::invalid("a queue limit needs concurrency, rate or both").into());
     }
@@ -441,4 +431,61 @@ async fn delete_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -
     names::check_queue(&q).map_err(OjsError::invalid)?;
     st.shards.for_queue(&q).await?.set_queue_rate_limit(&q, None).await?;
     Ok(ok(queue_json(&q, None, None, 0, 0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(kv: &[(&str, &str)]) -> ojs_store::JobFields {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The answer keeps the shape the hand-built JSON had: absent limits and episodes are absent,
+    /// an episode's unknown reason and open end are `null`.
+    #[test]
+    fn a_keys_state_shows_what_the_store_read() {
+        let empty = StoreState {
+            now_ms: 0,
+            ..StoreState::default()
+        };
+        assert_eq!(
+            serde_json::to_value(RateLimitState::of("k", &empty)).expect("json"),
+            json!({"key": "k", "on_limit": "", "waiting_count": 0, "exceeded_total": {}})
+        );
+        let w = |limit, period_ms| Some(Window { limit, period_ms });
+        let full = StoreState {
+            now_ms: 1_000,
+            known: true,
+            concurrency: Some(2),
+            rate: w(10, 60_000),
+            throttle: w(1, 1_000),
+            on_limit: "wait".into(),
+            active: 3,
+            window_count: 4,
+            window_oldest_ms: Some(500),
+            throttle_next_ms: None,
+            dynamic_until_ms: Some(2_000),
+            waiting: 5,
+            override_fields: fields(&[("concurrency", "1")]),
+            override_ttl_ms: 9_000,
+            episode: fields(&[("blocked_since", "100"), ("until", "0")]),
+            stats: fields(&[("exceeded_wait", "7"), ("blocked_episodes", "1")]),
+        };
+        assert_eq!(
+            serde_json::to_value(RateLimitState::of("k", &full)).expect("json"),
+            json!({
+                "key": "k",
+                "concurrency": {"limit": 2, "active": 3, "available": 0},
+                "rate": {"limit": 10, "period": "PT1M", "current_count": 4, "window_resets_at": clock::format_ms(60_500)},
+                "throttle": {"limit": 1, "period": "PT1S", "next_allowed_at": clock::format_ms(1_000)},
+                "on_limit": "wait",
+                "waiting_count": 5,
+                "blocked": {"reason": null, "since": clock::format_ms(100), "until": null},
+                "dynamic_until": clock::format_ms(2_000),
+                "override": {"concurrency": 1, "expires_at": clock::format_ms(10_000)},
+                "exceeded_total": {"wait": 7},
+            })
+        );
+    }
 }

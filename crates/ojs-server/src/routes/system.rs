@@ -52,8 +52,7 @@ struct Backend {
     /// Always `redis`.
     #[serde(rename = "type")]
     kind: &'static str,
-    #[schema(value_type = BackendStatus)]
-    status: &'static str,
+    status: BackendStatus,
     /// Whether Redis answered (health only).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -66,7 +65,6 @@ struct Backend {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents the status strings
 enum BackendStatus {
     Ok,
     Unhealthy,
@@ -78,7 +76,11 @@ impl Backend {
         let (up, latency_ms, error) = probe(st).await;
         Self {
             kind: "redis",
-            status: if up { "ok" } else { "unhealthy" },
+            status: if up {
+                BackendStatus::Ok
+            } else {
+                BackendStatus::Unhealthy
+            },
             connected: None,
             latency_ms,
             error,
@@ -93,8 +95,7 @@ impl Backend {
 /// Liveness: `ok`, or `degraded` when Redis does not answer.
 #[derive(Serialize, ToSchema)]
 struct Health {
-    #[schema(value_type = HealthStatus)]
-    status: &'static str,
+    status: HealthStatus,
     /// The server's version.
     version: &'static str,
     uptime_seconds: u64,
@@ -103,7 +104,6 @@ struct Health {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents the status strings
 enum HealthStatus {
     Ok,
     Degraded,
@@ -123,7 +123,7 @@ async fn health(State(st): State<AppState>) -> Response {
     let up = backend.up();
     backend.connected = Some(up);
     let body = Health {
-        status: if up { "ok" } else { "degraded" },
+        status: if up { HealthStatus::Ok } else { HealthStatus::Degraded },
         version: env!("CARGO_PKG_VERSION"),
         uptime_seconds: st.started.elapsed().as_secs(),
         backend,
@@ -154,8 +154,7 @@ async fn health_root(st: State<AppState>) -> Response {
 /// Readiness: `ready`, or `not_ready` with the reason.
 #[derive(Serialize, ToSchema)]
 struct Readiness {
-    #[schema(value_type = ReadyStatus)]
-    status: &'static str,
+    status: ReadyStatus,
     /// Why not ready: `shutting_down` or `backend_unavailable`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -168,7 +167,6 @@ struct Readiness {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // documents the status strings
 enum ReadyStatus {
     Ready,
     NotReady,
@@ -187,7 +185,7 @@ enum ReadyStatus {
 async fn ready(State(st): State<AppState>) -> Response {
     let r = if *st.shutting_down.borrow() {
         Readiness {
-            status: "not_ready",
+            status: ReadyStatus::NotReady,
             reason: Some("shutting_down"),
             backend: None,
         }
@@ -195,7 +193,7 @@ async fn ready(State(st): State<AppState>) -> Response {
         let backend = Backend::probe(&st).await;
         let up = backend.up();
         Readiness {
-            status: if up { "ready" } else { "not_ready" },
+            status: if up { ReadyStatus::Ready } else { ReadyStatus::NotReady },
             reason: (!up).then_some("backend_unavailable"),
             backend: Some(backend),
         }

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsJson, OjsPath};
 use crate::routes::path_job_id;
-use crate::schemas::{Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{variant, variant_name, Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -77,18 +77,25 @@ struct FetchReq {
     wait_ms: Option<u64>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents FetchParams::new
 enum FetchStrategy {
     Strict,
     Weighted,
 }
 
+impl From<FetchStrategy> for Strategy {
+    fn from(s: FetchStrategy) -> Self {
+        match s {
+            FetchStrategy::Strict => Strategy::Strict,
+            FetchStrategy::Weighted => Strategy::Weighted,
+        }
+    }
+}
+
 /// A queue to claim from: its name, or `{"name", "weight"}` (weight 1 to the server's maximum).
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)] // documents parse_queues
 enum FetchQueue {
     Name(String),
     Weighted {
@@ -96,6 +103,42 @@ enum FetchQueue {
         #[schema(minimum = 1, nullable = false)]
         weight: Option<u32>,
     },
+}
+
+impl FetchQueue {
+    /// `queues[i]` of a FETCH, checked but for its name (see parse_queues).
+    fn parse(item: Value, i: usize) -> Result<Self, OjsError> {
+        match item {
+            Value::String(s) => Ok(FetchQueue::Name(s)),
+            Value::Object(m) => {
+                let name = m
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        OjsError::invalid(format!(
+                            "queues[{i}] must be a queue name or {{\"name\": …, \"weight\": …}}"
+                        ))
+                    })?;
+                let weight = match m.get("weight") {
+                    None | Some(Value::Null) => None,
+                    Some(w) => Some(
+                        w.as_u64()
+                            .filter(|w| (1..=u64::from(MAX_WEIGHT)).contains(w))
+                            .ok_or_else(|| {
+                                OjsError::invalid(format!(
+                                    "queues[{i}].weight must be an integer from 1 to {MAX_WEIGHT}; got {w}"
+                                ))
+                            })? as u32,
+                    ),
+                };
+                Ok(FetchQueue::Weighted { name, weight })
+            }
+            other => Err(OjsError::invalid(format!(
+                "queues[{i}] must be a string or an object; got {other}"
+            ))),
+        }
+    }
 }
 
 /// The claimed jobs (none when nothing was ready); each is `active` with its `lease_id`.
@@ -133,13 +176,9 @@ impl FetchParams {
     fn new(st: &AppState, req: FetchReq) -> Result<Self, OjsError> {
         let strategy = match req.strategy.as_deref() {
             None => st.config.fetch_strategy,
-            Some("strict") => Strategy::Strict,
-            Some("weighted") => Strategy::Weighted,
-            Some(other) => {
-                return Err(OjsError::invalid(format!(
-                    "strategy must be \"strict\" or \"weighted\"; got {other:?}"
-                )))
-            }
+            Some(s) => variant::<FetchStrategy>(s)
+                .ok_or_else(|| OjsError::invalid(format!("strategy must be \"strict\" or \"weighted\"; got {s:?}")))?
+                .into(),
         };
         let queues = parse_queues(req.queues, &st.config.queue_weights)?;
         let worker = req.worker_id.unwrap_or_default();
@@ -471,37 +510,9 @@ fn parse_queues(v: Option<Vec<Value>>, defaults: &Weights) -> Result<Vec<(String
     }
     let mut out: Vec<(String, u32)> = Vec::with_capacity(v.len());
     for (i, item) in v.into_iter().enumerate() {
-        let (name, weight) = match item {
-            Value::String(s) => (s, None),
-            Value::Object(m) => {
-                let name = m
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .ok_or_else(|| {
-                        OjsError::invalid(format!(
-                            "queues[{i}] must be a queue name or {{\"name\": …, \"weight\": …}}"
-                        ))
-                    })?;
-                let weight = match m.get("weight") {
-                    None | Some(Value::Null) => None,
-                    Some(w) => Some(
-                        w.as_u64()
-                            .filter(|w| (1..=u64::from(MAX_WEIGHT)).contains(w))
-                            .ok_or_else(|| {
-                                OjsError::invalid(format!(
-                                    "queues[{i}].weight must be an integer from 1 to {MAX_WEIGHT}; got {w}"
-                                ))
-                            })? as u32,
-                    ),
-                };
-                (name, weight)
-            }
-            other => {
-                return Err(OjsError::invalid(format!(
-                    "queues[{i}] must be a string or an object; got {other}"
-                )))
-            }
+        let (name, weight) = match FetchQueue::parse(item, i)? {
+            FetchQueue::Name(name) => (name, None),
+            FetchQueue::Weighted { name, weight } => (name, weight),
         };
         names::check_queue(&name).map_err(|e| OjsError::invalid(format!("queues[{i}]: {e}")))?;
         if out.iter().any(|(q, _)| *q == name) {
@@ -605,8 +616,7 @@ struct AckResponse {
     job_id: String,
     /// The same as `job_id`.
     id: String,
-    #[schema(value_type = JobState)]
-    state: &'static str,
+    state: JobState,
     attempt: i64,
     #[schema(format = DateTime)]
     completed_at: String,
@@ -654,7 +664,7 @@ async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiRe
                 acknowledged: true,
                 job_id: id.to_string(),
                 id: id.to_string(),
-                state: "completed",
+                state: JobState::Completed,
                 attempt: a.attempt,
                 completed_at: clock::format_ms(a.now_ms),
                 jobs,
@@ -682,10 +692,9 @@ struct NackReq {
 }
 
 /// A worker's error report.
-#[derive(Serialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)] // documents error_record
-enum NackError {
+pub enum NackError {
     Message(String),
     Report {
         #[schema(nullable = false)]
@@ -872,7 +881,6 @@ pub(crate) struct HeartbeatReq {
 /// `active_jobs`: the jobs, or a count.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)] // documents HeartbeatReq::jobs
 enum ActiveJobs {
     Jobs(Vec<HeartbeatJobRef>),
     Count(u64),
@@ -881,14 +889,9 @@ enum ActiveJobs {
 /// A job id, or `{"job_id", "lease_id"}` (then only that claim's lease is extended).
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)]
 enum HeartbeatJobRef {
     Id(String),
-    Claim {
-        job_id: String,
-        #[schema(value_type = Option<String>)]
-        lease_id: Option<Value>,
-    },
+    Claim { job_id: String, lease_id: Option<String> },
 }
 
 #[derive(Serialize, ToSchema)]
@@ -931,9 +934,8 @@ struct Directive {
     job_id: String,
 }
 
-#[derive(Serialize, Deserialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documents the signal strings
 enum WorkerSignal {
     Running,
     Quiet,
@@ -977,39 +979,15 @@ impl HeartbeatReq {
             ("active_job_ids", self.active_job_ids),
             ("job_ids", self.job_ids),
         ] {
-            let items = match v {
-                None | Some(Value::Null) => continue,
+            match ActiveJobs::parse(field, v)? {
                 // The JavaScript and Go SDKs' count of running jobs; the ids come in active_job_ids.
-                Some(Value::Number(n)) if field == "active_jobs" && n.as_u64().is_some() => continue,
-                Some(Value::Array(items)) => items,
-                Some(other) => {
-                    return Err(OjsError::invalid(format!(
-                        "{field} must be an array of job ids or {{\"job_id\", \"lease_id\"}} objects{}; got {other}",
-                        if field == "active_jobs" { ", or a count" } else { "" }
-                    )))
-                }
-            };
-            if items.len() > MAX_HEARTBEAT_JOBS {
-                return Err(OjsError::invalid(format!(
-                    "{field} names {} jobs; at most {MAX_HEARTBEAT_JOBS} per list of a heartbeat",
-                    items.len()
-                )));
-            }
-            for (i, item) in items.into_iter().enumerate() {
-                match item {
-                    Value::String(id) => add(id, None),
-                    Value::Object(mut m) => {
-                        let id = m
-                            .remove("job_id")
-                            .or_else(|| m.remove("id"))
-                            .and_then(|v| v.as_str().map(str::to_owned))
-                            .ok_or_else(|| OjsError::invalid(format!("{field}[{i}] must have a job_id")))?;
-                        add(id, lease_id(m.remove("lease_id"), &format!("{field}[{i}].lease_id"))?);
-                    }
-                    other => {
-                        return Err(OjsError::invalid(format!(
-                            "{field}[{i}] must be a job id or a {{\"job_id\", \"lease_id\"}} object; got {other}"
-                        )))
+                None | Some(ActiveJobs::Count(_)) => {}
+                Some(ActiveJobs::Jobs(refs)) => {
+                    for r in refs {
+                        match r {
+                            HeartbeatJobRef::Id(id) => add(id, None),
+                            HeartbeatJobRef::Claim { job_id, lease_id } => add(job_id, lease_id),
+                        }
                     }
                 }
             }
@@ -1018,6 +996,58 @@ impl HeartbeatReq {
             add(id, lease_id(self.lease_id, "lease_id")?);
         }
         Ok(first_of_each(named))
+    }
+}
+
+impl ActiveJobs {
+    /// The list `field` of a heartbeat (a count only in `active_jobs`), checked; None when absent.
+    fn parse(field: &str, v: Option<Value>) -> Result<Option<Self>, OjsError> {
+        let items = match v {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Number(n)) if field == "active_jobs" && n.as_u64().is_some() => {
+                return Ok(n.as_u64().map(ActiveJobs::Count))
+            }
+            Some(Value::Array(items)) => items,
+            Some(other) => {
+                return Err(OjsError::invalid(format!(
+                    "{field} must be an array of job ids or {{\"job_id\", \"lease_id\"}} objects{}; got {other}",
+                    if field == "active_jobs" { ", or a count" } else { "" }
+                )))
+            }
+        };
+        if items.len() > MAX_HEARTBEAT_JOBS {
+            return Err(OjsError::invalid(format!(
+                "{field} names {} jobs; at most {MAX_HEARTBEAT_JOBS} per list of a heartbeat",
+                items.len()
+            )));
+        }
+        let refs = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| HeartbeatJobRef::parse(item, field, i))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(ActiveJobs::Jobs(refs)))
+    }
+}
+
+impl HeartbeatJobRef {
+    /// `field[i]` of a heartbeat, checked.
+    fn parse(item: Value, field: &str, i: usize) -> Result<Self, OjsError> {
+        match item {
+            Value::String(id) => Ok(HeartbeatJobRef::Id(id)),
+            Value::Object(mut m) => {
+                let job_id = m
+                    .remove("job_id")
+                    .or_else(|| m.remove("id"))
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .ok_or_else(|| OjsError::invalid(format!("{field}[{i}] must have a job_id")))?;
+                let lease_id = lease_id(m.remove("lease_id"), &format!("{field}[{i}].lease_id"))?;
+                Ok(HeartbeatJobRef::Claim { job_id, lease_id })
+            }
+            other => Err(OjsError::invalid(format!(
+                "{field}[{i}] must be a job id or a {{\"job_id\", \"lease_id\"}} object; got {other}"
+            ))),
+        }
     }
 }
 
@@ -1151,8 +1181,7 @@ struct SignalReq {
 #[derive(Serialize, ToSchema)]
 struct SignalResponse {
     worker_id: String,
-    #[schema(value_type = WorkerSignal)]
-    signal: &'static str,
+    signal: WorkerSignal,
 }
 
 /// Operator control: tell a worker (through its next heartbeat) to stop fetching (`quiet`), to stop
@@ -1176,19 +1205,17 @@ async fn signal(
         return Err(OjsError::invalid("worker_id must not be empty").into());
     }
     let signal = match req.signal.as_str() {
-        "quiet" => Some("quiet"),
-        "terminate" => Some("terminate"),
-        "running" | "run" => None,
-        other => {
-            return Err(OjsError::invalid(format!("signal must be quiet, terminate or running; got {other:?}")).into())
-        }
+        "run" => WorkerSignal::Running,
+        s => variant(s)
+            .ok_or_else(|| OjsError::invalid(format!("signal must be quiet, terminate or running; got {s:?}")))?,
     };
-    // The worker registry lives on shard 0, which every heartbeat visits.
-    st.shards.first().set_worker_signal(&worker, signal).await?;
-    Ok(ok(json!(SignalResponse {
-        signal: signal.unwrap_or("running"),
+    // The worker registry lives on shard 0, which every heartbeat visits; running is no signal.
+    let stored = (signal != WorkerSignal::Running).then(|| variant_name(&signal));
+    st.shards.first().set_worker_signal(&worker, stored.as_deref()).await?;
+    Ok(ok(SignalResponse {
+        signal,
         worker_id: worker,
-    })))
+    }))
 }
 
 #[cfg(test)]
@@ -1197,6 +1224,40 @@ mod tests {
     use std::hash::{Hash, Hasher};
 
     use super::*;
+
+    /// Every error report error_record accepts reads as the documented [`NackError`], whose members
+    /// say what error_record found: the retryable flag, the type (or code) the retry policy matches,
+    /// and the rate-limit block.
+    #[test]
+    fn nack_errors_read_as_documented() {
+        for e in [
+            json!("connection reset"),
+            json!({"message": "smtp down", "type": "Smtp.Timeout", "code": "E1", "retryable": false, "x_host": "mx1"}),
+            json!({"code": "Auth.Denied", "rate_limit_until": "2030-01-01T00:00:00Z", "details": {"n": 1}}),
+        ] {
+            let (_, match_key, retryable, until) = error_record(Some(e.clone())).expect("a valid report");
+            match serde_json::from_value::<NackError>(e).expect("a NackError") {
+                NackError::Message(m) => {
+                    assert!(!m.is_empty());
+                    assert!(retryable && match_key.is_empty() && until == 0);
+                }
+                NackError::Report {
+                    message,
+                    kind,
+                    code,
+                    retryable: r,
+                    rate_limit_until,
+                    other,
+                } => {
+                    assert!(message.is_some() || code.is_some());
+                    assert_eq!(kind.or(code).unwrap_or_default(), match_key);
+                    assert_eq!(r.unwrap_or(true), retryable);
+                    assert_eq!(rate_limit_until.and_then(|t| clock::parse_ms(&t)).unwrap_or(0), until);
+                    assert!(!other.is_empty(), "the report's own members are kept");
+                }
+            }
+        }
+    }
 
     thread_local! {
         /// Comparisons and hashes of [`Counted`] keys made on this thread.

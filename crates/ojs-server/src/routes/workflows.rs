@@ -8,7 +8,7 @@ use axum::response::Response;
 use ojs_core::workflow::{self, NewWorkflow};
 use ojs_core::{clock, ErrorCode, OjsError};
 use ojs_store::{EnqueueOutcome, JobFields, Transition, WorkflowMember, WorkflowRecord};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -30,48 +30,46 @@ pub fn router() -> OpenApiRouter<AppState> {
 const VIEW_JOBS: u64 = 1_000;
 
 /// A workflow definition (ojs-workflows §3–6), as `ojs_core::workflow::parse` reads it.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents ojs_core::workflow::parse, which reads the JSON
+#[derive(Deserialize, ToSchema)]
 pub struct WorkflowRequest {
     /// `chain` (ordered `steps`), `group` (parallel `jobs`) or `batch` (parallel `jobs` and `callbacks`).
     #[serde(rename = "type")]
     #[schema(pattern = "^(chain|group|batch)$")]
-    kind: String,
+    pub kind: String,
     #[schema(nullable = false, max_length = 255)]
-    name: Option<String>,
+    pub name: Option<String>,
     /// The workflow's id (a UUIDv7); the server mints one when absent.
     #[schema(nullable = false)]
-    id: Option<String>,
+    pub id: Option<String>,
     /// A chain's steps, run in order (1 to 10,000 job envelopes).
     #[schema(nullable = false)]
-    steps: Option<Vec<crate::schemas::JobRequest>>,
+    pub steps: Option<Vec<crate::schemas::JobRequest>>,
     /// A group's or batch's jobs, run in parallel (1 to 10,000 job envelopes).
     #[schema(nullable = false)]
-    jobs: Option<Vec<crate::schemas::JobRequest>>,
+    pub jobs: Option<Vec<crate::schemas::JobRequest>>,
     /// A batch's callbacks: at least one of them.
     #[schema(nullable = false)]
-    callbacks: Option<WorkflowCallbacks>,
+    pub callbacks: Option<WorkflowCallbacks>,
     /// Seed priority model: the priority members inherit unless they set their own (core model:
     /// `options.priority`).
     #[schema(nullable = false)]
-    priority: Option<i64>,
+    pub priority: Option<i64>,
     #[schema(value_type = Option<Object>)]
-    options: Option<Value>,
+    pub options: Option<Value>,
 }
 
 /// Jobs a batch enqueues when all of its jobs have ended.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
 pub struct WorkflowCallbacks {
     /// Always.
     #[schema(nullable = false)]
-    on_complete: Option<crate::schemas::JobRequest>,
+    pub on_complete: Option<crate::schemas::JobRequest>,
     /// When no job failed.
     #[schema(nullable = false)]
-    on_success: Option<crate::schemas::JobRequest>,
+    pub on_success: Option<crate::schemas::JobRequest>,
     /// When a job failed.
     #[schema(nullable = false)]
-    on_failure: Option<crate::schemas::JobRequest>,
+    pub on_failure: Option<crate::schemas::JobRequest>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -310,4 +308,48 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiR
         workflows,
         pagination: p.of(total),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schemas::JobRequest;
+
+    /// Every workflow the parser accepts reads as the documented [`WorkflowRequest`], which finds in
+    /// it the kind, members and callbacks the parser found.
+    #[test]
+    fn workflows_read_as_workflow_requests() {
+        let rules = ojs_core::envelope::EnvelopeRules::default();
+        let job = |t: &str| json!({"type": t, "args": []});
+        for body in [
+            json!({"type": "chain", "name": "etl", "steps": [job("a.x"), job("a.y")], "priority": 1}),
+            json!({"type": "group", "id": "019a0000-0000-7000-8000-000000000002", "jobs": [job("a.x"), job("a.y"), job("a.z")]}),
+            json!({"type": "batch", "jobs": [job("a.x")], "callbacks": {"on_complete": job("cb.all"), "on_success": job("cb.ok"), "on_failure": job("cb.ko")}}),
+        ] {
+            let parsed = workflow::parse(body.clone(), &rules).expect("a valid workflow");
+            let req: WorkflowRequest = serde_json::from_value(body).expect("a WorkflowRequest");
+            assert_eq!(workflow::WorkflowKind::parse(&req.kind), Some(parsed.kind));
+            assert_eq!(req.name.unwrap_or_default(), parsed.name);
+            if let Some(id) = req.id {
+                assert_eq!(id, parsed.id);
+            }
+            let members: Vec<JobRequest> = req.steps.or(req.jobs).expect("members");
+            assert_eq!(members.len(), parsed.members);
+            let callbacks = req.callbacks.map_or_else(Vec::new, |c| {
+                [
+                    ("on_complete", c.on_complete),
+                    ("on_success", c.on_success),
+                    ("on_failure", c.on_failure),
+                ]
+                .into_iter()
+                .filter_map(|(name, j)| j.map(|_| name))
+                .collect()
+            });
+            assert_eq!(callbacks, parsed.callbacks);
+            // Members inherit the workflow's priority unless they set their own.
+            if let Some(p) = req.priority {
+                assert!(parsed.jobs.iter().all(|j| j.priority == p));
+            }
+        }
+    }
 }
