@@ -92,17 +92,20 @@ fn csv(a: &Option<String>, b: &Option<String>) -> Vec<String> {
         .collect()
 }
 
-/// A lifecycle event (CloudEvents-shaped).
+/// A lifecycle event as the API shows it (CloudEvents-shaped): [`LifecycleEvent::of`] one the stream
+/// holds.
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)] // documents event_json
-struct Event {
+#[schema(as = Event)]
+pub struct LifecycleEvent {
     /// The stream id, also a cursor for `after`.
     id: String,
-    specversion: String,
-    /// Such as `job.enqueued`, `job.started`, `job.completed`, `job.failed`.
+    /// `1.0`.
+    specversion: &'static str,
+    /// Such as `job.enqueued`, `job.started`, `job.completed`, `job.failed` (`ojs_core::event::EventType`).
     #[serde(rename = "type")]
     kind: String,
-    source: String,
+    /// `/ojs/v1`.
+    source: &'static str,
     /// RFC 3339.
     time: String,
     /// The job id.
@@ -111,46 +114,57 @@ struct Event {
     data: EventData,
 }
 
+/// An event's data: the members its type has (`ojs_core::event::EVENT_KINDS`), and the job it is about.
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-struct EventData {
-    job_id: Value,
-    queue: Value,
-    job_type: Value,
+pub struct EventData {
+    job_id: String,
+    queue: String,
+    job_type: String,
+    /// The members of the event type's data.
     #[serde(flatten)]
-    other: std::collections::HashMap<String, Value>,
+    #[schema(value_type = Object)]
+    members: Map<String, Value>,
 }
 
 #[derive(Serialize, ToSchema)]
 struct EventList {
     /// Oldest first.
-    #[schema(value_type = Vec<Event>)]
-    events: Vec<Value>,
+    events: Vec<LifecycleEvent>,
     /// Pass as `after` to read on.
     next_cursor: String,
 }
 
-/// One stream entry as the API shows it: the script's fields, `data` merged with the job context.
-pub fn event_json(id: &str, f: &ojs_core::job::Fields) -> Value {
-    let mut data: Map<String, Value> = f
-        .get("data")
-        .and_then(|d| serde_json::from_str::<Value>(d).ok())
-        .and_then(|v| if let Value::Object(m) = v { Some(m) } else { None })
-        .unwrap_or_default();
-    let get = |k: &str| f.get(k).cloned().unwrap_or_default();
-    data.entry("job_id").or_insert(json!(get("job_id")));
-    data.entry("queue").or_insert(json!(get("queue")));
-    data.entry("job_type").or_insert(json!(get("job_type")));
-    let time = get("time").parse::<i64>().map(clock::format_ms).unwrap_or_default();
-    json!({
-        "id": id,
-        "specversion": "1.0",
-        "type": get("type"),
-        "source": "/ojs/v1",
-        "time": time,
-        "subject": get("job_id"),
-        "data": Value::Object(data),
-    })
+impl LifecycleEvent {
+    /// One event of the stream as the API shows it: its fields, and its data with the job's context (a
+    /// member of the data by the same name wins).
+    pub fn of(id: &str, f: &ojs_core::job::Fields) -> Self {
+        let mut members: Map<String, Value> = f
+            .get("data")
+            .and_then(|d| serde_json::from_str::<Value>(d).ok())
+            .and_then(|v| if let Value::Object(m) = v { Some(m) } else { None })
+            .unwrap_or_default();
+        let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+        let mut context = |k: &str| match members.remove(k) {
+            Some(Value::String(s)) => s,
+            Some(other) => other.to_string(),
+            None => get(k),
+        };
+        let data = EventData {
+            job_id: context("job_id"),
+            queue: context("queue"),
+            job_type: context("job_type"),
+            members,
+        };
+        LifecycleEvent {
+            id: id.to_string(),
+            specversion: "1.0",
+            kind: get("type"),
+            source: "/ojs/v1",
+            time: get("time").parse::<i64>().map(clock::format_ms).unwrap_or_default(),
+            subject: get("job_id"),
+            data,
+        }
+    }
 }
 
 #[utoipa::path(
@@ -189,7 +203,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
             for (id, f) in &entries {
                 last = id.clone();
                 if keep(f) {
-                    out.push(event_json(id, f));
+                    out.push(LifecycleEvent::of(id, f));
                     if out.len() >= limit {
                         break;
                     }
@@ -199,11 +213,11 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
         }
         None => {
             let entries = crate::events_hub::events_latest(&st, SCAN, None).await?;
-            let mut out: Vec<Value> = entries
+            let mut out: Vec<LifecycleEvent> = entries
                 .iter()
                 .filter(|(_, f)| keep(f))
                 .take(limit)
-                .map(|(id, f)| event_json(id, f))
+                .map(|(id, f)| LifecycleEvent::of(id, f))
                 .collect();
             out.reverse();
             let last = entries
@@ -315,11 +329,11 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
         }
     }
     let to_event = |id: &str, f: &ojs_core::job::Fields| {
-        let body = event_json(id, f);
+        let body = serde_json::to_string(&LifecycleEvent::of(id, f)).unwrap_or_default();
         Event::default()
             .id(id)
             .event(f.get("type").cloned().unwrap_or_default())
-            .data(body.to_string())
+            .data(body)
     };
     let first = futures::stream::iter(
         backlog
