@@ -17,6 +17,7 @@ pub mod events_hub;
 pub mod listing;
 pub mod media;
 pub mod metrics;
+pub mod queue;
 pub mod respond;
 pub mod routes;
 pub mod schemas;
@@ -24,6 +25,8 @@ pub mod shards;
 pub mod state;
 pub mod ui;
 pub mod wake;
+pub mod worker;
+pub mod workflow_ops;
 
 use std::future::Future;
 use std::sync::Arc;

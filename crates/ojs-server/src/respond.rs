@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use ojs_core::{ErrorCode, OjsError};
+use ojs_core::{names, ErrorCode, OjsError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -157,4 +157,11 @@ mod tests {
             Err(ErrorCode::UnsupportedMediaType)
         );
     }
+}
+
+/// A job id from a path: anything that is not a valid id cannot name a job.
+pub fn path_job_id(id: &str) -> Result<&str, OjsError> {
+    names::check_job_id(id)
+        .map(|_| id)
+        .map_err(|_| OjsError::not_found("job", id))
 }

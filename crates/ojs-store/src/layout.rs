@@ -3,7 +3,7 @@
 //! each `{part}` is filled in by the caller.
 //!
 //! This table is the only place key names are written. `build.rs` reads it (this file is plain data,
-//! included there by path) and generates both sides: the Rust methods of [`crate::Keys`]
+//! included there by path) and generates both sides: the Rust methods of [`crate::keys::Keys`]
 //! (`keys.job(id)`, `keys.queue_ready(queue)`, …) and the Lua calls every script writes
 //! (`key_job(P, id)`, `key_queue_ready(P, queue)`, …), which it replaces in the library by the template's
 //! concatenation (`(P .. 'job:' .. (id))`: no function call per key at run time). `build.rs` fails the

@@ -31,13 +31,8 @@ pub use ops::rl_gauges::RateLimitGauges;
 pub use ops::rl_inspect::RateLimitState;
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use ops::{rand_unit, Acked, ClaimRef, Transition};
-pub use reads::events::{event_entry, event_position, stream_entries, EventsRead, EVENTS_BLOCK_MS};
+pub use reads::events::{event_entry, event_position, stream_entries, EventsRead};
 pub use reads::queues::{Backpressure, QueueCounts};
 pub use reads::workers::WORKER_TTL_MS;
 pub use reply::cold_fields;
 pub use store::*;
-
-/// Version of the key schema this code writes; stored at `<prefix>schema`.
-pub const SCHEMA_VERSION: u32 = 3;
-/// The older versions this code also reads, and upgrades at start ([`Store::upgrade_schema`]).
-pub const SCHEMA_VERSIONS_UPGRADED: &[u32] = &[1, 2];

@@ -12,6 +12,14 @@ use crate::scripts::{self, ScriptSource};
 
 pub use crate::error::{JobFields, Result, StoreError};
 
+/// Version of the key schema this code writes; stored at `<prefix>schema`.
+pub const SCHEMA_VERSION: u32 = 3;
+/// The older versions this code also reads, and upgrades at start ([`Store::upgrade_schema`]).
+pub const SCHEMA_VERSIONS_UPGRADED: &[u32] = &[1, 2];
+
+/// How long one blocking read of the event tail waits for new events (`reads/events.rs`).
+pub const EVENTS_BLOCK_MS: u64 = 1_000;
+
 /// Settings the scripts need that are not part of any job.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -251,17 +259,17 @@ impl Store {
             None => {
                 let _: () = redis::cmd("SET")
                     .arg(self.keys.schema())
-                    .arg(crate::SCHEMA_VERSION)
+                    .arg(SCHEMA_VERSION)
                     .arg("NX")
                     .query_async(&mut conn)
                     .await?;
                 Ok(())
             }
             // An older keyspace is being upgraded (see `upgrade_schema`); every script reads it meanwhile.
-            Some(v) if v == crate::SCHEMA_VERSION || crate::SCHEMA_VERSIONS_UPGRADED.contains(&v) => Ok(()),
+            Some(v) if v == SCHEMA_VERSION || SCHEMA_VERSIONS_UPGRADED.contains(&v) => Ok(()),
             Some(v) => Err(StoreError::Reply(format!(
                 "key schema version {v} found in Redis, this server speaks {}; see migrations-notes/",
-                crate::SCHEMA_VERSION
+                SCHEMA_VERSION
             ))),
         }
     }
@@ -273,7 +281,7 @@ impl Store {
     }
 
     /// A dedicated connection for the event tail's blocking reads (XREAD BLOCK must not hold up the
-    /// shared connections). Its response timeout outlasts a whole [`EVENTS_BLOCK_MS`](crate::EVENTS_BLOCK_MS) read (redis-rs'
+    /// shared connections). Its response timeout outlasts a whole [`EVENTS_BLOCK_MS`](EVENTS_BLOCK_MS) read (redis-rs'
     /// default of 500 ms would drop an idle tail twice a second), and it is named
     /// `ojs-events:<namespace>` so that `CLIENT LIST` shows which pod tails what.
     pub async fn blocking_connection(&self) -> Result<Conn> {
@@ -292,7 +300,7 @@ impl Store {
 
 /// The response timeout of the event tail's connection: longer than one blocking read.
 fn blocking_timeout() -> Duration {
-    Duration::from_millis(crate::EVENTS_BLOCK_MS + 5_000)
+    Duration::from_millis(EVENTS_BLOCK_MS + 5_000)
 }
 
 /// Redis `TIME` in ms: reads use the same clock as the scripts.

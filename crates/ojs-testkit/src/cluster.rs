@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::redis_server_bin;
+use crate::process::{kill_with_this_process, redis_server_bin, watchdog};
 
 pub struct LocalCluster {
     pub ports: Vec<u16>,
@@ -102,7 +102,7 @@ impl LocalCluster {
             .stdout(Stdio::null())
             .spawn()
             .expect("start redis-server in cluster mode");
-        crate::kill_with_this_process(child.id());
+        kill_with_this_process(child.id());
         child
     }
 
@@ -124,7 +124,7 @@ impl LocalCluster {
     /// For a cluster that lives as long as the test process (never dropped): a watchdog shell removes
     /// its directory once the process and its nodes are gone.
     pub(crate) fn remove_dir_with_this_process(&self) {
-        crate::watchdog(&format!(
+        watchdog(&format!(
             "while kill -0 {parent} 2>/dev/null; do sleep 1; done; sleep 3; rm -rf '{dir}'",
             parent = std::process::id(),
             dir = self.dir.display()

@@ -5,7 +5,6 @@
 
 pub mod invariants;
 
-use std::net::TcpListener as StdListener;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -44,6 +43,10 @@ pub async fn stream_events(
 }
 
 pub mod cluster;
+mod process;
+
+pub use process::redis_server_bin;
+use process::{free_port, kill_with_this_process};
 
 /// Reads a server-sent-events response until its text contains `needle` (or 5 s pass); returns it.
 pub async fn read_sse_until(resp: &mut reqwest::Response, needle: &str) -> String {
@@ -60,22 +63,6 @@ pub async fn read_sse_until(resp: &mut reqwest::Response, needle: &str) -> Strin
 }
 
 static REDIS: OnceLock<String> = OnceLock::new();
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// The server binary tests start: `OJS_TEST_REDIS_SERVER` (e.g. a `valkey-server`, see `scripts/test`),
-/// else `redis-server`.
-pub fn redis_server_bin() -> String {
-    std::env::var("OJS_TEST_REDIS_SERVER")
-        .ok()
-        .filter(|b| !b.is_empty())
-        .unwrap_or_else(|| "redis-server".into())
-}
 
 /// Whether this test binary runs its servers on a local Redis Cluster (`OJS_TEST_CLUSTER=1`, which
 /// `OJS_TEST_ENGINE=cluster scripts/test` sets): [`TestServer::start`], [`TestServer::start_with`] and
@@ -197,24 +184,6 @@ pub fn redis_url() -> String {
             url
         })
         .clone()
-}
-
-/// A watchdog shell SIGKILLs process `pid` when this test process exits, however it exits.
-pub(crate) fn kill_with_this_process(pid: u32) {
-    watchdog(&format!(
-        "while kill -0 {parent} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -9 {pid} 2>/dev/null",
-        parent = std::process::id()
-    ));
-}
-
-/// Starts `script` in a shell of its own, detached from the test's output (a watchdog that outlives us).
-pub(crate) fn watchdog(script: &str) {
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn();
 }
 
 /// A `redis-server` of one test's own, for tests that crash Redis: append-only file on with

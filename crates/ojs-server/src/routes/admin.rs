@@ -14,11 +14,11 @@ use utoipa::ToSchema;
 
 use crate::error::ApiResult;
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
+use crate::queue::{one_queue, queue_name};
 use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
-use crate::routes::lifecycle::{worker_view, WorkerState, WorkerView};
-use crate::routes::queues::{one_queue, queue_name};
 use crate::schemas::{variant_name, Job, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::worker::{check_worker_id, worker_view, WorkerState, WorkerView};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -359,7 +359,7 @@ struct WorkerDetail {
     responses((status = 200, description = "OK", body = WorkerDetail, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a worker id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Unknown worker (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn worker_detail(State(st): State<AppState>, OjsPath(w): OjsPath<String>) -> ApiResult<Response> {
-    crate::routes::workers::check_worker_id(&w)?;
+    check_worker_id(&w)?;
     let rec = st
         .shards
         .worker_record(&w)

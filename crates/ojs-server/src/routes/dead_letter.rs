@@ -15,8 +15,8 @@ use utoipa::ToSchema;
 
 use crate::error::ApiResult;
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
+use crate::respond::path_job_id;
 use crate::respond::{ok, OjsPath, OjsQuery};
-use crate::routes::path_job_id;
 use crate::schemas::{Job, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;

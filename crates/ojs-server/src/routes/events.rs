@@ -293,7 +293,7 @@ async fn stream_job(
     headers: HeaderMap,
     OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
-    q.job_id = Some(crate::routes::path_job_id(&id)?.to_string());
+    q.job_id = Some(crate::respond::path_job_id(&id)?.to_string());
     sse(st, headers, q).await
 }
 

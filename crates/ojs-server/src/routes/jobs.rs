@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult};
+use crate::respond::path_job_id;
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath};
-use crate::routes::path_job_id;
 use crate::schemas::{Job, JobRequest, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -289,7 +289,7 @@ async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): 
 /// steps are its `workflow.chain`; they inherit its priority and queue. Answers the first step, with
 /// the workflow.
 async fn enqueue_chain(st: &AppState, wf: &mut ojs_core::workflow::NewWorkflow) -> ApiResult<Response> {
-    let (now, states, workflow) = crate::routes::workflows::store_workflow(st, wf).await?;
+    let (now, states, workflow) = crate::workflow_ops::store_workflow(st, wf).await?;
     let root = &wf.jobs[0];
     let state = states.first().map(String::as_str).unwrap_or("available");
     let view = created_view(root, now, state, Some(&wf.id));

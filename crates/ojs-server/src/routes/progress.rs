@@ -10,11 +10,11 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
+use crate::respond::path_job_id;
 use crate::respond::{ok, OjsJson, OjsPath};
-use crate::routes::path_job_id;
-use crate::routes::workers::ClaimFields;
 use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::worker::ClaimFields;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use ojs_core::duration::{format_iso8601_ms, parse_iso8601_ms};
-use ojs_core::{names, OjsError};
+use ojs_core::OjsError;
 use ojs_store::{Backpressure, QueueCounts};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
+use crate::queue::{one_queue, queue_name};
 use crate::respond::{ok, OjsJson, OjsPath};
 use crate::schemas::{variant, variant_name, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
@@ -73,10 +74,6 @@ struct QueueList {
 #[derive(Serialize, ToSchema)]
 struct Total {
     total: usize,
-}
-
-pub(crate) fn queue_name(q: &str) -> Result<(), OjsError> {
-    names::check_queue(q).map_err(OjsError::invalid)
 }
 
 #[utoipa::path(
@@ -473,14 +470,6 @@ struct QueueResponse {
 
 async fn queue_summary(st: &AppState, q: &str) -> ApiResult<QueueSummary> {
     Ok(summary(&one_queue(st, q).await?))
-}
-
-/// The counts of the one queue named (every name has counts, zeros for a queue never used).
-pub(crate) async fn one_queue(st: &AppState, q: &str) -> ApiResult<QueueCounts> {
-    let c = st.shards.queue_counts(&[q.to_string()]).await?;
-    c.into_iter()
-        .next()
-        .ok_or_else(|| OjsError::new(ojs_core::ErrorCode::Internal, "no counts for the queue").into())
 }
 
 #[utoipa::path(

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::Response;
 use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, names, OjsError};
-use ojs_store::{AckPart, ClaimRef, PickQueue, Strategy, Transition, WorkerRequest};
+use ojs_store::{AckPart, PickQueue, Strategy, Transition, WorkerRequest};
 
 use crate::config::{Weights, MAX_WEIGHT};
 use serde::{Deserialize, Serialize};
@@ -14,10 +14,11 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
+use crate::respond::path_job_id;
 use crate::respond::{ok, OjsJson, OjsPath};
-use crate::routes::path_job_id;
 use crate::schemas::{variant, variant_name, Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::worker::{check_worker_id, lease_id, ClaimFields};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -27,21 +28,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ack))
         .routes(routes!(nack))
         .routes(routes!(heartbeat))
+        .routes(routes!(beat))
         .routes(routes!(signal))
-}
-
-/// Worker ids go into events and key names: printable ASCII without quotes, backslashes or braces.
-pub(crate) fn check_worker_id(w: &str) -> Result<(), OjsError> {
-    let ok = w.len() <= 255
-        && w.bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'{' | b'}'));
-    if ok {
-        Ok(())
-    } else {
-        Err(OjsError::invalid(
-            "worker_id must be at most 255 printable ASCII characters without quotes, backslashes or braces",
-        ))
-    }
 }
 
 /// A FETCH request. Every field is optional: `{}` claims one job of `default`.
@@ -524,65 +512,6 @@ fn parse_queues(v: Option<Vec<Value>>, defaults: &Weights) -> Result<Vec<(String
     Ok(out)
 }
 
-/// The claim an ACK or NACK acts for (lua/includes/lease.lua): the `lease_id` FETCH returned, or the
-/// `attempt` (and `worker_id`) it was given, or `worker_id` alone. Naming none acts on whoever holds
-/// the job now, which cannot tell a stale worker from the current one (the official SDKs send none).
-#[derive(Deserialize, Default, ToSchema)]
-pub(crate) struct ClaimFields {
-    /// The `lease_id` FETCH returned (digits; a JSON integer is accepted too).
-    #[serde(default)]
-    #[schema(value_type = Option<String>, nullable = false)]
-    lease_id: Option<Value>,
-    /// The attempt FETCH returned (>= 1).
-    #[serde(default)]
-    #[schema(value_type = Option<i64>, minimum = 1, nullable = false)]
-    attempt: Option<Value>,
-    #[serde(default)]
-    #[schema(nullable = false)]
-    worker_id: Option<String>,
-}
-
-impl ClaimFields {
-    pub(crate) fn into_ref(self) -> Result<ClaimRef, OjsError> {
-        if let Some(w) = &self.worker_id {
-            check_worker_id(w)?;
-        }
-        let attempt = match self.attempt {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_i64()
-                    .filter(|a| *a >= 1)
-                    .ok_or_else(|| OjsError::invalid(format!("attempt must be an integer >= 1; got {v}")))?,
-            ),
-        };
-        Ok(ClaimRef {
-            lease_id: lease_id(self.lease_id, "lease_id")?,
-            attempt,
-            worker_id: self.worker_id.filter(|w| !w.is_empty()),
-        })
-    }
-}
-
-/// A lease id as FETCH gave it (a string of digits), also accepted as a JSON integer.
-fn lease_id(v: Option<Value>, field: &str) -> Result<Option<String>, OjsError> {
-    let s = match v {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(s)) => s,
-        Some(Value::Number(n)) if n.as_u64().is_some() => n.to_string(),
-        Some(v) => {
-            return Err(OjsError::invalid(format!(
-                "{field} must be the lease_id string FETCH returned; got {v}"
-            )))
-        }
-    };
-    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(OjsError::invalid(format!(
-            "{field} must be the lease_id string FETCH returned (digits); got {s:?}"
-        )));
-    }
-    Ok(Some(s))
-}
-
 /// The answer to an ACK or NACK the store refused.
 fn refused<T>(t: Transition<T>, id: &str, op: &str) -> OjsError {
     match t {
@@ -845,7 +774,7 @@ async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> Api
 /// may omit `worker_id`. Entries may also be `{"job_id", "lease_id"}` objects (ojs-client sends those,
 /// so a stale worker's heartbeat cannot extend another worker's claim).
 #[derive(Deserialize, ToSchema)]
-pub(crate) struct HeartbeatReq {
+struct HeartbeatReq {
     #[serde(default)]
     #[schema(nullable = false)]
     worker_id: Option<String>,
@@ -895,7 +824,7 @@ enum HeartbeatJobRef {
 }
 
 #[derive(Serialize, ToSchema)]
-pub(crate) struct HeartbeatResponse {
+struct HeartbeatResponse {
     acknowledged: bool,
     worker_id: String,
     /// What the operator asked of this worker: `running`, `quiet` (stop fetching) or `terminate`.
@@ -1073,7 +1002,7 @@ fn first_of_each<K: Eq + std::hash::Hash, V>(pairs: Vec<(K, V)>) -> Vec<(K, V)> 
     request_body = HeartbeatReq,
     responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
     let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
     let reported = reported_state(req.state.as_deref(), &worker)?;
@@ -1119,6 +1048,19 @@ pub(crate) async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<
         directives,
         server_time: clock::format_ms(hb.now_ms),
     })))
+}
+
+/// `POST /ojs/v1/workers/beat`: the heartbeat under the name the graceful-shutdown extension uses.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/beat",
+    tag = "workers",
+    summary = "Heartbeat (alias of /workers/heartbeat): `{worker_id, state?: running|quiet|drain|terminate, active_jobs?}`",
+    request_body = HeartbeatReq,
+    responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn beat(st: State<AppState>, req: OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+    heartbeat(st, req).await
 }
 
 /// A heartbeat on a deployment of several shards: each shard that holds some of the jobs (by their ids;

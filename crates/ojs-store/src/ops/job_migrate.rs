@@ -33,7 +33,7 @@ impl Store {
     }
 
     /// Repairs what older builds could leave behind (below), then brings an older keyspace (v1 or v2,
-    /// [`SCHEMA_VERSIONS_UPGRADED`](crate::SCHEMA_VERSIONS_UPGRADED)) to v3: converts every job of every
+    /// [`SCHEMA_VERSIONS_UPGRADED`](crate::store::SCHEMA_VERSIONS_UPGRADED)) to v3: converts every job of every
     /// shard in `shards` (SCAN, batches, progress in the log), then records the new version here. `self` is
     /// shard 0, which holds the version. Jobs are served throughout (scripts read an older job as it is and
     /// write it as v3), and servers racing here do the same idempotent work. Returns how many jobs were
@@ -55,10 +55,10 @@ impl Store {
             tracing::warn!(key = %self.keys.cron_due(), "removed a hash left at the cron due index by a refused cron entry named 'due'");
         }
         let version: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
-        let Some(from) = version.filter(|v| crate::SCHEMA_VERSIONS_UPGRADED.contains(v)) else {
+        let Some(from) = version.filter(|v| crate::store::SCHEMA_VERSIONS_UPGRADED.contains(v)) else {
             return Ok(0);
         };
-        let to = crate::SCHEMA_VERSION;
+        let to = crate::store::SCHEMA_VERSION;
         let mut converted = 0;
         for shard in shards {
             converted += shard.as_ref().convert_jobs(from).await?;
@@ -75,7 +75,7 @@ impl Store {
     /// Converts every job of this shard from key schema `from` to this one's; returns how many.
     async fn convert_jobs(&self, from: u32) -> Result<u64> {
         let mut conn = self.conn().await?;
-        let to = crate::SCHEMA_VERSION;
+        let to = crate::store::SCHEMA_VERSION;
         let pattern = self.keys.pattern("job");
         let id_at = self.keys.job("").len();
         let total: u64 = conn.on_tag(&redis::cmd("DBSIZE"), &self.keys.schema()).await?;

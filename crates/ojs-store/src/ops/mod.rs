@@ -147,8 +147,8 @@ impl<'a> ArgWriter<'a> {
 /// A store for the twins' unit tests: building arguments needs its keys and settings, never Redis
 /// (`Store::new` connects on first use only).
 #[cfg(test)]
-pub(crate) fn test_store() -> crate::Store {
-    crate::Store::new(crate::StoreConfig {
+pub(crate) fn test_store() -> crate::store::Store {
+    crate::store::Store::new(crate::store::StoreConfig {
         redis_url: "redis://127.0.0.1:1".into(),
         redis_cluster: Vec::new(),
         namespace: "t".into(),

@@ -43,7 +43,7 @@ impl Store {
         Ok((now, entries, next))
     }
 
-    async fn cron_entries(&self, conn: &mut crate::Conn, names: Vec<String>) -> Result<Vec<(String, JobFields)>> {
+    async fn cron_entries(&self, conn: &mut crate::conn::Conn, names: Vec<String>) -> Result<Vec<(String, JobFields)>> {
         if names.is_empty() {
             return Ok(Vec::new());
         }

@@ -6,9 +6,6 @@ use redis::Value;
 use crate::reply::val_str;
 use crate::store::{JobFields, Result, Store};
 
-/// How long one blocking read of the event tail waits for new events.
-pub const EVENTS_BLOCK_MS: u64 = 1_000;
-
 /// Stream entries per read of the event stream (see `Store::read_events`).
 const EVENT_PAGE: usize = 256;
 
@@ -281,7 +278,7 @@ impl Store {
     }
 
     /// Waits up to `block_ms` for events after `last` on a dedicated connection.
-    pub async fn events_block(&self, conn: &mut crate::Conn, last: &str, block_ms: u64) -> Result<EventsRead> {
+    pub async fn events_block(&self, conn: &mut crate::conn::Conn, last: &str, block_ms: u64) -> Result<EventsRead> {
         let v: Value = redis::cmd("XREAD")
             .arg("COUNT")
             .arg(1000)

@@ -14,7 +14,7 @@ impl Store {
     /// from shard 0's directory; `None` when no job has bound it.
     pub async fn rate_limit_key_home(&self, key: &str) -> Result<Option<usize>> {
         let mut conn = self.conn().await?;
-        let home = crate::Keys::new(&self.cfg.namespace).rl_home();
+        let home = crate::keys::Keys::new(&self.cfg.namespace).rl_home();
         Ok(redis::cmd("HGET").arg(home).arg(key).query_async(&mut conn).await?)
     }
 
