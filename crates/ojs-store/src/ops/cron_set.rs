@@ -1,7 +1,7 @@
 //! The typed twin of `lua/cron-set-1.lua`: a cron entry is registered or updated. See the script's
 //! header.
 
-use super::ArgWriter;
+use super::args::CronSetArgs;
 
 use crate::reply::{at, val_i64, val_str};
 use crate::store::{Result, Store};
@@ -15,20 +15,16 @@ pub struct CronSaved {
     pub run_count: u64,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "name", "def", "next_run_at"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn cron_set_args(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("name", name)
-            .arg("def", def)
-            .arg("next_run_at", next_run_at.map(|n| n.to_string()).unwrap_or_default())
-            .done();
-        args
+        CronSetArgs {
+            prefix: self.keys.prefix().into(),
+            name: name.into(),
+            def: def.into(),
+            next_run_at: next_run_at.map(|n| n.to_string()).unwrap_or_default(),
+        }
+        .into_vec()
     }
 
     /// Registers or updates a cron entry; `next_run_at` None keeps it registered but idle (disabled).
@@ -50,7 +46,6 @@ mod tests {
     #[test]
     fn a_cron_entry_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.cron_set_args("c", "{}", Some(1_000)), ["ojs:{t}:", "c", "{}", "1000"]);
         assert_eq!(s.cron_set_args("c", "{}", None)[3], "");
     }

@@ -2,7 +2,7 @@
 //! gives a dead-lettered job a new life (back to available with fresh attempts), `lua/dead-delete-1.lua`
 //! deletes it for good. See the scripts' headers.
 
-use super::ArgWriter;
+use super::args::{DeadDeleteArgs, DeadRetryArgs};
 
 use crate::reply::{at, tag, val_str};
 use crate::store::{Named, Result, Store};
@@ -44,22 +44,18 @@ impl DeadRetry {
     }
 }
 
-/// Both scripts' arguments, as their headers name them (checked by build.rs).
-const ARGV: &[&str] = &["P", "id"];
-
 impl Store {
-    /// Runs one of the dead letter's scripts on job `id`.
-    async fn dead_run(&self, script: &Named, id: &str) -> Result<Vec<redis::Value>> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("id", id)
-            .done();
+    /// Runs one of the dead letter's scripts with its arguments.
+    async fn dead_run(&self, script: &Named, args: Vec<String>) -> Result<Vec<redis::Value>> {
         self.run(script, &[self.keys.dead()], args).await
     }
 
     pub async fn dead_retry(&self, id: &str) -> Result<DeadRetry> {
-        let items = self.dead_run(&self.scripts.dead_retry, id).await?;
+        let args = DeadRetryArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+        };
+        let items = self.dead_run(&self.scripts.dead_retry, args.into_vec()).await?;
         Ok(match tag(&items).as_str() {
             "ok" => DeadRetry::Retried,
             "duplicate" => DeadRetry::Duplicate {
@@ -73,7 +69,11 @@ impl Store {
 
     /// Whether the job was in the dead letter set (and is now deleted).
     pub async fn dead_delete(&self, id: &str) -> Result<bool> {
-        let items = self.dead_run(&self.scripts.dead_delete, id).await?;
+        let args = DeadDeleteArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+        };
+        let items = self.dead_run(&self.scripts.dead_delete, args.into_vec()).await?;
         Ok(tag(&items) == "ok")
     }
 }

@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use super::ArgWriter;
+use super::args::{FetchArgs, FetchQueueRecord, FetchReqRecord};
 
 use super::{acked, Acked, ClaimRef, Transition};
 use crate::reply::{at, decode_job, val_i64};
@@ -44,27 +44,9 @@ pub struct WorkerReply {
     pub cut: bool,
 }
 
-/// The script's leading arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "retention_ms"];
-
-/// The fields of one request, before its queue pairs, as the header names them (checked by build.rs
-/// against the header and the script's REQ_FIELDS).
-const RECORD: &[&str] = &[
-    "worker_id",
-    "count",
-    "visibility_ms",
-    "strategy",
-    "wrr_key",
-    "ack_id",
-    "ack_result",
-    "ack_lease",
-    "ack_attempt",
-    "ack_worker",
-    "nqueues",
-];
-
 impl WorkerRequest {
-    /// Appends this request's arguments in the order of the script's header.
+    /// Appends this request's arguments in the order of the script's header: its REQ record, then
+    /// one QUEUE record per queue.
     fn push_args(&self, default_visibility_ms: u64, args: &mut Vec<String>) {
         let none = ClaimRef::default();
         let (ack_id, claim, result) = match &self.ack {
@@ -72,31 +54,29 @@ impl WorkerRequest {
             None => ("", &none, ""),
         };
         let [lease, attempt, worker] = claim.args();
-        ArgWriter::new(RECORD, args)
-            .arg("worker_id", self.worker_id.as_str())
-            .arg("count", self.count.to_string())
-            .arg(
-                "visibility_ms",
-                self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
-            )
-            .arg("strategy", self.strategy.as_str())
-            .arg(
-                "wrr_key",
-                match self.strategy {
-                    Strategy::Strict => String::new(),
-                    Strategy::Weighted => wrr_key(&self.queues),
-                },
-            )
-            .arg("ack_id", ack_id)
-            .arg("ack_result", result)
-            .arg("ack_lease", lease)
-            .arg("ack_attempt", attempt)
-            .arg("ack_worker", worker)
-            .arg("nqueues", self.queues.len().to_string())
-            .done();
+        FetchReqRecord {
+            worker_id: self.worker_id.clone(),
+            count: self.count.to_string(),
+            visibility_ms: self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
+            strategy: self.strategy.as_str().into(),
+            wrr_key: match self.strategy {
+                Strategy::Strict => String::new(),
+                Strategy::Weighted => wrr_key(&self.queues),
+            },
+            ack_id: ack_id.into(),
+            ack_result: result.into(),
+            ack_lease: lease,
+            ack_attempt: attempt,
+            ack_worker: worker,
+            nqueues: self.queues.len().to_string(),
+        }
+        .push(args);
         for (q, w) in &self.queues {
-            args.push(q.clone());
-            args.push(w.to_string());
+            FetchQueueRecord {
+                name: q.clone(),
+                weight: w.to_string(),
+            }
+            .push(args);
         }
     }
 }
@@ -136,11 +116,11 @@ impl Store {
     /// Serves `requests` in order in one script call (one round trip): each request's outcome is its
     /// own, exactly as if it had been sent alone. Returns Redis time and one reply per request.
     pub async fn worker_requests(&self, requests: &[WorkerRequest]) -> Result<(i64, Vec<WorkerReply>)> {
-        let mut args = Vec::new();
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .done();
+        let mut args = FetchArgs {
+            prefix: self.keys.prefix().into(),
+            retention_ms: self.cfg.retention_ms.to_string(),
+        }
+        .into_vec();
         for r in requests {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }
@@ -276,9 +256,8 @@ mod tests {
             visibility_ms: None,
         };
         let mut args = Vec::new();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         r.push_args(30_000, &mut args);
-        assert_eq!(args.len(), RECORD.len() + 4);
+        assert_eq!(args.len(), FetchReqRecord::LEN + 2 * FetchQueueRecord::LEN);
         assert_eq!(&args[..3], ["w", "5", "30000"]);
         assert_eq!(&args[5..11], ["j", "{}", "7", "2", "w", "2"]);
         assert_eq!(&args[11..], ["a", "3", "b", "1"]);

@@ -1,7 +1,7 @@
 //! The typed twin of `lua/nack-1.lua`: an active job failed; its retry policy is applied, or it is
 //! released untouched (requeue). See the script's header.
 
-use super::ArgWriter;
+use super::args::NackArgs;
 
 use super::rand_unit;
 use super::{transition, ClaimRef, Transition};
@@ -20,22 +20,6 @@ pub struct NackResult {
     pub job_type: String,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &[
-    "P",
-    "id",
-    "error",
-    "match",
-    "retryable",
-    "requeue",
-    "jitter_u",
-    "retention_ms",
-    "rate_limit_until",
-    "lease_id",
-    "attempt",
-    "worker_id",
-];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     #[allow(clippy::too_many_arguments)]
@@ -50,23 +34,22 @@ impl Store {
         rate_limit_until_ms: i64,
         jitter_u: f64,
     ) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
         let [lease, attempt, worker] = claim.args();
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("id", id)
-            .arg("error", error_json)
-            .arg("match", match_key)
-            .arg("retryable", if retryable { "1" } else { "0" })
-            .arg("requeue", if requeue { "1" } else { "0" })
-            .arg("jitter_u", format!("{jitter_u:.6}"))
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .arg("rate_limit_until", rate_limit_until_ms.to_string())
-            .arg("lease_id", lease)
-            .arg("attempt", attempt)
-            .arg("worker_id", worker)
-            .done();
-        args
+        NackArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+            error: error_json.into(),
+            match_key: match_key.into(),
+            retryable: if retryable { "1" } else { "0" }.into(),
+            requeue: if requeue { "1" } else { "0" }.into(),
+            jitter_u: format!("{jitter_u:.6}"),
+            retention_ms: self.cfg.retention_ms.to_string(),
+            rate_limit_until: rate_limit_until_ms.to_string(),
+            lease_id: lease,
+            attempt,
+            worker_id: worker,
+        }
+        .into_vec()
     }
 
     /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
@@ -120,9 +103,8 @@ mod tests {
             attempt: None,
             worker_id: Some("w".into()),
         };
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.nack_args("j", &claim, "{\"k\":1}", "E", true, false, 5, 0.25);
-        assert_eq!(args.len(), ARGV.len());
+        assert_eq!(args.len(), NackArgs::LEN);
         assert_eq!(&args[..4], ["ojs:{t}:", "j", "{\"k\":1}", "E"]);
         assert_eq!(&args[4..9], ["1", "0", "0.250000", "86400000", "5"]);
         assert_eq!(&args[9..], ["7", "", "w"]);

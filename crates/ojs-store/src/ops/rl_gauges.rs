@@ -1,7 +1,7 @@
 //! The typed twin of `lua/rl-gauges-1.lua`: the rate-limit keys' gauges for a metrics scrape. See the
 //! script's header.
 
-use super::ArgWriter;
+use super::args::RlGaugesArgs;
 
 use crate::reply::{flat_map, val_i64, val_str};
 use crate::store::{JobFields, Result, Store};
@@ -16,18 +16,14 @@ pub struct RateLimitGauges {
     pub stats: JobFields,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "limit"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn rl_gauges_args(&self, limit: usize) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("limit", limit.max(1).to_string())
-            .done();
-        args
+        RlGaugesArgs {
+            prefix: self.keys.prefix().into(),
+            limit: limit.max(1).to_string(),
+        }
+        .into_vec()
     }
 
     /// The first `limit` rate-limit keys (lexicographic) with their active and waiting jobs and
@@ -55,7 +51,6 @@ mod tests {
     #[test]
     fn a_gauges_read_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.rl_gauges_args(100), ["ojs:{t}:", "100"]);
         assert_eq!(s.rl_gauges_args(0), ["ojs:{t}:", "1"]);
     }

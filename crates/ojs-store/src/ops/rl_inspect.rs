@@ -4,7 +4,7 @@
 use ojs_core::ratelimit::Window;
 use redis::Value;
 
-use super::ArgWriter;
+use super::args::RlInspectArgs;
 
 use crate::reply::{at, flat_map, val_i64, val_str};
 use crate::store::{JobFields, Result, Store};
@@ -39,18 +39,14 @@ pub struct RateLimitState {
     pub stats: JobFields,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "key"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn rl_inspect_args(&self, key: &str) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("key", key)
-            .done();
-        args
+        RlInspectArgs {
+            prefix: self.keys.prefix().into(),
+            key: key.into(),
+        }
+        .into_vec()
     }
 
     /// A rate-limit key as FETCH sees it now, in one read-only script.
@@ -97,7 +93,6 @@ impl Store {
 mod tests {
     #[test]
     fn an_inspection_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().rl_inspect_args("k");
         assert_eq!(args, ["ojs:{t}:", "k"]);
     }

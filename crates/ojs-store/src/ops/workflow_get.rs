@@ -1,7 +1,7 @@
 //! The typed twin of `lua/workflow-get-1.lua`: one workflow with its first jobs and its callbacks. See
 //! the script's header.
 
-use super::ArgWriter;
+use super::args::WorkflowGetArgs;
 
 use crate::reply::{at, flat_map, strings, tag, val_i64};
 use crate::store::{JobFields, Result, Store};
@@ -28,19 +28,15 @@ pub struct WorkflowMember {
     pub queue: Option<String>,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "W", "limit"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn workflow_get_args(&self, id: &str, limit: u64) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("W", id)
-            .arg("limit", limit.max(1).to_string())
-            .done();
-        args
+        WorkflowGetArgs {
+            prefix: self.keys.prefix().into(),
+            workflow_id: id.into(),
+            limit: limit.max(1).to_string(),
+        }
+        .into_vec()
     }
 
     /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
@@ -77,7 +73,6 @@ mod tests {
     #[test]
     fn a_workflow_read_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.workflow_get_args("w", 50), ["ojs:{t}:", "w", "50"]);
         assert_eq!(s.workflow_get_args("w", 0), ["ojs:{t}:", "w", "1"]);
     }
