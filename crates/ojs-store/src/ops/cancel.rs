@@ -4,7 +4,7 @@
 use super::args::CancelArgs;
 
 use super::{transition, Transition};
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -21,7 +21,9 @@ impl Store {
     pub async fn cancel(&self, id: &str) -> Result<Transition<(i64, String)>> {
         let args = self.cancel_args(id);
         let items = self.run(&self.scripts.cancel, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| (val_i64(at(i, 1)), val_str(at(i, 2)))))
+        transition(&Reply::new(self.scripts.cancel.name, &items), |r| {
+            Ok((r.i64(1)?, r.str(2)?))
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::args::CronDeleteArgs;
 
-use crate::reply::{at, flat_map, tag};
+use crate::reply::{flat_pairs, Reply};
 use crate::store::{JobFields, Result, Store};
 
 impl Store {
@@ -21,7 +21,12 @@ impl Store {
         let items = self
             .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
             .await?;
-        Ok((tag(&items) == "ok").then(|| flat_map(at(&items, 1))))
+        let r = Reply::new(self.scripts.cron_delete.name, &items);
+        match r.tag()? {
+            "ok" => Ok(Some(flat_pairs(r.array(1)?))),
+            "not_found" => Ok(None),
+            _ => Err(r.unknown_tag()),
+        }
     }
 }
 

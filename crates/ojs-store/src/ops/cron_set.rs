@@ -3,7 +3,7 @@
 
 use super::args::CronSetArgs;
 
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 /// A registered or updated cron entry's bookkeeping.
@@ -31,12 +31,16 @@ impl Store {
     pub async fn cron_set(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Result<CronSaved> {
         let args = self.cron_set_args(name, def, next_run_at);
         let items = self.run(&self.scripts.cron_set, &[self.keys.cron(name)], args).await?;
-        let opt = |i: usize| val_str(at(&items, i)).parse::<i64>().ok();
+        let r = Reply::new(self.scripts.cron_set.name, &items);
+        if r.tag()? != "ok" {
+            return Err(r.unknown_tag());
+        }
         Ok(CronSaved {
-            created: val_i64(at(&items, 1)) == 1,
-            created_at: opt(2).unwrap_or(0),
-            last_run_at: opt(3),
-            run_count: opt(4).unwrap_or(0).max(0) as u64,
+            created: r.flag(1)?,
+            created_at: r.i64(2)?,
+            // '' when the entry never fired.
+            last_run_at: r.str(3)?.parse().ok(),
+            run_count: r.i64(4)?.max(0) as u64,
         })
     }
 }

@@ -4,7 +4,7 @@
 
 use super::args::{DeadDeleteArgs, DeadRetryArgs};
 
-use crate::reply::{at, tag, val_str};
+use crate::reply::Reply;
 use crate::store::{Named, Result, Store};
 
 /// What a dead-letter retry did.
@@ -56,14 +56,16 @@ impl Store {
             id: id.into(),
         };
         let items = self.dead_run(&self.scripts.dead_retry, args.into_vec()).await?;
-        Ok(match tag(&items).as_str() {
+        let r = Reply::new(self.scripts.dead_retry.name, &items);
+        Ok(match r.tag()? {
             "ok" => DeadRetry::Retried,
             "duplicate" => DeadRetry::Duplicate {
-                existing_id: val_str(at(&items, 1)),
-                existing_state: val_str(at(&items, 2)),
-                uniqueness_key: val_str(at(&items, 3)),
+                existing_id: r.str(1)?,
+                existing_state: r.str(2)?,
+                uniqueness_key: r.str(3)?,
             },
-            _ => DeadRetry::NotFound,
+            "not_found" => DeadRetry::NotFound,
+            _ => return Err(r.unknown_tag()),
         })
     }
 
@@ -74,7 +76,12 @@ impl Store {
             id: id.into(),
         };
         let items = self.dead_run(&self.scripts.dead_delete, args.into_vec()).await?;
-        Ok(tag(&items) == "ok")
+        let r = Reply::new(self.scripts.dead_delete.name, &items);
+        match r.tag()? {
+            "ok" => Ok(true),
+            "not_found" => Ok(false),
+            _ => Err(r.unknown_tag()),
+        }
     }
 }
 

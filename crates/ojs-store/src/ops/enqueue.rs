@@ -13,8 +13,8 @@ use redis::Value;
 
 use super::args::{EnqueueArgs, EnqueueCronRecord, EnqueueJobRecord, EnqueueWfRecord};
 
-use crate::reply::{at, decode_job, strings, tag, val_i64, val_str};
-use crate::store::{JobFields, Result, Store, StoreError};
+use crate::reply::{decode_job, val_i64, val_str, Reply};
+use crate::store::{JobFields, Result, Store};
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
 #[derive(Debug, Clone)]
@@ -33,23 +33,22 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    fn from_reply(items: &[Value]) -> Self {
-        let existing = match at(items, 4) {
-            Value::Array(a) => a
-                .iter()
-                .map(|v| match v {
-                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), decode_job(&pair[1]))),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Self {
-            now_ms: val_i64(at(items, 1)),
-            states: strings(at(items, 2)),
-            pressure: pressures(at(items, 3)),
+    /// An `ok` reply: `{'ok', now_ms, states, pressure, found}`.
+    fn from_reply(r: &Reply) -> Result<Self> {
+        let existing = r
+            .array(4)?
+            .iter()
+            .map(|v| match v {
+                Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), decode_job(&pair[1]))),
+                _ => None,
+            })
+            .collect();
+        Ok(Self {
+            now_ms: r.i64(1)?,
+            states: r.array(2)?.iter().map(val_str).collect(),
+            pressure: pressures(r.array(3)?),
             existing,
-        }
+        })
     }
 }
 
@@ -93,21 +92,17 @@ impl Pressure {
     }
 }
 
-fn pressures(v: &Value) -> Vec<Pressure> {
-    match v {
-        Value::Array(a) => a
-            .chunks(5)
-            .filter(|c| c.len() == 5)
-            .map(|c| Pressure {
-                queue: val_str(&c[0]),
-                depth: val_i64(&c[1]).max(0) as u64,
-                bound: val_i64(&c[2]).max(0) as u64,
-                warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
-                strategy: val_str(&c[4]),
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
+fn pressures(a: &[Value]) -> Vec<Pressure> {
+    a.chunks(5)
+        .filter(|c| c.len() == 5)
+        .map(|c| Pressure {
+            queue: val_str(&c[0]),
+            depth: val_i64(&c[1]).max(0) as u64,
+            bound: val_i64(&c[2]).max(0) as u64,
+            warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
+            strategy: val_str(&c[4]),
+        })
+        .collect()
 }
 
 /// What firing a cron tick did.
@@ -161,32 +156,33 @@ enum Tail {
 }
 
 /// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
-fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
-    match tag(items).as_str() {
-        "ok" => Ok(EnqueueOutcome::Created(Enqueued::from_reply(items))),
-        "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
-        "conflict" => Ok(EnqueueOutcome::Conflict {
-            index: val_i64(at(items, 1)).max(0) as usize,
-            existing_id: val_str(at(items, 2)),
-            existing_state: val_str(at(items, 3)),
-            existing_index: val_str(at(items, 4)).parse().ok(),
-        }),
-        "full" => Ok(EnqueueOutcome::Full(Pressure {
-            queue: val_str(at(items, 1)),
-            depth: val_i64(at(items, 2)).max(0) as u64,
-            bound: val_i64(at(items, 3)).max(0) as u64,
+fn enqueue_outcome(r: &Reply) -> Result<EnqueueOutcome> {
+    Ok(match r.tag()? {
+        "ok" => EnqueueOutcome::Created(Enqueued::from_reply(r)?),
+        "duplicate" => EnqueueOutcome::Duplicate(r.str(1)?),
+        "conflict" => EnqueueOutcome::Conflict {
+            index: r.i64(1)?.max(0) as usize,
+            existing_id: r.str(2)?,
+            existing_state: r.str(3)?,
+            // '' when the job it met is stored, not earlier in the batch.
+            existing_index: r.str(4)?.parse().ok(),
+        },
+        "full" => EnqueueOutcome::Full(Pressure {
+            queue: r.str(1)?,
+            depth: r.i64(2)?.max(0) as u64,
+            bound: r.i64(3)?.max(0) as u64,
             warning_threshold: 1.0,
-            strategy: val_str(at(items, 4)),
-        })),
-        t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
-    }
+            strategy: r.str(4)?,
+        }),
+        _ => return Err(r.unknown_tag()),
+    })
 }
 
 impl Store {
     /// Enqueues a batch, all or nothing: any duplicate id and nothing is written.
     pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
         let items = self.enqueue_script(jobs, "all").await?;
-        enqueue_outcome(&items)
+        enqueue_outcome(&Reply::new(self.scripts.enqueue.name, &items))
     }
 
     /// Creates a workflow and all of its jobs, all or nothing (enqueue-1.lua's `workflow` mode): the
@@ -203,7 +199,7 @@ impl Store {
         let items = self
             .enqueue_script_with(&wf.jobs, "workflow", Tail::Workflow(record, callbacks))
             .await?;
-        enqueue_outcome(&items)
+        enqueue_outcome(&Reply::new(self.scripts.enqueue.name, &items))
     }
 
     /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job
@@ -211,9 +207,10 @@ impl Store {
     /// exactly as stored ones.
     pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<Enqueued> {
         let items = self.enqueue_script(jobs, "each").await?;
-        match tag(&items).as_str() {
-            "ok" => Ok(Enqueued::from_reply(&items)),
-            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+        let r = Reply::new(self.scripts.enqueue.name, &items);
+        match r.tag()? {
+            "ok" => Enqueued::from_reply(&r),
+            _ => Err(r.unknown_tag()),
         }
     }
 
@@ -236,18 +233,19 @@ impl Store {
         let items = self
             .enqueue_script_with(std::slice::from_ref(job), "cron", Tail::Cron(record))
             .await?;
-        Ok(match tag(&items).as_str() {
+        let r = Reply::new(self.scripts.enqueue.name, &items);
+        Ok(match r.tag()? {
             "ok" => {
-                let e = Enqueued::from_reply(&items);
+                let e = Enqueued::from_reply(&r)?;
                 match e.existing.into_iter().next().flatten() {
                     Some((id, _)) => CronFired::Deduplicated(id),
                     None => CronFired::Created,
                 }
             }
             "cron_taken" => CronFired::Taken,
-            "cron_skipped" => CronFired::Skipped(val_str(at(&items, 1))),
+            "cron_skipped" => CronFired::Skipped(r.str(1)?),
             "full" => CronFired::QueueFull,
-            t => return Err(StoreError::Reply(format!("cron fire: unknown tag {t}"))),
+            _ => return Err(r.unknown_tag()),
         })
     }
 

@@ -6,7 +6,7 @@ use redis::Value;
 use super::args::{FetchArgs, FetchQueueRecord, FetchReqRecord};
 
 use super::{acked, Acked, ClaimRef, Transition};
-use crate::reply::{at, decode_job, val_i64};
+use crate::reply::{decode_job, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// The acknowledgement part of a [`WorkerRequest`].
@@ -84,31 +84,26 @@ impl WorkerRequest {
 /// A claimed job as the script returns it: its record (a MessagePack map of field name -> string
 /// value, lua/includes/record.lua), with its parents' results for a workflow job that has them
 /// ([`decode_job`]), decoded straight into the fields map.
-fn claimed_job(v: Value) -> Claimed {
-    Claimed { fields: decode_job(&v) }
+fn claimed_job(v: &Value) -> Claimed {
+    Claimed { fields: decode_job(v) }
 }
 
 impl WorkerReply {
-    fn from_reply(v: Value, had_ack: bool) -> Self {
-        let Value::Array(items) = v else {
-            return WorkerReply {
-                acked: had_ack.then_some(Transition::NotFound),
-                claimed: Vec::new(),
-                cut: false,
-            };
+    /// Request `i`'s reply, item `2 + i` of the call's: `{ack, cut, job_1, …}`, where ack is ack_job's
+    /// reply when the request had an ACK.
+    fn from_reply(call: &Reply, i: usize, had_ack: bool) -> Result<Self> {
+        let script = "fetch (a request's reply)";
+        let items = call.array(2 + i)?;
+        let r = Reply::new(script, items);
+        let acked = match had_ack {
+            true => Some(acked(&Reply::new("fetch (an ACK's reply)", r.array(0)?))?),
+            false => None,
         };
-        let mut items = items.into_iter();
-        let acked = match items.next() {
-            Some(Value::Array(a)) if had_ack => Some(acked(&a)),
-            _ if had_ack => Some(Transition::NotFound),
-            _ => None,
-        };
-        let cut = items.next().is_some_and(|v| val_i64(&v) == 1);
-        WorkerReply {
+        Ok(WorkerReply {
             acked,
-            claimed: items.map(claimed_job).collect(),
-            cut,
-        }
+            cut: r.flag(1)?,
+            claimed: r.rest(2).iter().map(claimed_job).collect(),
+        })
     }
 }
 
@@ -125,13 +120,13 @@ impl Store {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }
         let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
-        let now = val_i64(at(&items, 1));
-        let mut replies = items.into_iter().skip(2);
+        let call = Reply::new(self.scripts.fetch.name, &items);
         let replies = requests
             .iter()
-            .map(|r| WorkerReply::from_reply(replies.next().unwrap_or(Value::Nil), r.ack.is_some()))
-            .collect();
-        Ok((now, replies))
+            .enumerate()
+            .map(|(i, r)| WorkerReply::from_reply(&call, i, r.ack.is_some()))
+            .collect::<Result<_>>()?;
+        Ok((call.i64(1)?, replies))
     }
 
     /// One [`WorkerRequest`] alone.

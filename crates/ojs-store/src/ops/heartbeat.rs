@@ -4,7 +4,7 @@
 use super::args::{HeartbeatArgs, HeartbeatJobRecord};
 
 use crate::reads::workers::WORKER_TTL_MS;
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 #[derive(Debug)]
@@ -58,18 +58,18 @@ impl Store {
     ) -> Result<Heartbeat> {
         let args = self.heartbeat_args(worker_id, jobs, extend_ms, worker_state);
         let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
-        let signal = val_str(at(&items, 2));
-        let jobs = items
-            .get(3..)
-            .unwrap_or_default()
-            .chunks(3)
-            .map(|c| {
-                let lease = val_i64(&c[2]);
-                (val_str(&c[0]), val_str(&c[1]), (lease >= 0).then_some(lease))
+        let r = Reply::new(self.scripts.heartbeat.name, &items);
+        let signal = r.str(2)?;
+        // (id, state, lease) per job, from item 3 on.
+        let jobs = (0..jobs.len())
+            .map(|k| {
+                let i = 3 + 3 * k;
+                let lease = r.i64(i + 2)?;
+                Ok((r.str(i)?, r.str(i + 1)?, (lease >= 0).then_some(lease)))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Heartbeat {
-            now_ms: val_i64(at(&items, 1)),
+            now_ms: r.i64(1)?,
             signal: (!signal.is_empty()).then_some(signal),
             jobs,
         })

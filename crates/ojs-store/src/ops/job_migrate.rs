@@ -4,7 +4,7 @@
 
 use super::args::JobMigrateArgs;
 
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 /// Job keys per SCAN step and per script call.
@@ -29,7 +29,7 @@ impl Store {
         let items = self
             .run(&self.scripts.job_migrate, &[self.keys.job(first)], args)
             .await?;
-        Ok(val_i64(at(&items, 1)) as u64)
+        Ok(Reply::new(self.scripts.job_migrate.name, &items).i64(1)?.max(0) as u64)
     }
 
     /// Repairs what older builds could leave behind (below), then brings an older keyspace (v1 or v2,

@@ -40,9 +40,8 @@ pub(crate) mod args {
     include!(concat!(env!("OUT_DIR"), "/args_gen.rs"));
 }
 
-use redis::Value;
-
-use crate::reply::{at, tag, val_i64, val_str};
+use crate::reply::Reply;
+use crate::store::Result;
 
 #[derive(Debug)]
 pub enum Transition<T> {
@@ -75,14 +74,16 @@ impl ClaimRef {
     }
 }
 
-/// A script reply for a job transition: `ok` → `done(items)`, else the shared refusal tags.
-pub(crate) fn transition<T>(items: &[Value], done: impl FnOnce(&[Value]) -> T) -> Transition<T> {
-    match tag(items).as_str() {
-        "ok" => Transition::Done(done(items)),
+/// A script reply for a job transition: `ok` → `done(reply)`, else the shared refusal tags (`state`,
+/// `not_found`, `lease_lost`); any other tag is a protocol error.
+pub(crate) fn transition<T>(r: &Reply, done: impl FnOnce(&Reply) -> Result<T>) -> Result<Transition<T>> {
+    Ok(match r.tag()? {
+        "ok" => Transition::Done(done(r)?),
         "not_found" => Transition::NotFound,
-        "lease_lost" => Transition::LeaseLost(items.get(1).map(val_str).unwrap_or_default()),
-        _ => Transition::WrongState(items.get(1).map(val_str).unwrap_or_default()),
-    }
+        "lease_lost" => Transition::LeaseLost(r.str(1)?),
+        "state" => Transition::WrongState(r.str(1)?),
+        _ => return Err(r.unknown_tag()),
+    })
 }
 
 #[derive(Debug)]
@@ -94,12 +95,14 @@ pub struct Acked {
 }
 
 /// An ack reply (includes/ack.lua), as fetch-1.lua returns it per request.
-pub(crate) fn acked(items: &[redis::Value]) -> Transition<Acked> {
-    transition(items, |i| Acked {
-        now_ms: val_i64(at(i, 1)),
-        attempt: val_i64(at(i, 2)),
-        queue: val_str(at(i, 3)),
-        job_type: val_str(at(i, 4)),
+pub(crate) fn acked(r: &Reply) -> Result<Transition<Acked>> {
+    transition(r, |r| {
+        Ok(Acked {
+            now_ms: r.i64(1)?,
+            attempt: r.i64(2)?,
+            queue: r.str(3)?,
+            job_type: r.str(4)?,
+        })
     })
 }
 

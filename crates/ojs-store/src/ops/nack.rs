@@ -5,7 +5,7 @@ use super::args::NackArgs;
 
 use super::rand_unit;
 use super::{transition, ClaimRef, Transition};
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 #[derive(Debug)]
@@ -76,18 +76,18 @@ impl Store {
             rand_unit(),
         );
         let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| {
-            let delay = val_i64(at(i, 4));
-            NackResult {
-                now_ms: val_i64(at(i, 1)),
-                state: val_str(at(i, 2)),
-                attempt: val_i64(at(i, 3)),
+        transition(&Reply::new(self.scripts.nack.name, &items), |r| {
+            let delay = r.i64(4)?;
+            Ok(NackResult {
+                now_ms: r.i64(1)?,
+                state: r.str(2)?,
+                attempt: r.i64(3)?,
                 delay_ms: (delay >= 0).then_some(delay),
-                max_attempts: val_i64(at(i, 5)),
-                queue: val_str(at(i, 6)),
-                job_type: val_str(at(i, 7)),
-            }
-        }))
+                max_attempts: r.i64(5)?,
+                queue: r.str(6)?,
+                job_type: r.str(7)?,
+            })
+        })
     }
 }
 

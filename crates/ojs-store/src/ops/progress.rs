@@ -4,7 +4,7 @@
 use super::args::ProgressArgs;
 
 use super::{transition, ClaimRef, Transition};
-use crate::reply::{at, tag, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -46,17 +46,15 @@ impl Store {
     ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
         let args = self.progress_args(id, claim, progress, message, data);
         let items = self.run(&self.scripts.progress, &[self.keys.job(id)], args).await?;
-        if tag(&items) == "ignored" {
-            return Ok(Transition::WrongState(val_str(at(&items, 1))));
+        let r = Reply::new(self.scripts.progress.name, &items);
+        if r.tag()? == "ignored" {
+            return Ok(Transition::WrongState(r.str(1)?));
         }
-        Ok(transition(&items, |i| {
-            let lease = val_i64(at(i, 3));
-            (
-                val_i64(at(i, 1)),
-                val_str(at(i, 2)).parse::<f64>().ok(),
-                (lease >= 0).then_some(lease),
-            )
-        }))
+        transition(&r, |r| {
+            let lease = r.i64(3)?;
+            // '' when no progress was reported yet.
+            Ok((r.i64(1)?, r.str(2)?.parse::<f64>().ok(), (lease >= 0).then_some(lease)))
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::args::PromoteArgs;
 
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -22,8 +22,9 @@ impl Store {
     pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
         let args = self.promote_args(limit);
         let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
-        let (next, now) = (val_i64(at(&items, 2)), val_i64(at(&items, 3)));
-        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next - now)))
+        let r = Reply::new(self.scripts.promote.name, &items);
+        let (next, now) = (r.i64(2)?, r.i64(3)?);
+        Ok((r.i64(1)?.max(0) as u64, (next >= 0).then_some(next - now)))
     }
 }
 

@@ -4,7 +4,7 @@
 use super::args::RequeueArgs;
 
 use super::rand_unit;
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -23,7 +23,8 @@ impl Store {
     pub async fn requeue_expired(&self, limit: u32) -> Result<(u64, u64)> {
         let args = self.requeue_args(limit, rand_unit());
         let items = self.run(&self.scripts.requeue, &[self.keys.active()], args).await?;
-        Ok((val_i64(at(&items, 1)) as u64, val_i64(at(&items, 2)) as u64))
+        let r = Reply::new(self.scripts.requeue.name, &items);
+        Ok((r.i64(1)?.max(0) as u64, r.i64(2)?.max(0) as u64))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::args::RlOverrideArgs;
 
-use crate::reply::tag;
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -34,7 +34,12 @@ impl Store {
         let items = self
             .run(&self.scripts.rl_override, &[self.keys.rl_ovr(key)], args)
             .await?;
-        Ok(tag(&items) == "ok")
+        let r = Reply::new(self.scripts.rl_override.name, &items);
+        match r.tag()? {
+            "ok" => Ok(true),
+            "past" => Ok(false),
+            _ => Err(r.unknown_tag()),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::args::SetAgingArgs;
 
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -29,7 +29,8 @@ impl Store {
                 args,
             )
             .await?;
-        Ok((val_i64(at(&items, 1)).max(0) as u64, val_i64(at(&items, 2)) == 1))
+        let r = Reply::new(self.scripts.set_aging.name, &items);
+        Ok((r.i64(1)?.max(0) as u64, r.flag(2)?))
     }
 
     /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the

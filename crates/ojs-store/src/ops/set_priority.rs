@@ -4,7 +4,7 @@
 use super::args::SetPriorityArgs;
 
 use super::{transition, Transition};
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -23,7 +23,9 @@ impl Store {
     pub async fn set_priority(&self, id: &str, priority: i64, rank: i64) -> Result<Transition<(i64, String)>> {
         let args = self.set_priority_args(id, priority, rank);
         let items = self.run(&self.scripts.set_priority, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| (val_i64(at(i, 2)), val_str(at(i, 4)))))
+        transition(&Reply::new(self.scripts.set_priority.name, &items), |r| {
+            Ok((r.i64(2)?, r.str(4)?))
+        })
     }
 }
 

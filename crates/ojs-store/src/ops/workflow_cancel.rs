@@ -4,7 +4,7 @@
 use super::args::WorkflowCancelArgs;
 
 use super::{transition, Transition};
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 impl Store {
@@ -26,13 +26,9 @@ impl Store {
         let items = self
             .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
             .await?;
-        Ok(transition(&items, |i| {
-            (
-                val_i64(at(i, 1)),
-                val_i64(at(i, 2)).max(0) as u64,
-                val_i64(at(i, 3)) == 1,
-            )
-        }))
+        transition(&Reply::new(self.scripts.workflow_cancel.name, &items), |r| {
+            Ok((r.i64(1)?, r.i64(2)?.max(0) as u64, r.flag(3)?))
+        })
     }
 
     /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua; at most 500 jobs

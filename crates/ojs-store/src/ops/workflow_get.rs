@@ -3,7 +3,7 @@
 
 use super::args::WorkflowGetArgs;
 
-use crate::reply::{at, flat_map, strings, tag, val_i64};
+use crate::reply::{flat_pairs, val_str, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// A workflow as lua/workflow-get-1.lua read it.
@@ -45,8 +45,11 @@ impl Store {
         let items = self
             .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
             .await?;
-        if tag(&items) != "ok" {
-            return Ok(None);
+        let r = Reply::new(self.scripts.workflow_get.name, &items);
+        match r.tag()? {
+            "ok" => {}
+            "not_found" => return Ok(None),
+            _ => return Err(r.unknown_tag()),
         }
         let member = |c: &[String]| WorkflowMember {
             id: c[0].clone(),
@@ -54,11 +57,11 @@ impl Store {
             state: Some(c[2].clone()).filter(|s| !s.is_empty()),
             queue: Some(c[3].clone()).filter(|s| !s.is_empty()),
         };
-        let jobs = strings(at(&items, 3));
-        let callbacks = strings(at(&items, 4));
+        let strings = |i| r.array(i).map(|a| a.iter().map(val_str).collect::<Vec<_>>());
+        let (jobs, callbacks) = (strings(3)?, strings(4)?);
         Ok(Some(WorkflowRecord {
-            now_ms: val_i64(at(&items, 1)),
-            fields: flat_map(at(&items, 2)),
+            now_ms: r.i64(1)?,
+            fields: flat_pairs(r.array(2)?),
             jobs: jobs.chunks_exact(4).map(member).collect(),
             callbacks: callbacks
                 .chunks_exact(5)
