@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::args::JobReadArgs;
 
-use crate::reply::{at, decode_job, val_opt_str};
+use crate::reply::{at, decode_job, val_opt_str, Reply};
 use crate::store::{JobFields, Result, Store};
 
 impl Store {
@@ -28,6 +28,14 @@ impl Store {
         };
         let args = self.job_read_args(fields, ids);
         let mut items = self.run(&self.scripts.job_read, &[self.keys.job(first)], args).await?;
+        let r = Reply::new(self.scripts.job_read.name, &items);
+        if r.tag()? != "ok" {
+            return Err(r.unknown_tag());
+        }
+        // One item per id; a missing job's is false (nil here), read as no fields.
+        if items.len() != 1 + ids.len() {
+            return Err(r.error(ids.len(), "one item per job id"));
+        }
         items.remove(0);
         Ok(items)
     }

@@ -4,7 +4,7 @@
 use super::args::{PickArgs, PickQueueRecord};
 
 use crate::keys::Keys;
-use crate::reply::val_i64;
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 /// One queue of a cross-shard weighted pick.
@@ -48,12 +48,14 @@ impl Store {
         let state = Keys::new(&self.cfg.namespace).wrr(&super::fetch::wrr_key(&pairs));
         let args = self.pick_args(want, queues, refunds);
         let items = self.run(&self.scripts.pick, &[state], args).await?;
-        Ok(items
-            .iter()
-            .skip(1)
-            .filter_map(|v| usize::try_from(val_i64(v) - 1).ok())
-            .filter(|i| *i < queues.len())
-            .collect())
+        let r = Reply::new(self.scripts.pick.name, &items);
+        // 1-based indexes into `queues`.
+        (1..items.len())
+            .map(|i| match usize::try_from(r.i64(i)? - 1) {
+                Ok(q) if q < queues.len() => Ok(q),
+                _ => Err(r.error(i, "a queue's 1-based index")),
+            })
+            .collect()
     }
 }
 

@@ -4,7 +4,7 @@
 use super::args::{PlaceArgs, PlaceNameRecord};
 
 use crate::keys::Keys;
-use crate::reply::val_i64;
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 /// What the directory answered: the deployment's number of shards, and each name's shard in order
@@ -41,9 +41,13 @@ impl Store {
         let args = self.place_args(shards, kind, names);
         let directory = Keys::new(&self.cfg.namespace).placement();
         let items = self.run(&self.scripts.place, &[directory], args).await?;
+        let r = Reply::new(self.scripts.place.name, &items);
         Ok(Placed {
-            shards: val_i64(items.get(1).unwrap_or(&redis::Value::Nil)).max(1) as usize,
-            at: items.iter().skip(2).map(|v| usize::try_from(val_i64(v)).ok()).collect(),
+            shards: r.i64(1)?.max(1) as usize,
+            // -1: a queue `find` did not place.
+            at: (2..items.len())
+                .map(|i| r.i64(i).map(|s| usize::try_from(s).ok()))
+                .collect::<Result<_>>()?,
         })
     }
 

@@ -3,7 +3,7 @@
 
 use super::args::RlGaugesArgs;
 
-use crate::reply::{flat_map, val_i64, val_str};
+use crate::reply::{flat_pairs, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
@@ -31,18 +31,19 @@ impl Store {
     pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
         let args = self.rl_gauges_args(limit);
         let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
-        Ok(items
-            .get(2..)
-            .unwrap_or_default()
-            .chunks(4)
-            .filter(|c| c.len() == 4)
-            .map(|c| RateLimitGauges {
-                key: val_str(&c[0]),
-                active: val_i64(&c[1]).max(0) as u64,
-                waiting: val_i64(&c[2]).max(0) as u64,
-                stats: flat_map(&c[3]),
+        let r = Reply::new(self.scripts.rl_gauges.name, &items);
+        // (key, active, waiting, stats) per key, from item 2 on.
+        (2..items.len())
+            .step_by(4)
+            .map(|i| {
+                Ok(RateLimitGauges {
+                    key: r.str(i)?,
+                    active: r.i64(i + 1)?.max(0) as u64,
+                    waiting: r.i64(i + 2)?.max(0) as u64,
+                    stats: flat_pairs(r.array(i + 3)?),
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
