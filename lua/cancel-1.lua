@@ -20,4 +20,4 @@
 --@include clock
 --@include cancel
 
-return cancel_job(ARGV[1], KEYS[1], ARGV[2], tonumber(ARGV[3]), now_ms())
+return cancel_job(ARG.P, KEYS[1], ARG.id, tonumber(ARG.retention_ms), now_ms())

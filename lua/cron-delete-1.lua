@@ -15,7 +15,7 @@
 --   the hash, its P..'crons' member and its P..'cron:due' member go together, so a removed entry
 --   never fires again on any pod
 
-local P, name = ARGV[1], ARGV[2]
+local P, name = ARG.P, ARG.name
 local entry = redis.call('HGETALL', KEYS[1])
 if #entry == 0 then return {'not_found'} end
 redis.call('DEL', KEYS[1])

@@ -22,7 +22,7 @@
 --   created_at, last_run_at, run_count and last_job (so overlap detection survives re-registration)
 --@include clock
 
-local P, name, def, nxt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local P, name, def, nxt = ARG.P, ARG.name, ARG.def, ARG.next_run_at
 local ck = KEYS[1]
 local now = now_ms()
 local created = redis.call('HSETNX', ck, 'created_at', now)

@@ -19,7 +19,7 @@
 --@include active
 --@include unique
 
-local P, id = ARGV[1], ARGV[2]
+local P, id = ARG.P, ARG.id
 if not redis.call('ZSCORE', KEYS[1], id) then return {'not_found'} end
 local jk = key_job(P, id)
 local f = rec('HMGET', jk, 'queue', 'type', 'unique')

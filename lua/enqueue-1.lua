@@ -7,32 +7,54 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'; every other key is built from it and shares
 --                                its cluster hash tag, so the script touches one slot
---   ARGV[2] n             int    number of jobs; then STRIDE (22) fields per job, starting at ARGV[4]:
+--   ARGV[2] n             int    number of jobs: n JOB records follow the fixed arguments
 --   ARGV[3] mode          'all' (any duplicate id or unique 'reject' conflict: nothing is written) |
 --                         'each' (per job) | 'cron': one job fired by a cron entry |
 --                         'workflow': all or nothing like 'all', the jobs of one new workflow
 --                         (includes/workflow.lua; its jobs carry no unique policy, dedup or root info)
---     (+0) id (UUIDv7)  (+1) queue  (+2) type  (+3) rank (lower runs first)
---     (+4) cold: the record's cold fields (includes/record.lua REC_COLD: doc, the job JSON without system
---          fields, max_attempts, backoff spec, on_exhaustion, non_retryable when not empty), a MessagePack
---          map the server packed (ops/enqueue.rs ColdFields), stored as it is
---     (+5) timeout_ms (0 none)  (+6) visibility_ms (0 server default)  (+7) expires_at ms (0 none)
---     (+8) scheduled_at ms (0 none)  (+9) delay_ms (0 none)  (+10) priority as the client gave it
---     (+11) rate-limit key ('' none)  (+12) rate-limit policy (see includes/ratelimit.lua; '' none)
---     (+13) expires_in_ms (0 none): a relative expiry, resolved here as now + expires_in_ms
---     (+14) unique key ('' none: no options.unique)  (+15) unique states (comma-separated)
---     (+16) unique period_ms (0 none)  (+17) on_conflict (reject | ignore | replace |
---         replace_except_schedule | raise_priority)
---     (+18) dedup fingerprint ('' none)  (+19) root-job signature hash ('' none)
---     (+20) root timestamp ms (0: the job's creation time)  (+21) '1' when the job is the root itself
---   then, after the jobs (ARGV[4 + n * STRIDE] on):
---     retention_ms (how long a job cancelled here by on_conflict replace or a cron overlap keeps its
---     hash; 0 = forever), and in 'cron' mode 4 more: cron name, expected next_run_at (ms, the tick
---     being fired), new next_run_at ('' = none), overlap_policy (skip | allow | cancel_previous | enqueue);
---     in 'workflow' mode: workflow id, type (chain | group | batch), name, m = the number of steps/jobs
---     (the first m jobs), then one callback name (on_complete | on_success | on_failure) for each of
---     the n - m remaining jobs. A chain's steps after the first and every callback are written
---     'pending' (in no index, not counted in the queue's depth) until includes/workflow.lua releases them
+--   ARGV[4] retention_ms  int    how long a job cancelled here by on_conflict replace or a cron
+--                                overlap keeps its hash; 0 = forever
+--   ARGV[5..] the n JOB records; then in 'cron' mode one CRON record; in 'workflow' mode one WF record
+--           and then one callback name (on_complete | on_success | on_failure) for each of the n - m
+--           jobs after its first m. A chain's steps after the first and every callback are written
+--           'pending' (in no index, not counted in the queue's depth) until includes/workflow.lua
+--           releases them
+--   record JOB
+--     +0  id               string UUIDv7
+--     +1  queue            string
+--     +2  job_type         string the job's type
+--     +3  rank             int    lower runs first
+--     +4  cold             bytes  the record's cold fields (includes/record.lua REC_COLD: doc, the job
+--                                 JSON without system fields, max_attempts, backoff spec,
+--                                 on_exhaustion, non_retryable when not empty), a MessagePack map the
+--                                 server packed (ops/enqueue.rs ColdFields), stored as it is
+--     +5  timeout_ms       int    0 none
+--     +6  visibility_ms    int    0 server default
+--     +7  expires_at       int    ms; 0 none
+--     +8  scheduled_at     int    ms; 0 none
+--     +9  delay_ms         int    0 none
+--     +10 priority         int    as the client gave it
+--     +11 rl_key           string rate-limit key ('' none)
+--     +12 rl_policy        string rate-limit policy (see includes/ratelimit.lua; '' none)
+--     +13 expires_in_ms    int    0 none: a relative expiry, resolved here as now + expires_in_ms
+--     +14 unique_key       string '' none: no options.unique
+--     +15 unique_states    string comma-separated
+--     +16 unique_period_ms int    0 none
+--     +17 on_conflict      string reject | ignore | replace | replace_except_schedule | raise_priority
+--     +18 dedup            string dedup fingerprint ('' none)
+--     +19 root             string root-job signature hash ('' none)
+--     +20 root_ts          int    root timestamp ms (0: the job's creation time)
+--     +21 root_self        '1' when the job is the root itself
+--   record CRON
+--     +0  name             string the cron entry
+--     +1  expected         int    its next_run_at as read (ms, the tick being fired)
+--     +2  next_run_at      int    its new next_run_at ('' = none)
+--     +3  overlap          string overlap_policy: skip | allow | cancel_previous | enqueue
+--   record WF
+--     +0  id               string workflow id
+--     +1  kind             string chain | group | batch
+--     +2  name             string
+--     +3  m                int    the number of steps/jobs (the first m jobs)
 -- RETURNS
 --   {'ok', now_ms, states, pressure, found}
 --      states   {state_1, ..., state_n}: 'available', 'scheduled', 'pending' (workflow), or, for a job
@@ -99,22 +121,23 @@
 --@include unique
 --@include workflow
 
-local P = ARGV[1]
-local n = tonumber(ARGV[2])
-local mode = ARGV[3]
+local P = ARG.P
+local n = tonumber(ARG.n)
+local mode = ARG.mode
 local each = mode == 'each'
-local STRIDE = 22
-local BASE = 4
-local TAIL = BASE + n * STRIDE
-local retention = tonumber(ARGV[TAIL])
+local retention = tonumber(ARG.retention_ms)
+local BASE = ARG.REST
+local TAIL = BASE + n * JOB.STRIDE
 local cron = nil
 if mode == 'cron' then
-  cron = { name = ARGV[TAIL + 1], expected = ARGV[TAIL + 2], nxt = ARGV[TAIL + 3], overlap = ARGV[TAIL + 4] }
+  cron = { name = ARGV[TAIL + CRON.name], expected = ARGV[TAIL + CRON.expected], nxt = ARGV[TAIL + CRON.next_run_at],
+    overlap = ARGV[TAIL + CRON.overlap] }
 end
 local wf = nil
 if mode == 'workflow' then
-  wf = { id = ARGV[TAIL + 1], type = ARGV[TAIL + 2], name = ARGV[TAIL + 3], m = tonumber(ARGV[TAIL + 4]), cb = {} }
-  for i = wf.m, n - 1 do wf.cb[i] = ARGV[TAIL + 5 + i - wf.m] end
+  wf = { id = ARGV[TAIL + WF.id], type = ARGV[TAIL + WF.kind], name = ARGV[TAIL + WF.name],
+    m = tonumber(ARGV[TAIL + WF.m]), cb = {} }
+  for i = wf.m, n - 1 do wf.cb[i] = ARGV[TAIL + WF.STRIDE + i - wf.m] end
 end
 -- waits(i): job i (0-based) is written 'pending', to wait for its turn (workflow mode only).
 local function waits(i)
@@ -126,7 +149,7 @@ if wf and redis.call('EXISTS', key_workflow(P, wf.id)) == 1 then return {'duplic
 if not each then
   local seen = {}
   for i = 0, n - 1 do
-    local id = ARGV[BASE + i * STRIDE]
+    local id = ARGV[BASE + i * JOB.STRIDE + JOB.id]
     if seen[id] or rec('EXISTS', key_job(P, id)) == 1 then
       return {'duplicate', id}
     end
@@ -139,9 +162,9 @@ local now_text = text(now)
 
 -- policy(b): the unique policy of the job whose fields start at ARGV[b], or nil.
 local function policy(b)
-  if ARGV[b + 14] == '' then return nil end
-  return { key = ARGV[b + 14], states = unique_state_set(ARGV[b + 15]), period = tonumber(ARGV[b + 16]),
-    on_conflict = ARGV[b + 17] }
+  if ARGV[b + JOB.unique_key] == '' then return nil end
+  return { key = ARGV[b + JOB.unique_key], states = unique_state_set(ARGV[b + JOB.unique_states]),
+    period = tonumber(ARGV[b + JOB.unique_period_ms]), on_conflict = ARGV[b + JOB.on_conflict] }
 end
 
 local function replaces(u)
@@ -150,8 +173,8 @@ end
 
 -- run_at(b): when the job may first run (Redis time), from scheduled_at and delay_ms.
 local function run_at(b)
-  local at = tonumber(ARGV[b + 8])
-  local delay = tonumber(ARGV[b + 9])
+  local at = tonumber(ARGV[b + JOB.scheduled_at])
+  local delay = tonumber(ARGV[b + JOB.delay_ms])
   if delay > 0 and now + delay > at then at = now + delay end
   return at
 end
@@ -163,7 +186,7 @@ for i = 0, n - 1 do creates[i] = true end
 if mode == 'all' then
   local taken = {}
   for i = 0, n - 1 do
-    local b = BASE + i * STRIDE
+    local b = BASE + i * JOB.STRIDE
     local u = policy(b)
     if u then
       local id, state, index
@@ -180,7 +203,7 @@ if mode == 'all' then
         if id and state == 'scheduled' and u.on_conflict == 'replace_except_schedule' then
           at = t and t.at or tonumber(rec('HGET', key_job(P, id), 'scheduled_at'))
         end
-        taken[u.key] = { id = ARGV[b], index = i, at = at, state = at > now and 'scheduled' or 'available' }
+        taken[u.key] = { id = ARGV[b + JOB.id], index = i, at = at, state = at > now and 'scheduled' or 'available' }
       end
     end
   end
@@ -206,7 +229,8 @@ if cron then
   local prev_state = prev and rec('HGET', key_job(P, prev), 'state')
   if cron.overlap == 'skip' and prev_state and prev_state ~= 'completed' and prev_state ~= 'cancelled'
     and prev_state ~= 'discarded' then
-    ev_cron_skipped(P, prev, ARGV[BASE + 1], ARGV[BASE + 2], now, cron.name, 'previous run still ' .. prev_state)
+    ev_cron_skipped(P, prev, ARGV[BASE + JOB.queue], ARGV[BASE + JOB.job_type], now, cron.name,
+      'previous run still ' .. prev_state)
     return {'cron_skipped', prev}
   end
   if cron.overlap == 'cancel_previous' and prev_state == 'active' then
@@ -248,14 +272,14 @@ end
 if not each then
   local adds = {}
   for i = 0, n - 1 do
-    local queue = ARGV[BASE + i * STRIDE + 1]
+    local queue = ARGV[BASE + i * JOB.STRIDE + JOB.queue]
     if creates[i] and not waits(i) then adds[queue] = (adds[queue] or 0) + 1 end
   end
   for i = 0, n - 1 do
-    local queue = ARGV[BASE + i * STRIDE + 1]
+    local queue = ARGV[BASE + i * JOB.STRIDE + JOB.queue]
     local c = qinfo(queue)
     if c.bound and adds[queue] and c.depth + adds[queue] > c.bound then
-      reject(queue, c, ARGV[BASE + i * STRIDE + 2])
+      reject(queue, c, ARGV[BASE + i * JOB.STRIDE + JOB.job_type])
       return {'full', queue, c.depth, c.bound, c.strategy}
     end
   end
@@ -295,8 +319,9 @@ end
 local hi, lo = seq_block(P, n)
 
 for i = 0, n - 1 do
-  local b = BASE + i * STRIDE
-  local id, queue, jtype, rank = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3])
+  local b = BASE + i * JOB.STRIDE
+  local id, queue, jtype = ARGV[b + JOB.id], ARGV[b + JOB.queue], ARGV[b + JOB.job_type]
+  local rank = tonumber(ARGV[b + JOB.rank])
   local jk = key_job(P, id)
   local member = nil
   if hi then
@@ -315,7 +340,7 @@ for i = 0, n - 1 do
     local hk = key_job(P, held)
     if u.on_conflict == 'raise_priority' and rank < tonumber(rec('HGET', hk, 'rank')) then
       flush()
-      set_priority(P, hk, held, ARGV[b + 10], rank, now)
+      set_priority(P, hk, held, ARGV[b + JOB.priority], rank, now)
     end
     states[#states + 1] = u.on_conflict == 'reject' and 'conflict' or 'ignored'
     found[#found + 1] = {held, rec_packed(hk)}
@@ -339,32 +364,32 @@ for i = 0, n - 1 do
       if cancelled[1] == 'ok' and cancelled[3] ~= 'active' and hc and hc.bound then hc.depth = hc.depth - 1 end
     end
     if c.bound and not waits(i) then c.depth = c.depth + 1 end
-    local priority = ARGV[b + 10]
-    local rl_key = ARGV[b + 11] ~= '' and ARGV[b + 11] or nil
+    local priority = ARGV[b + JOB.priority]
+    local rl_key = ARGV[b + JOB.rl_key] ~= '' and ARGV[b + JOB.rl_key] or nil
     -- The record's cold fields come packed by the server (includes/record.lua REC_COLD).
     local h = {queue = queue, type = jtype, rank = rec_str(rank), priority = priority, attempt = '0',
-      created_at = now_text, enqueued_at = now_text, cold = ARGV[b + 4]}
-    opt(h, 'timeout_ms', ARGV[b + 5], '0')
-    opt(h, 'visibility_ms', ARGV[b + 6], '0')
-    local expires_in = tonumber(ARGV[b + 13])
-    opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + 7], '0')
+      created_at = now_text, enqueued_at = now_text, cold = ARGV[b + JOB.cold]}
+    opt(h, 'timeout_ms', ARGV[b + JOB.timeout_ms], '0')
+    opt(h, 'visibility_ms', ARGV[b + JOB.visibility_ms], '0')
+    local expires_in = tonumber(ARGV[b + JOB.expires_in_ms])
+    opt(h, 'expires_at', expires_in > 0 and tostring(now + expires_in) or ARGV[b + JOB.expires_at], '0')
     if u then
       opt(h, 'unique', u.key, '')
-      opt(h, 'unique_states', ARGV[b + 15], UNIQUE_DEFAULT_STATES)
+      opt(h, 'unique_states', ARGV[b + JOB.unique_states], UNIQUE_DEFAULT_STATES)
       if u.period > 0 then opt(h, 'unique_until', now + u.period, '') end
       unique_take(P, u.key, id, u.period)
     end
-    opt(h, 'dedup', ARGV[b + 18], '')
-    if ARGV[b + 19] ~= '' then
-      local ts = tonumber(ARGV[b + 20])
-      opt(h, 'root', ARGV[b + 19], '')
+    opt(h, 'dedup', ARGV[b + JOB.dedup], '')
+    if ARGV[b + JOB.root] ~= '' then
+      local ts = tonumber(ARGV[b + JOB.root_ts])
+      opt(h, 'root', ARGV[b + JOB.root], '')
       opt(h, 'root_ts', ts > 0 and ts or now, '')
-      opt(h, 'root_self', ARGV[b + 21], '0')
+      opt(h, 'root_self', ARGV[b + JOB.root_self], '0')
     end
     if rl_key then
       opt(h, 'rl_key', rl_key, '')
-      opt(h, 'rl', ARGV[b + 12], '')
-      rl_register(P, rl_key, ARGV[b + 12], now)
+      opt(h, 'rl', ARGV[b + JOB.rl_policy], '')
+      rl_register(P, rl_key, ARGV[b + JOB.rl_policy], now)
     end
     if wf then
       opt(h, 'wf', wf.id, '')
@@ -373,8 +398,8 @@ for i = 0, n - 1 do
     found[#found + 1] = {}
     if waits(i) then
       opt(h, 'state', 'pending', '')
-      opt(h, 'scheduled_at', ARGV[b + 8], '0')
-      opt(h, 'hold_delay_ms', ARGV[b + 9], '0')
+      opt(h, 'scheduled_at', ARGV[b + JOB.scheduled_at], '0')
+      opt(h, 'hold_delay_ms', ARGV[b + JOB.delay_ms], '0')
       rec_put(jk, h)
       ev_job_enqueued(P, id, queue, jtype, now, 'pending', wf.id)
       states[#states + 1] = 'pending'
@@ -430,7 +455,7 @@ if wf then
   end
   local ids = {}
   for i = 0, n - 1 do
-    local id = ARGV[BASE + i * STRIDE]
+    local id = ARGV[BASE + i * JOB.STRIDE + JOB.id]
     if i < wf.m then
       ids[#ids + 1] = id
     else
@@ -446,8 +471,8 @@ if wf then
   ev_workflow_created(P, '', '', '', now, wf.id, wf.type, wf.name)
 end
 if cron and (states[1] == 'available' or states[1] == 'scheduled') then
-  local id = ARGV[BASE]
+  local id = ARGV[BASE + JOB.id]
   redis.call('HSET', key_cron(P, cron.name), 'last_job', id)
-  ev_cron_triggered(P, id, ARGV[BASE + 1], ARGV[BASE + 2], now, cron.name)
+  ev_cron_triggered(P, id, ARGV[BASE + JOB.queue], ARGV[BASE + JOB.job_type], now, cron.name)
 end
 return reply

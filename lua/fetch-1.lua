@@ -7,7 +7,8 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:' (see enqueue-1.lua)
 --   ARGV[2] retention_ms  int    how long an ended (acked, discarded) job's record is kept; 0 = forever
---   ARGV[3..] the requests, each REQ_FIELDS fields and then its queues:
+--   ARGV[3..] the requests, one after another: each a REQ record, then its nqueues QUEUE records
+--   record REQ
 --     +0  worker_id     string recorded on claimed jobs ('' when the worker gave none)
 --     +1  count         int    most jobs to claim (0: an ACK that claims nothing)
 --     +2  visibility_ms int    lease length for claimed jobs that set no visibility_timeout_ms
@@ -21,8 +22,10 @@
 --     +7  ack_lease     string the claim the ACK acts for: lease id, attempt, worker id ('' = not
 --     +8  ack_attempt   string   named; see includes/lease.lua): an ACK for a claim the job no longer
 --     +9  ack_worker    string   holds is refused ('lease_lost')
---     +10 nqueues       int    how many (queue name, weight) pairs follow (weight ignored by strict;
---                              > 0 for weighted)
+--     +10 nqueues       int    how many QUEUE records follow
+--   record QUEUE
+--     +0  name          string the queue
+--     +1  weight        int    ignored by strict; > 0 for weighted
 -- RETURNS
 --   {'ok', now_ms, reply_1, ..., reply_n}   one reply per request, in order; reply_i is
 --                                            {ack, cut, job_1, ..., job_k}: k <= count; cut is 1 when the
@@ -95,9 +98,8 @@
 
 local MAX_SKIPS = 100
 local WRR_KEEP_MS = 86400000
-local REQ_FIELDS = 11
-local P = ARGV[1]
-local retention = tonumber(ARGV[2])
+local P = ARG.P
+local retention = tonumber(ARG.retention_ms)
 local now = now_ms()
 local now_text = text(now)
 -- The fields of a job whose record is missing (a ready member without its job): all absent.
@@ -298,15 +300,17 @@ end
 
 -- serve(a): one request whose fields start at ARGV[a]; returns its reply and the next request's index.
 local function serve(a)
-  worker, default_vt = ARGV[a], tonumber(ARGV[a + 2])
-  local want, strategy, nq = tonumber(ARGV[a + 1]), ARGV[a + 3], tonumber(ARGV[a + 10])
-  local next_a = a + REQ_FIELDS + 2 * nq
+  worker, default_vt = ARGV[a + REQ.worker_id], tonumber(ARGV[a + REQ.visibility_ms])
+  local want, strategy = tonumber(ARGV[a + REQ.count]), ARGV[a + REQ.strategy]
+  local nq = tonumber(ARGV[a + REQ.nqueues])
+  local next_a = a + REQ.STRIDE + QUEUE.STRIDE * nq
   reply = {'', 0}
   cut = 0
-  local ack_id = ARGV[a + 5]
+  local ack_id = ARGV[a + REQ.ack_id]
   if ack_id ~= '' then
-    local acked = ack_job(P, key_job(P, ack_id), ack_id, ARGV[a + 6], retention, now,
-      { lease = ARGV[a + 7], attempt = ARGV[a + 8], worker = ARGV[a + 9] })
+    local acked = ack_job(P, key_job(P, ack_id), ack_id, ARGV[a + REQ.ack_result], retention, now,
+      { lease = ARGV[a + REQ.ack_lease], attempt = ARGV[a + REQ.ack_attempt],
+        worker = ARGV[a + REQ.ack_worker] })
     reply[1] = acked
     if acked[1] ~= 'ok' then return reply, next_a end
   end
@@ -315,7 +319,7 @@ local function serve(a)
   local got = 0
   if nq == 1 and strategy ~= 'weighted' then
     -- One queue, strict (what every SDK's worker asks for): no table built for the request.
-    local queue = ARGV[a + REQ_FIELDS]
+    local queue = ARGV[a + REQ.STRIDE + QUEUE.name]
     if queue_live(queue) then
       while got < want and claim_one(queue) do got = got + 1 end
     end
@@ -324,9 +328,9 @@ local function serve(a)
   end
 
   local queues, weights = {}, {}
-  for i = a + REQ_FIELDS, next_a - 1, 2 do
-    queues[#queues + 1] = ARGV[i]
-    weights[#weights + 1] = tonumber(ARGV[i + 1])
+  for i = a + REQ.STRIDE, next_a - 1, QUEUE.STRIDE do
+    queues[#queues + 1] = ARGV[i + QUEUE.name]
+    weights[#weights + 1] = tonumber(ARGV[i + QUEUE.weight])
   end
   -- One SMISMEMBER against the ready-queue index, for the queues this call has not seen there, skips
   -- every empty queue without touching it.
@@ -345,7 +349,7 @@ local function serve(a)
     live[i] = ready_seen[q] == true and queue_live(q)
   end
   if strategy == 'weighted' then
-    local sk = key_wrr(P, ARGV[a + 4])
+    local sk = key_wrr(P, ARGV[a + REQ.wrr_key])
     local cw = {}
     local saved = redis.call('HMGET', sk, unpack(queues))
     for i = 1, #queues do cw[i] = tonumber(saved[i]) or 0 end
@@ -394,7 +398,7 @@ local function serve(a)
 end
 
 local out = {'ok', now}
-local a = 3
+local a = ARG.REST
 while a <= #ARGV do
   local r
   r, a = serve(a)

@@ -12,7 +12,10 @@
 --   ARGV[5] worker_ttl_ms int    how long the worker record outlives its last heartbeat
 --   ARGV[6] worker_state  string what the worker reports ('running', 'quiet', 'drain', 'terminate';
 --                                '' = unchanged)
---   ARGV[7..] pairs       job id, lease id ('' = not named): the jobs the worker says it is running
+--   ARGV[7..] the jobs the worker says it is running, one JOB record each
+--   record JOB
+--     +0  id              string job id
+--     +1  lease_id        string the lease the worker holds it by ('' = not named)
 -- RETURNS
 --   {'ok', now_ms, signal, id_1, state_1, lease_1, ...}
 --      signal is the operator's directive for this worker ('' = run on, 'quiet', 'terminate');
@@ -35,8 +38,8 @@
 --@include active
 --@include lease
 
-local P, worker = ARGV[1], ARGV[2]
-local extend_ms, default_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+local P, worker = ARG.P, ARG.worker_id
+local extend_ms, default_ms = tonumber(ARG.extend_ms), tonumber(ARG.default_ms)
 local now = now_ms()
 local signal = ''
 local wk = key_worker(P, worker)
@@ -45,8 +48,8 @@ if worker ~= '' then
 end
 local reply = {'ok', now, signal}
 local held_ids = {}
-for i = 7, #ARGV, 2 do
-  local id, lease_id = ARGV[i], ARGV[i + 1]
+for i = ARG.REST, #ARGV, JOB.STRIDE do
+  local id, lease_id = ARGV[i + JOB.id], ARGV[i + JOB.lease_id]
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
     'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms')
@@ -69,9 +72,9 @@ for i = 7, #ARGV, 2 do
   reply[#reply + 1] = lease
 end
 if worker ~= '' then
-  local ttl = tonumber(ARGV[5])
+  local ttl = tonumber(ARG.worker_ttl_ms)
   redis.call('HSET', wk, 'last_seen', now, 'active_jobs', #held_ids, 'jobs', table.concat(held_ids, ' '))
-  if ARGV[6] ~= '' then redis.call('HSET', wk, 'state', ARGV[6]) end
+  if ARG.worker_state ~= '' then redis.call('HSET', wk, 'state', ARG.worker_state) end
   redis.call('PEXPIRE', wk, ttl)
   redis.call('ZADD', key_workers(P), now, worker)
   -- At most 100 silent workers leave per heartbeat (every heartbeat prunes, so the registry keeps up).

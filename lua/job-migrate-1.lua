@@ -17,9 +17,9 @@
 --   idempotent: a v3 record or a missing key is left as it is, so racing servers and a restarted
 --   migration need no coordination; a job is converted whole, in one script, fields and TTL together
 
-local P = ARGV[1]
+local P = ARG.P
 local converted = 0
-for i = 2, #ARGV do
+for i = ARG.REST, #ARGV do
   if rec_convert(key_job(P, ARGV[i])) then converted = converted + 1 end
 end
 return {'ok', converted}

@@ -23,11 +23,11 @@
 --   writes nothing, except that a v1 hash read here is rewritten as a record (includes/record.lua)
 --@include workflow
 
-local P, nfields = ARGV[1], tonumber(ARGV[2])
+local P, nfields = ARG.P, tonumber(ARG.nfields)
 local fields = {}
-for i = 1, nfields do fields[i] = ARGV[2 + i] end
+for i = 0, nfields - 1 do fields[i + 1] = ARGV[ARG.REST + i] end
 local out = {'ok'}
-for i = 3 + nfields, #ARGV do
+for i = ARG.REST + nfields, #ARGV do
   local jk = key_job(P, ARGV[i])
   if nfields == 0 then
     out[#out + 1] = wf_job_reply(P, jk)

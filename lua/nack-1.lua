@@ -6,7 +6,7 @@
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id
 --   ARGV[3] error         string JSON object of the error as the worker reported it (non-empty object)
---   ARGV[4] match         string the error's type (or code), matched against non_retryable_errors
+--   ARGV[4] match_key     string the error's type (or code), matched against non_retryable_errors
 --   ARGV[5] retryable     '1' or '0' (the worker's verdict)
 --   ARGV[6] requeue       '1': release the job back to available at once, keeping its attempt unspent
 --   ARGV[7] jitter_u      number in [0,1) for backoff jitter
@@ -39,20 +39,20 @@
 --@include fail
 --@include lease
 
-local P, id, err, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local P, id, err, match = ARG.P, ARG.id, ARG.error, ARG.match_key
 local jk = KEYS[1]
 local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
   'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id')
 if not r[1] then return {'not_found'} end
 local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker_id = r[14] },
-  { lease = ARGV[10], attempt = ARGV[11], worker = ARGV[12] })
+  { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
 if refused then return refused end
 if r[1] ~= 'active' then return {'state', r[1]} end
 local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],
   on_exhaustion = r[7], non_retryable = r[8] }
 local now = now_ms()
 leave_active(P, jk, id, f.queue, now)
-local rl_until = tonumber(ARGV[9])
+local rl_until = tonumber(ARG.rate_limit_until)
 if rl_until > now then
   rec('HINCRBY', jk, 'attempt', -1)
   if r[12] then
@@ -70,7 +70,7 @@ if rl_until > now then
   ev_job_retrying(P, id, f.queue, f.type, now, nil, rl_until - now, nil, true)
   return {'ok', now, 'retryable', tonumber(f.attempt) - 1, rl_until - now, tonumber(f.max_attempts), f.queue, f.type}
 end
-if ARGV[6] == '1' then
+if ARG.requeue == '1' then
   -- A graceful release: the worker did not run the job to a failure, so the attempt is given back.
   rec('HINCRBY', jk, 'attempt', -1)
   rec('HSET', jk, 'state', 'available')
@@ -78,6 +78,6 @@ if ARGV[6] == '1' then
   ev_job_released(P, id, f.queue, f.type, now)
   return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
 end
-local state, delay = fail_job(P, jk, id, f, err, match, ARGV[5] == '1', now, tonumber(ARGV[7]),
-  tonumber(ARGV[8]))
+local state, delay = fail_job(P, jk, id, f, err, match, ARG.retryable == '1', now, tonumber(ARG.jitter_u),
+  tonumber(ARG.retention_ms))
 return {'ok', now, state, tonumber(f.attempt), delay, tonumber(f.max_attempts), f.queue, f.type}

@@ -9,10 +9,14 @@
 -- ARGV
 --   ARGV[1] P       string  key prefix of shard 0 'ojs:{ns}:'
 --   ARGV[2] want    int     how many claims to pick
---   ARGV[3] nqueues int     how many (queue, weight, was_live, live) records follow
---   ARGV[4..] the records: queue name; weight (> 0); was_live: 1 when the queue was eligible for the
---           picks being refunded (0 otherwise); live: 1 when it is eligible for the new picks (it had
---           ready jobs on its shard and is not paused)
+--   ARGV[3] nqueues int     how many QUEUE records follow
+--   ARGV[4..] the QUEUE records, then the refunds
+--   record QUEUE
+--     +0  name     string  the queue
+--     +1  weight   int     > 0
+--     +2  was_live '1' when the queue was eligible for the picks being refunded ('0' otherwise)
+--     +3  live     '1' when it is eligible for the new picks (it had ready jobs on its shard and is
+--                  not paused)
 --   then the refunds: 1-based indexes of queues, one per earlier pick that claimed nothing (the queue
 --           ran dry): each such round is undone as if the queue had not been eligible
 -- RETURNS
@@ -28,12 +32,12 @@
 --   lives a day past its last use (WRR_KEEP_MS)
 
 local WRR_KEEP_MS = 86400000
-local want, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+local want, n = tonumber(ARG.want), tonumber(ARG.nqueues)
 local names, weights, was, live = {}, {}, {}, {}
 for i = 1, n do
-  local b = 4 + (i - 1) * 4
-  names[i], weights[i] = ARGV[b], tonumber(ARGV[b + 1])
-  was[i], live[i] = ARGV[b + 2] == '1', ARGV[b + 3] == '1'
+  local b = ARG.REST + (i - 1) * QUEUE.STRIDE
+  names[i], weights[i] = ARGV[b + QUEUE.name], tonumber(ARGV[b + QUEUE.weight])
+  was[i], live[i] = ARGV[b + QUEUE.was_live] == '1', ARGV[b + QUEUE.live] == '1'
 end
 local cw = {}
 local saved = redis.call('HMGET', KEYS[1], unpack(names))
@@ -48,7 +52,7 @@ local function total(set)
 end
 
 local refund_total = total(was)
-for a = 4 + n * 4, #ARGV do
+for a = ARG.REST + n * QUEUE.STRIDE, #ARGV do
   local r = tonumber(ARGV[a])
   cw[r] = cw[r] + refund_total
   for i = 1, n do

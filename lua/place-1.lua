@@ -12,9 +12,12 @@
 --                           hash); 'find' reads where queues live without placing any (-1: never used,
 --                           so no data anywhere); 'claim' takes, and 'release' gives back, a lease on a
 --                           client-chosen name ('job:<id>', 'wf:<id>', 'cron:<name>') for one shard
---   ARGV[4..] (name, shard) pairs: for a queue, the operator's pin (--queue-shard) or -1; for a key,
---           a type or a root, the shard of the queue of the job that carries it; for a claim or a
---           release, the shard that writes the name
+--   ARGV[4..] one NAME record per name
+--   record NAME
+--     +0  name  string  the queue, key, type, root or claimed name
+--     +1  shard int     for a queue, the operator's pin (--queue-shard) or -1; for a key, a type or a
+--                       root, the shard of the queue of the job that carries it; for a claim or a
+--                       release, the shard that writes the name
 -- RETURNS
 --   {'ok', shards, s1, s2, …}   shards: the deployment's number of shards (never less than before);
 --                               s<i>: where the i-th name lives (-1: 'find' of a queue never used); for
@@ -44,32 +47,32 @@
 local CLAIM_MS = 600000
 local ROOT_KEEP_MS = 864000000
 
-local P = ARGV[1]
+local P = ARG.P
 local count = tonumber(redis.call('GET', key_shard_count(P)) or '1')
-if tonumber(ARGV[2]) > count then
-  count = tonumber(ARGV[2])
+if tonumber(ARG.shards) > count then
+  count = tonumber(ARG.shards)
   redis.call('SET', key_shard_count(P), count)
 end
 local out = {'ok', count}
-for i = 4, #ARGV, 2 do
-  local name, want = ARGV[i], tonumber(ARGV[i + 1])
-  if ARGV[3] == 'queue' or ARGV[3] == 'find' then
+for i = ARG.REST, #ARGV, NAME.STRIDE do
+  local name, want = ARGV[i + NAME.name], tonumber(ARGV[i + NAME.shard])
+  if ARG.kind == 'queue' or ARG.kind == 'find' then
     local s = redis.call('HGET', KEYS[1], name)
     if not s and redis.call('SISMEMBER', key_queues(P), name) == 1 then
       s = 0
     end
-    if not s and ARGV[3] == 'queue' then
+    if not s and ARG.kind == 'queue' then
       if want >= 0 and want < count then
         s = want
       else
         s = tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % count
       end
     end
-    if s and ARGV[3] == 'queue' then
+    if s and ARG.kind == 'queue' then
       redis.call('HSET', KEYS[1], name, s)
     end
     out[#out + 1] = tonumber(s or -1)
-  elseif ARGV[3] == 'claim' then
+  elseif ARG.kind == 'claim' then
     local k = key_claim(P, name)
     local held = tonumber(redis.call('HGET', k, 'shard'))
     if not held or held == want then
@@ -79,20 +82,20 @@ for i = 4, #ARGV, 2 do
       held = want
     end
     out[#out + 1] = held
-  elseif ARGV[3] == 'release' then
+  elseif ARG.kind == 'release' then
     local k = key_claim(P, name)
     if tonumber(redis.call('HGET', k, 'shard')) == want and redis.call('HINCRBY', k, 'holders', -1) <= 0 then
       redis.call('DEL', k)
     end
     out[#out + 1] = want
-  elseif ARGV[3] == 'root' then
+  elseif ARG.kind == 'root' then
     local k = key_home(P, 'root:' .. name)
     -- A signature shard 0 has a root record of was used before it had to be bound (one shard).
     if redis.call('EXISTS', k) == 0 and redis.call('EXISTS', key_root(P, name)) == 1 then want = 0 end
     redis.call('SET', k, want, 'NX')
     redis.call('PEXPIRE', k, ROOT_KEEP_MS)
     out[#out + 1] = tonumber(redis.call('GET', k))
-  elseif ARGV[3] == 'type' then
+  elseif ARG.kind == 'type' then
     redis.call('HSETNX', key_unique_home(P), name, want)
     out[#out + 1] = tonumber(redis.call('HGET', key_unique_home(P), name))
   else

@@ -33,20 +33,20 @@
 --@include active
 --@include lease
 
-local P, id = ARGV[1], ARGV[2]
+local P, id = ARG.P, ARG.id
 local jk = KEYS[1]
 local f = rec('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_until', 'lease_ms',
   'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl', 'queue', 'type', 'progress', 'progress_claim',
   'progress_at')
 if not f[1] then return {'not_found'} end
 local refusal = lease_refusal({ state = f[1], claims = f[2], attempt = f[3], worker_id = f[4] },
-  { lease = ARGV[7], attempt = ARGV[8], worker = ARGV[9] })
+  { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
 if refusal then return refusal end
 if f[1] ~= 'active' then return {'ignored', f[1]} end
 
 local now = now_ms()
 local claim = f[2] or '0'
-local value = ARGV[3]
+local value = ARG.progress
 local same_claim = f[15] == claim
 if value == '' then
   value = same_claim and (f[14] or '') or ''
@@ -54,14 +54,14 @@ elseif same_claim and f[14] and tonumber(f[14]) > tonumber(value) then
   value = f[14]
 end
 if value ~= '' then rec('HSET', jk, 'progress', value) else rec('HDEL', jk, 'progress') end
-if ARGV[4] ~= '' then rec('HSET', jk, 'progress_message', ARGV[4]) else rec('HDEL', jk, 'progress_message') end
-if ARGV[5] ~= '' then rec('HSET', jk, 'progress_data', ARGV[5]) else rec('HDEL', jk, 'progress_data') end
+if ARG.message ~= '' then rec('HSET', jk, 'progress_message', ARG.message) else rec('HDEL', jk, 'progress_message') end
+if ARG.data ~= '' then rec('HSET', jk, 'progress_data', ARG.data) else rec('HDEL', jk, 'progress_data') end
 rec('HSET', jk, 'progress_at', now, 'progress_claim', claim)
 
 -- A progress report is a heartbeat for this job (ojs-progress §6.3).
 local lease = -1
 if tonumber(f[5] or '0') > now then
-  local len = tonumber(f[6]) or tonumber(f[7]) or tonumber(ARGV[6])
+  local len = tonumber(f[6]) or tonumber(f[7]) or tonumber(ARG.default_ms)
   lease = lease_deadline(now, len, tonumber(f[8]), tonumber(f[9]))
   rec('HSET', jk, 'lease_until', lease)
   redis.call('ZADD', key_active(P), lease, id)

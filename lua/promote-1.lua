@@ -37,9 +37,9 @@
 --@include rescore
 --@include errors
 
-local P = ARGV[1]
+local P = ARG.P
 local now = now_ms()
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARG.limit))
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
   local jk = key_job(P, id)
@@ -52,8 +52,8 @@ for _, id in ipairs(due) do
         'error', error_entry(error_json('expired', EXPIRED_ERROR)))
       stat(P, f[1], 'discarded', 1)
       ev_job_expired(P, id, f[1], f[2], now)
-      finish(P, jk, id, tonumber(ARGV[3]))
-      wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARGV[3]))
+      finish(P, jk, id, tonumber(ARG.retention_ms))
+      wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARG.retention_ms))
     else
       rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
       make_ready(P, jk, id, f[1], tonumber(f[3]), f[6], now, f[7])
@@ -62,7 +62,7 @@ for _, id in ipairs(due) do
   end
 end
 -- Parked rate-limit lanes whose wake time came: put their best job back in the ready set.
-local wakes = redis.call('ZRANGE', key_rl_wake(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local wakes = redis.call('ZRANGE', key_rl_wake(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARG.limit))
 for _, m in ipairs(wakes) do
   redis.call('ZREM', key_rl_wake(P), m)
   local queue, key = string.match(m, '^(.-)\n(.*)$')
@@ -71,7 +71,7 @@ for _, m in ipairs(wakes) do
 end
 -- Rate-limit keys idle long enough that their state expired leave the key listing (includes/ratelimit.lua,
 -- "Idle keys"); one with an override that has not lapsed stays listed.
-for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))) do
+for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARG.limit))) do
   redis.call('ZREM', key_rl_idle(P), key)
   -- An override, or a policy, that expires later (an override lapses on its own clock; a policy's
   -- expiry may have been set after its idle time): look again then, never forget the key.
@@ -84,7 +84,7 @@ for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE'
 end
 -- A workflow whose members a closing script left to end (includes/workflow.lua, Sweeps): one step.
 local sweeping = redis.call('SRANDMEMBER', key_workflows_sweeping(P))
-if sweeping then wf_sweep(P, sweeping, now, tonumber(ARGV[3])) end
+if sweeping then wf_sweep(P, sweeping, now, tonumber(ARG.retention_ms)) end
 -- A queue whose re-scoring (an aging change) a pod left half done: one step (includes/rescore.lua).
 local rescoring = redis.call('SRANDMEMBER', key_rescoring(P))
 if rescoring then rescore_step(P, rescoring) end

@@ -21,11 +21,11 @@
 --   (P..'q:'..queue..':rl:active' and ':rl:win' are counters, not settings: they stay)
 
 local conf = KEYS[1]
-local n = tonumber(ARGV[3])
+local n = tonumber(ARG.n)
 local fields, pairs_ = {}, {}
-for i = 4, 3 + n do fields[#fields + 1] = ARGV[i] end
-for i = 4 + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+for i = ARG.REST, ARG.REST - 1 + n do fields[#fields + 1] = ARGV[i] end
+for i = ARG.REST + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
 if #fields > 0 then redis.call('HDEL', conf, unpack(fields)) end
 if #pairs_ > 0 then redis.call('HSET', conf, unpack(pairs_)) end
-redis.call('SADD', key_queues(ARGV[1]), ARGV[2])
+redis.call('SADD', key_queues(ARG.P), ARG.queue)
 return {'ok'}

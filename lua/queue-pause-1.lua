@@ -18,10 +18,10 @@
 --@include clock
 --@include emit
 
-local P, queue = ARGV[1], ARGV[2]
+local P, queue = ARG.P, ARG.queue
 local now = now_ms()
 redis.call('SADD', key_queues(P), queue)
-if ARGV[3] == '1' then
+if ARG.paused == '1' then
   redis.call('SADD', KEYS[1], queue)
   ev_queue_paused(P, '', queue, '', now)
 else

@@ -25,9 +25,9 @@
 --@include active
 --@include fail
 
-local P = ARGV[1]
+local P = ARG.P
 local now = now_ms()
-local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARG.limit))
 local requeued, timed_out = 0, 0
 for _, id in ipairs(expired) do
   local jk = key_job(P, id)
@@ -45,12 +45,12 @@ for _, id in ipairs(expired) do
       timed_out = timed_out + 1
       fail_job(P, jk, id, f, error_json('timeout', 'execution timeout of ' .. text(timeout) .. ' ms exceeded',
         'ExecutionTimeout'), 'ExecutionTimeout', true, now,
-        tonumber(ARGV[3]), tonumber(ARGV[4]))
+        tonumber(ARG.jitter_u), tonumber(ARG.retention_ms))
     elseif tonumber(f.attempt) >= (tonumber(f.max_attempts) or 3) then
       timed_out = timed_out + 1
       fail_job(P, jk, id, f, error_json('visibility_timeout',
         'the worker neither acknowledged nor heartbeat the job before its lease expired', 'VisibilityTimeout'),
-        'VisibilityTimeout', true, now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+        'VisibilityTimeout', true, now, tonumber(ARG.jitter_u), tonumber(ARG.retention_ms))
     else
       requeued = requeued + 1
       rec('HSET', jk, 'state', 'available')

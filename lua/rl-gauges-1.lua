@@ -17,10 +17,10 @@
 --@include clock
 --@include ratelimit
 
-local P = ARGV[1]
+local P = ARG.P
 local now = now_ms()
 local reply = {'ok', now}
-for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)) do
+for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARG.limit) - 1)) do
   reply[#reply + 1] = key
   reply[#reply + 1] = rl_active(P, key, now)
   reply[#reply + 1] = rl_waiting(P, key)

@@ -22,7 +22,7 @@
 --@include clock
 --@include ratelimit
 
-local P, key = ARGV[1], ARGV[2]
+local P, key = ARG.P, ARG.key
 local now = now_ms()
 local known = redis.call('ZSCORE', key_rl_keys(P), key) and 1 or 0
 local e = rl_effective(P, key, rl_policy(P, key, nil) or { on_limit = 'wait' })

@@ -25,16 +25,16 @@
 --@include emit
 --@include ratelimit
 
-local P, key = ARGV[1], ARGV[2]
+local P, key = ARG.P, ARG.key
 local now = now_ms()
-local expires = tonumber(ARGV[3])
+local expires = tonumber(ARG.expires_at)
 if expires > 0 and expires <= now then return {'past', now} end
 redis.call('DEL', KEYS[1])
-if ARGV[3] ~= '-1' then
+if ARG.expires_at ~= '-1' then
   local pairs_ = {}
-  for i = 4, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+  for i = ARG.REST, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'set_at', now, unpack(pairs_))
-  if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[3])) end
+  if ARG.expires_at ~= '0' then redis.call('PEXPIREAT', KEYS[1], tonumber(ARG.expires_at)) end
   redis.call('ZADD', key_rl_keys(P), 0, key)
 end
 lane_wake_all(P, key, now)

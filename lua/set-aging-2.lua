@@ -30,9 +30,9 @@
 --   they were
 --@include rescore
 
-local P, queue = ARGV[1], ARGV[2]
-if ARGV[3] == 'set' then
-  local aging = tonumber(ARGV[4])
+local P, queue = ARG.P, ARG.queue
+if ARG.mode == 'set' then
+  local aging = tonumber(ARG.aging_s)
   local old = tonumber(redis.call('HGET', KEYS[1], 'aging_s'))
   if old == aging and redis.call('HEXISTS', KEYS[1], 'rs_phase') == 0 then return {'ok', 0, 1} end
   if aging then

@@ -23,4 +23,4 @@
 --@include clock
 --@include priority
 
-return set_priority(ARGV[1], KEYS[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), now_ms())
+return set_priority(ARG.P, KEYS[1], ARG.id, ARG.priority, tonumber(ARG.rank), now_ms())

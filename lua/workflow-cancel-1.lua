@@ -30,10 +30,10 @@
 --@include clock
 --@include cancel
 
-local P, W, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local P, W, retention = ARG.P, ARG.W, tonumber(ARG.retention_ms)
 local wk = KEYS[1]
 local now = now_ms()
-if ARGV[4] == 'step' then
+if ARG.mode == 'step' then
   local done, ended = wf_sweep(P, W, now, retention)
   return {'ok', now, ended, done and 1 or 0}
 end

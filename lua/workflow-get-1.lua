@@ -20,12 +20,12 @@
 --   reads only
 --@include clock
 
-local P, W = ARGV[1], ARGV[2]
+local P, W = ARG.P, ARG.W
 local wk = KEYS[1]
 local fields = redis.call('HGETALL', wk)
 if #fields == 0 then return {'not_found'} end
 local jobs = {}
-for _, id in ipairs(redis.call('LRANGE', key_workflow_jobs(P, W), 0, tonumber(ARGV[3]) - 1)) do
+for _, id in ipairs(redis.call('LRANGE', key_workflow_jobs(P, W), 0, tonumber(ARG.limit) - 1)) do
   local f = rec('HMGET', key_job(P, id), 'type', 'state', 'queue')
   jobs[#jobs + 1] = id
   jobs[#jobs + 1] = f[1] or ''

@@ -11,6 +11,10 @@ pub enum StoreError {
     /// Redis answered with an error or an unexpected reply. Maps to 500: it is a bug.
     #[error("redis replied unexpectedly: {0}")]
     Reply(String),
+    /// A script's reply does not match what its header's RETURNS promises (an item missing or of
+    /// another kind, an undeclared tag): the script and its twin disagree. Maps to 500: it is a bug.
+    #[error("script reply out of protocol: {0}")]
+    Protocol(String),
     /// The store cannot be built from this configuration.
     #[error("invalid store configuration: {0}")]
     Config(String),

@@ -20,7 +20,7 @@ pub use conn::Conn;
 pub use keys::Keys;
 pub use ops::cron_set::CronSaved;
 pub use ops::dead::DeadRetry;
-pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure, ENQUEUE_STRIDE};
+pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure};
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::fetch::{Claimed, Strategy};
 pub use ops::heartbeat::Heartbeat;

@@ -1,15 +1,10 @@
-//! Decoding script and command replies: a short or odd reply reads as empty, never a panic.
+//! Decoding script and command replies, never with a panic: a script's reply through [`Reply`], which
+//! holds it to its header's RETURNS (anything else is a protocol error); records, error entries and the
+//! few lenient readers (`at`, `val_str`, `val_i64`) for what may be absent.
 
 use redis::Value;
 
 use crate::error::{JobFields, Result, StoreError};
-
-pub(crate) fn strings(v: &Value) -> Vec<String> {
-    match v {
-        Value::Array(a) => a.iter().map(val_str).collect(),
-        _ => Vec::new(),
-    }
-}
 
 pub(crate) fn val_str(v: &Value) -> String {
     match v {
@@ -243,12 +238,18 @@ pub(crate) fn val_i64(v: &Value) -> i64 {
 }
 
 pub(crate) fn flat_map(v: &Value) -> JobFields {
+    match v {
+        Value::Array(items) => flat_pairs(items),
+        _ => JobFields::default(),
+    }
+}
+
+/// A flat field/value array as a map.
+pub(crate) fn flat_pairs(items: &[Value]) -> JobFields {
     let mut m = JobFields::default();
-    if let Value::Array(items) = v {
-        for pair in items.chunks(2) {
-            if let [k, v] = pair {
-                m.insert(val_str(k), val_str(v));
-            }
+    for pair in items.chunks(2) {
+        if let [k, v] = pair {
+            m.insert(val_str(k), val_str(v));
         }
     }
     m
@@ -263,13 +264,91 @@ pub(crate) fn reply_items(v: Value) -> Result<Vec<Value>> {
     }
 }
 
+/// A script's reply read against what its header's RETURNS promises: an item it promises that is
+/// missing or of another kind, or a tag it does not declare, is a [`StoreError::Protocol`] naming the
+/// script and the position (logged as an error, answered as a 500), never a silent 0 or ''. Items a
+/// header documents as possibly nil or false (both nil here: a missing job in job-read-1's reply) are
+/// read as they were, without it.
+pub(crate) struct Reply<'a> {
+    script: &'static str,
+    items: &'a [Value],
+}
+
+impl<'a> Reply<'a> {
+    pub(crate) fn new(script: &'static str, items: &'a [Value]) -> Self {
+        Self { script, items }
+    }
+
+    /// The protocol error of item `i`, which is not `expected`.
+    pub(crate) fn error(&self, i: usize, expected: &str) -> StoreError {
+        let got = match self.items.get(i) {
+            None => format!("a reply of {} item(s)", self.items.len()),
+            Some(v) => format!("{v:?}"),
+        };
+        let e = StoreError::Protocol(format!("{}: item {i} should be {expected}; got {got}", self.script));
+        tracing::error!(error = %e, "a script's reply does not match its header's RETURNS");
+        e
+    }
+
+    /// Item 0, the reply's tag.
+    pub(crate) fn tag(&self) -> Result<&'a str> {
+        match self.items.first() {
+            Some(Value::BulkString(b)) => std::str::from_utf8(b).map_err(|_| self.error(0, "a tag")),
+            Some(Value::SimpleString(s)) => Ok(s),
+            _ => Err(self.error(0, "a tag")),
+        }
+    }
+
+    /// The error for a tag the script's header does not declare.
+    pub(crate) fn unknown_tag(&self) -> StoreError {
+        self.error(0, "a tag the header declares")
+    }
+
+    /// Item `i`, a string (a Lua number reads as its text).
+    pub(crate) fn str(&self, i: usize) -> Result<String> {
+        match self.items.get(i) {
+            Some(v @ (Value::BulkString(_) | Value::SimpleString(_) | Value::Int(_))) => Ok(val_str(v)),
+            _ => Err(self.error(i, "a string")),
+        }
+    }
+
+    /// Item `i`, an integer (or a string of one).
+    pub(crate) fn i64(&self, i: usize) -> Result<i64> {
+        match self.items.get(i) {
+            Some(Value::Int(n)) => Ok(*n),
+            Some(v @ (Value::BulkString(_) | Value::SimpleString(_))) => {
+                val_str(v).parse().map_err(|_| self.error(i, "an integer"))
+            }
+            _ => Err(self.error(i, "an integer")),
+        }
+    }
+
+    /// Item `i`, an integer that is 1 (true) or 0 (false).
+    pub(crate) fn flag(&self, i: usize) -> Result<bool> {
+        match self.i64(i)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(self.error(i, "0 or 1")),
+        }
+    }
+
+    /// Item `i`, an array.
+    pub(crate) fn array(&self, i: usize) -> Result<&'a [Value]> {
+        match self.items.get(i) {
+            Some(Value::Array(a)) => Ok(a),
+            _ => Err(self.error(i, "an array")),
+        }
+    }
+
+    /// The items from `i` on (none when the reply is shorter).
+    pub(crate) fn rest(&self, i: usize) -> &'a [Value] {
+        self.items.get(i..).unwrap_or_default()
+    }
+}
+
 /// The i-th item of a reply, or Nil: a short reply must never panic the server.
 pub(crate) fn at(items: &[Value], i: usize) -> &Value {
     items.get(i).unwrap_or(&Value::Nil)
-}
-
-pub(crate) fn tag(items: &[Value]) -> String {
-    items.first().map(val_str).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -375,5 +454,39 @@ mod tests {
         // Bytes that are not a record, or a cold field that is not one, read as no fields.
         assert!(decode_record(b"not msgpack").is_empty());
         assert!(decode_record(&packed(&[("state", b"active"), (COLD_FIELD, b"\xc1")])).is_empty());
+    }
+
+    /// A reply that is short, of another kind, or tagged as its header does not say is a protocol
+    /// error naming the script and the position, never a silent 0 or ''.
+    #[test]
+    fn a_reply_out_of_protocol_is_an_error_naming_the_script_and_item() {
+        let items = [
+            Value::BulkString(b"ok".to_vec()),
+            Value::Int(7),
+            Value::BulkString(b"x".to_vec()),
+        ];
+        let r = Reply::new("nack", &items);
+        assert_eq!(r.tag().ok(), Some("ok"));
+        assert_eq!(r.i64(1).ok(), Some(7));
+        assert_eq!(r.str(1).ok().as_deref(), Some("7"));
+        let short = r.i64(5).expect_err("item 5 is missing");
+        assert!(matches!(&short, StoreError::Protocol(m) if m.contains("nack") && m.contains("item 5")));
+        assert!(matches!(r.i64(2), Err(StoreError::Protocol(m)) if m.contains("item 2")));
+        assert!(matches!(r.flag(1), Err(StoreError::Protocol(_))));
+        assert!(matches!(r.array(1), Err(StoreError::Protocol(_))));
+        let odd = [Value::BulkString(b"what".to_vec())];
+        let transition = crate::ops::transition(&Reply::new("cancel", &odd), |_| Ok(()));
+        assert!(matches!(transition, Err(StoreError::Protocol(m)) if m.contains("cancel") && m.contains("item 0")));
+        let refused = [
+            Value::BulkString(b"state".to_vec()),
+            Value::BulkString(b"active".to_vec()),
+        ];
+        let transition = crate::ops::transition(&Reply::new("cancel", &refused), |_| Ok(()));
+        assert!(matches!(transition, Ok(crate::ops::Transition::WrongState(s)) if s == "active"));
+        let no_tag: [Value; 0] = [];
+        assert!(matches!(
+            Reply::new("promote", &no_tag).tag(),
+            Err(StoreError::Protocol(_))
+        ));
     }
 }

@@ -33,4 +33,14 @@ mod tests {
         assert!(super::LIBRARY.contains("(P .. 'q:' .. (queue) .. ':ready')"));
         assert!(super::LIBRARY.contains("(P .. 'job:' .. (id))"));
     }
+
+    #[test]
+    fn the_library_numbers_the_arguments_the_scripts_name() {
+        // build.rs replaces ARG.<name>, <RECORD>.<field> and <RECORD>.STRIDE by their numbers.
+        for name in ["ARG.", "REQ.", "JOB.", "QUEUE.", "STRIDE", "REQ_FIELDS"] {
+            assert!(!super::LIBRARY.contains(name), "{name} was left in the library");
+        }
+        // nack-1.lua's `ARG.lease_id` is its header's ARGV[10].
+        assert!(super::LIBRARY.contains("{ lease = ARGV[10], attempt = ARGV[11], worker = ARGV[12] }"));
+    }
 }

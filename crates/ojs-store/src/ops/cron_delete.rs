@@ -1,22 +1,18 @@
 //! The typed twin of `lua/cron-delete-1.lua`: a cron entry is removed. See the script's header.
 
-use super::ArgWriter;
+use super::args::CronDeleteArgs;
 
-use crate::reply::{at, flat_map, tag};
+use crate::reply::{flat_pairs, Reply};
 use crate::store::{JobFields, Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "name"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
     fn cron_delete_args(&self, name: &str) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("name", name)
-            .done();
-        args
+        CronDeleteArgs {
+            prefix: self.keys.prefix().into(),
+            name: name.into(),
+        }
+        .into_vec()
     }
 
     /// Removes a cron entry; returns it as it was, or None when there was none.
@@ -25,7 +21,12 @@ impl Store {
         let items = self
             .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
             .await?;
-        Ok((tag(&items) == "ok").then(|| flat_map(at(&items, 1))))
+        let r = Reply::new(self.scripts.cron_delete.name, &items);
+        match r.tag()? {
+            "ok" => Ok(Some(flat_pairs(r.array(1)?))),
+            "not_found" => Ok(None),
+            _ => Err(r.unknown_tag()),
+        }
     }
 }
 
@@ -33,7 +34,6 @@ impl Store {
 mod tests {
     #[test]
     fn a_cron_removal_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().cron_delete_args("c");
         assert_eq!(args, ["ojs:{t}:", "c"]);
     }

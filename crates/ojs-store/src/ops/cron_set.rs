@@ -1,9 +1,9 @@
 //! The typed twin of `lua/cron-set-1.lua`: a cron entry is registered or updated. See the script's
 //! header.
 
-use super::ArgWriter;
+use super::args::CronSetArgs;
 
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 /// A registered or updated cron entry's bookkeeping.
@@ -15,32 +15,32 @@ pub struct CronSaved {
     pub run_count: u64,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "name", "def", "next_run_at"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn cron_set_args(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("name", name)
-            .arg("def", def)
-            .arg("next_run_at", next_run_at.map(|n| n.to_string()).unwrap_or_default())
-            .done();
-        args
+        CronSetArgs {
+            prefix: self.keys.prefix().into(),
+            name: name.into(),
+            def: def.into(),
+            next_run_at: next_run_at.map(|n| n.to_string()).unwrap_or_default(),
+        }
+        .into_vec()
     }
 
     /// Registers or updates a cron entry; `next_run_at` None keeps it registered but idle (disabled).
     pub async fn cron_set(&self, name: &str, def: &str, next_run_at: Option<i64>) -> Result<CronSaved> {
         let args = self.cron_set_args(name, def, next_run_at);
         let items = self.run(&self.scripts.cron_set, &[self.keys.cron(name)], args).await?;
-        let opt = |i: usize| val_str(at(&items, i)).parse::<i64>().ok();
+        let r = Reply::new(self.scripts.cron_set.name, &items);
+        if r.tag()? != "ok" {
+            return Err(r.unknown_tag());
+        }
         Ok(CronSaved {
-            created: val_i64(at(&items, 1)) == 1,
-            created_at: opt(2).unwrap_or(0),
-            last_run_at: opt(3),
-            run_count: opt(4).unwrap_or(0).max(0) as u64,
+            created: r.flag(1)?,
+            created_at: r.i64(2)?,
+            // '' when the entry never fired.
+            last_run_at: r.str(3)?.parse().ok(),
+            run_count: r.i64(4)?.max(0) as u64,
         })
     }
 }
@@ -50,7 +50,6 @@ mod tests {
     #[test]
     fn a_cron_entry_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.cron_set_args("c", "{}", Some(1_000)), ["ojs:{t}:", "c", "{}", "1000"]);
         assert_eq!(s.cron_set_args("c", "{}", None)[3], "");
     }

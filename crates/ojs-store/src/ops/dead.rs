@@ -2,9 +2,9 @@
 //! gives a dead-lettered job a new life (back to available with fresh attempts), `lua/dead-delete-1.lua`
 //! deletes it for good. See the scripts' headers.
 
-use super::ArgWriter;
+use super::args::{DeadDeleteArgs, DeadRetryArgs};
 
-use crate::reply::{at, tag, val_str};
+use crate::reply::Reply;
 use crate::store::{Named, Result, Store};
 
 /// What a dead-letter retry did.
@@ -44,37 +44,44 @@ impl DeadRetry {
     }
 }
 
-/// Both scripts' arguments, as their headers name them (checked by build.rs).
-const ARGV: &[&str] = &["P", "id"];
-
 impl Store {
-    /// Runs one of the dead letter's scripts on job `id`.
-    async fn dead_run(&self, script: &Named, id: &str) -> Result<Vec<redis::Value>> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("id", id)
-            .done();
+    /// Runs one of the dead letter's scripts with its arguments.
+    async fn dead_run(&self, script: &Named, args: Vec<String>) -> Result<Vec<redis::Value>> {
         self.run(script, &[self.keys.dead()], args).await
     }
 
     pub async fn dead_retry(&self, id: &str) -> Result<DeadRetry> {
-        let items = self.dead_run(&self.scripts.dead_retry, id).await?;
-        Ok(match tag(&items).as_str() {
+        let args = DeadRetryArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+        };
+        let items = self.dead_run(&self.scripts.dead_retry, args.into_vec()).await?;
+        let r = Reply::new(self.scripts.dead_retry.name, &items);
+        Ok(match r.tag()? {
             "ok" => DeadRetry::Retried,
             "duplicate" => DeadRetry::Duplicate {
-                existing_id: val_str(at(&items, 1)),
-                existing_state: val_str(at(&items, 2)),
-                uniqueness_key: val_str(at(&items, 3)),
+                existing_id: r.str(1)?,
+                existing_state: r.str(2)?,
+                uniqueness_key: r.str(3)?,
             },
-            _ => DeadRetry::NotFound,
+            "not_found" => DeadRetry::NotFound,
+            _ => return Err(r.unknown_tag()),
         })
     }
 
     /// Whether the job was in the dead letter set (and is now deleted).
     pub async fn dead_delete(&self, id: &str) -> Result<bool> {
-        let items = self.dead_run(&self.scripts.dead_delete, id).await?;
-        Ok(tag(&items) == "ok")
+        let args = DeadDeleteArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+        };
+        let items = self.dead_run(&self.scripts.dead_delete, args.into_vec()).await?;
+        let r = Reply::new(self.scripts.dead_delete.name, &items);
+        match r.tag()? {
+            "ok" => Ok(true),
+            "not_found" => Ok(false),
+            _ => Err(r.unknown_tag()),
+        }
     }
 }
 

@@ -1,23 +1,20 @@
 //! The typed twin of `lua/enqueue-1.lua`: one or more jobs are created and made ready or scheduled, in
 //! one of the script's modes (`all`, `each`, `cron`, `workflow`). See the script's header.
 //!
-//! The arguments: the header's `ARGV[1..3]` (`P`, `n`, `mode`, declared in `ARGV` and written through
-//! an `ArgWriter`), then [`ENQUEUE_STRIDE`] fields per job (`push_job`, in the order of the header's
-//! `(+k)` list: the script reads field `k` of job `i` as `ARGV[4 + i * STRIDE + k]`), then
-//! `retention_ms`, then the mode's own trailing arguments (`cron`: name, expected next_run_at, new
-//! next_run_at, overlap_policy; `workflow`: id, type, name, m, one callback name per remaining job).
-//! The per-job fields are not a `RECORD` (the script has no `REQ_FIELDS`), so build.rs does not check
-//! their names: the unit test below pins their positions.
+//! The arguments, as the script's header declares them (build.rs makes their structs from it): the
+//! fixed ones ([`EnqueueArgs`]), then one JOB record per job ([`EnqueueJobRecord`], `job_record`), then
+//! the mode's own: a CRON record (`cron`) or a WF record and one callback name per job after the
+//! workflow's first m (`workflow`).
 
 use ojs_core::job::{NewJob, RetryPolicy};
 use ojs_core::ratelimit::RateLimitPolicy;
 use ojs_core::workflow::NewWorkflow;
 use redis::Value;
 
-use super::ArgWriter;
+use super::args::{EnqueueArgs, EnqueueCronRecord, EnqueueJobRecord, EnqueueWfRecord};
 
-use crate::reply::{at, decode_job, strings, tag, val_i64, val_str};
-use crate::store::{JobFields, Result, Store, StoreError};
+use crate::reply::{decode_job, val_i64, val_str, Reply};
+use crate::store::{JobFields, Result, Store};
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
 #[derive(Debug, Clone)]
@@ -36,23 +33,22 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    fn from_reply(items: &[Value]) -> Self {
-        let existing = match at(items, 4) {
-            Value::Array(a) => a
-                .iter()
-                .map(|v| match v {
-                    Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), decode_job(&pair[1]))),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Self {
-            now_ms: val_i64(at(items, 1)),
-            states: strings(at(items, 2)),
-            pressure: pressures(at(items, 3)),
+    /// An `ok` reply: `{'ok', now_ms, states, pressure, found}`.
+    fn from_reply(r: &Reply) -> Result<Self> {
+        let existing = r
+            .array(4)?
+            .iter()
+            .map(|v| match v {
+                Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), decode_job(&pair[1]))),
+                _ => None,
+            })
+            .collect();
+        Ok(Self {
+            now_ms: r.i64(1)?,
+            states: r.array(2)?.iter().map(val_str).collect(),
+            pressure: pressures(r.array(3)?),
             existing,
-        }
+        })
     }
 }
 
@@ -72,9 +68,6 @@ pub enum EnqueueOutcome {
     /// The batch would take this queue past its depth bound; nothing was written.
     Full(Pressure),
 }
-
-/// Fields per job in the enqueue script's ARGV (`lua/enqueue-1.lua`, its `STRIDE`).
-pub const ENQUEUE_STRIDE: usize = 22;
 
 /// A queue with a depth bound (backpressure), as an enqueue left it.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,21 +92,17 @@ impl Pressure {
     }
 }
 
-fn pressures(v: &Value) -> Vec<Pressure> {
-    match v {
-        Value::Array(a) => a
-            .chunks(5)
-            .filter(|c| c.len() == 5)
-            .map(|c| Pressure {
-                queue: val_str(&c[0]),
-                depth: val_i64(&c[1]).max(0) as u64,
-                bound: val_i64(&c[2]).max(0) as u64,
-                warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
-                strategy: val_str(&c[4]),
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
+fn pressures(a: &[Value]) -> Vec<Pressure> {
+    a.chunks(5)
+        .filter(|c| c.len() == 5)
+        .map(|c| Pressure {
+            queue: val_str(&c[0]),
+            depth: val_i64(&c[1]).max(0) as u64,
+            bound: val_i64(&c[2]).max(0) as u64,
+            warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
+            strategy: val_str(&c[4]),
+        })
+        .collect()
 }
 
 /// What firing a cron tick did.
@@ -158,52 +147,59 @@ fn backoff_spec(r: &RetryPolicy) -> String {
     )
 }
 
-/// The script's leading arguments, as its header names them (checked by build.rs). The per-job
-/// fields, `retention_ms` and the mode's arguments follow them (see the module's documentation).
-const ARGV: &[&str] = &["P", "n", "mode"];
+/// What follows the jobs' records in a call: nothing (`all`, `each`), the `cron` mode's CRON record, or
+/// the `workflow` mode's WF record and its callbacks' names.
+enum Tail {
+    None,
+    Cron(EnqueueCronRecord),
+    Workflow(EnqueueWfRecord, Vec<String>),
+}
 
 /// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
-fn enqueue_outcome(items: &[Value]) -> Result<EnqueueOutcome> {
-    match tag(items).as_str() {
-        "ok" => Ok(EnqueueOutcome::Created(Enqueued::from_reply(items))),
-        "duplicate" => Ok(EnqueueOutcome::Duplicate(items.get(1).map(val_str).unwrap_or_default())),
-        "conflict" => Ok(EnqueueOutcome::Conflict {
-            index: val_i64(at(items, 1)).max(0) as usize,
-            existing_id: val_str(at(items, 2)),
-            existing_state: val_str(at(items, 3)),
-            existing_index: val_str(at(items, 4)).parse().ok(),
-        }),
-        "full" => Ok(EnqueueOutcome::Full(Pressure {
-            queue: val_str(at(items, 1)),
-            depth: val_i64(at(items, 2)).max(0) as u64,
-            bound: val_i64(at(items, 3)).max(0) as u64,
+fn enqueue_outcome(r: &Reply) -> Result<EnqueueOutcome> {
+    Ok(match r.tag()? {
+        "ok" => EnqueueOutcome::Created(Enqueued::from_reply(r)?),
+        "duplicate" => EnqueueOutcome::Duplicate(r.str(1)?),
+        "conflict" => EnqueueOutcome::Conflict {
+            index: r.i64(1)?.max(0) as usize,
+            existing_id: r.str(2)?,
+            existing_state: r.str(3)?,
+            // '' when the job it met is stored, not earlier in the batch.
+            existing_index: r.str(4)?.parse().ok(),
+        },
+        "full" => EnqueueOutcome::Full(Pressure {
+            queue: r.str(1)?,
+            depth: r.i64(2)?.max(0) as u64,
+            bound: r.i64(3)?.max(0) as u64,
             warning_threshold: 1.0,
-            strategy: val_str(at(items, 4)),
-        })),
-        t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
-    }
+            strategy: r.str(4)?,
+        }),
+        _ => return Err(r.unknown_tag()),
+    })
 }
 
 impl Store {
     /// Enqueues a batch, all or nothing: any duplicate id and nothing is written.
     pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<EnqueueOutcome> {
         let items = self.enqueue_script(jobs, "all").await?;
-        enqueue_outcome(&items)
+        enqueue_outcome(&Reply::new(self.scripts.enqueue.name, &items))
     }
 
     /// Creates a workflow and all of its jobs, all or nothing (enqueue-1.lua's `workflow` mode): the
     /// first step (chain) or every job (group, batch) is made ready; later steps and callbacks wait
     /// `pending`. A duplicate is a job id or the workflow id.
     pub async fn create_workflow(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome> {
-        let mut extra = vec![
-            wf.id.clone(),
-            wf.kind.as_str().to_string(),
-            wf.name.clone(),
-            wf.members.to_string(),
-        ];
-        extra.extend(wf.callbacks.iter().map(|c| c.to_string()));
-        let items = self.enqueue_script_with(&wf.jobs, "workflow", extra).await?;
-        enqueue_outcome(&items)
+        let record = EnqueueWfRecord {
+            id: wf.id.clone(),
+            kind: wf.kind.as_str().into(),
+            name: wf.name.clone(),
+            m: wf.members.to_string(),
+        };
+        let callbacks = wf.callbacks.iter().map(|c| c.to_string()).collect();
+        let items = self
+            .enqueue_script_with(&wf.jobs, "workflow", Tail::Workflow(record, callbacks))
+            .await?;
+        enqueue_outcome(&Reply::new(self.scripts.enqueue.name, &items))
     }
 
     /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job
@@ -211,9 +207,10 @@ impl Store {
     /// exactly as stored ones.
     pub async fn enqueue_each(&self, jobs: &[NewJob]) -> Result<Enqueued> {
         let items = self.enqueue_script(jobs, "each").await?;
-        match tag(&items).as_str() {
-            "ok" => Ok(Enqueued::from_reply(&items)),
-            t => Err(StoreError::Reply(format!("enqueue: unknown tag {t}"))),
+        let r = Reply::new(self.scripts.enqueue.name, &items);
+        match r.tag()? {
+            "ok" => Enqueued::from_reply(&r),
+            _ => Err(r.unknown_tag()),
         }
     }
 
@@ -227,57 +224,68 @@ impl Store {
         next: Option<i64>,
         overlap: &str,
     ) -> Result<CronFired> {
-        let extra = vec![
-            name.to_string(),
-            expected.to_string(),
-            next.map(|n| n.to_string()).unwrap_or_default(),
-            overlap.to_string(),
-        ];
+        let record = EnqueueCronRecord {
+            name: name.into(),
+            expected: expected.into(),
+            next_run_at: next.map(|n| n.to_string()).unwrap_or_default(),
+            overlap: overlap.into(),
+        };
         let items = self
-            .enqueue_script_with(std::slice::from_ref(job), "cron", extra)
+            .enqueue_script_with(std::slice::from_ref(job), "cron", Tail::Cron(record))
             .await?;
-        Ok(match tag(&items).as_str() {
+        let r = Reply::new(self.scripts.enqueue.name, &items);
+        Ok(match r.tag()? {
             "ok" => {
-                let e = Enqueued::from_reply(&items);
+                let e = Enqueued::from_reply(&r)?;
                 match e.existing.into_iter().next().flatten() {
                     Some((id, _)) => CronFired::Deduplicated(id),
                     None => CronFired::Created,
                 }
             }
             "cron_taken" => CronFired::Taken,
-            "cron_skipped" => CronFired::Skipped(val_str(at(&items, 1))),
+            "cron_skipped" => CronFired::Skipped(r.str(1)?),
             "full" => CronFired::QueueFull,
-            t => return Err(StoreError::Reply(format!("cron fire: unknown tag {t}"))),
+            _ => return Err(r.unknown_tag()),
         })
     }
 
     async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        self.enqueue_script_with(jobs, mode, Vec::new()).await
+        self.enqueue_script_with(jobs, mode, Tail::None).await
     }
 
-    /// The enqueue script with `extra` arguments after the jobs' fields and the retention (the `cron`
-    /// and `workflow` modes').
-    async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Result<Vec<Value>> {
-        let args = self.enqueue_args(jobs, mode, extra);
+    /// The enqueue script with `tail` after the jobs' records (the `cron` and `workflow` modes').
+    async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, tail: Tail) -> Result<Vec<Value>> {
+        let args = self.enqueue_args(jobs, mode, tail);
         self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
     }
 
     /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a
     /// MessagePack map ([`ColdFields`]).
-    fn enqueue_args(&self, jobs: &[NewJob], mode: &str, extra: Vec<String>) -> Vec<Vec<u8>> {
-        let mut head = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut head)
-            .arg("P", self.keys.prefix())
-            .arg("n", jobs.len().to_string())
-            .arg("mode", mode)
-            .done();
-        let mut args = Vec::with_capacity(ARGV.len() + jobs.len() * ENQUEUE_STRIDE + 1 + extra.len());
-        args.extend(head.into_iter().map(String::into_bytes));
-        for j in jobs {
-            push_job(j, &mut args);
+    fn enqueue_args(&self, jobs: &[NewJob], mode: &str, tail: Tail) -> Vec<Vec<u8>> {
+        let more = match &tail {
+            Tail::None => 0,
+            Tail::Cron(_) => EnqueueCronRecord::LEN,
+            Tail::Workflow(_, callbacks) => EnqueueWfRecord::LEN + callbacks.len(),
+        };
+        let mut args = Vec::with_capacity(EnqueueArgs::LEN + jobs.len() * EnqueueJobRecord::LEN + more);
+        EnqueueArgs {
+            prefix: self.keys.prefix().into(),
+            n: jobs.len().to_string(),
+            mode: mode.into(),
+            retention_ms: self.cfg.retention_ms.to_string(),
         }
-        args.push(self.cfg.retention_ms.to_string().into_bytes());
-        args.extend(extra.into_iter().map(String::into_bytes));
+        .push(&mut args);
+        for j in jobs {
+            job_record(j).push(&mut args);
+        }
+        match tail {
+            Tail::None => {}
+            Tail::Cron(cron) => cron.push(&mut args),
+            Tail::Workflow(wf, callbacks) => {
+                wf.push(&mut args);
+                args.extend(callbacks.into_iter().map(String::into_bytes));
+            }
+        }
         args
     }
 }
@@ -318,42 +326,34 @@ impl<'a> ColdFields<'a> {
     }
 }
 
-/// Appends one job's [`ENQUEUE_STRIDE`] fields, in the order of the header's `(+k)` list.
-fn push_job(j: &NewJob, args: &mut Vec<Vec<u8>>) {
+/// One job's JOB record.
+fn job_record(j: &NewJob) -> EnqueueJobRecord {
     let unique = j.unique.as_ref();
     let root = j.root_job.as_ref();
-    // +0 id, +1 queue, +2 type, +3 rank, +4 cold
-    args.extend([
-        j.id.clone().into_bytes(),
-        j.queue.clone().into_bytes(),
-        j.job_type.clone().into_bytes(),
-        j.rank.to_string().into_bytes(),
-        ColdFields::of(j).packed(),
-    ]);
-    let fields: [String; ENQUEUE_STRIDE - 5] = [
-        // +5 timeout_ms, +6 visibility_ms, +7 expires_at, +8 scheduled_at, +9 delay_ms, +10 priority
-        j.timeout_ms.to_string(),
-        j.visibility_ms.to_string(),
-        j.expires_at_ms.to_string(),
-        j.scheduled_at_ms.to_string(),
-        j.delay_ms.to_string(),
-        j.priority.to_string(),
-        // +11 rate-limit key, +12 rate-limit policy, +13 expires_in_ms
-        j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
-        j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
-        j.expires_in_ms.to_string(),
-        // +14 unique key, +15 unique states, +16 unique period_ms, +17 on_conflict
-        unique.map(|u| u.key.clone()).unwrap_or_default(),
-        unique.map(|u| u.states.join(",")).unwrap_or_default(),
-        unique.map_or(0, |u| u.period_ms).to_string(),
-        unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().to_string(),
-        // +18 dedup fingerprint, +19 root-job signature, +20 root timestamp, +21 is the root
-        j.dedup.as_ref().map(|d| d.key.clone()).unwrap_or_default(),
-        root.map(|r| r.key.clone()).unwrap_or_default(),
-        root.map_or(0, |r| r.timestamp_ms).to_string(),
-        if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.to_string(),
-    ];
-    args.extend(fields.map(String::into_bytes));
+    EnqueueJobRecord {
+        id: j.id.clone(),
+        queue: j.queue.clone(),
+        job_type: j.job_type.clone(),
+        rank: j.rank.to_string(),
+        cold: ColdFields::of(j).packed(),
+        timeout_ms: j.timeout_ms.to_string(),
+        visibility_ms: j.visibility_ms.to_string(),
+        expires_at: j.expires_at_ms.to_string(),
+        scheduled_at: j.scheduled_at_ms.to_string(),
+        delay_ms: j.delay_ms.to_string(),
+        priority: j.priority.to_string(),
+        rl_key: j.rate_limit.as_ref().map(|r| r.key.clone()).unwrap_or_default(),
+        rl_policy: j.rate_limit.as_ref().map(policy_spec).unwrap_or_default(),
+        expires_in_ms: j.expires_in_ms.to_string(),
+        unique_key: unique.map(|u| u.key.clone()).unwrap_or_default(),
+        unique_states: unique.map(|u| u.states.join(",")).unwrap_or_default(),
+        unique_period_ms: unique.map_or(0, |u| u.period_ms).to_string(),
+        on_conflict: unique.map(|u| u.on_conflict.as_str()).unwrap_or_default().into(),
+        dedup: j.dedup.as_ref().map(|d| d.key.clone()).unwrap_or_default(),
+        root: root.map(|r| r.key.clone()).unwrap_or_default(),
+        root_ts: root.map_or(0, |r| r.timestamp_ms).to_string(),
+        root_self: if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.into(),
+    }
 }
 
 #[cfg(test)]
@@ -417,22 +417,35 @@ mod tests {
             timestamp_ms: 7,
             is_root: true,
         });
-        let extra = vec!["c".to_string(), "100".to_string(), "".to_string(), "skip".to_string()];
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
-        let args = s.enqueue_args(&[job("a"), b], "cron", extra);
-        assert_eq!(args.len(), ARGV.len() + 2 * ENQUEUE_STRIDE + 1 + 4);
+        let cron = EnqueueCronRecord {
+            name: "c".into(),
+            expected: "100".into(),
+            next_run_at: String::new(),
+            overlap: "skip".into(),
+        };
+        let args = s.enqueue_args(&[job("a"), b], "cron", Tail::Cron(cron));
+        let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
         assert_eq!(
-            args[..3].iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>(),
-            ["ojs:{t}:", "2", "cron"]
+            args.len(),
+            EnqueueArgs::LEN + 2 * EnqueueJobRecord::LEN + EnqueueCronRecord::LEN
         );
-        // Job i's field +k is ARGV[4 + i * STRIDE + k] (1-based), args[3 + i * STRIDE + k] here.
-        let field = |i: usize, k: usize| String::from_utf8_lossy(&args[3 + i * ENQUEUE_STRIDE + k]).into_owned();
         assert_eq!(
-            [field(0, 0), field(0, 1), field(0, 2), field(0, 3)],
+            args[..EnqueueArgs::LEN].iter().map(|a| text(a)).collect::<Vec<_>>(),
+            ["ojs:{t}:", "2", "cron", "86400000"]
+        );
+        // Job i's field `name` is at its offset in the header's record, after the fixed arguments and
+        // the i records before it.
+        let at = |i: usize, name: &str| {
+            let k = EnqueueJobRecord::NAMES.iter().position(|n| *n == name).expect(name);
+            &args[EnqueueArgs::LEN + i * EnqueueJobRecord::LEN + k]
+        };
+        let field = |i: usize, name: &str| text(at(i, name));
+        assert_eq!(
+            ["id", "queue", "job_type", "rank"].map(|n| field(0, n)),
             ["a", "q", "email", "-5"]
         );
-        // +4: the cold fields, a MessagePack map, as a record's `cold` field reads.
-        let cold = crate::reply::decode_record(&args[3 + 4]);
+        // The cold fields, a MessagePack map, as a record's `cold` field reads.
+        let cold = crate::reply::decode_record(at(0, "cold"));
         let mut cold: Vec<(String, String)> = cold.into_iter().collect();
         cold.sort();
         assert_eq!(
@@ -446,24 +459,27 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
         );
         assert_eq!(
-            [field(0, 9), field(0, 10), field(0, 11), field(0, 21)],
+            ["delay_ms", "priority", "rl_key", "root_self"].map(|n| field(0, n)),
             ["250", "5", "", "0"]
         );
         assert_eq!(
-            [field(1, 0), field(1, 11), field(1, 12)],
+            ["id", "rl_key", "rl_policy"].map(|n| field(1, n)),
             ["b", "k", "2 10 1000 - - wait"]
         );
         assert_eq!(
-            [field(1, 14), field(1, 15), field(1, 16), field(1, 17)],
+            ["unique_key", "unique_states", "unique_period_ms", "on_conflict"].map(|n| field(1, n)),
             ["u", "available,active", "60000", "reject"]
         );
         assert_eq!(
-            [field(1, 18), field(1, 19), field(1, 20), field(1, 21)],
+            ["dedup", "root", "root_ts", "root_self"].map(|n| field(1, n)),
             ["d", "r", "7", "1"]
         );
-        // Then retention_ms and the cron mode's four arguments.
-        let tail: Vec<&[u8]> = args[3 + 2 * ENQUEUE_STRIDE..].iter().map(Vec::as_slice).collect();
-        assert_eq!(tail, [&b"86400000"[..], b"c", b"100", b"", b"skip"]);
+        // Then the cron mode's record.
+        let tail: Vec<String> = args[EnqueueArgs::LEN + 2 * EnqueueJobRecord::LEN..]
+            .iter()
+            .map(|a| text(a))
+            .collect();
+        assert_eq!(tail, ["c", "100", "", "skip"]);
     }
 
     #[test]

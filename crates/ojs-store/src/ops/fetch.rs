@@ -3,10 +3,10 @@
 
 use redis::Value;
 
-use super::ArgWriter;
+use super::args::{FetchArgs, FetchQueueRecord, FetchReqRecord};
 
 use super::{acked, Acked, ClaimRef, Transition};
-use crate::reply::{at, decode_job, val_i64};
+use crate::reply::{decode_job, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// The acknowledgement part of a [`WorkerRequest`].
@@ -44,27 +44,9 @@ pub struct WorkerReply {
     pub cut: bool,
 }
 
-/// The script's leading arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "retention_ms"];
-
-/// The fields of one request, before its queue pairs, as the header names them (checked by build.rs
-/// against the header and the script's REQ_FIELDS).
-const RECORD: &[&str] = &[
-    "worker_id",
-    "count",
-    "visibility_ms",
-    "strategy",
-    "wrr_key",
-    "ack_id",
-    "ack_result",
-    "ack_lease",
-    "ack_attempt",
-    "ack_worker",
-    "nqueues",
-];
-
 impl WorkerRequest {
-    /// Appends this request's arguments in the order of the script's header.
+    /// Appends this request's arguments in the order of the script's header: its REQ record, then
+    /// one QUEUE record per queue.
     fn push_args(&self, default_visibility_ms: u64, args: &mut Vec<String>) {
         let none = ClaimRef::default();
         let (ack_id, claim, result) = match &self.ack {
@@ -72,31 +54,29 @@ impl WorkerRequest {
             None => ("", &none, ""),
         };
         let [lease, attempt, worker] = claim.args();
-        ArgWriter::new(RECORD, args)
-            .arg("worker_id", self.worker_id.as_str())
-            .arg("count", self.count.to_string())
-            .arg(
-                "visibility_ms",
-                self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
-            )
-            .arg("strategy", self.strategy.as_str())
-            .arg(
-                "wrr_key",
-                match self.strategy {
-                    Strategy::Strict => String::new(),
-                    Strategy::Weighted => wrr_key(&self.queues),
-                },
-            )
-            .arg("ack_id", ack_id)
-            .arg("ack_result", result)
-            .arg("ack_lease", lease)
-            .arg("ack_attempt", attempt)
-            .arg("ack_worker", worker)
-            .arg("nqueues", self.queues.len().to_string())
-            .done();
+        FetchReqRecord {
+            worker_id: self.worker_id.clone(),
+            count: self.count.to_string(),
+            visibility_ms: self.visibility_ms.unwrap_or(default_visibility_ms).to_string(),
+            strategy: self.strategy.as_str().into(),
+            wrr_key: match self.strategy {
+                Strategy::Strict => String::new(),
+                Strategy::Weighted => wrr_key(&self.queues),
+            },
+            ack_id: ack_id.into(),
+            ack_result: result.into(),
+            ack_lease: lease,
+            ack_attempt: attempt,
+            ack_worker: worker,
+            nqueues: self.queues.len().to_string(),
+        }
+        .push(args);
         for (q, w) in &self.queues {
-            args.push(q.clone());
-            args.push(w.to_string());
+            FetchQueueRecord {
+                name: q.clone(),
+                weight: w.to_string(),
+            }
+            .push(args);
         }
     }
 }
@@ -104,31 +84,26 @@ impl WorkerRequest {
 /// A claimed job as the script returns it: its record (a MessagePack map of field name -> string
 /// value, lua/includes/record.lua), with its parents' results for a workflow job that has them
 /// ([`decode_job`]), decoded straight into the fields map.
-fn claimed_job(v: Value) -> Claimed {
-    Claimed { fields: decode_job(&v) }
+fn claimed_job(v: &Value) -> Claimed {
+    Claimed { fields: decode_job(v) }
 }
 
 impl WorkerReply {
-    fn from_reply(v: Value, had_ack: bool) -> Self {
-        let Value::Array(items) = v else {
-            return WorkerReply {
-                acked: had_ack.then_some(Transition::NotFound),
-                claimed: Vec::new(),
-                cut: false,
-            };
+    /// Request `i`'s reply, item `2 + i` of the call's: `{ack, cut, job_1, …}`, where ack is ack_job's
+    /// reply when the request had an ACK.
+    fn from_reply(call: &Reply, i: usize, had_ack: bool) -> Result<Self> {
+        let script = "fetch (a request's reply)";
+        let items = call.array(2 + i)?;
+        let r = Reply::new(script, items);
+        let acked = match had_ack {
+            true => Some(acked(&Reply::new("fetch (an ACK's reply)", r.array(0)?))?),
+            false => None,
         };
-        let mut items = items.into_iter();
-        let acked = match items.next() {
-            Some(Value::Array(a)) if had_ack => Some(acked(&a)),
-            _ if had_ack => Some(Transition::NotFound),
-            _ => None,
-        };
-        let cut = items.next().is_some_and(|v| val_i64(&v) == 1);
-        WorkerReply {
+        Ok(WorkerReply {
             acked,
-            claimed: items.map(claimed_job).collect(),
-            cut,
-        }
+            cut: r.flag(1)?,
+            claimed: r.rest(2).iter().map(claimed_job).collect(),
+        })
     }
 }
 
@@ -136,22 +111,22 @@ impl Store {
     /// Serves `requests` in order in one script call (one round trip): each request's outcome is its
     /// own, exactly as if it had been sent alone. Returns Redis time and one reply per request.
     pub async fn worker_requests(&self, requests: &[WorkerRequest]) -> Result<(i64, Vec<WorkerReply>)> {
-        let mut args = Vec::new();
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .done();
+        let mut args = FetchArgs {
+            prefix: self.keys.prefix().into(),
+            retention_ms: self.cfg.retention_ms.to_string(),
+        }
+        .into_vec();
         for r in requests {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }
         let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
-        let now = val_i64(at(&items, 1));
-        let mut replies = items.into_iter().skip(2);
+        let call = Reply::new(self.scripts.fetch.name, &items);
         let replies = requests
             .iter()
-            .map(|r| WorkerReply::from_reply(replies.next().unwrap_or(Value::Nil), r.ack.is_some()))
-            .collect();
-        Ok((now, replies))
+            .enumerate()
+            .map(|(i, r)| WorkerReply::from_reply(&call, i, r.ack.is_some()))
+            .collect::<Result<_>>()?;
+        Ok((call.i64(1)?, replies))
     }
 
     /// One [`WorkerRequest`] alone.
@@ -276,9 +251,8 @@ mod tests {
             visibility_ms: None,
         };
         let mut args = Vec::new();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         r.push_args(30_000, &mut args);
-        assert_eq!(args.len(), RECORD.len() + 4);
+        assert_eq!(args.len(), FetchReqRecord::LEN + 2 * FetchQueueRecord::LEN);
         assert_eq!(&args[..3], ["w", "5", "30000"]);
         assert_eq!(&args[5..11], ["j", "{}", "7", "2", "w", "2"]);
         assert_eq!(&args[11..], ["a", "3", "b", "1"]);

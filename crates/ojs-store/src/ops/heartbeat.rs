@@ -1,10 +1,10 @@
 //! The typed twin of `lua/heartbeat-1.lua`: a worker is alive; the leases of the jobs it holds are
 //! extended and its signal read. See the script's header.
 
-use super::ArgWriter;
+use super::args::{HeartbeatArgs, HeartbeatJobRecord};
 
 use crate::reads::workers::WORKER_TTL_MS;
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 #[derive(Debug)]
@@ -15,17 +15,6 @@ pub struct Heartbeat {
     pub jobs: Vec<(String, String, Option<i64>)>,
 }
 
-/// The script's leading arguments, as its header names them (checked by build.rs); the header's
-/// `ARGV[7..] pairs` (job id, lease id) follow them.
-const ARGV: &[&str] = &[
-    "P",
-    "worker_id",
-    "extend_ms",
-    "default_ms",
-    "worker_ttl_ms",
-    "worker_state",
-];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn heartbeat_args(
@@ -35,18 +24,22 @@ impl Store {
         extend_ms: Option<u64>,
         worker_state: Option<&str>,
     ) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + 2 * jobs.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("worker_id", worker_id)
-            .arg("extend_ms", extend_ms.unwrap_or(0).to_string())
-            .arg("default_ms", self.cfg.default_visibility_ms.to_string())
-            .arg("worker_ttl_ms", WORKER_TTL_MS.to_string())
-            .arg("worker_state", worker_state.unwrap_or(""))
-            .done();
+        let mut args = Vec::with_capacity(HeartbeatArgs::LEN + HeartbeatJobRecord::LEN * jobs.len());
+        HeartbeatArgs {
+            prefix: self.keys.prefix().into(),
+            worker_id: worker_id.into(),
+            extend_ms: extend_ms.unwrap_or(0).to_string(),
+            default_ms: self.cfg.default_visibility_ms.to_string(),
+            worker_ttl_ms: WORKER_TTL_MS.to_string(),
+            worker_state: worker_state.unwrap_or("").into(),
+        }
+        .push(&mut args);
         for (id, lease) in jobs {
-            args.push(id.clone());
-            args.push(lease.clone().unwrap_or_default());
+            HeartbeatJobRecord {
+                id: id.clone(),
+                lease_id: lease.clone().unwrap_or_default(),
+            }
+            .push(&mut args);
         }
         args
     }
@@ -65,18 +58,18 @@ impl Store {
     ) -> Result<Heartbeat> {
         let args = self.heartbeat_args(worker_id, jobs, extend_ms, worker_state);
         let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
-        let signal = val_str(at(&items, 2));
-        let jobs = items
-            .get(3..)
-            .unwrap_or_default()
-            .chunks(3)
-            .map(|c| {
-                let lease = val_i64(&c[2]);
-                (val_str(&c[0]), val_str(&c[1]), (lease >= 0).then_some(lease))
+        let r = Reply::new(self.scripts.heartbeat.name, &items);
+        let signal = r.str(2)?;
+        // (id, state, lease) per job, from item 3 on.
+        let jobs = (0..jobs.len())
+            .map(|k| {
+                let i = 3 + 3 * k;
+                let lease = r.i64(i + 2)?;
+                Ok((r.str(i)?, r.str(i + 1)?, (lease >= 0).then_some(lease)))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Heartbeat {
-            now_ms: val_i64(at(&items, 1)),
+            now_ms: r.i64(1)?,
             signal: (!signal.is_empty()).then_some(signal),
             jobs,
         })
@@ -91,9 +84,8 @@ mod tests {
     fn a_heartbeat_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
         let jobs = [("a".to_string(), Some("7".to_string())), ("b".to_string(), None)];
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.heartbeat_args("w", &jobs, None, Some("quiet"));
-        assert_eq!(args.len(), ARGV.len() + 4);
+        assert_eq!(args.len(), HeartbeatArgs::LEN + 4);
         assert_eq!(&args[..4], ["ojs:{t}:", "w", "0", "30000"]);
         assert_eq!(args[4], WORKER_TTL_MS.to_string());
         assert_eq!(args[5], "quiet");

@@ -2,13 +2,10 @@
 //! every v1 job hash and every v2 record becomes a v3 record. See the script's header and
 //! `migrations-notes/`.
 
-use super::ArgWriter;
+use super::args::JobMigrateArgs;
 
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P"];
 
 /// Job keys per SCAN step and per script call.
 const BATCH: usize = 500;
@@ -16,8 +13,11 @@ const BATCH: usize = 500;
 impl Store {
     /// The script's arguments, in the order of its header.
     fn job_migrate_args(&self, ids: &[String]) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + ids.len());
-        ArgWriter::new(ARGV, &mut args).arg("P", self.keys.prefix()).done();
+        let mut args = Vec::with_capacity(JobMigrateArgs::LEN + ids.len());
+        JobMigrateArgs {
+            prefix: self.keys.prefix().into(),
+        }
+        .push(&mut args);
         args.extend(ids.iter().cloned());
         args
     }
@@ -29,7 +29,7 @@ impl Store {
         let items = self
             .run(&self.scripts.job_migrate, &[self.keys.job(first)], args)
             .await?;
-        Ok(val_i64(at(&items, 1)) as u64)
+        Ok(Reply::new(self.scripts.job_migrate.name, &items).i64(1)?.max(0) as u64)
     }
 
     /// Repairs what older builds could leave behind (below), then brings an older keyspace (v1 or v2,
@@ -117,7 +117,6 @@ impl Store {
 mod tests {
     #[test]
     fn a_migration_batch_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().job_migrate_args(&["a".into(), "b".into()]);
         assert_eq!(args, ["ojs:{t}:", "a", "b"]);
     }

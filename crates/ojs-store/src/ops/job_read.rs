@@ -3,22 +3,20 @@
 
 use redis::Value;
 
-use super::ArgWriter;
+use super::args::JobReadArgs;
 
-use crate::reply::{at, decode_job, val_opt_str};
+use crate::reply::{at, decode_job, val_opt_str, Reply};
 use crate::store::{JobFields, Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "nfields"];
 
 impl Store {
     /// The script's arguments, in the order of its header: `fields` empty reads whole jobs.
     fn job_read_args(&self, fields: &[&str], ids: &[String]) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + fields.len() + ids.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("nfields", fields.len().to_string())
-            .done();
+        let mut args = Vec::with_capacity(JobReadArgs::LEN + fields.len() + ids.len());
+        JobReadArgs {
+            prefix: self.keys.prefix().into(),
+            nfields: fields.len().to_string(),
+        }
+        .push(&mut args);
         args.extend(fields.iter().map(|f| f.to_string()));
         args.extend(ids.iter().cloned());
         args
@@ -30,6 +28,14 @@ impl Store {
         };
         let args = self.job_read_args(fields, ids);
         let mut items = self.run(&self.scripts.job_read, &[self.keys.job(first)], args).await?;
+        let r = Reply::new(self.scripts.job_read.name, &items);
+        if r.tag()? != "ok" {
+            return Err(r.unknown_tag());
+        }
+        // One item per id; a missing job's is false (nil here), read as no fields.
+        if items.len() != 1 + ids.len() {
+            return Err(r.error(ids.len(), "one item per job id"));
+        }
         items.remove(0);
         Ok(items)
     }
@@ -68,7 +74,6 @@ impl Store {
 mod tests {
     #[test]
     fn a_read_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().job_read_args(&["state", "queue"], &["a".into(), "b".into()]);
         assert_eq!(args, ["ojs:{t}:", "2", "state", "queue", "a", "b"]);
     }

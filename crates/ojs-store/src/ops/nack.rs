@@ -1,11 +1,11 @@
 //! The typed twin of `lua/nack-1.lua`: an active job failed; its retry policy is applied, or it is
 //! released untouched (requeue). See the script's header.
 
-use super::ArgWriter;
+use super::args::NackArgs;
 
 use super::rand_unit;
 use super::{transition, ClaimRef, Transition};
-use crate::reply::{at, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
 
 #[derive(Debug)]
@@ -19,22 +19,6 @@ pub struct NackResult {
     pub queue: String,
     pub job_type: String,
 }
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &[
-    "P",
-    "id",
-    "error",
-    "match",
-    "retryable",
-    "requeue",
-    "jitter_u",
-    "retention_ms",
-    "rate_limit_until",
-    "lease_id",
-    "attempt",
-    "worker_id",
-];
 
 impl Store {
     /// The script's arguments, in the order of its header.
@@ -50,23 +34,22 @@ impl Store {
         rate_limit_until_ms: i64,
         jitter_u: f64,
     ) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
         let [lease, attempt, worker] = claim.args();
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("id", id)
-            .arg("error", error_json)
-            .arg("match", match_key)
-            .arg("retryable", if retryable { "1" } else { "0" })
-            .arg("requeue", if requeue { "1" } else { "0" })
-            .arg("jitter_u", format!("{jitter_u:.6}"))
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .arg("rate_limit_until", rate_limit_until_ms.to_string())
-            .arg("lease_id", lease)
-            .arg("attempt", attempt)
-            .arg("worker_id", worker)
-            .done();
-        args
+        NackArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+            error: error_json.into(),
+            match_key: match_key.into(),
+            retryable: if retryable { "1" } else { "0" }.into(),
+            requeue: if requeue { "1" } else { "0" }.into(),
+            jitter_u: format!("{jitter_u:.6}"),
+            retention_ms: self.cfg.retention_ms.to_string(),
+            rate_limit_until: rate_limit_until_ms.to_string(),
+            lease_id: lease,
+            attempt,
+            worker_id: worker,
+        }
+        .into_vec()
     }
 
     /// `error_json` must be a non-empty JSON object. `rate_limit_until_ms` > now means the worker saw
@@ -93,18 +76,18 @@ impl Store {
             rand_unit(),
         );
         let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
-        Ok(transition(&items, |i| {
-            let delay = val_i64(at(i, 4));
-            NackResult {
-                now_ms: val_i64(at(i, 1)),
-                state: val_str(at(i, 2)),
-                attempt: val_i64(at(i, 3)),
+        transition(&Reply::new(self.scripts.nack.name, &items), |r| {
+            let delay = r.i64(4)?;
+            Ok(NackResult {
+                now_ms: r.i64(1)?,
+                state: r.str(2)?,
+                attempt: r.i64(3)?,
                 delay_ms: (delay >= 0).then_some(delay),
-                max_attempts: val_i64(at(i, 5)),
-                queue: val_str(at(i, 6)),
-                job_type: val_str(at(i, 7)),
-            }
-        }))
+                max_attempts: r.i64(5)?,
+                queue: r.str(6)?,
+                job_type: r.str(7)?,
+            })
+        })
     }
 }
 
@@ -120,9 +103,8 @@ mod tests {
             attempt: None,
             worker_id: Some("w".into()),
         };
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.nack_args("j", &claim, "{\"k\":1}", "E", true, false, 5, 0.25);
-        assert_eq!(args.len(), ARGV.len());
+        assert_eq!(args.len(), NackArgs::LEN);
         assert_eq!(&args[..4], ["ojs:{t}:", "j", "{\"k\":1}", "E"]);
         assert_eq!(&args[4..9], ["1", "0", "0.250000", "86400000", "5"]);
         assert_eq!(&args[9..], ["7", "", "w"]);

@@ -1,14 +1,11 @@
 //! The typed twin of `lua/pick-1.lua`: the weighted round-robin of a FETCH whose queues live on several
 //! shards, kept on shard 0 so that it is exact across shards. See the script's header.
 
-use super::ArgWriter;
+use super::args::{PickArgs, PickQueueRecord};
 
 use crate::keys::Keys;
-use crate::reply::val_i64;
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's leading arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "want", "nqueues"];
 
 /// One queue of a cross-shard weighted pick.
 #[derive(Debug, Clone)]
@@ -23,17 +20,21 @@ pub struct PickQueue {
 
 impl Store {
     fn pick_args(&self, want: u32, queues: &[PickQueue], refunds: &[usize]) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + 4 * queues.len() + refunds.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", Keys::new(&self.cfg.namespace).prefix())
-            .arg("want", want.to_string())
-            .arg("nqueues", queues.len().to_string())
-            .done();
+        let mut args = Vec::with_capacity(PickArgs::LEN + PickQueueRecord::LEN * queues.len() + refunds.len());
+        PickArgs {
+            prefix: Keys::new(&self.cfg.namespace).prefix().into(),
+            want: want.to_string(),
+            nqueues: queues.len().to_string(),
+        }
+        .push(&mut args);
         for q in queues {
-            args.push(q.name.clone());
-            args.push(q.weight.to_string());
-            args.push(if q.was_live { "1" } else { "0" }.into());
-            args.push(if q.live { "1" } else { "0" }.into());
+            PickQueueRecord {
+                name: q.name.clone(),
+                weight: q.weight.to_string(),
+                was_live: if q.was_live { "1" } else { "0" }.into(),
+                live: if q.live { "1" } else { "0" }.into(),
+            }
+            .push(&mut args);
         }
         args.extend(refunds.iter().map(|r| (r + 1).to_string()));
         args
@@ -47,12 +48,14 @@ impl Store {
         let state = Keys::new(&self.cfg.namespace).wrr(&super::fetch::wrr_key(&pairs));
         let args = self.pick_args(want, queues, refunds);
         let items = self.run(&self.scripts.pick, &[state], args).await?;
-        Ok(items
-            .iter()
-            .skip(1)
-            .filter_map(|v| usize::try_from(val_i64(v) - 1).ok())
-            .filter(|i| *i < queues.len())
-            .collect())
+        let r = Reply::new(self.scripts.pick.name, &items);
+        // 1-based indexes into `queues`.
+        (1..items.len())
+            .map(|i| match usize::try_from(r.i64(i)? - 1) {
+                Ok(q) if q < queues.len() => Ok(q),
+                _ => Err(r.error(i, "a queue's 1-based index")),
+            })
+            .collect()
     }
 }
 

@@ -1,15 +1,11 @@
 //! The typed twin of `lua/place-1.lua`: where queues and rate-limit keys live in a deployment of several
 //! shards. See the script's header. Always runs on shard 0, whichever shard's store calls it.
 
-use super::ArgWriter;
+use super::args::{PlaceArgs, PlaceNameRecord};
 
 use crate::keys::Keys;
-use crate::reply::val_i64;
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's leading arguments, as its header names them (checked by build.rs); the header's
-/// `ARGV[4..]` (name, shard) pairs follow them.
-const ARGV: &[&str] = &["P", "shards", "kind"];
 
 /// What the directory answered: the deployment's number of shards, and each name's shard in order
 /// (None: a queue `find` did not place because it was never used).
@@ -22,15 +18,19 @@ pub struct Placed {
 impl Store {
     /// The script's arguments, in the order of its header.
     fn place_args(&self, shards: usize, kind: &str, names: &[(&str, Option<usize>)]) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + 2 * names.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", Keys::new(&self.cfg.namespace).prefix())
-            .arg("shards", shards.to_string())
-            .arg("kind", kind)
-            .done();
+        let mut args = Vec::with_capacity(PlaceArgs::LEN + PlaceNameRecord::LEN * names.len());
+        PlaceArgs {
+            prefix: Keys::new(&self.cfg.namespace).prefix().into(),
+            shards: shards.to_string(),
+            kind: kind.into(),
+        }
+        .push(&mut args);
         for (name, shard) in names {
-            args.push(name.to_string());
-            args.push(shard.map_or_else(|| "-1".to_string(), |s| s.to_string()));
+            PlaceNameRecord {
+                name: name.to_string(),
+                shard: shard.map_or_else(|| "-1".to_string(), |s| s.to_string()),
+            }
+            .push(&mut args);
         }
         args
     }
@@ -41,9 +41,13 @@ impl Store {
         let args = self.place_args(shards, kind, names);
         let directory = Keys::new(&self.cfg.namespace).placement();
         let items = self.run(&self.scripts.place, &[directory], args).await?;
+        let r = Reply::new(self.scripts.place.name, &items);
         Ok(Placed {
-            shards: val_i64(items.get(1).unwrap_or(&redis::Value::Nil)).max(1) as usize,
-            at: items.iter().skip(2).map(|v| usize::try_from(val_i64(v)).ok()).collect(),
+            shards: r.i64(1)?.max(1) as usize,
+            // -1: a queue `find` did not place.
+            at: (2..items.len())
+                .map(|i| r.i64(i).map(|s| usize::try_from(s).ok()))
+                .collect::<Result<_>>()?,
         })
     }
 

@@ -1,26 +1,11 @@
 //! The typed twin of `lua/progress-1.lua` (ext-progress): a progress report of an active job, which
 //! extends its lease as a heartbeat would. See the script's header.
 
-use super::ArgWriter;
+use super::args::ProgressArgs;
 
 use super::{transition, ClaimRef, Transition};
-use crate::reply::{at, tag, val_i64, val_str};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// `lua/progress-1.lua`, kept beside its method rather than in the store's `Scripts`.
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &[
-    "P",
-    "id",
-    "progress",
-    "message",
-    "data",
-    "default_ms",
-    "lease_id",
-    "attempt",
-    "worker_id",
-];
 
 impl Store {
     /// The script's arguments, in the order of its header.
@@ -32,20 +17,19 @@ impl Store {
         message: Option<&str>,
         data: Option<&str>,
     ) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
         let [lease, attempt, worker] = claim.args();
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("id", id)
-            .arg("progress", progress.map(|p| format!("{p}")).unwrap_or_default())
-            .arg("message", message.unwrap_or(""))
-            .arg("data", data.unwrap_or(""))
-            .arg("default_ms", self.cfg.default_visibility_ms.to_string())
-            .arg("lease_id", lease)
-            .arg("attempt", attempt)
-            .arg("worker_id", worker)
-            .done();
-        args
+        ProgressArgs {
+            prefix: self.keys.prefix().into(),
+            id: id.into(),
+            progress: progress.map(|p| format!("{p}")).unwrap_or_default(),
+            message: message.unwrap_or("").into(),
+            data: data.unwrap_or("").into(),
+            default_ms: self.cfg.default_visibility_ms.to_string(),
+            lease_id: lease,
+            attempt,
+            worker_id: worker,
+        }
+        .into_vec()
     }
 
     /// Records a progress report of an active job and extends its lease as a heartbeat would
@@ -62,17 +46,15 @@ impl Store {
     ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
         let args = self.progress_args(id, claim, progress, message, data);
         let items = self.run(&self.scripts.progress, &[self.keys.job(id)], args).await?;
-        if tag(&items) == "ignored" {
-            return Ok(Transition::WrongState(val_str(at(&items, 1))));
+        let r = Reply::new(self.scripts.progress.name, &items);
+        if r.tag()? == "ignored" {
+            return Ok(Transition::WrongState(r.str(1)?));
         }
-        Ok(transition(&items, |i| {
-            let lease = val_i64(at(i, 3));
-            (
-                val_i64(at(i, 1)),
-                val_str(at(i, 2)).parse::<f64>().ok(),
-                (lease >= 0).then_some(lease),
-            )
-        }))
+        transition(&r, |r| {
+            let lease = r.i64(3)?;
+            // '' when no progress was reported yet.
+            Ok((r.i64(1)?, r.str(2)?.parse::<f64>().ok(), (lease >= 0).then_some(lease)))
+        })
     }
 }
 
@@ -88,9 +70,8 @@ mod tests {
             attempt: Some(3),
             worker_id: None,
         };
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.progress_args("j", &claim, Some(0.5), None, Some("{}"));
-        assert_eq!(args.len(), ARGV.len());
+        assert_eq!(args.len(), ProgressArgs::LEN);
         assert_eq!(&args[..6], ["ojs:{t}:", "j", "0.5", "", "{}", "30000"]);
         assert_eq!(&args[6..], ["", "3", ""]);
         let args = s.progress_args("j", &ClaimRef::default(), None, Some("m"), None);

@@ -1,24 +1,20 @@
 //! The typed twin of `lua/promote-1.lua`: due scheduled and retryable jobs move to ready. See the
 //! script's header.
 
-use super::ArgWriter;
+use super::args::PromoteArgs;
 
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "limit", "retention_ms"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
     fn promote_args(&self, limit: u32) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("limit", limit.to_string())
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .done();
-        args
+        PromoteArgs {
+            prefix: self.keys.prefix().into(),
+            limit: limit.to_string(),
+            retention_ms: self.cfg.retention_ms.to_string(),
+        }
+        .into_vec()
     }
 
     /// Moves due scheduled/retryable jobs to ready. Returns (moved, how many ms until the next due job
@@ -26,8 +22,9 @@ impl Store {
     pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
         let args = self.promote_args(limit);
         let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
-        let (next, now) = (val_i64(at(&items, 2)), val_i64(at(&items, 3)));
-        Ok((val_i64(at(&items, 1)) as u64, (next >= 0).then_some(next - now)))
+        let r = Reply::new(self.scripts.promote.name, &items);
+        let (next, now) = (r.i64(2)?, r.i64(3)?);
+        Ok((r.i64(1)?.max(0) as u64, (next >= 0).then_some(next - now)))
     }
 }
 
@@ -35,7 +32,6 @@ impl Store {
 mod tests {
     #[test]
     fn a_promote_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().promote_args(100);
         assert_eq!(args, ["ojs:{t}:", "100", "86400000"]);
     }

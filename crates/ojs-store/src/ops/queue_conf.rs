@@ -3,24 +3,21 @@
 
 use ojs_core::ratelimit::Window;
 
-use super::ArgWriter;
+use super::args::QueueConfArgs;
 
 use crate::reads::queues::{Backpressure, BACKPRESSURE_FIELDS};
 use crate::store::{Result, Store};
 
-/// The script's leading arguments, as its header names them (checked by build.rs); the header's
-/// `ARGV[4..3+n] fields` (the group's field names) and `ARGV[4+n..] pairs` (field, value) follow them.
-const ARGV: &[&str] = &["P", "queue", "n"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn queue_conf_args(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len() + group.len() + 2 * values.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("queue", queue)
-            .arg("n", group.len().to_string())
-            .done();
+        let mut args = Vec::with_capacity(QueueConfArgs::LEN + group.len() + 2 * values.len());
+        QueueConfArgs {
+            prefix: self.keys.prefix().into(),
+            queue: queue.into(),
+            n: group.len().to_string(),
+        }
+        .push(&mut args);
         args.extend(group.iter().map(|f| f.to_string()));
         for (f, v) in values {
             args.push(f.to_string());
@@ -74,7 +71,6 @@ mod tests {
     #[test]
     fn a_settings_group_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.queue_conf_args("q", &["a", "b"], &[("a", "1".to_string())]);
         assert_eq!(args, ["ojs:{t}:", "q", "2", "a", "b", "a", "1"]);
         assert_eq!(s.queue_conf_args("q", &["a"], &[]), ["ojs:{t}:", "q", "1", "a"]);

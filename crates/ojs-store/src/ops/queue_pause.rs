@@ -1,22 +1,18 @@
 //! The typed twin of `lua/queue-pause-1.lua`: a queue is paused or resumed. See the script's header.
 
-use super::ArgWriter;
+use super::args::QueuePauseArgs;
 
 use crate::store::{Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "queue", "paused"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
     fn queue_pause_args(&self, queue: &str, paused: bool) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("queue", queue)
-            .arg("paused", if paused { "1" } else { "0" })
-            .done();
-        args
+        QueuePauseArgs {
+            prefix: self.keys.prefix().into(),
+            queue: queue.into(),
+            paused: if paused { "1" } else { "0" }.into(),
+        }
+        .into_vec()
     }
 
     /// Pauses (or resumes) a queue: FETCH checks P..'paused' inside its script, so a paused queue is

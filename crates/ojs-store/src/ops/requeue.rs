@@ -1,33 +1,30 @@
 //! The typed twin of `lua/requeue-1.lua`: jobs whose lease expired are taken back. See the script's
 //! header.
 
-use super::ArgWriter;
+use super::args::RequeueArgs;
 
 use super::rand_unit;
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "limit", "jitter_u", "retention_ms"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
     fn requeue_args(&self, limit: u32, jitter_u: f64) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("limit", limit.to_string())
-            .arg("jitter_u", format!("{jitter_u:.6}"))
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .done();
-        args
+        RequeueArgs {
+            prefix: self.keys.prefix().into(),
+            limit: limit.to_string(),
+            jitter_u: format!("{jitter_u:.6}"),
+            retention_ms: self.cfg.retention_ms.to_string(),
+        }
+        .into_vec()
     }
 
     /// Takes back jobs whose lease expired. Returns (requeued, failed by timeout or exhaustion).
     pub async fn requeue_expired(&self, limit: u32) -> Result<(u64, u64)> {
         let args = self.requeue_args(limit, rand_unit());
         let items = self.run(&self.scripts.requeue, &[self.keys.active()], args).await?;
-        Ok((val_i64(at(&items, 1)) as u64, val_i64(at(&items, 2)) as u64))
+        let r = Reply::new(self.scripts.requeue.name, &items);
+        Ok((r.i64(1)?.max(0) as u64, r.i64(2)?.max(0) as u64))
     }
 }
 
@@ -35,7 +32,6 @@ impl Store {
 mod tests {
     #[test]
     fn a_requeue_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().requeue_args(50, 0.5);
         assert_eq!(args, ["ojs:{t}:", "50", "0.500000", "86400000"]);
     }

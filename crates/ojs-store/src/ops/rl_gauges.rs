@@ -1,9 +1,9 @@
 //! The typed twin of `lua/rl-gauges-1.lua`: the rate-limit keys' gauges for a metrics scrape. See the
 //! script's header.
 
-use super::ArgWriter;
+use super::args::RlGaugesArgs;
 
-use crate::reply::{flat_map, val_i64, val_str};
+use crate::reply::{flat_pairs, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
@@ -16,18 +16,14 @@ pub struct RateLimitGauges {
     pub stats: JobFields,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "limit"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn rl_gauges_args(&self, limit: usize) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("limit", limit.max(1).to_string())
-            .done();
-        args
+        RlGaugesArgs {
+            prefix: self.keys.prefix().into(),
+            limit: limit.max(1).to_string(),
+        }
+        .into_vec()
     }
 
     /// The first `limit` rate-limit keys (lexicographic) with their active and waiting jobs and
@@ -35,18 +31,19 @@ impl Store {
     pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
         let args = self.rl_gauges_args(limit);
         let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
-        Ok(items
-            .get(2..)
-            .unwrap_or_default()
-            .chunks(4)
-            .filter(|c| c.len() == 4)
-            .map(|c| RateLimitGauges {
-                key: val_str(&c[0]),
-                active: val_i64(&c[1]).max(0) as u64,
-                waiting: val_i64(&c[2]).max(0) as u64,
-                stats: flat_map(&c[3]),
+        let r = Reply::new(self.scripts.rl_gauges.name, &items);
+        // (key, active, waiting, stats) per key, from item 2 on.
+        (2..items.len())
+            .step_by(4)
+            .map(|i| {
+                Ok(RateLimitGauges {
+                    key: r.str(i)?,
+                    active: r.i64(i + 1)?.max(0) as u64,
+                    waiting: r.i64(i + 2)?.max(0) as u64,
+                    stats: flat_pairs(r.array(i + 3)?),
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -55,7 +52,6 @@ mod tests {
     #[test]
     fn a_gauges_read_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.rl_gauges_args(100), ["ojs:{t}:", "100"]);
         assert_eq!(s.rl_gauges_args(0), ["ojs:{t}:", "1"]);
     }

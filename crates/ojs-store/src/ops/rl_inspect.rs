@@ -2,11 +2,10 @@
 //! Lua functions as FETCH. See the script's header.
 
 use ojs_core::ratelimit::Window;
-use redis::Value;
 
-use super::ArgWriter;
+use super::args::RlInspectArgs;
 
-use crate::reply::{at, flat_map, val_i64, val_str};
+use crate::reply::{flat_pairs, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
@@ -39,18 +38,14 @@ pub struct RateLimitState {
     pub stats: JobFields,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "key"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn rl_inspect_args(&self, key: &str) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("key", key)
-            .done();
-        args
+        RlInspectArgs {
+            prefix: self.keys.prefix().into(),
+            key: key.into(),
+        }
+        .into_vec()
     }
 
     /// A rate-limit key as FETCH sees it now, in one read-only script.
@@ -59,36 +54,34 @@ impl Store {
         let items = self
             .run(&self.scripts.rl_inspect, &[self.keys.rl_policy(key)], args)
             .await?;
-        let list = |i: usize| match at(&items, i) {
-            Value::Array(a) => a.clone(),
-            _ => Vec::new(),
-        };
-        let (limits, state) = (list(3), list(4));
-        let num = |v: &[Value], i: usize| val_str(at(v, i)).parse::<u64>().ok();
-        let opt = |v: &[Value], i: usize| Some(val_i64(at(v, i))).filter(|n| *n >= 0);
-        let window = |l: usize, p: usize| {
-            Some(Window {
-                limit: num(&limits, l)?,
-                period_ms: num(&limits, p)?,
-            })
+        let r = Reply::new(self.scripts.rl_inspect.name, &items);
+        let limits = Reply::new("rl-inspect (limits)", r.array(3)?);
+        let state = Reply::new("rl-inspect (state)", r.array(4)?);
+        // A limit is '' where absent; a state number -1 where there is nothing.
+        let num = |i: usize| limits.str(i).map(|s| s.parse::<u64>().ok());
+        let opt = |i: usize| state.i64(i).map(|n| Some(n).filter(|n| *n >= 0));
+        let window = |l: usize, p: usize| -> Result<Option<Window>> {
+            Ok(num(l)?
+                .zip(num(p)?)
+                .map(|(limit, period_ms)| Window { limit, period_ms }))
         };
         Ok(RateLimitState {
-            now_ms: val_i64(at(&items, 1)),
-            known: val_i64(at(&items, 2)) == 1,
-            concurrency: num(&limits, 0),
-            rate: window(1, 2),
-            throttle: window(3, 4),
-            on_limit: val_str(at(&limits, 5)),
-            active: val_i64(at(&state, 0)).max(0) as u64,
-            window_count: val_i64(at(&state, 1)).max(0) as u64,
-            window_oldest_ms: opt(&state, 2),
-            throttle_next_ms: opt(&state, 3),
-            dynamic_until_ms: opt(&state, 4),
-            waiting: val_i64(at(&state, 5)).max(0) as u64,
-            override_ttl_ms: val_i64(at(&state, 6)),
-            override_fields: flat_map(at(&items, 5)),
-            episode: flat_map(at(&items, 6)),
-            stats: flat_map(at(&items, 7)),
+            now_ms: r.i64(1)?,
+            known: r.flag(2)?,
+            concurrency: num(0)?,
+            rate: window(1, 2)?,
+            throttle: window(3, 4)?,
+            on_limit: limits.str(5)?,
+            active: state.i64(0)?.max(0) as u64,
+            window_count: state.i64(1)?.max(0) as u64,
+            window_oldest_ms: opt(2)?,
+            throttle_next_ms: opt(3)?,
+            dynamic_until_ms: opt(4)?,
+            waiting: state.i64(5)?.max(0) as u64,
+            override_ttl_ms: state.i64(6)?,
+            override_fields: flat_pairs(r.array(5)?),
+            episode: flat_pairs(r.array(6)?),
+            stats: flat_pairs(r.array(7)?),
         })
     }
 }
@@ -97,7 +90,6 @@ impl Store {
 mod tests {
     #[test]
     fn an_inspection_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().rl_inspect_args("k");
         assert_eq!(args, ["ojs:{t}:", "k"]);
     }

@@ -1,14 +1,10 @@
 //! The typed twin of `lua/rl-override-1.lua`: the operator override of a rate-limit key is set or
 //! cleared. See the script's header.
 
-use super::ArgWriter;
+use super::args::RlOverrideArgs;
 
-use crate::reply::tag;
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's leading arguments, as its header names them (checked by build.rs); the header's
-/// `ARGV[4..]` (field, value) pairs to set follow them.
-const ARGV: &[&str] = &["P", "key", "expires_at"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
@@ -18,11 +14,12 @@ impl Store {
             Some((_, expires)) => expires.to_string(),
             None => "-1".to_string(),
         };
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("key", key)
-            .arg("expires_at", expires_at)
-            .done();
+        RlOverrideArgs {
+            prefix: self.keys.prefix().into(),
+            key: key.into(),
+            expires_at,
+        }
+        .push(&mut args);
         for (f, v) in set.map(|(fields, _)| fields).unwrap_or_default() {
             args.push(f.clone());
             args.push(v.clone());
@@ -37,7 +34,12 @@ impl Store {
         let items = self
             .run(&self.scripts.rl_override, &[self.keys.rl_ovr(key)], args)
             .await?;
-        Ok(tag(&items) == "ok")
+        let r = Reply::new(self.scripts.rl_override.name, &items);
+        match r.tag()? {
+            "ok" => Ok(true),
+            "past" => Ok(false),
+            _ => Err(r.unknown_tag()),
+        }
     }
 }
 
@@ -47,7 +49,6 @@ mod tests {
     fn an_override_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
         let fields = [("concurrency".to_string(), "2".to_string())];
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = s.rl_override_args("k", Some((&fields, 0)));
         assert_eq!(args, ["ojs:{t}:", "k", "0", "concurrency", "2"]);
         assert_eq!(s.rl_override_args("k", None), ["ojs:{t}:", "k", "-1"]);

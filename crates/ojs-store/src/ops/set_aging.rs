@@ -1,25 +1,21 @@
 //! The typed twin of `lua/set-aging-2.lua`: a queue's priority aging is set or turned off, and its
 //! waiting jobs re-scored in bounded steps. See the script's header.
 
-use super::ArgWriter;
+use super::args::SetAgingArgs;
 
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "queue", "mode", "aging_s"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
     fn set_aging_args(&self, queue: &str, mode: &str, interval_s: Option<u64>) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("queue", queue)
-            .arg("mode", mode)
-            .arg("aging_s", interval_s.map(|s| s.to_string()).unwrap_or_default())
-            .done();
-        args
+        SetAgingArgs {
+            prefix: self.keys.prefix().into(),
+            queue: queue.into(),
+            mode: mode.into(),
+            aging_s: interval_s.map(|s| s.to_string()).unwrap_or_default(),
+        }
+        .into_vec()
     }
 
     /// One script call: `set` (with the interval) or `step`; returns (jobs re-scored, done). A caller
@@ -33,7 +29,8 @@ impl Store {
                 args,
             )
             .await?;
-        Ok((val_i64(at(&items, 1)).max(0) as u64, val_i64(at(&items, 2)) == 1))
+        let r = Reply::new(self.scripts.set_aging.name, &items);
+        Ok((r.i64(1)?.max(0) as u64, r.flag(2)?))
     }
 
     /// Priority aging for a queue: `Some(interval_s)` turns it on, `None` off. Every waiting job of the
@@ -64,7 +61,6 @@ mod tests {
     #[test]
     fn an_aging_setting_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.set_aging_args("q", "set", Some(60)), ["ojs:{t}:", "q", "set", "60"]);
         assert_eq!(s.set_aging_args("q", "step", None), ["ojs:{t}:", "q", "step", ""]);
     }

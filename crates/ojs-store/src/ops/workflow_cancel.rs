@@ -1,26 +1,22 @@
 //! The typed twin of `lua/workflow-cancel-1.lua`: a running workflow and its unfinished jobs are
 //! cancelled. See the script's header.
 
-use super::ArgWriter;
+use super::args::WorkflowCancelArgs;
 
 use super::{transition, Transition};
-use crate::reply::{at, val_i64};
+use crate::reply::Reply;
 use crate::store::{Result, Store};
-
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "W", "retention_ms", "mode"];
 
 impl Store {
     /// The script's arguments, in the order of its header.
     fn workflow_cancel_args(&self, id: &str, mode: &str) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("W", id)
-            .arg("retention_ms", self.cfg.retention_ms.to_string())
-            .arg("mode", mode)
-            .done();
-        args
+        WorkflowCancelArgs {
+            prefix: self.keys.prefix().into(),
+            workflow_id: id.into(),
+            retention_ms: self.cfg.retention_ms.to_string(),
+            mode: mode.into(),
+        }
+        .into_vec()
     }
 
     /// One script call: the (Redis time, jobs cancelled, done) of `cancel` or `step`. A caller that
@@ -30,13 +26,9 @@ impl Store {
         let items = self
             .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
             .await?;
-        Ok(transition(&items, |i| {
-            (
-                val_i64(at(i, 1)),
-                val_i64(at(i, 2)).max(0) as u64,
-                val_i64(at(i, 3)) == 1,
-            )
-        }))
+        transition(&Reply::new(self.scripts.workflow_cancel.name, &items), |r| {
+            Ok((r.i64(1)?, r.i64(2)?.max(0) as u64, r.flag(3)?))
+        })
     }
 
     /// Cancels a running workflow and its unfinished jobs (lua/workflow-cancel-1.lua; at most 500 jobs
@@ -66,7 +58,6 @@ impl Store {
 mod tests {
     #[test]
     fn a_workflow_cancel_is_written_in_the_order_the_header_declares() {
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         let args = super::super::test_store().workflow_cancel_args("w", "cancel");
         assert_eq!(args, ["ojs:{t}:", "w", "86400000", "cancel"]);
     }

@@ -1,9 +1,9 @@
 //! The typed twin of `lua/workflow-get-1.lua`: one workflow with its first jobs and its callbacks. See
 //! the script's header.
 
-use super::ArgWriter;
+use super::args::WorkflowGetArgs;
 
-use crate::reply::{at, flat_map, strings, tag, val_i64};
+use crate::reply::{flat_pairs, val_str, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// A workflow as lua/workflow-get-1.lua read it.
@@ -28,19 +28,15 @@ pub struct WorkflowMember {
     pub queue: Option<String>,
 }
 
-/// The script's arguments, as its header names them (checked by build.rs).
-const ARGV: &[&str] = &["P", "W", "limit"];
-
 impl Store {
     /// The script's arguments, in the order of its header.
     fn workflow_get_args(&self, id: &str, limit: u64) -> Vec<String> {
-        let mut args = Vec::with_capacity(ARGV.len());
-        ArgWriter::new(ARGV, &mut args)
-            .arg("P", self.keys.prefix())
-            .arg("W", id)
-            .arg("limit", limit.max(1).to_string())
-            .done();
-        args
+        WorkflowGetArgs {
+            prefix: self.keys.prefix().into(),
+            workflow_id: id.into(),
+            limit: limit.max(1).to_string(),
+        }
+        .into_vec()
     }
 
     /// One workflow with the first `limit` of its jobs and its callbacks (lua/workflow-get-1.lua).
@@ -49,8 +45,11 @@ impl Store {
         let items = self
             .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
             .await?;
-        if tag(&items) != "ok" {
-            return Ok(None);
+        let r = Reply::new(self.scripts.workflow_get.name, &items);
+        match r.tag()? {
+            "ok" => {}
+            "not_found" => return Ok(None),
+            _ => return Err(r.unknown_tag()),
         }
         let member = |c: &[String]| WorkflowMember {
             id: c[0].clone(),
@@ -58,11 +57,11 @@ impl Store {
             state: Some(c[2].clone()).filter(|s| !s.is_empty()),
             queue: Some(c[3].clone()).filter(|s| !s.is_empty()),
         };
-        let jobs = strings(at(&items, 3));
-        let callbacks = strings(at(&items, 4));
+        let strings = |i| r.array(i).map(|a| a.iter().map(val_str).collect::<Vec<_>>());
+        let (jobs, callbacks) = (strings(3)?, strings(4)?);
         Ok(Some(WorkflowRecord {
-            now_ms: val_i64(at(&items, 1)),
-            fields: flat_map(at(&items, 2)),
+            now_ms: r.i64(1)?,
+            fields: flat_pairs(r.array(2)?),
             jobs: jobs.chunks_exact(4).map(member).collect(),
             callbacks: callbacks
                 .chunks_exact(5)
@@ -77,7 +76,6 @@ mod tests {
     #[test]
     fn a_workflow_read_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
-        // The ArgWriter's checks run here (debug build): a value written under the wrong name panics.
         assert_eq!(s.workflow_get_args("w", 50), ["ojs:{t}:", "w", "50"]);
         assert_eq!(s.workflow_get_args("w", 0), ["ojs:{t}:", "w", "1"]);
     }
