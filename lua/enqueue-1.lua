@@ -45,6 +45,9 @@
 --     +19 root             string root-job signature hash ('' none)
 --     +20 root_ts          int    root timestamp ms (0: the job's creation time)
 --     +21 root_self        '1' when the job is the root itself
+--     +22 tenant           string the job's tenant, its meta.tenant_id ('' none): it waits in its
+--                                 tenant's sub-queue (includes/tenant.lua), and P..'tenant:'..tenant..
+--                                 ':stats' counts it ('enqueued'; kept TENANT_STATS_MS past its last move)
 --   record CRON
 --     +0  name             string the cron entry
 --     +1  expected         int    its next_run_at as read (ms, the tick being fired)
@@ -365,10 +368,13 @@ for i = 0, n - 1 do
     end
     if c.bound and not waits(i) then c.depth = c.depth + 1 end
     local priority = ARGV[b + JOB.priority]
+    local tenant = ARGV[b + JOB.tenant] ~= '' and ARGV[b + JOB.tenant] or nil
     local rl_key = ARGV[b + JOB.rl_key] ~= '' and ARGV[b + JOB.rl_key] or nil
     -- The record's cold fields come packed by the server (includes/record.lua REC_COLD).
     local h = {queue = queue, type = jtype, rank = rec_str(rank), priority = priority, attempt = '0',
       created_at = now_text, enqueued_at = now_text, cold = ARGV[b + JOB.cold]}
+    opt(h, 'tenant', ARGV[b + JOB.tenant], '')
+    if tenant then tenant_count(P, tenant, 'enqueued') end
     opt(h, 'timeout_ms', ARGV[b + JOB.timeout_ms], '0')
     opt(h, 'visibility_ms', ARGV[b + JOB.visibility_ms], '0')
     local expires_in = tonumber(ARGV[b + JOB.expires_in_ms])
@@ -411,8 +417,9 @@ for i = 0, n - 1 do
       c.sched = c.sched + 1
       ev_job_scheduled(P, id, queue, jtype, now, at, nil)
       states[#states + 1] = 'scheduled'
-    elseif rl_key then
-      -- Through its lane, one by one (lane heads, parking: see ratelimit.lua).
+    elseif rl_key or tenant then
+      -- Through its lane, one by one (lane heads, parking: see ratelimit.lua), or into its tenant's
+      -- sub-queue (includes/tenant.lua).
       opt(h, 'state', 'available', '')
       rec_put(jk, h)
       make_ready(P, jk, id, queue, rank, priority, now, rl_key, member)

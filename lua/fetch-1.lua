@@ -23,6 +23,8 @@
 --     +8  ack_attempt   string   named; see includes/lease.lua): an ACK for a claim the job no longer
 --     +9  ack_worker    string   holds is refused ('lease_lost')
 --     +10 nqueues       int    how many QUEUE records follow
+--     +11 tenant        string claim only this tenant's jobs (X-OJS-Tenant; '' = every tenant's, by fair
+--                              share: includes/tenant.lua)
 --   record QUEUE
 --     +0  name          string the queue
 --     +1  weight        int    ignored by strict; > 0 for weighted
@@ -64,7 +66,9 @@
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group
---   commit changes what a call costs, not what any request sees; a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
+--   commit changes what a call costs, not what any request sees; a queue that holds tenants' jobs is
+--   served by fair share among its tenants, priority and FIFO first inside each (includes/tenant.lua),
+--   and a request naming a tenant claims only that tenant's jobs; a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
 --   never claim one job; attempt is incremented at claim, and so is 'claims', the lease id, which
 --   nothing ever gives back (includes/lease.lua); the lease length chosen is kept in 'lease_ms' for
 --   heartbeats; a key's limits are its registry policy (the newest job's, see ratelimit.lua) under
@@ -97,6 +101,7 @@
 --@include errors
 
 local MAX_SKIPS = 100
+--@include tenant
 local WRR_KEEP_MS = 86400000
 local P = ARG.P
 local retention = tonumber(ARG.retention_ms)
@@ -106,6 +111,8 @@ local now_text = text(now)
 local NO_JOB = {}
 -- The request being served: its worker, lease length and reply (set by serve()).
 local worker, default_vt, reply
+-- The request's tenant ('' = none named).
+local req_tenant = ''
 
 -- Queue-level limits (PUT /admin/queues/{q}/rate-limit), checked before taking anything from a queue.
 local qlimits = {}
@@ -132,8 +139,9 @@ local function queue_blocked(queue)
   local l = qlimits[queue]
   if not l then
     local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
-      'rs_phase')
-    l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4] }
+      'rs_phase', 'tenants')
+    l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4],
+      tenants = c[5] }
     qlimits[queue] = l
   end
   -- Its waiting jobs are being re-scored for a new aging setting (includes/rescore.lua): not served
@@ -173,11 +181,24 @@ local function discard_now(jk, id, queue, code, message)
   end_unclaimed(jk, id, queue, 'discarded', {'error', error_entry(error_json(code, message))})
 end
 
--- claim_one(queue): take the queue's best job that may start and make it active; false when none can.
--- A job whose rate-limit key is limited parks its lane (ratelimit.lua) and the loop goes on.
-local function claim_one(queue)
-  local rk = key_queue_ready(P, queue)
-  if queue_blocked(queue) then return false end
+-- Tenants' weights (P..'tenant_weights'), read once per call and tenant.
+local weights_read = {}
+local function tenant_weight(tenant)
+  local w = weights_read[tenant]
+  if not w then
+    w = tonumber(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
+    weights_read[tenant] = w
+  end
+  return w
+end
+
+-- claim_from(queue, tenant): take the best job of the queue (tenant nil: a queue without tenants) or of
+-- one tenant's sub-queue of it ('' = the queue's jobs without a tenant) that may start, and make it
+-- active; false when none can. A job whose rate-limit key is limited parks its lane (ratelimit.lua) and
+-- the loop goes on. A tenant found with no ready job leaves the queue's fair share.
+local function claim_from(queue, tenant)
+  local q = sub_queue(queue, tenant)
+  local rk = key_queue_ready(P, q)
   while true do
     -- Bounded work per call: past MAX_SKIPS the rest waits for the next call.
     if skips >= MAX_SKIPS then
@@ -186,8 +207,16 @@ local function claim_one(queue)
     end
     local popped = redis.call('ZPOPMIN', rk)
     if #popped == 0 then
-      redis.call('SREM', key_ready_index(P), queue)
-      ready_seen[queue] = nil
+      if tenant then
+        redis.call('ZREM', key_queue_tenants(P, queue), tenant)
+        if tenant ~= '' and redis.call('EXISTS', key_queue_heads(P, q), key_queue_parked(P, q)) == 0 then
+          redis.call('SREM', key_queue_subs(P, queue), tenant)
+        end
+        claimed_from[queue] = true
+      else
+        redis.call('SREM', key_ready_index(P), queue)
+        ready_seen[queue] = nil
+      end
       return false
     end
     local member, score = popped[1], popped[2]
@@ -203,7 +232,7 @@ local function claim_one(queue)
     local wf_state = wf and redis.call('HGET', key_workflow(P, wf), 'state')
     local e, limited = nil, nil
     if key then
-      redis.call('HDEL', key_queue_heads(P, queue), key)
+      redis.call('HDEL', key_queue_heads(P, q), key)
       e = rl_effective(P, key, rl_policy(P, key, f.rl))
     end
     if f.expires_at and tonumber(f.expires_at) <= now then
@@ -211,13 +240,13 @@ local function claim_one(queue)
       not_available(P, queue, priority)
       ev_job_expired(P, id, queue, jtype, now)
       discard_now(jk, id, queue, 'expired', EXPIRED_ERROR)
-      if key then lane_open(P, queue, key, true) end
+      if key then lane_open(P, q, key, true) end
     elseif wf_state == 'cancelled' then
       skips = skips + 1
       not_available(P, queue, priority)
       ev_job_cancelled(P, id, queue, jtype, now, 'available', 'workflow cancelled')
       end_unclaimed(jk, id, queue, 'cancelled', {})
-      if key then lane_open(P, queue, key, true) end
+      if key then lane_open(P, q, key, true) end
     elseif superseded then
       -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
       skips = skips + 1
@@ -225,7 +254,7 @@ local function claim_one(queue)
       local why = cjson.encode(superseded)
       ev_job_superseded(P, id, queue, jtype, now, why)
       end_unclaimed(jk, id, queue, 'completed', {'superseded', why})
-      if key then lane_open(P, queue, key, true) end
+      if key then lane_open(P, q, key, true) end
     else
       local strategy, limit, current, wake
       if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
@@ -243,8 +272,8 @@ local function claim_one(queue)
           discard_now(jk, id, queue, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)')
           -- A dropped job does not park its lane: the next job of the lane faces the limit under its
           -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
-          lane_open(P, queue, key, true)
-          if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
+          lane_open(P, q, key, true)
+          if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, q .. '\n' .. key) end
         elseif e.on_limit == 'reschedule' and wake > now then
           not_available(P, queue, priority)
           rec('HDEL', jk, 'member')
@@ -252,9 +281,9 @@ local function claim_one(queue)
           redis.call('ZADD', key_scheduled(P), wake, id)
           stat(P, queue, 'scheduled', 1)
           ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
-          lane_park(P, queue, key, nil, nil, wake, strategy)
+          lane_park(P, q, key, nil, nil, wake, strategy)
         else
-          lane_park(P, queue, key, member, score, wake, strategy)
+          lane_park(P, q, key, member, score, wake, strategy)
         end
       else
         not_available(P, queue, priority)
@@ -273,7 +302,11 @@ local function claim_one(queue)
         if f.dedup or f.root_self then record_start(P, id, f, now) end
         if key then
           rl_take(P, key, e, id, claim, lease, now)
-          lane_open(P, queue, key, true)
+          lane_open(P, q, key, true)
+        end
+        if tenant then
+          redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(tenant), tenant)
+          if tenant ~= '' then tenant_count(P, tenant, 'dispatched') end
         end
         local ql = qlimits[queue]
         if ql.conc or ql.rate_limit then
@@ -298,9 +331,38 @@ local function claim_one(queue)
   end
 end
 
+-- claim_one(queue): claim the queue's next job for the request (see claim_from): its tenant's, when it
+-- names one; else, for a queue with tenants, the best job of the tenant with the lowest pass
+-- (includes/tenant.lua), trying the next tenant when one turns out to have none ready.
+local function claim_one(queue)
+  if queue_blocked(queue) then return false end
+  local l = qlimits[queue]
+  if req_tenant ~= '' then return claim_from(queue, req_tenant) end
+  if not l.tenants then return claim_from(queue, nil) end
+  -- The queue's jobs without a tenant share as tenant '' (looked at once per call: nothing else in this
+  -- call adds to the queue's own ready set but a lane re-opened by a claim, which the next call sees).
+  if not l.own_seen then
+    l.own_seen = true
+    if redis.call('ZCARD', key_queue_ready(P, queue)) > 0 then tenant_join(P, queue, '') end
+  end
+  local tk = key_queue_tenants(P, queue)
+  while true do
+    local low = redis.call('ZRANGE', tk, 0, 0)
+    if #low == 0 then
+      ready_index_check(P, queue)
+      ready_seen[queue] = nil
+      return false
+    end
+    if claim_from(queue, low[1]) then return true end
+    if cut == 1 then return false end
+    skips = skips + 1
+  end
+end
+
 -- serve(a): one request whose fields start at ARGV[a]; returns its reply and the next request's index.
 local function serve(a)
   worker, default_vt = ARGV[a + REQ.worker_id], tonumber(ARGV[a + REQ.visibility_ms])
+  req_tenant = ARGV[a + REQ.tenant]
   local want, strategy = tonumber(ARGV[a + REQ.count]), ARGV[a + REQ.strategy]
   local nq = tonumber(ARGV[a + REQ.nqueues])
   local next_a = a + REQ.STRIDE + QUEUE.STRIDE * nq

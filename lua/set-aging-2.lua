@@ -22,7 +22,7 @@
 --        is 0, and the promote timer goes on for a queue a caller left half done
 -- CLOCK  none (scores derive from each job's stored enqueued_at)
 -- INVARIANTS
---   when done, every waiting job's score is aging_score(setting, rank, enqueued_at) (includes/score.lua),
+--   when done, every waiting job's score, in the queue and in its tenants' sub-queues, is aging_score(setting, rank, enqueued_at) (includes/score.lua),
 --   so ordering is exactly priority - age / interval, or priority then FIFO with aging off, whatever the
 --   setting was when each job became ready, and each open rate-limit lane is headed by its best job
 --   under the setting; until then FETCH does not serve the queue, so no job is handed out in an order

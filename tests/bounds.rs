@@ -24,6 +24,7 @@ fn fetch_request(queue: &str, count: u32) -> WorkerRequest {
         worker_id: "w".into(),
         count,
         visibility_ms: None,
+        tenant: None,
     }
 }
 

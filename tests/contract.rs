@@ -541,6 +541,39 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     c.expect(400, Method::GET, stats, &["Bad Queue"], None).await;
     c.expect(200, Method::GET, "/ojs/v1/queues/{queue}/priority-stats", &[q], None)
         .await;
+    c.expect(200, Method::GET, "/ojs/v1/queues/{queue}", &[q], None).await;
+    c.expect(400, Method::GET, "/ojs/v1/queues/{queue}", &["Bad Queue"], None)
+        .await;
+
+    // Tenants.
+    let tenant = "/ojs/v1/admin/tenants/{id}";
+    c.expect(
+        200,
+        Method::PUT,
+        tenant,
+        &["contract-t"],
+        Some(json!({"fairness_weight": 3})),
+    )
+    .await;
+    c.expect(
+        400,
+        Method::PUT,
+        tenant,
+        &["contract-t"],
+        Some(json!({"fairness_weight": 0})),
+    )
+    .await;
+    c.expect(400, Method::PUT, tenant, &["bad tenant"], Some(json!({})))
+        .await;
+    c.expect(200, Method::GET, tenant, &["contract-t"], None).await;
+    c.expect(
+        200,
+        Method::GET,
+        "/ojs/v1/admin/tenants/{id}/stats",
+        &["contract-t"],
+        None,
+    )
+    .await;
     c.expect(200, Method::POST, "/ojs/v1/queues/{queue}/pause", &[q], None)
         .await;
     c.expect(200, Method::POST, "/ojs/v1/queues/{queue}/resume", &[q], None)

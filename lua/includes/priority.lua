@@ -10,19 +10,19 @@
 --@include counters
 
 local function set_priority(P, jk, id, priority, rank, now)
-  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'priority', 'member', 'enqueued_at', 'rl_key')
+  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'priority', 'member', 'enqueued_at', 'rl_key', 'tenant')
   local state, queue = f[1], f[2]
   if not state then return {'not_found'} end
   if state ~= 'available' and state ~= 'scheduled' then return {'state', state} end
   if state == 'available' and f[5] then
     local score = ready_score(P, queue, rank, tonumber(f[6]))
-    local key = f[7]
-    if key and redis.call('HGET', key_queue_heads(P, queue), key) ~= f[5] then
-      redis.call('ZADD', key_queue_lane(P, queue, key), 'XX', score, f[5])
+    local key, q = f[7], sub_queue(queue, f[8])
+    if key and redis.call('HGET', key_queue_heads(P, q), key) ~= f[5] then
+      redis.call('ZADD', key_queue_lane(P, q, key), 'XX', score, f[5])
     else
-      redis.call('ZADD', key_queue_ready(P, queue), 'XX', score, f[5])
+      redis.call('ZADD', key_queue_ready(P, q), 'XX', score, f[5])
     end
-    if key then lane_rebalance(P, queue, key) end
+    if key then lane_rebalance(P, q, key) end
     local pk = key_queue_pri(P, queue)
     count(pk, f[4], -1, true)
     count(pk, priority, 1, true)

@@ -6,7 +6,9 @@
 -- P..'q:'..Q..':heads' maps K to the head's member. A lane is OPEN when its head is in the ready set,
 -- PARKED when K is limited: then all its jobs wait in the lane set and none is in the ready set, so FETCH
 -- never meets them. Parking costs one pop per lane per blocking episode, however many jobs the lane
--- holds; FETCH never scans the limited backlog.
+-- holds; FETCH never scans the limited backlog. For a job with a tenant, Q here is its tenant's
+-- sub-queue (includes/tenant.lua): lanes, heads and parked hashes, P..'rl:wake' members and K's queues
+-- name the sub-queue, and a head enters the sub-queue's ready set.
 --
 -- A parked lane is re-opened (its best job moved back to the ready set) when K may run again: at once
 -- when one of K's concurrency slots is released (ACK, NACK, cancel, lease expiry), or by the promote
@@ -198,9 +200,8 @@ local function lane_open(P, queue, key, settled)
   end
   local score = tonumber(best[2])
   if not settled then score = moved_score(P, queue, best[1], score) end
-  redis.call('ZADD', key_queue_ready(P, queue), score, best[1])
+  ready_put(P, queue, score, best[1])
   redis.call('HSET', hk, key, best[1])
-  redis.call('SADD', key_ready_index(P), queue)
   return string.sub(best[1], -36)
 end
 
@@ -222,7 +223,7 @@ local function lane_release(P, queue, key, now)
   local head = lane_open(P, queue, key)
   if head then
     local strategy = held and string.match(held, '^%S+ (%S+)$') or 'concurrency'
-    ev_rate_limit_released(P, head, queue, '', now, key, strategy)
+    ev_rate_limit_released(P, head, (base_queue(queue)), '', now, key, strategy)
   end
   return head
 end

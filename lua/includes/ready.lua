@@ -8,6 +8,9 @@
 --
 -- P..'ready' is the set of queues that hold at least one ready job (MediaWiki's ready-queue aggregator).
 -- P..'q:'..queue..':pri' counts ready jobs per priority (as the client gave it), for priority-stats.
+--
+-- A job with a tenant waits in its tenant's sub-queue of its queue instead (includes/tenant.lua): its
+-- ready set and lanes are the sub-queue's; its counts and settings stay its queue's.
 --@include score
 --@include ratelimit
 --@include counters
@@ -54,12 +57,15 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
   local score = ready_score(P, queue, rank, since_ms)
   rec('HSET', jk, 'member', member)
   count(key_queue_pri(P, queue), priority, 1, true)
+  -- The tenant is read from the record this call already holds (no Redis command).
+  local tenant = rec('HGET', jk, 'tenant')
+  local q = sub_queue(queue, tenant)
+  if tenant then redis.call('SADD', key_queue_subs(P, queue), tenant) end
   if rl_key then
-    if lane_add(P, queue, rl_key, score, member) == 'rebalance' then lane_rebalance(P, queue, rl_key) end
+    if lane_add(P, q, rl_key, score, member) == 'rebalance' then lane_rebalance(P, q, rl_key) end
     return
   end
-  redis.call('ZADD', key_queue_ready(P, queue), score, member)
-  redis.call('SADD', key_ready_index(P), queue)
+  ready_put(P, q, score, member)
 end
 
 -- not_available(P, queue, priority): a job stopped being available (claimed, cancelled, dropped…).
@@ -67,25 +73,28 @@ local function not_available(P, queue, priority)
   count(key_queue_pri(P, queue), priority, -1, true)
 end
 
--- ready_index_check(P, queue): keep P..'ready' exact after taking from a ready set.
+-- ready_index_check(P, queue): keep P..'ready' exact after taking from a ready set: a queue stays
+-- while its own ready set or its fair share (some tenant's) holds anything.
 local function ready_index_check(P, queue)
-  if redis.call('ZCARD', key_queue_ready(P, queue)) == 0 then
+  if redis.call('ZCARD', key_queue_ready(P, queue)) == 0
+    and redis.call('EXISTS', key_queue_tenants(P, queue)) == 0 then
     redis.call('SREM', key_ready_index(P), queue)
   end
 end
 
 -- unready(P, jk, queue): take an available job out of wherever it waits (cancel).
 local function unready(P, jk, queue)
-  local f = rec('HMGET', jk, 'member', 'priority', 'rl_key')
+  local f = rec('HMGET', jk, 'member', 'priority', 'rl_key', 'tenant')
   if not f[1] then return end
   local member, key = f[1], f[3]
-  if key and redis.call('HGET', key_queue_heads(P, queue), key) ~= member then
-    redis.call('ZREM', key_queue_lane(P, queue, key), member)
+  local q = sub_queue(queue, f[4])
+  if key and redis.call('HGET', key_queue_heads(P, q), key) ~= member then
+    redis.call('ZREM', key_queue_lane(P, q, key), member)
   else
-    redis.call('ZREM', key_queue_ready(P, queue), member)
+    redis.call('ZREM', key_queue_ready(P, q), member)
     if key then
-      redis.call('HDEL', key_queue_heads(P, queue), key)
-      lane_open(P, queue, key)
+      redis.call('HDEL', key_queue_heads(P, q), key)
+      lane_open(P, q, key)
     end
     ready_index_check(P, queue)
   end

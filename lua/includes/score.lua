@@ -6,6 +6,8 @@
 -- a job moved between a lane and the ready set takes its score under the new setting (moved_score), so
 -- no job carries the old one into a set already done.
 
+--@include tenant
+
 -- The job id is the last 36 bytes of a ready member.
 local function member_id(member)
   return string.sub(member, -36)
@@ -26,10 +28,11 @@ local function ready_score(P, queue, rank, since_ms)
   return aging_score(aging and tonumber(aging), rank, since_ms)
 end
 
--- moved_score(P, queue, member, score): the score a waiting job keeps when it moves between a lane and
--- the ready set: its own, or while the queue is being re-scored, the one its rank and ready-since give
--- under the current setting.
-local function moved_score(P, queue, member, score)
+-- moved_score(P, q, member, score): the score a waiting job keeps when it moves between a lane and
+-- the ready set of q (a queue or a tenant's sub-queue, whose settings are its queue's): its own, or
+-- while the queue is being re-scored, the one its rank and ready-since give under the current setting.
+local function moved_score(P, q, member, score)
+  local queue = base_queue(q)
   if redis.call('HEXISTS', key_queue_conf(P, queue), 'rs_phase') == 0 then return score end
   local f = rec('HMGET', key_job(P, member_id(member)), 'rank', 'enqueued_at')
   if not f[1] then return score end

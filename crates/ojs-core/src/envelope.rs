@@ -222,6 +222,15 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
             return Err(invalid(format!("meta must be a JSON object; got {m}")));
         }
     }
+    // The job's tenant (multi-tenancy extension): meta.tenant_id, a tenant id or absent.
+    let tenant = match doc.get("meta").and_then(|m| m.get("tenant_id")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => {
+            names::check_tenant(t, "meta.tenant_id").map_err(invalid)?;
+            Some(t.clone())
+        }
+        Some(v) => return Err(invalid(format!("meta.tenant_id must be a string; got {v}"))),
+    };
 
     let empty = Map::new();
     let options = match doc.get("options") {
@@ -381,6 +390,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         unique,
         dedup,
         root_job,
+        tenant,
     })
 }
 

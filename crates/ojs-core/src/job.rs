@@ -133,6 +133,8 @@ pub struct NewJob {
     pub dedup: Option<crate::unique::Dedup>,
     /// `options.root_job`: MediaWiki's root-job parameters, checked at FETCH.
     pub root_job: Option<crate::unique::RootJob>,
+    /// `meta.tenant_id` (the multi-tenancy extension): the job waits in its tenant's share of its queue.
+    pub tenant: Option<String>,
 }
 
 impl NewJob {

@@ -64,8 +64,9 @@ pub fn check_type(t: &str) -> Result<(), String> {
     }
 }
 
-/// Rate-limit keys: `^[a-zA-Z0-9][a-zA-Z0-9._:-]*$` (rate-limiting seed §6.2), at most 255 bytes.
-pub fn check_rate_limit_key(k: &str) -> Result<(), String> {
+/// A key-like name: `^[a-zA-Z0-9][a-zA-Z0-9._:-]*$`, at most 255 bytes; `what` names the field or
+/// header in the error.
+fn check_key_like(k: &str, what: &str) -> Result<(), String> {
     let ok = !k.is_empty()
         && k.len() <= MAX_NAME_LEN
         && k.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
@@ -75,8 +76,47 @@ pub fn check_rate_limit_key(k: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "rate_limit.key must match ^[a-zA-Z0-9][a-zA-Z0-9._:-]*$ (at most {MAX_NAME_LEN} characters); got {k:?}"
+            "{what} must match ^[a-zA-Z0-9][a-zA-Z0-9._:-]*$ (at most {MAX_NAME_LEN} characters); got {k:?}"
         ))
+    }
+}
+
+/// Rate-limit keys (rate-limiting seed §6.2): key-like names.
+pub fn check_rate_limit_key(k: &str) -> Result<(), String> {
+    check_key_like(k, "rate_limit.key")
+}
+
+/// Tenant ids (the OJS multi-tenancy extension, §5.2): key-like names; `where_` names the field or
+/// header in the error.
+pub fn check_tenant(t: &str, where_: &str) -> Result<(), String> {
+    check_key_like(t, where_)
+}
+
+/// The request header that names a tenant (multi-tenancy extension §5.3).
+pub const TENANT_HEADER: &str = "x-ojs-tenant";
+
+/// Puts the tenant a request's `X-OJS-Tenant` header names into a job envelope's `meta.tenant_id`
+/// (multi-tenancy §5.3): the header is checked; a body that names another tenant is refused; a body
+/// that is not an object is left for the envelope's own checks.
+pub fn apply_tenant_header(doc: &mut serde_json::Value, tenant: &str) -> Result<(), String> {
+    check_tenant(tenant, "the X-OJS-Tenant header")?;
+    let Some(o) = doc.as_object_mut() else { return Ok(()) };
+    let meta = o
+        .entry("meta")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if meta.is_null() {
+        *meta = serde_json::Value::Object(Default::default());
+    }
+    let Some(m) = meta.as_object_mut() else { return Ok(()) };
+    match m.get("tenant_id") {
+        None | Some(serde_json::Value::Null) => {
+            m.insert("tenant_id".into(), tenant.into());
+            Ok(())
+        }
+        Some(serde_json::Value::String(s)) if s == tenant => Ok(()),
+        Some(other) => Err(format!(
+            "meta.tenant_id ({other}) and the X-OJS-Tenant header ({tenant:?}) name different tenants"
+        )),
     }
 }
 
@@ -115,6 +155,25 @@ pub fn id_shard_hint(id: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tenant_header_fills_meta_and_refuses_another_tenant_or_a_bad_id() {
+        let mut doc = serde_json::json!({"type": "t", "args": []});
+        apply_tenant_header(&mut doc, "acme:eu").expect("stamped");
+        assert_eq!(doc["meta"]["tenant_id"], "acme:eu");
+        let mut doc = serde_json::json!({"type": "t", "meta": {"tenant_id": "acme:eu", "x": 1}});
+        apply_tenant_header(&mut doc, "acme:eu").expect("the same tenant");
+        assert_eq!(doc["meta"]["x"], 1);
+        let mut doc = serde_json::json!({"type": "t", "meta": {"tenant_id": "other"}});
+        let e = apply_tenant_header(&mut doc, "acme").expect_err("two tenants");
+        assert!(e.contains("different tenants"), "{e}");
+        let mut doc = serde_json::json!({"type": "t", "meta": null});
+        apply_tenant_header(&mut doc, "acme").expect("null meta");
+        assert_eq!(doc["meta"]["tenant_id"], "acme");
+        for bad in ["", "-lead", "has space", "a@b", "a%3Ab"] {
+            assert!(check_tenant(bad, "t").is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn queues() {

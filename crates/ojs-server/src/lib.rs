@@ -23,6 +23,7 @@ pub mod routes;
 pub mod schemas;
 pub mod shards;
 pub mod state;
+pub mod tenant;
 pub mod ui;
 pub mod wake;
 pub mod worker;
@@ -95,6 +96,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::workers::router())
         .merge(routes::queues::router())
         .merge(routes::rate_limits::router())
+        .merge(routes::tenants::router())
         .merge(routes::dead_letter::router())
         .merge(routes::events::router())
         .merge(routes::events::stream_router())

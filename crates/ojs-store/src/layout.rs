@@ -75,6 +75,12 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("queue_lane", "q:{queue}:lane:{key}"),
     k("queue_rl_active", "q:{queue}:rl:active"),
     k("queue_rl_win", "q:{queue}:rl:win"),
+    k("queue_tenants", "q:{queue}:tenants"),
+    k("queue_subs", "q:{queue}:subs"),
+    // Tenants (the multi-tenancy extension; a tenant's waiting jobs use the queue families above under
+    // its sub-queue's name, lua/includes/tenant.lua).
+    k("tenant_weights", "tenant_weights"),
+    k("tenant_stats", "tenant:{tenant}:stats"),
     // One rate-limit key.
     k("rl_policy", "rl:{key}:policy"),
     k("rl_queues", "rl:{key}:queues"),

@@ -270,6 +270,27 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
                 problems.push(format!("job {id} is ready twice: in {} and {q}", prev.0));
             }
         }
+        // A tenant's sub-queue (queue@tenant, lua/includes/tenant.lua): its queue is indexed and the
+        // tenant is in the queue's fair share.
+        if let Some((base, part)) = q.split_once('@') {
+            let tenant = part.replace("%3A", ":");
+            if !ready_index.contains(base) {
+                problems.push(format!(
+                    "sub-queue {q} has ready jobs but queue {base} is not in the ready index"
+                ));
+            }
+            if !snap.zset(keys.queue_tenants(base)).contains_key(&tenant) {
+                problems.push(format!(
+                    "sub-queue {q} has ready jobs but {tenant:?} is not in {base}'s fair share"
+                ));
+            }
+            if !snap.smembers(keys.queue_subs(base)).contains(&tenant) {
+                problems.push(format!(
+                    "sub-queue {q} has ready jobs but {tenant:?} is not in {base}'s subs"
+                ));
+            }
+            continue;
+        }
         let indexed = ready_index.contains(q);
         if members.is_empty() == indexed {
             problems.push(format!(
@@ -279,8 +300,10 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
     for q in &ready_index {
-        if !ready.contains_key(q) {
-            problems.push(format!("queue {q} is in the ready index but has no ready set"));
+        if !ready.contains_key(q) && snap.zset(keys.queue_tenants(q)).is_empty() {
+            problems.push(format!(
+                "queue {q} is in the ready index but has no ready set and no tenant"
+            ));
         }
     }
 
@@ -290,6 +313,14 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         let Some([queue, rl_key]) = keys.parts("queue_lane", &key).as_deref().map(|p| [p[0], p[1]]) else {
             continue;
         };
+        if let Some((base, part)) = queue.split_once('@') {
+            let tenant = part.replace("%3A", ":");
+            if !snap.smembers(keys.queue_subs(base)).contains(&tenant) {
+                problems.push(format!(
+                    "lane {queue}/{rl_key} holds jobs but {tenant:?} is not in {base}'s subs"
+                ));
+            }
+        }
         for (m, score) in snap.zset(&key) {
             let id = m.get(m.len().saturating_sub(36)..).unwrap_or("").to_string();
             if ready_owner.contains_key(&id) {
@@ -367,13 +398,18 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         let state = f.get("state").cloned().unwrap_or_default();
         let queue = f.get("queue").cloned().unwrap_or_default();
         let rl_key = f.get("rl_key").cloned();
+        // Where it waits when available: its queue, or its tenant's sub-queue (lua/includes/tenant.lua).
+        let place = match f.get("tenant") {
+            Some(t) => format!("{queue}@{}", t.replace(':', "%3A")),
+            None => queue.clone(),
+        };
         if let Some((lq, lk, lm, _)) = lane_owner.get(&id) {
-            if state != "available" || Some(lk) != rl_key.as_ref() || lq != &queue || f.get("member") != Some(lm) {
+            if state != "available" || Some(lk) != rl_key.as_ref() || lq != &place || f.get("member") != Some(lm) {
                 problems.push(format!("job {id} ({state}, key {rl_key:?}) sits in lane {lq}/{lk}"));
             }
         }
         if let (Some(k), Some((_, member, _))) = (&rl_key, ready_owner.get(&id)) {
-            if heads.get(&(queue.clone(), k.clone())) != Some(member) {
+            if heads.get(&(place.clone(), k.clone())) != Some(member) {
                 problems.push(format!(
                     "job {id} of key {k} is in the ready set but is not its lane's head"
                 ));
@@ -420,8 +456,10 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
                 .cloned()
                 .or_else(|| lane_owner.get(&id).map(|(q, _, m, sc)| (q.clone(), m.clone(), *sc)));
             if let Some((q, member, score)) = placed.as_ref() {
-                if q != &queue {
-                    problems.push(format!("job {id} of queue {queue} sits in the ready set of {q}"));
+                if q != &place {
+                    problems.push(format!(
+                        "job {id} of queue {queue} sits in the ready set of {q}, not {place}"
+                    ));
                 }
                 if f.get("member") != Some(member) {
                     problems.push(format!(

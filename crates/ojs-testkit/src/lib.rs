@@ -408,6 +408,21 @@ impl TestServer {
         decode(r).await
     }
 
+    /// A request that names a tenant (`X-OJS-Tenant`), with an optional JSON body.
+    pub async fn send_as(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        tenant: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = self.http.request(method, self.url(path)).header("X-OJS-Tenant", tenant);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        decode(r.send().await.expect("request")).await
+    }
+
     pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
         let r = self
             .http

@@ -221,7 +221,12 @@ fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
     request_body = JobRequest,
     responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "A unique duplicate (on_conflict ignore or raise_priority): the existing job, not written again", body = DeduplicatedJob, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn enqueue(State(st): State<AppState>, headers: HeaderMap, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
+async fn enqueue(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    OjsJson(mut body): OjsJson<Value>,
+) -> ApiResult<Response> {
+    crate::tenant::stamp(&mut body, crate::tenant::header_tenant(&headers)?.as_deref())?;
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
         return enqueue_chain(&st, &mut wf?).await;
     }
@@ -362,12 +367,15 @@ async fn enqueue_batch(
         )
         .into());
     }
+    let tenant = crate::tenant::header_tenant(&headers)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
-    for (i, v) in body.jobs.into_iter().enumerate() {
-        let j = envelope::parse(v, &st.rules).map_err(|e| {
-            let msg = format!("jobs[{i}]: {}", e.message);
-            OjsError { message: msg, ..e }.with_details(json!({ "index": i }))
-        })?;
+    for (i, mut v) in body.jobs.into_iter().enumerate() {
+        let j = crate::tenant::stamp(&mut v, tenant.as_deref())
+            .and_then(|_| envelope::parse(v, &st.rules))
+            .map_err(|e| {
+                let msg = format!("jobs[{i}]: {}", e.message);
+                OjsError { message: msg, ..e }.with_details(json!({ "index": i }))
+            })?;
         jobs.push(j);
     }
     let mut seen = std::collections::HashSet::new();
@@ -419,11 +427,12 @@ async fn enqueue_batch(
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn get_job(State(st): State<AppState>, headers: HeaderMap, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
+    let tenant = crate::tenant::header_tenant(&headers)?;
     match st.shards.get_job(id).await? {
-        Some(f) => Ok(ok(JobResponse::of(job_view(&f)))),
-        None => Err(OjsError::not_found("job", id).into()),
+        Some(f) if crate::tenant::visible(&f, tenant.as_deref()) => Ok(ok(JobResponse::of(job_view(&f)))),
+        _ => Err(OjsError::not_found("job", id).into()),
     }
 }
 
@@ -453,10 +462,12 @@ struct PriorityChanged {
 )]
 async fn update(
     State(st): State<AppState>,
+    headers: HeaderMap,
     OjsPath(id): OjsPath<String>,
     OjsJson(body): OjsJson<Update>,
 ) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
+    crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
     let model = st.rules.priority_model;
     let p = body
         .priority
@@ -509,8 +520,9 @@ async fn admin_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> 
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job has finished (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn cancel(State(st): State<AppState>, headers: HeaderMap, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_job_id(&id)?;
+    crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
     match st.shards.on_id(id, |s| async move { s.cancel(id).await }).await? {
         Transition::Done(_) => {
             let f = st

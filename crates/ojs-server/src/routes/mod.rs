@@ -11,5 +11,6 @@ pub mod progress;
 pub mod queues;
 pub mod rate_limits;
 pub mod system;
+pub mod tenants;
 pub mod workers;
 pub mod workflows;

@@ -22,6 +22,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list))
         .routes(routes!(stats))
+        .routes(routes!(get_queue))
         .routes(routes!(pause))
         .routes(routes!(resume))
         .routes(routes!(priority_stats))
@@ -470,6 +471,21 @@ struct QueueResponse {
 
 async fn queue_summary(st: &AppState, q: &str) -> ApiResult<QueueSummary> {
     Ok(summary(&one_queue(st, q).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{queue}",
+    tag = "queues",
+    summary = "One queue with its counts by state (the queue's, also for a request that names a tenant)",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK", body = QueueResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
+    queue_name(&q)?;
+    Ok(ok(json!(QueueResponse {
+        queue: queue_summary(&st, &q).await?
+    })))
 }
 
 #[utoipa::path(

@@ -283,6 +283,7 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "dead-letter",
             "events",
             "graceful-shutdown",
+            "multi-tenancy",
             "observability",
             "priority",
             "progress",

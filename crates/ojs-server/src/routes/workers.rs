@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, names, OjsError};
@@ -144,8 +145,8 @@ struct FetchResponse {
     request_body = FetchReq,
     responses((status = 200, description = "OK", body = FetchResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn fetch(State(st): State<AppState>, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
-    let p = FetchParams::new(&st, req)?;
+async fn fetch(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
+    let p = FetchParams::new(&st, req, crate::tenant::header_tenant(&headers)?)?;
     let jobs = claim_loop(&st, &p).await?;
     Ok(ok(FetchResponse { jobs }))
 }
@@ -158,10 +159,12 @@ struct FetchParams {
     count: u32,
     visibility_ms: Option<u64>,
     wait: Duration,
+    /// `X-OJS-Tenant`: claim only that tenant's jobs (else every tenant's, by fair share).
+    tenant: Option<String>,
 }
 
 impl FetchParams {
-    fn new(st: &AppState, req: FetchReq) -> Result<Self, OjsError> {
+    fn new(st: &AppState, req: FetchReq, tenant: Option<String>) -> Result<Self, OjsError> {
         let strategy = match req.strategy.as_deref() {
             None => st.config.fetch_strategy,
             Some(s) => variant::<FetchStrategy>(s)
@@ -194,6 +197,7 @@ impl FetchParams {
             count,
             visibility_ms: req.visibility_timeout_ms,
             wait,
+            tenant,
         })
     }
 }
@@ -209,6 +213,7 @@ impl FetchParams {
             worker_id: self.worker.clone(),
             count,
             visibility_ms: self.visibility_ms,
+            tenant: self.tenant.clone(),
         }
     }
 }
@@ -262,6 +267,7 @@ async fn claim_round(
                 worker_id: String::new(),
                 count: 0,
                 visibility_ms: None,
+                tenant: None,
             };
             let (_, reply) = st.worker_calls(*s).call(only).await?;
             let found = !matches!(reply.acked, None | Some(Transition::NotFound));
@@ -386,6 +392,7 @@ async fn claim_weighted_across(
                 worker_id: p.worker.clone(),
                 count: *n,
                 visibility_ms: p.visibility_ms,
+                tenant: p.tenant.clone(),
             })
         }))
         .await?;
@@ -563,14 +570,15 @@ struct AckResponse {
     request_body = AckReq,
     responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn ack(State(st): State<AppState>, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
+async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = path_job_id(&req.job_id)?;
     let result = match req.result {
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
     };
     let claim = req.claim.into_ref()?;
-    let next = req.fetch.map(|f| FetchParams::new(&st, f)).transpose()?;
+    let tenant = crate::tenant::header_tenant(&headers)?;
+    let next = req.fetch.map(|f| FetchParams::new(&st, f, tenant)).transpose()?;
     let ack = AckPart {
         job_id: id.to_string(),
         claim,

@@ -353,6 +353,7 @@ fn job_record(j: &NewJob) -> EnqueueJobRecord {
         root: root.map(|r| r.key.clone()).unwrap_or_default(),
         root_ts: root.map_or(0, |r| r.timestamp_ms).to_string(),
         root_self: if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.into(),
+        tenant: j.tenant.clone().unwrap_or_default(),
     }
 }
 
@@ -383,6 +384,7 @@ mod tests {
             unique: None,
             dedup: None,
             root_job: None,
+            tenant: None,
         }
     }
 

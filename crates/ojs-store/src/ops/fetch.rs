@@ -31,6 +31,8 @@ pub struct WorkerRequest {
     pub count: u32,
     /// Lease length for claimed jobs that set none (the server's default when `None`).
     pub visibility_ms: Option<u64>,
+    /// Claim only this tenant's jobs (`X-OJS-Tenant`); `None`: every tenant's, by fair share.
+    pub tenant: Option<String>,
 }
 
 /// What one [`WorkerRequest`] got.
@@ -69,6 +71,7 @@ impl WorkerRequest {
             ack_attempt: attempt,
             ack_worker: worker,
             nqueues: self.queues.len().to_string(),
+            tenant: self.tenant.clone().unwrap_or_default(),
         }
         .push(args);
         for (q, w) in &self.queues {
@@ -159,6 +162,7 @@ impl Store {
                 worker_id: worker_id.to_string(),
                 count: count.max(1),
                 visibility_ms,
+                tenant: None,
             })
             .await?;
         Ok((now, reply.claimed))
@@ -178,6 +182,7 @@ impl Store {
                 worker_id: String::new(),
                 count: 0,
                 visibility_ms: None,
+                tenant: None,
             })
             .await?;
         Ok(reply.acked.unwrap_or(Transition::NotFound))
@@ -249,12 +254,13 @@ mod tests {
             worker_id: "w".into(),
             count: 5,
             visibility_ms: None,
+            tenant: Some("acme".into()),
         };
         let mut args = Vec::new();
         r.push_args(30_000, &mut args);
         assert_eq!(args.len(), FetchReqRecord::LEN + 2 * FetchQueueRecord::LEN);
         assert_eq!(&args[..3], ["w", "5", "30000"]);
-        assert_eq!(&args[5..11], ["j", "{}", "7", "2", "w", "2"]);
-        assert_eq!(&args[11..], ["a", "3", "b", "1"]);
+        assert_eq!(&args[5..12], ["j", "{}", "7", "2", "w", "2", "acme"]);
+        assert_eq!(&args[12..], ["a", "3", "b", "1"]);
     }
 }

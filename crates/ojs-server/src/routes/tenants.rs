@@ -1,0 +1,160 @@
+//! Tenants (the OJS multi-tenancy extension, §8 and §10): a tenant's fair-share weight and its
+//! counters. How a tenant's jobs wait and share FETCH: lua/includes/tenant.lua.
+
+use axum::extract::State;
+use axum::response::Response;
+use ojs_core::{names, OjsError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::error::ApiResult;
+use crate::respond::{ok, OjsJson, OjsPath};
+use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::state::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_tenant, put_tenant))
+        .routes(routes!(stats))
+}
+
+/// The most a weight may be (a tenant of weight w gets w shares to another's 1).
+const MAX_TENANT_WEIGHT: u32 = 1_000_000;
+
+fn tenant_id(t: &str) -> Result<(), OjsError> {
+    names::check_tenant(t, "the tenant id").map_err(OjsError::invalid)
+}
+
+/// A tenant's configuration.
+#[derive(Serialize, ToSchema)]
+struct Tenant {
+    tenant_id: String,
+    /// Its share of FETCH against other tenants of a queue, both backlogged: weight / sum of weights.
+    fairness_weight: u32,
+    /// Whether `fairness_weight` was set (else it is the default, 1).
+    configured: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+struct TenantResponse {
+    tenant: Tenant,
+}
+
+async fn tenant_of(st: &AppState, id: &str) -> ApiResult<Tenant> {
+    let w = st.shards.first().tenant_weight(id).await?;
+    Ok(Tenant {
+        tenant_id: id.to_string(),
+        fairness_weight: w.unwrap_or(1),
+        configured: w.is_some(),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/tenants/{id}",
+    tag = "tenants",
+    summary = "A tenant's configuration (its fair-share weight)",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK", body = TenantResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a tenant id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn get_tenant(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+    tenant_id(&id)?;
+    Ok(ok(TenantResponse {
+        tenant: tenant_of(&st, &id).await?,
+    }))
+}
+
+/// `PUT /admin/tenants/{id}`: `{"fairness_weight": n}` (1 to 1,000,000), or `null` for the default.
+#[derive(Deserialize, ToSchema)]
+struct TenantRequest {
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000000)]
+    fairness_weight: Option<serde_json::Value>,
+}
+
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/tenants/{id}",
+    tag = "tenants",
+    summary = "Set a tenant's fair-share weight: `{\"fairness_weight\": n}` (null: back to 1)",
+    params(("id" = String, Path)),
+    request_body = TenantRequest,
+    responses((status = 200, description = "OK", body = TenantResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn put_tenant(
+    State(st): State<AppState>,
+    OjsPath(id): OjsPath<String>,
+    OjsJson(req): OjsJson<TenantRequest>,
+) -> ApiResult<Response> {
+    tenant_id(&id)?;
+    let weight = match req.fairness_weight {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(w) if (1..=MAX_TENANT_WEIGHT as u64).contains(&w) => Some(w as u32),
+            _ => {
+                return Err(OjsError::invalid(format!(
+                    "fairness_weight must be an integer from 1 to {MAX_TENANT_WEIGHT}; got {v}"
+                ))
+                .into())
+            }
+        },
+    };
+    // Every shard's FETCH reads the weight from its own shard.
+    for s in st.shards.all() {
+        s.set_tenant_weight(&id, weight).await?;
+    }
+    Ok(ok(TenantResponse {
+        tenant: tenant_of(&st, &id).await?,
+    }))
+}
+
+/// `GET /admin/tenants/{id}/stats` (multi-tenancy §10.2).
+#[derive(Serialize, ToSchema)]
+struct TenantStats {
+    tenant_id: String,
+    /// Jobs enqueued with this tenant (counted over the last 30 days of the tenant's activity).
+    total_jobs: u64,
+    jobs: TenantJobs,
+    fairness: TenantFairness,
+}
+
+#[derive(Serialize, ToSchema)]
+struct TenantJobs {
+    /// As `total_jobs`.
+    enqueued: u64,
+    /// Claims of the tenant's jobs by FETCH (each attempt counts).
+    dispatched: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+struct TenantFairness {
+    weight: u32,
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/tenants/{id}/stats",
+    tag = "tenants",
+    summary = "A tenant's counters: jobs enqueued and dispatched, and its fair-share weight",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "OK", body = TenantStats, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a tenant id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn stats(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+    tenant_id(&id)?;
+    let (mut enqueued, mut dispatched) = (0, 0);
+    for s in st.shards.all() {
+        let c = s.tenant_counts(&id).await?;
+        enqueued += c.enqueued;
+        dispatched += c.dispatched;
+    }
+    let t = tenant_of(&st, &id).await?;
+    Ok(ok(TenantStats {
+        tenant_id: id,
+        total_jobs: enqueued,
+        jobs: TenantJobs { enqueued, dispatched },
+        fairness: TenantFairness {
+            weight: t.fairness_weight,
+        },
+    }))
+}

@@ -1,0 +1,64 @@
+//! Tenants (the multi-tenancy extension, lua/includes/tenant.lua): a tenant's counters, and its fair
+//! share weight — the one plain write here: one HSET or HDEL, atomic by itself and with no clock.
+
+use redis::Value;
+
+use crate::reply::flat_map;
+use crate::store::{Result, Store};
+
+/// What this shard counted for one tenant.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TenantCounts {
+    /// Jobs enqueued with the tenant (kept 30 days past the tenant's last enqueue or claim).
+    pub enqueued: u64,
+    /// Claims of the tenant's jobs (each attempt counts).
+    pub dispatched: u64,
+}
+
+impl Store {
+    /// The tenant's counters on this shard.
+    pub async fn tenant_counts(&self, tenant: &str) -> Result<TenantCounts> {
+        let mut conn = self.conn().await?;
+        let v: Value = redis::cmd("HGETALL")
+            .arg(self.keys.tenant_stats(tenant))
+            .query_async(&mut conn)
+            .await?;
+        let m = flat_map(&v);
+        let g = |k: &str| m.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Ok(TenantCounts {
+            enqueued: g("enqueued"),
+            dispatched: g("dispatched"),
+        })
+    }
+
+    /// The tenant's fair-share weight on this shard (`None`: unset, FETCH uses 1).
+    pub async fn tenant_weight(&self, tenant: &str) -> Result<Option<u32>> {
+        let mut conn = self.conn().await?;
+        let w: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.tenant_weights())
+            .arg(tenant)
+            .query_async(&mut conn)
+            .await?;
+        Ok(w.and_then(|w| w.parse().ok()))
+    }
+
+    /// Sets (or with `None` removes) the tenant's fair-share weight on this shard; FETCH reads it at
+    /// its next call.
+    pub async fn set_tenant_weight(&self, tenant: &str, weight: Option<u32>) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let cmd = match weight {
+            Some(w) => {
+                let mut c = redis::cmd("HSET");
+                c.arg(self.keys.tenant_weights()).arg(tenant).arg(w);
+                c
+            }
+            None => {
+                let mut c = redis::cmd("HDEL");
+                c.arg(self.keys.tenant_weights()).arg(tenant);
+                c
+            }
+        };
+        let _: Value = cmd.query_async(&mut conn).await?;
+        Ok(())
+    }
+}

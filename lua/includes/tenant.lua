@@ -1,0 +1,76 @@
+-- Tenants (the OJS multi-tenancy extension; README "Tenants and fair share").
+--
+-- A job's tenant is its record's 'tenant' field: its meta.tenant_id, which the server takes from the
+-- X-OJS-Tenant header when the body has none and checks against ^[A-Za-z0-9][A-Za-z0-9._:-]*$. The
+-- waiting jobs of tenant T in queue Q live in T's sub-queue of Q, the name Q..'@'..T with every ':' of T
+-- spelled '%3A' ('@' is not allowed in a queue name and neither '@' nor '%' in a tenant, so the name
+-- is unambiguous, and with no ':' in it no key of a sub-queue is another family's key). A sub-queue has
+-- its own ready set, rate-limit lanes, heads and parked hashes, exactly as a queue has (its key names
+-- are the queue families' with the sub-queue's name), so every lane mechanism of ratelimit.lua serves
+-- tenants unchanged, and a tenant that spreads its work over many rate-limit keys still has one ready
+-- set and one place in the fair share. Everything else of the job (its queue field, counts, stats,
+-- events, settings, queue-level limits) is its queue's. Jobs without a tenant stay in Q's own sets.
+--
+-- Fair share (stride scheduling): P..'q:'..Q..':tenants' is a sorted set of Q's tenants that may have
+-- ready jobs, each scored by its pass; '' stands for Q's jobs without a tenant once Q has tenants.
+-- FETCH serves Q by taking the tenant with the lowest pass (ties by name), claiming that tenant's best
+-- job (priority and FIFO first inside a tenant), and adding 1 / weight to its pass; so over any run of
+-- claims while tenants stay backlogged, each gets weight / sum(weights) of them, within one claim. A
+-- tenant joins at the lowest pass present (0 when none): an idle tenant neither banks credit nor falls
+-- behind, and the set is work-conserving (an empty tenant is simply not in it). A tenant leaves when
+-- FETCH finds its ready set empty (one pop per exit, counted against FETCH's MAX_SKIPS). Weights:
+-- P..'tenant_weights' hash tenant -> weight (PUT /admin/tenants/{id}); 1 when unset.
+-- P..'q:'..Q..':subs' is the set of tenants whose sub-queue of Q may hold waiting jobs (ready, or in a
+-- lane open or parked): a tenant enters with its job (make_ready) and leaves when FETCH finds its
+-- sub-queue with nothing ready and no lane open or parked (a tenant whose last job was cancelled stays
+-- until then); re-scoring an aging change visits their sub-queues (includes/rescore.lua).
+-- Q's conf field 'tenants' = '1' once Q held a tenant's job: FETCH reads it with Q's other settings, so
+-- a queue that never had a tenant pays nothing for any of this.
+-- Per tenant, P..'tenant:'..T..':stats' counts its jobs 'enqueued' and 'dispatched' (claims), for
+-- GET /admin/tenants/{id}/stats; it expires TENANT_STATS_MS after it last moved.
+-- CAPS: no loop.
+local TENANT_STATS_MS = 30 * 86400000
+
+-- tenant_count(P, tenant, field): one more of `field` for the tenant (see above).
+local function tenant_count(P, tenant, field)
+  local k = key_tenant_stats(P, tenant)
+  redis.call('HINCRBY', k, field, 1)
+  redis.call('PEXPIRE', k, TENANT_STATS_MS)
+end
+
+-- tenant_part(tenant): how a tenant is spelled in a sub-queue's name (see above).
+local function tenant_part(tenant)
+  return (string.gsub(tenant, ':', '%%3A'))
+end
+
+-- sub_queue(queue, tenant): where a job of this queue and tenant waits: the queue itself for none.
+local function sub_queue(queue, tenant)
+  if tenant and tenant ~= '' then return queue .. '@' .. tenant_part(tenant) end
+  return queue
+end
+
+-- base_queue(q): the queue of a queue or sub-queue name, and the tenant part (nil for a queue).
+local function base_queue(q)
+  local at = string.find(q, '@', 1, true)
+  if at then return string.sub(q, 1, at - 1), string.sub(q, at + 1) end
+  return q, nil
+end
+
+-- tenant_join(P, queue, tenant): the tenant ('' for the queue's jobs without one) may have ready jobs
+-- in queue: it enters the fair share at the lowest pass present.
+local function tenant_join(P, queue, tenant)
+  local tk = key_queue_tenants(P, queue)
+  if redis.call('ZSCORE', tk, tenant) then return end
+  local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', tk, low[2] or 0, tenant)
+  redis.call('HSET', key_queue_conf(P, queue), 'tenants', '1')
+end
+
+-- ready_put(P, q, score, member): member joins the ready set of q (a queue or a sub-queue); its queue is
+-- listed in P..'ready' and, for a sub-queue, its tenant in the fair share.
+local function ready_put(P, q, score, member)
+  redis.call('ZADD', key_queue_ready(P, q), score, member)
+  local queue, part = base_queue(q)
+  if part then tenant_join(P, queue, (string.gsub(part, '%%3A', ':'))) end
+  redis.call('SADD', key_ready_index(P), queue)
+end

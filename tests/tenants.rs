@@ -1,0 +1,278 @@
+//! Tenants (the OJS multi-tenancy extension) and the fair share among them: the X-OJS-Tenant header,
+//! isolation of fetch, reads and cancel by tenant, and FETCH's weighted fair share
+//! (lua/includes/tenant.lua): shares by weight while tenants stay backlogged, work-conserving when one
+//! drains, and no larger share for a tenant that spreads its work over many rate-limit keys.
+
+use ojs_testkit::TestServer;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn job(queue: &str, n: usize) -> Value {
+    json!({"type": "tenant.work", "args": [n], "options": {"queue": queue}})
+}
+
+/// Enqueues `n` jobs for `tenant` (by its header) in one batch.
+async fn batch_as(s: &TestServer, tenant: &str, queue: &str, n: usize) {
+    let jobs: Vec<Value> = (0..n).map(|i| job(queue, i)).collect();
+    let (st, b) = s
+        .send_as(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            tenant,
+            Some(json!({ "jobs": jobs })),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+}
+
+async fn set_weight(s: &TestServer, tenant: &str, w: u32) {
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/tenants/{tenant}"),
+            json!({"fairness_weight": w}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["tenant"]["fairness_weight"], w);
+}
+
+/// The tenants of the jobs FETCH hands out, one claim at a time in `rounds` fetches of `count`.
+async fn dispatch_order(s: &TestServer, queue: &str, rounds: usize, count: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        for j in s.fetch(&[queue], count).await {
+            out.push(j["meta"]["tenant_id"].as_str().unwrap_or("").to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_header_names_the_jobs_tenant_and_a_conflicting_or_bad_one_is_refused() {
+    let s = TestServer::start().await;
+    let (st, b) = s
+        .send_as(Method::POST, "/ojs/v1/jobs", "acme-corp", Some(job("t", 0)))
+        .await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(b["job"]["meta"]["tenant_id"], "acme-corp");
+    // The same tenant in the body and the header is fine; another is a 400 naming both.
+    let mut body = job("t", 1);
+    body["meta"] = json!({"tenant_id": "other"});
+    let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", "acme-corp", Some(body)).await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("different tenants"),
+        "{b}"
+    );
+    let (st, b) = s
+        .send_as(Method::POST, "/ojs/v1/jobs", "no spaces", Some(job("t", 2)))
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains("X-OJS-Tenant"),
+        "{b}"
+    );
+    let mut body = job("t", 3);
+    body["meta"] = json!({"tenant_id": 7});
+    let (st, b) = s.post("/ojs/v1/jobs", body).await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains("meta.tenant_id"),
+        "{b}"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_request_naming_a_tenant_sees_fetches_and_cancels_only_that_tenants_jobs() {
+    let s = TestServer::start().await;
+    // B's job comes first: FIFO alone would hand it to A's worker.
+    let (_, b) = s
+        .send_as(Method::POST, "/ojs/v1/jobs", "tenant-b", Some(job("iso", 0)))
+        .await;
+    let b_id = b["job"]["id"].as_str().unwrap_or_default().to_string();
+    let (_, a) = s
+        .send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(job("iso", 1)))
+        .await;
+    let a_id = a["job"]["id"].as_str().unwrap_or_default().to_string();
+
+    let (st, got) = s
+        .send_as(Method::GET, &format!("/ojs/v1/jobs/{b_id}"), "tenant-a", None)
+        .await;
+    assert_eq!(st, 404, "another tenant's job is not found: {got}");
+    let (st, _) = s
+        .send_as(Method::DELETE, &format!("/ojs/v1/jobs/{b_id}"), "tenant-a", None)
+        .await;
+    assert_eq!(st, 404);
+    let (_, got) = s.get(&format!("/ojs/v1/jobs/{b_id}")).await;
+    assert_eq!(got["job"]["state"], "available", "not cancelled: {got}");
+
+    let body = json!({"queues": ["iso"], "count": 5, "worker_id": "w-a"});
+    let (st, f) = s
+        .send_as(Method::POST, "/ojs/v1/workers/fetch", "tenant-a", Some(body.clone()))
+        .await;
+    assert_eq!(st, 200, "{f}");
+    let jobs = f["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(jobs.len(), 1, "only A's job: {f}");
+    assert_eq!(jobs[0]["id"], a_id.as_str());
+    // Nothing more for A, though B's job waits.
+    let (_, f) = s
+        .send_as(Method::POST, "/ojs/v1/workers/fetch", "tenant-a", Some(body))
+        .await;
+    assert_eq!(f["jobs"].as_array().map(Vec::len), Some(0), "{f}");
+    let (_, got) = s
+        .send_as(Method::GET, &format!("/ojs/v1/jobs/{a_id}"), "tenant-a", None)
+        .await;
+    assert_eq!(got["job"]["state"], "active");
+    // A worker that names no tenant gets B's.
+    let rest = s.fetch(&["iso"], 5).await;
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0]["id"], b_id.as_str());
+
+    let (st, stats) = s.get("/ojs/v1/admin/tenants/tenant-a/stats").await;
+    assert_eq!(st, 200, "{stats}");
+    assert_eq!(stats["tenant_id"], "tenant-a");
+    assert_eq!(stats["total_jobs"], 1);
+    assert_eq!(stats["jobs"]["dispatched"], 1);
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn backlogged_tenants_share_fetch_by_weight_and_an_idle_share_goes_to_the_others() {
+    let s = TestServer::start().await;
+    set_weight(&s, "big", 3).await;
+    set_weight(&s, "small", 1).await;
+    // The big tenant's backlog is enqueued first: FIFO alone would serve it all first.
+    batch_as(&s, "big", "fair", 400).await;
+    batch_as(&s, "small", "fair", 40).await;
+    let order = dispatch_order(&s, "fair", 4, 40).await;
+    assert_eq!(order.len(), 160);
+    // Every window of 40 dispatches while both are backlogged holds 30 / 10, within one.
+    for w in order.windows(40) {
+        let small = w.iter().filter(|t| *t == "small").count();
+        assert!(
+            (9..=11).contains(&small),
+            "a window of 40 held {small} of the small tenant's: {w:?}"
+        );
+    }
+    // The small tenant had 40 and got 40 of the 160; now it is drained, the big one gets everything.
+    assert_eq!(order.iter().filter(|t| *t == "small").count(), 40);
+    let next = dispatch_order(&s, "fair", 1, 40).await;
+    assert_eq!(next.len(), 40);
+    assert!(next.iter().all(|t| t == "big"), "{next:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn spreading_work_over_many_rate_limit_keys_buys_a_tenant_no_larger_share() {
+    let s = TestServer::start().await;
+    // Tenant "many" puts each job under a rate-limit key of its own (100 keys); "one" uses one key.
+    let jobs: Vec<Value> = (0..100)
+        .map(|i| {
+            let mut j = job("keys", i);
+            j["rate_limit"] = json!({"key": format!("many-{i}"), "concurrency": 10});
+            j
+        })
+        .collect();
+    let (st, b) = s
+        .send_as(
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            "many",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let jobs: Vec<Value> = (0..100)
+        .map(|i| {
+            let mut j = job("keys", i);
+            j["rate_limit"] = json!({"key": "one", "concurrency": 100});
+            j
+        })
+        .collect();
+    let (st, b) = s
+        .send_as(Method::POST, "/ojs/v1/jobs/batch", "one", Some(json!({ "jobs": jobs })))
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let order = dispatch_order(&s, "keys", 4, 10).await;
+    assert_eq!(order.len(), 40);
+    let many = order.iter().filter(|t| *t == "many").count();
+    assert!(
+        (19..=21).contains(&many),
+        "equal weights, equal shares: {many} of 40 went to the tenant with 100 keys"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn jobs_without_a_tenant_share_as_one_more_tenant_and_priority_orders_inside_each() {
+    let s = TestServer::start().await;
+    for i in 0..10 {
+        s.enqueue(job("mix", i)).await;
+    }
+    let mut urgent = job("mix", 99);
+    urgent["priority"] = json!(0);
+    let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", "acme", Some(urgent)).await;
+    assert_eq!(st, 201, "{b}");
+    batch_as(&s, "acme", "mix", 9).await;
+    let got = s.fetch(&["mix"], 20).await;
+    assert_eq!(got.len(), 20);
+    let tenants: Vec<&str> = got
+        .iter()
+        .map(|j| j["meta"]["tenant_id"].as_str().unwrap_or(""))
+        .collect();
+    // Alternating, one of each per two claims.
+    for pair in tenants.chunks(2) {
+        assert_ne!(pair[0], pair[1], "{tenants:?}");
+    }
+    // Inside acme, its priority-0 job comes first.
+    let first_acme = got
+        .iter()
+        .find(|j| j["meta"]["tenant_id"] == "acme")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(first_acme["args"][0], 99, "{first_acme}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn an_aging_change_rescores_every_tenants_waiting_jobs_in_lanes_too() {
+    let s = TestServer::start().await;
+    // 60 tenants of 30 jobs (1,800: more than one step of 1,000), every third job behind a rate-limit
+    // key whose lane holds the rest, at mixed priorities.
+    for t in 0..60 {
+        let jobs: Vec<Value> = (0..30)
+            .map(|i| {
+                let mut j = job("aged", i);
+                j["priority"] = json!(i % 4);
+                if i % 3 == 0 {
+                    j["rate_limit"] = json!({"key": format!("k-{t}"), "concurrency": 1});
+                }
+                j
+            })
+            .collect();
+        let (st, b) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/jobs/batch",
+                &format!("t:{t}"),
+                Some(json!({ "jobs": jobs })),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let (st, b) = s
+        .put("/ojs/v1/admin/queues/aged/priority-aging", json!({"interval": "PT1M"}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    // The PUT answers once every job is re-scored; the promote timer may take some of the steps, whose
+    // jobs this count leaves out.
+    assert!(b["rescored"].as_u64().is_some_and(|n| (1..=1800).contains(&n)), "{b}");
+    // The checker recomputes every waiting job's score under the setting, in ready sets and lanes.
+    s.assert_invariants().await;
+    let (st, b) = s.put("/ojs/v1/admin/tenants/acme", json!({"fairness_weight": 0})).await;
+    assert_eq!(st, 400, "{b}");
+}
