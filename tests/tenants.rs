@@ -98,6 +98,12 @@ async fn a_request_naming_a_tenant_sees_fetches_and_cancels_only_that_tenants_jo
         .send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(job("iso", 1)))
         .await;
     let a_id = a["job"]["id"].as_str().unwrap_or_default().to_string();
+    let (st, l) = s.get("/ojs/v1/admin/jobs?queue=iso&state=available").await;
+    assert_eq!(st, 200, "{l}");
+    assert_eq!(
+        l["pagination"]["total"], 2,
+        "both tenants' available jobs are listed: {l}"
+    );
 
     let (st, got) = s
         .send_as(Method::GET, &format!("/ojs/v1/jobs/{b_id}"), "tenant-a", None)

@@ -5,8 +5,8 @@
 //!
 //! | filter | index read | cost per request |
 //! |---|---|---|
-//! | `state=available` (+ `queue`) | that queue's ready set | O(log n + page) |
-//! | `state=available` (no queue) | every queue's ready set, in name order | O(queues) ZCARDs + O(log n + page) |
+//! | `state=available` (+ `queue`) | that queue's ready set, then its tenants' (by tenant id) | O(tenants) + O(log n + page) |
+//! | `state=available` (no queue) | every queue's ready sets, in name order | O(queues + tenants) ZCARDs + O(log n + page) |
 //! | `state=active` | `P active` (by lease deadline) | O(log n + page) |
 //! | `state=discarded` | `P dead` (dead-lettered jobs, newest first) | O(log n + page) |
 //! | `state=scheduled` or `retryable` | `P scheduled` (both states share it), each entry's state read | O(entries walked) |
@@ -274,14 +274,27 @@ pub async fn segments(
             };
             let names: Vec<&str> = queues.iter().map(String::as_str).collect();
             let at = st.shards.find_queues(&names).await?;
-            for (q, shard) in queues.into_iter().zip(at) {
-                out.push(Segment {
-                    shard,
-                    key: st.shards.get(shard).keys().queue_ready(&q),
-                    rev: false,
-                    state: None,
-                    queue: Some(q),
-                });
+            // Each queue's ready set, then its tenants' sub-queues (lua/includes/tenant.lua) by tenant
+            // id: one pipeline per shard for the tenants.
+            let mut subs: Vec<Vec<String>> = vec![Vec::new(); queues.len()];
+            for store in st.shards.all() {
+                let mine: Vec<usize> = (0..queues.len()).filter(|i| at[*i] == store.shard_index()).collect();
+                let names: Vec<String> = mine.iter().map(|i| queues[*i].clone()).collect();
+                for (i, keys) in mine.into_iter().zip(store.tenant_ready_sets(&names).await?) {
+                    subs[i] = keys;
+                }
+            }
+            for ((q, shard), subs) in queues.into_iter().zip(at).zip(subs) {
+                let store = st.shards.get(shard);
+                for key in std::iter::once(store.keys().queue_ready(&q)).chain(subs) {
+                    out.push(Segment {
+                        shard,
+                        key,
+                        rev: false,
+                        state: None,
+                        queue: Some(q.clone()),
+                    });
+                }
             }
             continue;
         }

@@ -40,6 +40,12 @@ impl Keys {
         }
     }
 
+    /// The name under which a tenant's waiting jobs of `queue` live (its sub-queue, lua/includes/tenant.lua
+    /// `sub_queue`, which a test below holds this to): the queue families take it as their queue part.
+    pub fn tenant_sub_queue(queue: &str, tenant: &str) -> String {
+        format!("{queue}@{}", tenant.replace(':', "%3A"))
+    }
+
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -92,6 +98,14 @@ include!(concat!(env!("OUT_DIR"), "/keys_gen.rs"));
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenants_sub_queue_is_named_as_the_scripts_name_it() {
+        let lua = include_str!("../../../lua/includes/tenant.lua");
+        assert!(lua.contains("return queue .. '@' .. tenant_part(tenant)"));
+        assert!(lua.contains("string.gsub(tenant, ':', '%%3A')"));
+        assert_eq!(Keys::tenant_sub_queue("q", "acme:eu"), "q@acme%3Aeu");
+    }
     use ojs_core::names;
 
     /// Every family's key with each part set to `value`.

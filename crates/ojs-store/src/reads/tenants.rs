@@ -16,6 +16,30 @@ pub struct TenantCounts {
 }
 
 impl Store {
+    /// For each queue (all on this shard), the ready sets of its tenants' sub-queues (from
+    /// `P q:<queue>:subs`): where listings find the tenants' available jobs. One pipeline.
+    pub async fn tenant_ready_sets(&self, queues: &[String]) -> Result<Vec<Vec<String>>> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for q in queues {
+            pipe.cmd("SMEMBERS").arg(self.keys.queue_subs(q));
+        }
+        let mut conn = self.conn().await?;
+        let subs: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        Ok(queues
+            .iter()
+            .zip(subs)
+            .map(|(q, mut ts)| {
+                ts.sort();
+                ts.iter()
+                    .map(|t| self.keys.queue_ready(&crate::Keys::tenant_sub_queue(q, t)))
+                    .collect()
+            })
+            .collect())
+    }
+
     /// The tenant's counters on this shard.
     pub async fn tenant_counts(&self, tenant: &str) -> Result<TenantCounts> {
         let mut conn = self.conn().await?;
