@@ -282,3 +282,38 @@ async fn an_aging_change_rescores_every_tenants_waiting_jobs_in_lanes_too() {
     let (st, b) = s.put("/ojs/v1/admin/tenants/acme", json!({"fairness_weight": 0})).await;
     assert_eq!(st, 400, "{b}");
 }
+
+#[tokio::test]
+async fn a_workflows_jobs_belong_to_one_tenant() {
+    let s = TestServer::start().await;
+    let body = json!({"type": "chain", "name": "etl", "steps": [job("wf-t", 0), job("wf-t", 1)]});
+    let (st, b) = s.send_as(Method::POST, "/ojs/v1/workflows", "acme", Some(body)).await;
+    assert_eq!(st, 201, "{b}");
+    // The first step is the tenant's, and a worker of another tenant cannot take it.
+    let other = json!({"queues": ["wf-t"], "worker_id": "w"});
+    let (_, f) = s
+        .send_as(Method::POST, "/ojs/v1/workers/fetch", "globex", Some(other.clone()))
+        .await;
+    assert_eq!(f["jobs"].as_array().map(Vec::len), Some(0), "{f}");
+    let (_, f) = s
+        .send_as(Method::POST, "/ojs/v1/workers/fetch", "acme", Some(other))
+        .await;
+    assert_eq!(f["jobs"][0]["meta"]["tenant_id"], "acme", "{f}");
+    // Without the header, the one tenant the jobs name is every job's; two tenants are refused.
+    let mut a = job("wf-t", 2);
+    a["meta"] = json!({"tenant_id": "acme"});
+    let body = json!({"type": "group", "jobs": [a.clone(), job("wf-t", 3)]});
+    let (st, b) = s.post("/ojs/v1/workflows", body).await;
+    assert_eq!(st, 201, "{b}");
+    let mut g = job("wf-t", 4);
+    g["meta"] = json!({"tenant_id": "globex"});
+    let (st, b) = s
+        .post("/ojs/v1/workflows", json!({"type": "group", "jobs": [a, g]}))
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains("one tenant"),
+        "{b}"
+    );
+    s.assert_invariants().await;
+}

@@ -32,6 +32,65 @@ pub fn stamp(doc: &mut Value, tenant: Option<&str>) -> Result<(), OjsError> {
     }
 }
 
+/// The job envelopes of a workflow body: a `POST /workflows` body's `steps`, `jobs` and `callbacks`,
+/// or the chain of the seed's job form (`POST /jobs` with `workflow.chain`; the job itself is the body).
+fn workflow_members(body: &mut Value) -> Vec<&mut Value> {
+    let Some(o) = body.as_object_mut() else {
+        return Vec::new();
+    };
+    let mut out: Vec<&mut Value> = Vec::new();
+    for (k, v) in o.iter_mut() {
+        match (k.as_str(), v) {
+            ("steps" | "jobs", Value::Array(a)) => out.extend(a.iter_mut()),
+            ("callbacks", Value::Object(c)) => out.extend(c.values_mut()),
+            ("workflow", Value::Object(w)) => {
+                if let Some(Value::Array(a)) = w.get_mut("chain") {
+                    out.extend(a.iter_mut());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn named_tenant(doc: &Value) -> Option<&str> {
+    doc.get("meta").and_then(|m| m.get("tenant_id")).and_then(Value::as_str)
+}
+
+/// One tenant per workflow (multi-tenancy §15.2): every job of a workflow body takes the header's
+/// tenant, or else the one tenant its jobs name; jobs naming two tenants are refused (400).
+pub fn stamp_workflow(body: &mut Value, tenant: Option<&str>) -> Result<(), OjsError> {
+    let job_form = body.get("workflow").is_some_and(Value::is_object);
+    let mut named: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    if job_form {
+        named.extend(named_tenant(body).map(str::to_owned));
+    }
+    named.extend(
+        workflow_members(body)
+            .into_iter()
+            .filter_map(|m| named_tenant(m).map(str::to_owned)),
+    );
+    let one = match (tenant, named.len()) {
+        (Some(t), _) => t.to_string(),
+        (None, 0) => return Ok(()),
+        (None, 1) => named.into_iter().next().unwrap_or_default(),
+        (None, _) => {
+            return Err(OjsError::invalid(format!(
+                "a workflow's jobs belong to one tenant; these name {}",
+                named.into_iter().collect::<Vec<_>>().join(", ")
+            )))
+        }
+    };
+    if job_form {
+        names::apply_tenant_header(body, &one).map_err(OjsError::invalid)?;
+    }
+    for m in workflow_members(body) {
+        names::apply_tenant_header(m, &one).map_err(OjsError::invalid)?;
+    }
+    Ok(())
+}
+
 /// A request that names a tenant sees only that tenant's jobs: any other job is answered as not found
 /// (it is not revealed that it exists). A request without the header sees every job. `job` is the
 /// stored job (its record's `tenant` field).

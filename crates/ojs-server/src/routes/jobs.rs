@@ -226,7 +226,9 @@ async fn enqueue(
     headers: HeaderMap,
     OjsJson(mut body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    crate::tenant::stamp(&mut body, crate::tenant::header_tenant(&headers)?.as_deref())?;
+    let tenant = crate::tenant::header_tenant(&headers)?;
+    crate::tenant::stamp(&mut body, tenant.as_deref())?;
+    crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
         return enqueue_chain(&st, &mut wf?).await;
     }

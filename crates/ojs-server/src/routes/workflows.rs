@@ -89,7 +89,12 @@ struct WorkflowList {
     request_body = WorkflowRequest,
     responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn create(State(st): State<AppState>, OjsJson(body): OjsJson<Value>) -> ApiResult<Response> {
+async fn create(
+    State(st): State<AppState>,
+    headers: axum::http::HeaderMap,
+    OjsJson(mut body): OjsJson<Value>,
+) -> ApiResult<Response> {
+    crate::tenant::stamp_workflow(&mut body, crate::tenant::header_tenant(&headers)?.as_deref())?;
     let mut wf = workflow::parse(body, &st.rules)?;
     let (_, _, v) = store_workflow(&st, &mut wf).await?;
     let mut res = ojs_json(StatusCode::CREATED, json!(WorkflowResponse { workflow: v }));
