@@ -168,6 +168,12 @@ async fn bad_pools_are_400s_that_say_why_and_unknown_pools_404s() {
     }
     let (st, b) = s.put("/ojs/v1/admin/pools/Bad%20Name", json!({"queues": ["a"]})).await;
     assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("pool name must match")),
+        "{b}"
+    );
     let (st, b) = s.get("/ojs/v1/admin/pools/p1").await;
     assert_eq!(st, 404, "no refused PUT wrote a pool: {b}");
 
@@ -180,6 +186,12 @@ async fn bad_pools_are_400s_that_say_why_and_unknown_pools_404s() {
     assert_eq!((st, b["error"]["code"].as_str()), (404, Some("not_found")), "{b}");
     let (st, b) = s.post("/ojs/v1/workers/fetch", json!({"pool": "No Such"})).await;
     assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("pool name must match")),
+        "{b}"
+    );
     let (st, b) = s.get("/ojs/v1/admin/queues/a").await;
     assert_eq!((st, b["counts"]["available"].as_u64()), (200, Some(1)), "{b}");
 }

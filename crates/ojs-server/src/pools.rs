@@ -126,8 +126,12 @@ pub enum PoolQueueWeight {
 
 /// A pool name from a request body or a PUT's path: the queue-name rules (it becomes a key part).
 pub fn check_name(name: &str) -> Result<(), OjsError> {
-    names::check_queue(name)
-        .map_err(|e| OjsError::invalid(format!("pool name: {}", e.replacen("queue", "a pool name", 1))))
+    names::check_queue(name).map_err(|_| {
+        OjsError::invalid(format!(
+            "a pool name must match ^[a-z0-9][a-z0-9.-]*$ (the queue-name rules, at most {} characters); got {name:?}",
+            names::MAX_NAME_LEN
+        ))
+    })
 }
 
 /// A weight from a request: an integer from 1 to [`MAX_WEIGHT`].
@@ -377,8 +381,7 @@ pub struct PoolView {
 /// The pool a FETCH names: one HGETALL on shard 0. An invalid name is a 400, a pool that does not
 /// exist a 404.
 pub async fn load(st: &AppState, name: &str) -> ApiResult<Pool> {
-    names::check_queue(name)
-        .map_err(|e| OjsError::invalid(format!("pool: {}", e.replacen("queue", "a pool name", 1))))?;
+    check_name(name)?;
     match st.shards.first().pool_get(name).await? {
         Some(f) => Ok(Pool::from_fields(name, &f)?),
         None => Err(OjsError::not_found("pool", name).into()),
