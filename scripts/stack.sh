@@ -97,7 +97,8 @@ stack_start_redis() {
 
 stack_build_server() {
   cargo build --release --quiet -p ojs-server
-  STACK_SERVER_BIN="$PWD/target/release/ojs-server"
+  # Where cargo put it: CARGO_TARGET_DIR when set (a worktree with its own target directory).
+  STACK_SERVER_BIN="$(realpath "${CARGO_TARGET_DIR:-$PWD/target}")/release/ojs-server"
 }
 
 stack_start_server() {

@@ -1129,6 +1129,69 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         .await;
     assert_eq!(b["workflow"]["steps_total"], 2, "{b}");
 
+    // Worker pools and the scheduling statistics (ojs-fair-scheduling).
+    let pools = "/ojs/v1/admin/pools";
+    let pool = "/ojs/v1/admin/pools/{name}";
+    let pq = "contract-pooled";
+    let b = c
+        .expect(
+            201,
+            Method::PUT,
+            pool,
+            &["contract-pool"],
+            Some(
+                json!({"queues": [pq, "contract-other"], "strategy": "weighted", "weights": {pq: 3}, "concurrency": 4}),
+            ),
+        )
+        .await;
+    assert_eq!(b["pool"]["weights"], json!({pq: 3, "contract-other": 1}), "{b}");
+    c.expect(
+        200,
+        Method::PUT,
+        pool,
+        &["contract-pool"],
+        Some(json!({"queues": [pq]})),
+    )
+    .await;
+    c.expect(
+        400,
+        Method::PUT,
+        pool,
+        &["contract-pool"],
+        Some(json!({"queues": [pq], "strategy": "least-loaded"})),
+    )
+    .await;
+    let b = c.expect(200, Method::GET, pools, &[], None).await;
+    assert_eq!(b["items"][0]["strategy"], "round-robin", "{b}");
+    c.expect(200, Method::GET, pool, &["contract-pool"], None).await;
+    c.s.enqueue(json!({"type": "contract.pooled", "args": [], "options": {"queue": pq}}))
+        .await;
+    let b = c
+        .expect(
+            200,
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            &[],
+            Some(json!({"pool": "contract-pool", "worker_id": "contract-w"})),
+        )
+        .await;
+    assert_eq!(b["jobs"][0]["type"], "contract.pooled", "{b}");
+    c.expect(
+        404,
+        Method::POST,
+        "/ojs/v1/workers/fetch",
+        &[],
+        Some(json!({"pool": "contract-none"})),
+    )
+    .await;
+    let b = c
+        .expect(200, Method::GET, "/ojs/v1/admin/scheduling/stats", &[], None)
+        .await;
+    assert!(b["stats"]["dispatch_count_1m"].as_u64().is_some_and(|n| n >= 1), "{b}");
+    c.expect(200, Method::DELETE, pool, &["contract-pool"], None).await;
+    c.expect(404, Method::GET, pool, &["contract-pool"], None).await;
+    c.expect(404, Method::DELETE, pool, &["contract-pool"], None).await;
+
     // History, health, readiness, manifest, metrics.
     let history = "/ojs/v1/admin/stats/history";
     let b = c.expect(200, Method::GET, history, &[], None).await;

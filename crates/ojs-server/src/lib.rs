@@ -17,6 +17,7 @@ pub mod events_hub;
 pub mod listing;
 pub mod media;
 pub mod metrics;
+pub mod pools;
 pub mod queue;
 pub mod respond;
 pub mod routes;
@@ -105,6 +106,8 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::progress::router())
         .merge(routes::admin::router())
         .merge(routes::history::router())
+        .merge(routes::pools::router())
+        .merge(routes::scheduling::router())
         .merge(metrics::router())
 }
 

@@ -122,7 +122,8 @@ mod tests {
     fn may_fill(part: &str, value: &str) -> bool {
         let hex = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         match part {
-            "queue" => names::check_queue(value).is_ok(),
+            // Pool names follow the queue-name rules (ojs-server's pools.rs).
+            "queue" | "pool" => names::check_queue(value).is_ok(),
             "name" => names::check_cron_name(value).is_ok(),
             "key" => names::check_rate_limit_key(value).is_ok(),
             "id" => value.len() == 36 && value.split('-').all(hex),

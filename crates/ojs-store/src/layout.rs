@@ -41,6 +41,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("workflows", "workflows"),
     k("workflows_closed", "workflows:closed"),
     k("workflows_sweeping", "workflows:sweeping"),
+    k("pools", "pools"),
     k("rl_keys", "rl:keys"),
     k("rl_wake", "rl:wake"),
     k("rl_idle", "rl:idle"),
@@ -54,10 +55,11 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     // signature lives.
     k("claim", "claim:{name}"),
     k("home", "home:{name}"),
-    // One job, worker, cron entry, workflow, uniqueness key, deduplication or root signature.
+    // One job, worker, cron entry, worker pool, workflow, uniqueness key, deduplication or root signature.
     k("job", "job:{id}"),
     k("worker", "worker:{worker}"),
     k("cron", "cron:{name}"),
+    k("pool", "pool:{pool}"),
     k("workflow", "wf:{id}"),
     k("workflow_jobs", "wf:{id}:jobs"),
     k("workflow_results", "wf:{id}:results"),

@@ -27,6 +27,7 @@ pub use ops::heartbeat::Heartbeat;
 pub use ops::nack::NackResult;
 pub use ops::pick::PickQueue;
 pub use ops::place::Placed;
+pub use ops::pool_set::PoolSaved;
 pub use ops::rl_gauges::RateLimitGauges;
 pub use ops::rl_inspect::RateLimitState;
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};

@@ -282,6 +282,7 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "backpressure",
             "dead-letter",
             "events",
+            "fair-scheduling",
             "graceful-shutdown",
             "multi-tenancy",
             "observability",

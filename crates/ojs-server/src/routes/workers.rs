@@ -64,6 +64,29 @@ struct FetchReq {
     #[serde(default)]
     #[schema(nullable = false)]
     wait_ms: Option<u64>,
+    /// A worker pool (`PUT /admin/pools/{name}`): its queues, strategy and weights are used instead of
+    /// `queues` and `strategy` (the server's configuration wins). An unknown pool is a 404.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pool: Option<String>,
+}
+
+impl FetchReq {
+    /// The request with its pool's queues, strategy and weights in place of its own (one read on shard
+    /// 0); a request naming no pool is returned as it came, without touching Redis.
+    async fn with_pool(mut self, st: &AppState) -> ApiResult<Self> {
+        if let Some(name) = self.pool.take() {
+            let (strategy, queues) = crate::pools::load(st, &name).await?.fetch_plan();
+            self.strategy = Some(variant_name(&FetchStrategy::from(strategy)));
+            self.queues = Some(
+                queues
+                    .into_iter()
+                    .map(|(q, w)| json!({"name": q, "weight": w}))
+                    .collect(),
+            );
+        }
+        Ok(self)
+    }
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -71,6 +94,15 @@ struct FetchReq {
 enum FetchStrategy {
     Strict,
     Weighted,
+}
+
+impl From<Strategy> for FetchStrategy {
+    fn from(s: Strategy) -> Self {
+        match s {
+            Strategy::Strict => FetchStrategy::Strict,
+            Strategy::Weighted => FetchStrategy::Weighted,
+        }
+    }
 }
 
 impl From<FetchStrategy> for Strategy {
@@ -141,12 +173,12 @@ struct FetchResponse {
     post,
     path = "/ojs/v1/workers/fetch",
     tag = "workers",
-    summary = "Claim jobs: `{queues, strategy?, count? (alias batch_size), worker_id?, visibility_timeout_ms?, wait_ms?}`",
+    summary = "Claim jobs: `{queues, strategy?, count? (alias batch_size), worker_id?, visibility_timeout_ms?, wait_ms?, pool?}`",
     request_body = FetchReq,
-    responses((status = 200, description = "OK", body = FetchResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = FetchResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such pool (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn fetch(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
-    let p = FetchParams::new(&st, req, crate::tenant::header_tenant(&headers)?)?;
+    let p = FetchParams::new(&st, req.with_pool(&st).await?, crate::tenant::header_tenant(&headers)?)?;
     let jobs = claim_loop(&st, &p).await?;
     Ok(ok(FetchResponse { jobs }))
 }
@@ -568,7 +600,7 @@ struct AckResponse {
     tag = "workers",
     summary = "An active job succeeded: `{job_id, result?, fetch?}`; with `fetch` (a FETCH request) the next jobs come back in `jobs`",
     request_body = AckReq,
-    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = path_job_id(&req.job_id)?;
@@ -578,7 +610,10 @@ async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJs
     };
     let claim = req.claim.into_ref()?;
     let tenant = crate::tenant::header_tenant(&headers)?;
-    let next = req.fetch.map(|f| FetchParams::new(&st, f, tenant)).transpose()?;
+    let next = match req.fetch {
+        Some(f) => Some(FetchParams::new(&st, f.with_pool(&st).await?, tenant)?),
+        None => None,
+    };
     let ack = AckPart {
         job_id: id.to_string(),
         claim,

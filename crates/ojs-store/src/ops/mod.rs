@@ -19,6 +19,8 @@ pub mod job_read;
 pub mod nack;
 pub mod pick;
 pub mod place;
+pub mod pool_delete;
+pub mod pool_set;
 pub mod progress;
 pub mod promote;
 pub mod queue_conf;

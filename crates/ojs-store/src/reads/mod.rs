@@ -5,6 +5,7 @@ pub mod cron;
 pub mod dead;
 pub mod events;
 pub mod index;
+pub mod pools;
 pub mod queues;
 pub mod rate_limits;
 pub mod tenants;
