@@ -47,7 +47,8 @@
 --     +21 root_self        '1' when the job is the root itself
 --     +22 tenant           string the job's tenant, its meta.tenant_id ('' none): it waits in its
 --                                 tenant's sub-queue (includes/tenant.lua), and P..'tenant:'..tenant..
---                                 ':stats' counts it ('enqueued'; kept TENANT_STATS_MS past its last move)
+--                                 ':stats' counts it ('enqueued'; kept TENANT_STATS_MS past its last move,
+--                                 and P..'tenants' lists the tenant by its last activity)
 --   record CRON
 --     +0  name             string the cron entry
 --     +1  expected         int    its next_run_at as read (ms, the tick being fired)
@@ -374,7 +375,7 @@ for i = 0, n - 1 do
     local h = {queue = queue, type = jtype, rank = rec_str(rank), priority = priority, attempt = '0',
       created_at = now_text, enqueued_at = now_text, cold = ARGV[b + JOB.cold]}
     opt(h, 'tenant', ARGV[b + JOB.tenant], '')
-    if tenant then tenant_count(P, tenant, 'enqueued') end
+    if tenant then tenant_count(P, tenant, 'enqueued', now) end
     opt(h, 'timeout_ms', ARGV[b + JOB.timeout_ms], '0')
     opt(h, 'visibility_ms', ARGV[b + JOB.visibility_ms], '0')
     local expires_in = tonumber(ARGV[b + JOB.expires_in_ms])

@@ -306,7 +306,7 @@ local function claim_from(queue, tenant)
         end
         if tenant then
           redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(tenant), tenant)
-          if tenant ~= '' then tenant_count(P, tenant, 'dispatched') end
+          if tenant ~= '' then tenant_count(P, tenant, 'dispatched', now) end
         end
         local ql = qlimits[queue]
         if ql.conc or ql.rate_limit then

@@ -566,6 +566,9 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     c.expect(400, Method::PUT, tenant, &["bad tenant"], Some(json!({})))
         .await;
     c.expect(200, Method::GET, tenant, &["contract-t"], None).await;
+    c.expect(200, Method::GET, "/ojs/v1/admin/tenants", &[], None).await;
+    c.expect(400, Method::GET, "/ojs/v1/admin/tenants?limit=5000", &[], None)
+        .await;
     c.expect(
         200,
         Method::GET,

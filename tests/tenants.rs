@@ -143,6 +143,27 @@ async fn a_request_naming_a_tenant_sees_fetches_and_cancels_only_that_tenants_jo
     assert_eq!(stats["tenant_id"], "tenant-a");
     assert_eq!(stats["total_jobs"], 1);
     assert_eq!(stats["jobs"]["dispatched"], 1);
+    let (st, l) = s.get("/ojs/v1/admin/tenants?limit=10").await;
+    assert_eq!(st, 200, "{l}");
+    let listed: Vec<&str> = l["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["tenant_id"].as_str())
+        .collect();
+    // B's job was claimed last.
+    assert_eq!(listed, vec!["tenant-b", "tenant-a"], "most recently active first: {l}");
+    let (st, _) = s.get("/ojs/v1/admin/tenants?limit=0").await;
+    assert_eq!(st, 400);
+    let m = s.metrics().await;
+    assert!(
+        m.contains("ojs_tenant_jobs_dispatched_total{tenant_id=\"tenant-a\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("ojs_tenant_jobs_enqueued_total{tenant_id=\"tenant-b\"} 1"),
+        "{m}"
+    );
     s.assert_invariants().await;
 }
 

@@ -27,15 +27,20 @@
 -- Q's conf field 'tenants' = '1' once Q held a tenant's job: FETCH reads it with Q's other settings, so
 -- a queue that never had a tenant pays nothing for any of this.
 -- Per tenant, P..'tenant:'..T..':stats' counts its jobs 'enqueued' and 'dispatched' (claims), for
--- GET /admin/tenants/{id}/stats; it expires TENANT_STATS_MS after it last moved.
+-- GET /admin/tenants/{id}/stats; it expires TENANT_STATS_MS after it last moved, and P..'tenants' (zset,
+-- score = last enqueue or claim, ms) lists the tenants whose counters live: a tenant idle longer leaves
+-- it when any tenant's counter next moves.
 -- CAPS: no loop.
 local TENANT_STATS_MS = 30 * 86400000
 
--- tenant_count(P, tenant, field): one more of `field` for the tenant (see above).
-local function tenant_count(P, tenant, field)
+-- tenant_count(P, tenant, field, now): one more of `field` for the tenant (see above).
+local function tenant_count(P, tenant, field, now)
   local k = key_tenant_stats(P, tenant)
   redis.call('HINCRBY', k, field, 1)
   redis.call('PEXPIRE', k, TENANT_STATS_MS)
+  local tk = key_tenants(P)
+  redis.call('ZADD', tk, now, tenant)
+  redis.call('ZREMRANGEBYSCORE', tk, '-inf', '(' .. (now - TENANT_STATS_MS))
 end
 
 -- tenant_part(tenant): how a tenant is spelled in a sub-queue's name (see above).

@@ -183,7 +183,30 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
             }
         }
     }
-    for family in [depth, by_priority, rl_active, rl_waiting, rl_exceeded] {
+    // Tenants are user data too: the 100 most recently active (multi-tenancy §11.2 asks for a bound).
+    let mut t_enqueued = Family::new(
+        "ojs_tenant_jobs_enqueued_total",
+        "Jobs enqueued per tenant (the most recently active tenants, counted over their last 30 days)",
+        "counter",
+    );
+    let mut t_dispatched = Family::new(
+        "ojs_tenant_jobs_dispatched_total",
+        "Claims of a tenant's jobs by FETCH (its fair share at work)",
+        "counter",
+    );
+    for t in crate::tenant::recent(&st, MAX_KEYS).await? {
+        t_enqueued.sample(&[("tenant_id", t.tenant.as_str())], t.counts.enqueued);
+        t_dispatched.sample(&[("tenant_id", t.tenant.as_str())], t.counts.dispatched);
+    }
+    for family in [
+        depth,
+        by_priority,
+        rl_active,
+        rl_waiting,
+        rl_exceeded,
+        t_enqueued,
+        t_dispatched,
+    ] {
         family.write(&mut out);
     }
     Ok(([(header::CONTENT_TYPE, content_type(&headers))], out).into_response())

@@ -91,6 +91,32 @@ pub fn stamp_workflow(body: &mut Value, tenant: Option<&str>) -> Result<(), OjsE
     Ok(())
 }
 
+/// The tenants active in the last 30 days over every shard, most recent first (at most `limit`), with
+/// their counters summed: for the listing and the metrics.
+pub async fn recent(st: &AppState, limit: usize) -> Result<Vec<ojs_store::TenantSeen>, ApiError> {
+    let mut by: std::collections::HashMap<String, ojs_store::TenantSeen> = Default::default();
+    for s in st.shards.all() {
+        for t in s.tenants_seen(limit).await? {
+            let e = by.entry(t.tenant.clone()).or_insert(ojs_store::TenantSeen {
+                tenant: t.tenant.clone(),
+                last_active_ms: 0,
+                counts: Default::default(),
+            });
+            e.last_active_ms = e.last_active_ms.max(t.last_active_ms);
+            e.counts.enqueued += t.counts.enqueued;
+            e.counts.dispatched += t.counts.dispatched;
+        }
+    }
+    let mut all: Vec<_> = by.into_values().collect();
+    all.sort_by(|a, b| {
+        b.last_active_ms
+            .cmp(&a.last_active_ms)
+            .then_with(|| a.tenant.cmp(&b.tenant))
+    });
+    all.truncate(limit);
+    Ok(all)
+}
+
 /// A request that names a tenant sees only that tenant's jobs: any other job is answered as not found
 /// (it is not revealed that it exists). A request without the header sees every job. `job` is the
 /// stored job (its record's `tenant` field).

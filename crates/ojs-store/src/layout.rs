@@ -82,6 +82,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     // Tenants (the multi-tenancy extension; a tenant's waiting jobs use the queue families above under
     // its sub-queue's name, lua/includes/tenant.lua).
     k("tenant_weights", "tenant_weights"),
+    k("tenants", "tenants"),
     k("tenant_stats", "tenant:{tenant}:stats"),
     // One rate-limit key.
     k("rl_policy", "rl:{key}:policy"),

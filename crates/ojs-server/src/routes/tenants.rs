@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson, OjsPath};
+use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -16,8 +16,59 @@ use utoipa_axum::routes;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        .routes(routes!(list))
         .routes(routes!(get_tenant, put_tenant))
         .routes(routes!(stats))
+}
+
+/// `GET /admin/tenants?limit=n`: the tenants active in the last 30 days, most recent first.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ListQuery {
+    /// At most this many (1 to 1,000; default 100).
+    limit: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct TenantSummary {
+    tenant_id: String,
+    /// Its last enqueue or claim.
+    #[schema(format = DateTime)]
+    last_active_at: String,
+    jobs: TenantJobs,
+}
+
+#[derive(Serialize, ToSchema)]
+struct TenantList {
+    items: Vec<TenantSummary>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/tenants",
+    tag = "tenants",
+    summary = "The tenants active in the last 30 days, most recent first, with their counters",
+    params(ListQuery),
+    responses((status = 200, description = "OK", body = TenantList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<ListQuery>) -> ApiResult<Response> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(OjsError::invalid(format!("limit must be from 1 to 1000; got {limit}")).into());
+    }
+    let items = crate::tenant::recent(&st, limit as usize)
+        .await?
+        .into_iter()
+        .map(|t| TenantSummary {
+            tenant_id: t.tenant,
+            last_active_at: ojs_core::clock::format_ms(t.last_active_ms),
+            jobs: TenantJobs {
+                enqueued: t.counts.enqueued,
+                dispatched: t.counts.dispatched,
+            },
+        })
+        .collect();
+    Ok(ok(TenantList { items }))
 }
 
 /// The most a weight may be (a tenant of weight w gets w shares to another's 1).

@@ -15,7 +15,54 @@ pub struct TenantCounts {
     pub dispatched: u64,
 }
 
+/// One tenant of this shard's listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantSeen {
+    pub tenant: String,
+    /// Its last enqueue or claim on this shard (ms).
+    pub last_active_ms: i64,
+    pub counts: TenantCounts,
+}
+
 impl Store {
+    /// The tenants active on this shard in the last 30 days, most recent first, at most `limit`, with
+    /// their counters. One ZRANGE and one pipeline.
+    pub async fn tenants_seen(&self, limit: usize) -> Result<Vec<TenantSeen>> {
+        let mut conn = self.conn().await?;
+        let seen: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(self.keys.tenants())
+            .arg(0)
+            .arg(limit.max(1) as i64 - 1)
+            .arg("REV")
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        if seen.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (t, _) in &seen {
+            pipe.cmd("HGETALL").arg(self.keys.tenant_stats(t));
+        }
+        let stats: Vec<Value> = pipe.query_async(&mut conn).await?;
+        Ok(seen
+            .into_iter()
+            .zip(stats)
+            .map(|((tenant, at), v)| {
+                let m = flat_map(&v);
+                let g = |k: &str| m.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                TenantSeen {
+                    tenant,
+                    last_active_ms: at as i64,
+                    counts: TenantCounts {
+                        enqueued: g("enqueued"),
+                        dispatched: g("dispatched"),
+                    },
+                }
+            })
+            .collect())
+    }
+
     /// For each queue (all on this shard), the ready sets of its tenants' sub-queues (from
     /// `P q:<queue>:subs`): where listings find the tenants' available jobs. One pipeline.
     pub async fn tenant_ready_sets(&self, queues: &[String]) -> Result<Vec<Vec<String>>> {
