@@ -59,6 +59,14 @@ await call("PUT", `/ojs/v1/jobs/${work.id}/progress`, { progress: 0.4, message: 
 await post("/ojs/v1/cron", { name: "ui.nightly", expression: "0 3 * * *", timezone: "Europe/Berlin",
   job_template: { type: "report.nightly", args: [], options: { queue: "reports" } } });
 
+// Two tenants with weights 3 and 1, both backlogged, and 8 claims by fair share: 6 and 2.
+await call("PUT", "/ojs/v1/admin/tenants/ui-big", { fairness_weight: 3 });
+for (const [tenant, n] of [["ui-big", 10], ["ui-small", 10]]) {
+  const jobs = Array.from({ length: n }, (_, i) => ({ type: "tenant.work", args: [i], queue: "ui-tenants", meta: { tenant_id: tenant } }));
+  await post("/ojs/v1/jobs/batch", { jobs });
+}
+await post("/ojs/v1/workers/fetch", { queues: ["ui-tenants"], worker_id: "w-tenants", count: 8 });
+
 // A chain whose first step is done: step 1 waits for a worker, step 2 is pending.
 const { workflow: wf } = await post("/ojs/v1/workflows", { type: "chain", name: "ui.etl", steps: [
   { type: "etl.extract", args: [], queue: "ui-etl" }, { type: "etl.transform", args: [], queue: "ui-etl" },
@@ -100,6 +108,16 @@ try {
     const q = await get(`/ojs/v1/queues/${queue}/stats`);
     assert.equal(q.queue.paused, true, "paused through the page");
     await page.locator("#events li").first().waitFor(T);
+  });
+
+  await step("overview: tenants with their weights and shares", async () => {
+    const big = page.locator('#tenants tr[data-tenant="ui-big"]');
+    await big.waitFor(T);
+    const cells = async (row) => (await row.locator("td").allInnerTexts()).map((t) => t.trim());
+    const b = await cells(big);
+    const s = await cells(page.locator('#tenants tr[data-tenant="ui-small"]'));
+    assert.deepEqual(b.slice(1, 5), ["3", "10", "6", "75%"], "weight, enqueued, dispatched, share");
+    assert.deepEqual(s.slice(1, 5), ["1", "10", "2", "25%"]);
   });
 
   await step("overview: backpressure bound, active job with lease holder and progress", async () => {
