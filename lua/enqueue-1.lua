@@ -374,8 +374,10 @@ for i = 0, n - 1 do
     -- The record's cold fields come packed by the server (includes/record.lua REC_COLD).
     local h = {queue = queue, type = jtype, rank = rec_str(rank), priority = priority, attempt = '0',
       created_at = now_text, enqueued_at = now_text, cold = ARGV[b + JOB.cold]}
-    opt(h, 'tenant', ARGV[b + JOB.tenant], '')
-    if tenant then tenant_count(P, tenant, 'enqueued', now) end
+    if tenant then
+      h.tenant = tenant
+      tenant_count(P, tenant, 'enqueued', now)
+    end
     opt(h, 'timeout_ms', ARGV[b + JOB.timeout_ms], '0')
     opt(h, 'visibility_ms', ARGV[b + JOB.visibility_ms], '0')
     local expires_in = tonumber(ARGV[b + JOB.expires_in_ms])
