@@ -228,7 +228,9 @@ async fn enqueue(
 ) -> ApiResult<Response> {
     let tenant = crate::tenant::header_tenant(&headers)?;
     crate::tenant::stamp(&mut body, tenant.as_deref())?;
-    crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
+    if body.get("workflow").is_some() {
+        crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
+    }
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
         return enqueue_chain(&st, &mut wf?).await;
     }
