@@ -81,7 +81,7 @@ impl Store {
             .map(|(q, mut ts)| {
                 ts.sort();
                 ts.iter()
-                    .map(|t| self.keys.queue_ready(&crate::Keys::tenant_sub_queue(q, t)))
+                    .map(|t| self.keys.queue_ready(&crate::keys::Keys::tenant_sub_queue(q, t)))
                     .collect()
             })
             .collect())
