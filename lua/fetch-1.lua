@@ -59,7 +59,8 @@
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
 --        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or
---        put back in a lane that gets parked): at most MAX_SKIPS = 100 per call, shared by its
+--        put back in a lane that gets parked), and tenants of a queue's fair share found with nothing
+--        ready (each leaves the share; includes/tenant.lua): at most MAX_SKIPS = 100 per call, shared by its
 --        requests: a request that meets the budget stops with cut = 1 and the server calls again, so
 --        20,000 keys at concurrency 0 cost 200 short calls, never one long one; the ready-index check
 --        at the end visits the distinct queues claimed from (at most the requests' queue lists)
