@@ -91,7 +91,10 @@
 --        counts, the index SADDs (rate-limited jobs go through their lane one by one); once per call:
 --        one XADD of all its events (includes/emit.lua); a job with a unique policy adds a GET of its key
 --        (twice in an 'all' batch: the replay, then the writes), one GET of the holder's record (cached
---        for the call) and a SET; replace adds a cancel
+--        for the call) and a SET; replace adds a cancel; a job with a tenant goes through its sub-queue one
+--        by one (includes/tenant.lua: a ZSCORE of its fair-share entry, three more commands when the
+--        tenant joins, an SADD to the queue's subs) and moves its counters (HINCRBY, PEXPIRE, ZADD and
+--        ZREMRANGEBYSCORE of P..'tenants')
 -- CAPS   the per-job loops take the call's n jobs: a batch (at most --max-batch, 10,000), a workflow
 --        (at most 10,000 jobs and 3 callbacks), coalesced single enqueues (at most 256) or one cron
 --        tick's job; a batch is one call by contract (all or nothing), so its size is the request's;

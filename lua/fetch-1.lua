@@ -55,7 +55,12 @@
 --        discard of a workflow job advances it in O(1), except the ends that close it or fire work
 --        (includes/workflow.lua: a failed chain visits its steps once, at most 10,000; a batch's last
 --        end visits at most 3 callbacks; a close drops at most 3 pending callbacks and trims at most
---        WF_TRIM = 100 expired workflows from the listing index)
+--        WF_TRIM = 100 expired workflows from the listing index); a queue with tenants
+--        (includes/tenant.lua) adds one ZCARD per call and queue, and per claim the pick (ZRANGE 0 0),
+--        the tenant's pass (ZINCRBY), its weight (HGET, once per call and tenant) and its counters
+--        (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE); a tenant found with nothing ready costs a pop and an
+--        EXISTS; the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
+--        ready set is empty, with or without tenants
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
 --        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or

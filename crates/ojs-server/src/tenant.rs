@@ -1,5 +1,6 @@
-//! Tenants at the HTTP edge (the OJS multi-tenancy extension): the `X-OJS-Tenant` header, and the
-//! check that a request naming a tenant only sees that tenant's jobs. A job's tenant is its
+//! Tenants at the HTTP edge (the OJS multi-tenancy extension): the `X-OJS-Tenant` header (stamped into
+//! a job's or a workflow's envelopes), the check that a request naming a tenant only sees that tenant's
+//! jobs, and the tenants of every shard merged (for the listing and the metrics). A job's tenant is its
 //! `meta.tenant_id` (checked by `ojs_core::envelope`); the store keeps each tenant's waiting jobs apart
 //! and shares FETCH fairly among tenants (lua/includes/tenant.lua).
 
