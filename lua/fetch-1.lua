@@ -25,6 +25,8 @@
 --     +10 nqueues       int    how many QUEUE records follow
 --     +11 tenant        string claim only this tenant's jobs (X-OJS-Tenant; '' = every tenant's, by fair
 --                              share: includes/tenant.lua)
+--     +12 ack_used      string the ACK's cost_used: the units the job really used ('' = its cost); its
+--                              rate-limit window entry counts that instead (ratelimit.lua rl_used)
 --   record QUEUE
 --     +0  name          string the queue
 --     +1  weight        int    ignored by strict; > 0 for weighted
@@ -48,7 +50,11 @@
 --        (a SISMEMBER for a one-queue strict request, none once seen; kept exact with one ZCARD per
 --        queue claimed from and call, not per job); weighted adds O(queues) per claimed job; a
 --        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
---        a job with
+--        a key's check reads its dynamic block and both units counters in one MGET (ratelimit.lua
+--        "Costs"); a key whose jobs carry costs adds a ZRANGE of lapsed holders (an HMGET when there
+--        are some) and a ZRANGE of expired window entries per check, and a claim of u > 1 units adds
+--        an HSET and INCRBY (concurrency) and an INCRBY and PEXPIRE (window); an ACK with ack_used adds
+--        a ZSCORE, and when it changes the count a ZREM, ZADD, INCRBY, PTTL and PEXPIRE; a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
 --        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
 --        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply); an ACK or
@@ -307,7 +313,8 @@ local function claim_from(queue, tenant)
         stat(P, queue, 'active', 1)
         if f.dedup or f.root_self then record_start(P, id, f, now) end
         if key then
-          rl_take(P, key, e, id, claim, lease, now)
+          local units = rl_take(P, key, e, id, claim, lease, now)
+          if w then w.rl_units = units end
           lane_open(P, q, key, true)
         end
         if tenant then
@@ -378,7 +385,7 @@ local function serve(a)
   if ack_id ~= '' then
     local acked = ack_job(P, key_job(P, ack_id), ack_id, ARGV[a + REQ.ack_result], retention, now,
       { lease = ARGV[a + REQ.ack_lease], attempt = ARGV[a + REQ.ack_attempt],
-        worker = ARGV[a + REQ.ack_worker] })
+        worker = ARGV[a + REQ.ack_worker], used = ARGV[a + REQ.ack_used] })
     reply[1] = acked
     if acked[1] ~= 'ok' then return reply, next_a end
   end

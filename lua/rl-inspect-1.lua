@@ -11,10 +11,13 @@
 --     limits    {concurrency, rate_limit, rate_period_ms, throttle_limit, throttle_period_ms, on_limit}
 --               the effective limits FETCH applies (rl_effective over rl_policy), '' where absent
 --     state     {active, window_count, window_oldest_ms, throttle_next_ms, dynamic_until_ms, waiting,
---               override_ttl_ms}: -1 where there is nothing (no window entry, no throttle state…)
+--               override_ttl_ms}: -1 where there is nothing (no window entry, no throttle state…);
+--               active and window_count in units (jobs' costs, ratelimit.lua "Costs": the count of
+--               holders and starts when every job costs 1)
 --     override, episode, stats   flat field/value arrays of P..'rl:'..key..':ovr', ':state', ':stats'
 -- COST   O(queues with a lane for the key + log n)
--- CAPS   the queues whose lane for the key holds jobs (at most the queues there are)
+-- CAPS   the queues whose lane for the key holds jobs (at most the queues there are); expired window
+--        entries and lapsed holders looked at: RL_PRUNE_MAX each (ratelimit.lua)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   reads only; the limits are computed by the same functions as fetch-1.lua's, so inspection shows
@@ -30,10 +33,12 @@ local function opt(v) return v and tostring(v) or '' end
 local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
   e.on_limit or 'wait' }
 
-local active = rl_active(P, key, now)
+-- The units counters of a key whose jobs carry costs (ratelimit.lua "Costs"); nil for one whose don't.
+local units = redis.call('MGET', key_rl_win_units(P, key), key_rl_active_units(P, key))
+local active = rl_held_units(P, key, now, units[2])
 local wcount, woldest = 0, -1
 if e.rate_limit and e.rate_period then
-  wcount = redis.call('ZCOUNT', key_rl_win(P, key), '(' .. (now - e.rate_period), '+inf')
+  wcount = rl_window_units(P, key, e.rate_period, now, units[1], false)
   local first = redis.call('ZRANGE', key_rl_win(P, key), '(' .. (now - e.rate_period), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
     'WITHSCORES')
   if first[2] then woldest = tonumber(first[2]) end

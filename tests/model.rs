@@ -7,7 +7,9 @@
 //! nothing; ACK/NACK naming nothing act on the current holder, else 409 `conflict`; a heartbeat without
 //! `visibility_timeout_ms` extends by FETCH's lease length and lists what it did not extend in
 //! `lost_jobs`; a key's limits are the policy of the newest job enqueued with it, with an operator
-//! override on top.
+//! override on top; a job of `rate_limit.cost` c holds min(c, limit) (at least 1) units of its key's
+//! concurrency while active, as many as it was given when claimed, and a key's jobs in a queue start in
+//! order: one that does not fit holds back the key's others behind it.
 //!
 //! Where timing decides, the harness waits instead of guessing, so no assertion depends on how fast the
 //! machine is: a retry that comes due in milliseconds is awaited until it is available again before the
@@ -81,13 +83,13 @@ enum Ident {
     Attempt { back: usize, worker: WorkerSel },
 }
 
-/// A job to enqueue: `limit` is (key, concurrency); a `slow_retry` job waits an hour before a retry;
-/// a `delayed` one is scheduled an hour ahead.
+/// A job to enqueue: `limit` is (key, concurrency, cost); a `slow_retry` job waits an hour before a
+/// retry; a `delayed` one is scheduled an hour ahead.
 #[derive(Clone, Debug)]
 struct NewJob {
     queue: usize,
     priority: Option<u32>,
-    limit: Option<(usize, u32)>,
+    limit: Option<(usize, u32, u32)>,
     max_attempts: Option<u32>,
     slow_retry: bool,
     delayed: bool,
@@ -186,7 +188,7 @@ fn enqueue() -> impl Strategy<Value = Op> {
         0..2usize,
         0..2usize,
         proptest::option::of(0..5u32),
-        proptest::option::weighted(0.5, (0..2usize, 0..3u32)),
+        proptest::option::weighted(0.5, (0..2usize, 0..4u32, prop_oneof![3 => Just(1u32), 1 => 2..5u32])),
         proptest::option::of(1..4u32),
         proptest::bool::weighted(0.3),
         proptest::bool::weighted(0.1),
@@ -294,6 +296,10 @@ struct MJob {
     queue: usize,
     priority: u32,
     key: Option<usize>,
+    /// Its `rate_limit.cost`, and the units of its key's concurrency it holds while active (its cost,
+    /// at most the limit when it was claimed, at least 1).
+    cost: u32,
+    held: u32,
     max_attempts: u32,
     slow_retry: bool,
     state: St,
@@ -333,11 +339,18 @@ impl Model {
         self.overrides[k].or(self.policy[k])
     }
 
+    /// The units of a limit a job of `cost` takes: its cost, at most the limit, at least 1.
+    fn units(cost: u32, limit: u32) -> u32 {
+        cost.min(limit).max(1)
+    }
+
+    /// The units of key k's concurrency that its active jobs hold.
     fn active_of(&self, k: usize) -> u32 {
         self.jobs
             .iter()
             .filter(|j| j.state == St::Active && j.key == Some(k))
-            .count() as u32
+            .map(|j| j.held)
+            .sum()
     }
 
     fn make_available(&mut self, i: usize) {
@@ -358,16 +371,26 @@ impl Model {
     }
 
     /// Queues in the order given; within a queue priority then FIFO, skipping jobs whose key is at its
-    /// concurrency limit (a limited job never blocks a free one behind it).
+    /// concurrency limit (a limited job never blocks a free one of another key behind it).
     fn predict_fetch(&self, queues: &[usize]) -> Option<usize> {
         for &q in queues {
             let mut ready: Vec<usize> = (0..self.jobs.len())
                 .filter(|&i| self.jobs[i].state == St::Available && self.jobs[i].queue == q)
                 .collect();
             ready.sort_by_key(|&i| (self.jobs[i].priority, self.jobs[i].seq));
+            // A key's jobs in a queue wait in line (its lane): when the best of them does not fit, the
+            // others wait behind it, so a cheaper job never overtakes a costlier one of its key.
+            let mut blocked = [false; 2];
             let free = ready.into_iter().find(|&i| match self.jobs[i].key {
                 None => true,
-                Some(k) => self.limit(k).is_none_or(|l| self.active_of(k) < l),
+                Some(k) if blocked[k] => false,
+                Some(k) => {
+                    let fits = self
+                        .limit(k)
+                        .is_none_or(|l| self.active_of(k) + Model::units(self.jobs[i].cost, l) <= l);
+                    blocked[k] = !fits;
+                    fits
+                }
             });
             if free.is_some() {
                 return free;
@@ -590,7 +613,7 @@ impl Harness {
             // a key no job used yet binds it to shard 0, so overrides name k1.
             match &mut op {
                 Op::Enqueue { job, .. } => {
-                    if let Some((k, _)) = &mut job.limit {
+                    if let Some((k, _, _)) = &mut job.limit {
                         *k = job.queue;
                     }
                 }
@@ -761,16 +784,20 @@ impl Harness {
         body["options"] = options;
         let key = match job.limit {
             None => None,
-            Some((k, c)) => {
+            Some((k, c, cost)) => {
                 // Before the contract each job enforced its own policy; keeping one policy per key makes
-                // the two agree, so the harness can still be checked against such a server.
-                let c = if self.m.legacy {
-                    *self.m.policy[k].get_or_insert(c)
+                // the two agree, so the harness can still be checked against such a server (which had
+                // no costs).
+                let (c, cost) = if self.m.legacy {
+                    (*self.m.policy[k].get_or_insert(c), 1)
                 } else {
-                    c
+                    (c, cost)
                 };
                 body["rate_limit"] = json!({"key": KEYS[k], "concurrency": c});
-                Some((k, c))
+                if cost != 1 {
+                    body["rate_limit"]["cost"] = json!(cost);
+                }
+                Some((k, c, cost))
             }
         };
         let (s, b) = self.nodes[node].post("/ojs/v1/jobs", body).await;
@@ -788,7 +815,9 @@ impl Harness {
             id,
             queue: job.queue,
             priority: want_priority,
-            key: key.map(|(k, _)| k),
+            key: key.map(|(k, _, _)| k),
+            cost: key.map_or(1, |(_, _, cost)| cost),
+            held: 0,
             max_attempts: job.max_attempts.unwrap_or(3),
             slow_retry: job.slow_retry,
             state: want_state,
@@ -798,7 +827,7 @@ impl Harness {
             lease: None,
             claims: Vec::new(),
         });
-        if let Some((k, c)) = key {
+        if let Some((k, c, _)) = key {
             self.m.policy[k] = Some(c);
         }
         if !job.delayed {
@@ -852,8 +881,13 @@ impl Harness {
                 "FETCH of {label}: lease_id {l} was already used by an earlier claim of the job"
             );
         }
+        let held = match self.m.jobs[i].key.and_then(|k| self.m.limit(k)) {
+            Some(l) => Model::units(self.m.jobs[i].cost, l),
+            None => 1,
+        };
         let j = &mut self.m.jobs[i];
         j.state = St::Active;
+        j.held = held;
         j.attempt += 1;
         j.holder = Some(worker);
         j.lease = Some(Lease { long: false, sent });

@@ -516,3 +516,203 @@ async fn rate_limit_released_names_the_strategy_that_held_the_lane() {
         .collect();
     assert_eq!(by_key, [("rel-c", "concurrency"), ("rel-t", "throttle")], "{got:?}");
 }
+
+/// Costs (ours): a window of 1,000 units with jobs of cost 100 starts 10; an ACK that reports 50
+/// units used frees the other 50 in the same window, at once.
+#[tokio::test]
+async fn a_window_of_units_counts_costs_and_an_ack_gives_back_what_was_not_used() {
+    let s = TestServer::start().await;
+    let job = json!({"type": "llm.call", "args": [], "options": {"queue": "llm"},
+        "rate_limit": {"key": "tokens", "rate": {"limit": 1000, "period": "PT1M"}, "cost": 100}});
+    let ids = enqueue_many(&s, 15, job).await;
+    let mut started = Vec::new();
+    for _ in 0..15 {
+        started.extend(s.fetch(&["llm"], 1).await);
+    }
+    assert_eq!(started.len(), 10, "1,000 units at 100 each start 10 in the window");
+    let (_, state) = s.get("/ojs/v1/rate-limits/tokens").await;
+    assert_eq!(
+        (&state["rate"]["current_count"], &state["rate"]["remaining"]),
+        (&json!(1000), &json!(0)),
+        "{state}"
+    );
+    let first = started[0]["id"].as_str().unwrap_or_default().to_string();
+    let (st, b) = s
+        .post("/ojs/v1/workers/ack", json!({"job_id": first, "cost_used": 50}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (_, state) = s.get("/ojs/v1/rate-limits/tokens").await;
+    assert_eq!(state["rate"]["remaining"], 50, "the unused 50 are free again: {state}");
+    assert!(
+        s.fetch(&["llm"], 1).await.is_empty(),
+        "50 units are not enough for a job of 100"
+    );
+    let second = started[1]["id"].as_str().unwrap_or_default().to_string();
+    s.post("/ojs/v1/workers/ack", json!({"job_id": second, "cost_used": 50}))
+        .await;
+    let next = s.fetch(&["llm"], 1).await;
+    assert_eq!(
+        next[0]["id"],
+        ids[10].as_str(),
+        "two ACKs of 50 free a whole job's units in the same window"
+    );
+    // An ACK without cost_used leaves the window as it was; one that reports more takes more.
+    let third = started[2]["id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(s.ack(&third).await.0, 200);
+    let fourth = started[3]["id"].as_str().unwrap_or_default().to_string();
+    s.post("/ojs/v1/workers/ack", json!({"job_id": fourth, "cost_used": 130}))
+        .await;
+    let (_, state) = s.get("/ojs/v1/rate-limits/tokens").await;
+    assert_eq!(state["rate"]["current_count"], 1030, "{state}");
+    s.assert_invariants().await;
+}
+
+/// Concurrency in units: a job holds its cost (at most the limit) while active, gives exactly that
+/// back, and a holder whose lease lapsed holds nothing.
+#[tokio::test]
+async fn concurrency_counts_units_and_gives_back_exactly_what_it_held() {
+    let s = TestServer::start().await;
+    let lim = |cost: u64| {
+        json!({"type": "a", "args": [], "options": {"queue": "cu"},
+            "rate_limit": {"key": "gpu", "concurrency": 10, "cost": cost}})
+    };
+    let a = s.enqueue(lim(4)).await;
+    let b = s.enqueue(lim(4)).await;
+    let c = s.enqueue(lim(4)).await;
+    let got: Vec<_> = s.fetch(&["cu"], 5).await;
+    assert_eq!(got.len(), 2, "two jobs of 4 fit in 10 units, a third does not");
+    let (_, state) = s.get("/ojs/v1/rate-limits/gpu").await;
+    assert_eq!(
+        (&state["concurrency"]["active"], &state["concurrency"]["available"]),
+        (&json!(8), &json!(2)),
+        "{state}"
+    );
+    assert_eq!(s.ack(&a).await.0, 200);
+    assert_eq!(
+        s.fetch(&["cu"], 5).await[0]["id"],
+        c.as_str(),
+        "the ACK gave 4 units back"
+    );
+    assert_eq!(s.ack(&b).await.0, 200);
+    assert_eq!(s.ack(&c).await.0, 200);
+    // A job that costs more than the whole limit runs alone, not never.
+    let big = s.enqueue(lim(50)).await;
+    let small = s.enqueue(lim(1)).await;
+    assert_eq!(s.fetch(&["cu"], 5).await.len(), 1);
+    let (_, state) = s.get("/ojs/v1/rate-limits/gpu").await;
+    assert_eq!(state["concurrency"]["active"], 10, "{state}");
+    assert_eq!(s.ack(&big).await.0, 200);
+    assert_eq!(s.fetch(&["cu"], 5).await[0]["id"], small.as_str());
+    assert_eq!(s.ack(&small).await.0, 200);
+    // Nothing of the units is left once no job holds a slot.
+    let mut r = s.redis().await;
+    let keys = s.keys();
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(keys.rl_active_units("gpu"))
+        .arg(keys.rl_active_cost("gpu"))
+        .query_async(&mut r)
+        .await
+        .unwrap_or(-1);
+    assert_eq!(left, 0, "the units counters leave with their last holder");
+
+    // A holder whose lease lapsed no longer counts its units, before the reaper takes it back.
+    let held = s.enqueue(lim(8)).await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["cu"], "visibility_timeout_ms": 200}),
+        )
+        .await;
+    assert_eq!((st, b["jobs"][0]["id"].as_str()), (200, Some(held.as_str())), "{b}");
+    let after = s.enqueue(lim(8)).await;
+    assert!(s.fetch(&["cu"], 1).await.is_empty(), "8 + 8 > 10");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, state) = s.get("/ojs/v1/rate-limits/gpu").await;
+    assert_eq!(
+        state["concurrency"]["active"], 0,
+        "a lapsed lease holds nothing: {state}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = s.fetch(&["cu"], 1).await;
+        if got.iter().any(|j| j["id"] == after.as_str()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job behind the lapsed lease never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.assert_invariants().await;
+}
+
+/// A throttle spaces a job of cost u as u starts; bad costs are refused naming the range.
+#[tokio::test]
+async fn a_throttle_spaces_costly_jobs_and_bad_costs_are_refused() {
+    let s = TestServer::start().await;
+    let job = json!({"type": "a", "args": [], "options": {"queue": "th"},
+        "rate_limit": {"key": "spaced", "throttle": {"limit": 10, "period": "PT1S"}, "cost": 5}});
+    s.enqueue(job.clone()).await;
+    s.enqueue(job).await;
+    let first = s.fetch(&["th"], 1).await;
+    let began = ojs_core::clock::parse_ms(first[0]["started_at"].as_str().unwrap_or("")).unwrap_or(0);
+    assert!(s.fetch(&["th"], 1).await.is_empty());
+    let (_, state) = s.get("/ojs/v1/rate-limits/spaced").await;
+    let next = ojs_core::clock::parse_ms(state["throttle"]["next_allowed_at"].as_str().unwrap_or("")).unwrap_or(0);
+    assert!(
+        (450..=500).contains(&(next - began)),
+        "5 units at 100 ms each: the next start {} ms after the first: {state}",
+        next - began
+    );
+    // An expired start of u units leaves the window with all of them.
+    let short = json!({"type": "a", "args": [], "options": {"queue": "sw"},
+        "rate_limit": {"key": "short", "rate": {"limit": 4, "period": "PT0.2S"}, "cost": 3}});
+    s.enqueue(short.clone()).await;
+    let later = s.enqueue(short).await;
+    assert_eq!(s.fetch(&["sw"], 5).await.len(), 1, "3 + 3 > 4");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.fetch(&["sw"], 1).await.iter().all(|j| j["id"] != later.as_str()) {
+        assert!(Instant::now() < deadline, "the window never let the second job in");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, state) = s.get("/ojs/v1/rate-limits/short").await;
+    assert_eq!(
+        state["rate"]["current_count"], 3,
+        "only the second start is in the window: {state}"
+    );
+    let mut r = s.redis().await;
+    let extra: Option<i64> = redis::cmd("GET")
+        .arg(s.keys().rl_win_units("short"))
+        .query_async(&mut r)
+        .await
+        .unwrap_or(None);
+    assert_eq!(extra, Some(2), "the pruned start took its units with it");
+    for (body, needle) in [
+        (
+            json!({"type": "a", "args": [], "rate_limit": {"key": "k", "concurrency": 1, "cost": 0}}),
+            "rate_limit.cost must be an integer from 1 to 1000000000",
+        ),
+        (
+            json!({"type": "a", "args": [], "rate_limit": {"key": "k", "concurrency": 1, "cost": "lots"}}),
+            "rate_limit.cost",
+        ),
+    ] {
+        let (st, b) = s.post("/ojs/v1/jobs", body).await;
+        assert_eq!(st, 400, "{b}");
+        assert!(b["error"]["message"].as_str().unwrap_or("").contains(needle), "{b}");
+    }
+    let id = first[0]["id"].as_str().unwrap_or_default();
+    let (st, b) = s
+        .post("/ojs/v1/workers/ack", json!({"job_id": id, "cost_used": -1}))
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cost_used must be an integer from 0"),
+        "{b}"
+    );
+    s.assert_invariants().await;
+}

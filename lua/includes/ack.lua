@@ -2,7 +2,8 @@
 -- when a worker acks its last job and asks for the next one in the same call). Returns the script reply:
 --   {'ok', now_ms, attempt, queue, type} | {'not_found'} | {'state', state} | {'lease_lost', state}
 -- want names the claim the worker acts for (see lease.lua: lease, attempt, worker; '' = not named);
--- a claim the job no longer holds is refused with 'lease_lost' and nothing changes.
+-- a claim the job no longer holds is refused with 'lease_lost' and nothing changes. want.used: the
+-- units the job really used ('' = its cost), which correct its rate-limit window entry (rl_used).
 -- active -> completed only; the current 'error' is cleared ('errors' history stays); the job leaves
 -- P..'active', the queue's active counter and its rate-limit slots (re-opening parked lanes) at once; an
 -- ACK for a job already taken back (lease lapsed and requeued) is refused, never applied twice. A lease
@@ -22,6 +23,10 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   if refused then return refused end
   if f.state ~= 'active' then return {'state', f.state} end
   local queue, jtype, attempt = f.queue, f.type, f.attempt
+  if want.used and want.used ~= '' and f.rl_key then
+    local _, units = rl_units_held(f.rl_units)
+    rl_used(P, f.rl_key, id, f.claims, units, tonumber(want.used), now)
+  end
   leave_active(P, jk, id, queue, now, 'error')
   local w = rec_update(jk)
   w.state, w.completed_at = 'completed', text(now)

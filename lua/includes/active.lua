@@ -29,14 +29,14 @@ end
 local function leave_active(P, jk, id, queue, now, also_del)
   redis.call('ZREM', key_active(P), id)
   local w = rec_update(jk)
-  local rl_key, qrl = nil, nil
+  local rl_key, qrl, units = nil, nil, nil
   if w then
-    rl_key, qrl = w.rl_key, w.qrl
+    rl_key, qrl, units = w.rl_key, w.qrl, w.rl_units
     w.lease_until, w.qrl = nil, nil
     if also_del then w[also_del] = nil end
   end
   stat(P, queue, 'active', -1)
-  if rl_key then rl_release(P, rl_key, id, now) end
+  if rl_key then rl_release(P, rl_key, id, now, (rl_units_held(units))) end
   if qrl then redis.call('ZREM', key_queue_rl_active(P, queue), id) end
 end
 

@@ -24,7 +24,24 @@
 -- idle keys leave it, see "Idle keys" below).
 --
 -- A job's policy is its 'rl' field: "<concurrency> <rate_limit> <rate_period_ms> <throttle_limit>
--- <throttle_period_ms> <on_limit>", '-' for an absent limit.
+-- <throttle_period_ms> <on_limit>[ <cost>]", '-' for an absent limit; the cost only when not 1.
+--
+-- Costs (ours, beyond the seed). A job's cost (default 1) is the units it counts against each of the
+-- key's limits: it holds u = max(1, min(cost, limit)) of each, so a job that costs more than a whole
+-- limit runs alone rather than never (and a concurrency of 0 still pauses). Concurrency: the slot
+-- holders' units are their count plus P..'rl:'..K..':active:units' (the sum of u - 1 over holders whose u
+-- is not 1; each such holder's u in the hash P..'rl:'..K..':active:cost'), less what holders whose lease
+-- lapsed hold (they no longer count, as above). Window: an entry is 'id:claim' for one unit, or
+-- 'id:claim:u'; the window's units are its entries plus P..'rl:'..K..':win:units' (the sum of u - 1 over
+-- them), and pruning an expired entry 'id:claim:u' takes its u - 1 back. Throttle: a start of u units
+-- moves the next allowed start u intervals on. A key whose jobs all cost 1 never has either units key:
+-- rl_check reads both in the MGET that reads the dynamic block, so such a key costs no extra command.
+-- A lane still serves its jobs in order: when its head needs more units than are left, the lane parks
+-- with the cheaper jobs behind it, so a costly job is never starved by cheap ones of its key, and a
+-- cheaper one never overtakes a better-placed one.
+-- The claim keeps in the job's 'rl_units' ("<concurrency u> <window u>", only when either is not 1)
+-- what it took, so the release gives back exactly that, and an ACK that reports the units the job
+-- really used (rl_used) corrects its window entry by the difference, at once.
 --
 -- Mixed policies on one key. A key's limits are ONE policy, its registry P..'rl:'..K..':policy': the
 -- policy of the newest job enqueued with K (rl_register), with an operator override on top, field by
@@ -43,18 +60,34 @@
 -- (rl_register takes them back), and the timer drops it from P..'rl:keys' once they have
 -- (promote-1.lua, from P..'rl:idle': key -> when it may go). Its window, throttle and dynamic block
 -- already expire on their own; an operator override keeps its own expiry.
--- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are).
+-- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are);
+-- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
+-- more are pruned by the next checks, and until then they count, so a limit is never exceeded).
 --@include emit
 --@include clock
 --@include score
 
 local RL_IDLE_MS = 86400000
+local RL_PRUNE_MAX = 100
 
 local function rl_parse(spec)
   if not spec then return nil end
-  local c, rl, rp, tl, tp, on = string.match(spec, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local c, rl, rp, tl, tp, on, cost = string.match(spec, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(%d*)$')
   return { conc = tonumber(c), rate_limit = tonumber(rl), rate_period = tonumber(rp),
-    throttle_limit = tonumber(tl), throttle_period = tonumber(tp), on_limit = on }
+    throttle_limit = tonumber(tl), throttle_period = tonumber(tp), on_limit = on, cost = tonumber(cost) or 1 }
+end
+
+-- rl_units(cost, limit): the units a job of `cost` holds of a limit (see "Costs" above).
+local function rl_units(cost, limit)
+  if cost == 1 then return 1 end
+  return math.max(1, math.min(cost, limit))
+end
+
+-- rl_units_held(text): the job's 'rl_units' field as numbers: concurrency units, window units.
+local function rl_units_held(v)
+  if not v then return 1, 1 end
+  local c, w = string.match(v, '^(%d+) (%d+)$')
+  return tonumber(c) or 1, tonumber(w) or 1
 end
 
 -- rl_policy(P, key, job_spec): the key's registry policy with the job's own on_limit (the job's whole
@@ -63,7 +96,9 @@ local function rl_policy(P, key, job_spec)
   local job = rl_parse(job_spec)
   local reg = rl_parse(redis.call('GET', key_rl_policy(P, key)))
   if not reg then return job end
-  if job then reg.on_limit = job.on_limit end
+  -- on_limit and cost are the job's own; the registry's (the newest job's) say nothing of this one.
+  reg.cost = 1
+  if job then reg.on_limit, reg.cost = job.on_limit, job.cost end
   return reg
 end
 
@@ -72,7 +107,8 @@ local function rl_effective(P, key, pol)
   local o = redis.call('HMGET', key_rl_ovr(P, key), 'concurrency', 'rate_limit', 'rate_period',
     'throttle_limit', 'throttle_period')
   local e = { conc = pol.conc, rate_limit = pol.rate_limit, rate_period = pol.rate_period,
-    throttle_limit = pol.throttle_limit, throttle_period = pol.throttle_period, on_limit = pol.on_limit }
+    throttle_limit = pol.throttle_limit, throttle_period = pol.throttle_period, on_limit = pol.on_limit,
+    cost = pol.cost or 1 }
   if o[1] then e.conc = tonumber(o[1]) end
   if o[2] then e.rate_limit, e.rate_period = tonumber(o[2]), tonumber(o[3]) end
   if o[4] then e.throttle_limit, e.throttle_period = tonumber(o[4]), tonumber(o[5]) end
@@ -99,29 +135,75 @@ local function throttle_interval(e)
   return math.floor(e.throttle_period / e.throttle_limit)
 end
 
--- rl_check: may one more job of key K start now under limits e?
+-- rl_held_units(P, key, now, extra): the units K's unexpired slot holders hold, given `extra`, the value
+-- of P..'rl:'..K..':active:units' (nil: every holder holds one). Holders whose lease lapsed hold nothing:
+-- at most RL_PRUNE_MAX of them are looked at (past that, the rest still count until taken back).
+local function rl_held_units(P, key, now, extra)
+  local ak = key_rl_active(P, key)
+  local held = redis.call('ZCOUNT', ak, '(' .. now, '+inf')
+  if not extra then return held end
+  held = held + tonumber(extra)
+  local lapsed = redis.call('ZRANGE', ak, '-inf', now, 'BYSCORE', 'LIMIT', 0, RL_PRUNE_MAX)
+  if #lapsed > 0 then
+    for _, u in ipairs(redis.call('HMGET', key_rl_active_cost(P, key), unpack(lapsed))) do
+      if u then held = held - (tonumber(u) - 1) end
+    end
+  end
+  return held
+end
+
+-- rl_window_units(P, key, period, now, extra, prune): the units of K's window (see "Costs"), given
+-- `extra`, the value of P..'rl:'..K..':win:units' (nil: every entry is one unit). With `prune`, expired
+-- entries leave the window (and their units the count); without, they are only left out (inspection).
+local function rl_window_units(P, key, period, now, extra, prune)
+  local wk = key_rl_win(P, key)
+  local cut = now - period
+  if not extra then
+    if not prune then return redis.call('ZCOUNT', wk, '(' .. cut, '+inf') end
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', cut)
+    return redis.call('ZCARD', wk)
+  end
+  extra = tonumber(extra)
+  local gone = redis.call('ZRANGE', wk, '-inf', cut, 'BYSCORE', 'LIMIT', 0, RL_PRUNE_MAX)
+  local back = 0
+  for _, m in ipairs(gone) do
+    local u = string.match(m, '^[^:]+:%d+:(%d+)$')
+    if u then back = back + tonumber(u) - 1 end
+  end
+  if prune and #gone > 0 then
+    redis.call('ZREMRANGEBYRANK', wk, 0, #gone - 1)
+    if back ~= 0 then redis.call('INCRBY', key_rl_win_units(P, key), -back) end
+    return redis.call('ZCARD', wk) + extra - back
+  end
+  return redis.call('ZCARD', wk) - #gone + extra - back
+end
+
+-- rl_check: may one more job of key K start now under limits e (its cost e.cost)?
 -- Returns nil when it may; else strategy, limit, current, wake_at (ms, or -1 for "when released").
--- An override that expires before wake_at brings wake_at forward: its expiry changes the limits.
+-- current is in units. An override that expires before wake_at brings wake_at forward: its expiry
+-- changes the limits. A job that needs more units than are left waits for the oldest window entry
+-- (or the earliest lease) to go, and is checked again then.
 local function rl_check(P, key, e, now)
   local strategy, limit, current, wake
-  local until_ms = tonumber(redis.call('GET', key_rl_until(P, key)) or '0')
+  -- One command for the dynamic block and both units counters (absent for a key whose jobs cost 1).
+  local m = redis.call('MGET', key_rl_until(P, key), key_rl_win_units(P, key), key_rl_active_units(P, key))
+  local until_ms = tonumber(m[1] or '0')
   if until_ms > now then
     strategy, limit, current, wake = 'dynamic', 0, 0, until_ms
   end
   if not strategy and e.conc then
-    local active = redis.call('ZCOUNT', key_rl_active(P, key), '(' .. now, '+inf')
-    if active >= e.conc then
+    local active = rl_held_units(P, key, now, m[3])
+    if active + rl_units(e.cost, e.conc) > e.conc then
       local first = redis.call('ZRANGE', key_rl_active(P, key), '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
       strategy, limit, current, wake = 'concurrency', e.conc, active, first[2] and tonumber(first[2]) or -1
     end
   end
   if not strategy and e.rate_limit and e.rate_period then
-    local wk = key_rl_win(P, key)
-    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - e.rate_period)
-    local n = redis.call('ZCARD', wk)
-    if n >= e.rate_limit then
-      local oldest = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
-      strategy, limit, current, wake = 'rate', e.rate_limit, n, tonumber(oldest[2]) + e.rate_period
+    local n = rl_window_units(P, key, e.rate_period, now, m[2], true)
+    if n + rl_units(e.cost, e.rate_limit) > e.rate_limit then
+      local oldest = redis.call('ZRANGE', key_rl_win(P, key), 0, 0, 'WITHSCORES')
+      strategy, limit, current = 'rate', e.rate_limit, n
+      wake = oldest[2] and tonumber(oldest[2]) + e.rate_period or now
     end
   end
   if not strategy and e.throttle_limit and e.throttle_period then
@@ -137,23 +219,40 @@ local function rl_check(P, key, e, now)
 end
 
 -- rl_take: job id starts under key K with limits e, as claim number `claim` (its lease id); its slot
--- lasts until `lease`. The window entry is id:claim, unique per start: a give-back of the attempt
--- (requeue, rate_limit_until, dead-letter retry) can never make a later start overwrite this one.
+-- lasts until `lease`. The window entry is id:claim (id:claim:u for u units), unique per start: a
+-- give-back of the attempt (requeue, rate_limit_until, dead-letter retry) can never make a later start
+-- overwrite this one. Returns the job's 'rl_units' value ("<concurrency u> <window u>"), or nil when
+-- it took one unit of each (the claim keeps it in the record, see "Costs").
 local function rl_take(P, key, e, id, claim, lease, now)
+  local cu, wu = 1, 1
   if e.conc then
     redis.call('ZADD', key_rl_active(P, key), lease, id)
+    cu = rl_units(e.cost, e.conc)
+    if cu ~= 1 then
+      redis.call('HSET', key_rl_active_cost(P, key), id, cu)
+      redis.call('INCRBY', key_rl_active_units(P, key), cu - 1)
+    end
   end
   if e.rate_limit and e.rate_period then
-    redis.call('ZADD', key_rl_win(P, key), now, id .. ':' .. claim)
+    wu = rl_units(e.cost, e.rate_limit)
+    redis.call('ZADD', key_rl_win(P, key), now, id .. ':' .. claim .. (wu ~= 1 and ':' .. wu or ''))
     redis.call('PEXPIRE', key_rl_win(P, key), e.rate_period)
+    if wu ~= 1 then
+      redis.call('INCRBY', key_rl_win_units(P, key), wu - 1)
+      redis.call('PEXPIRE', key_rl_win_units(P, key), e.rate_period)
+    end
   end
   if e.throttle_limit and e.throttle_period then
     -- Next start at the previous allowed time + interval, so a start that came a little late (waiting
     -- for a FETCH) does not push every later one back; but never closer than 90% of the interval.
+    -- A start of u units counts as u starts.
     local interval = throttle_interval(e)
-    local nxt = math.max(throttle_allowed(P, key, interval) + interval, now + math.floor(interval * 0.9))
-    redis.call('SET', key_rl_tat(P, key), nxt .. ' ' .. interval .. ' ' .. now, 'PX', interval + THROTTLE_KEEP_MS)
+    local span = interval * rl_units(e.cost, e.throttle_limit)
+    local nxt = math.max(throttle_allowed(P, key, interval) + span, now + math.floor(span * 0.9))
+    redis.call('SET', key_rl_tat(P, key), nxt .. ' ' .. interval .. ' ' .. now, 'PX', span + THROTTLE_KEEP_MS)
   end
+  if cu == 1 and wu == 1 then return nil end
+  return cu .. ' ' .. wu
 end
 
 -- rl_maybe_idle(P, key): when K has no lane holding jobs and no slot holder, its per-key state starts
@@ -276,20 +375,45 @@ local function lane_wake_all(P, key, now)
   return opened, #queues
 end
 
--- rl_release(P, key, id, now): job id gives back its concurrency slot of key K.
-local function rl_release(P, key, id, now)
+-- rl_release(P, key, id, now, units): job id gives back its concurrency slot of key K, which held
+-- `units` (the first of its 'rl_units', 1 when it has none).
+local function rl_release(P, key, id, now, units)
   if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
+    if units ~= 1 and redis.call('HDEL', key_rl_active_cost(P, key), id) == 1 then
+      if redis.call('DECRBY', key_rl_active_units(P, key), units - 1) == 0 then
+        redis.call('DEL', key_rl_active_units(P, key))
+      end
+    end
     -- A key with a lane that holds jobs is not idle: only a key with none asks.
     local _, lanes = lane_wake_all(P, key, now)
     if lanes == 0 then rl_maybe_idle(P, key) end
   end
 end
 
+-- rl_used(P, key, id, claim, units, used, now): the ACK of job id's claim `claim`, whose window entry
+-- counted `units`, reports it really used `used` units: the entry, if still in the window, counts
+-- `used` from now on, and when that frees units K's parked lanes re-open at once.
+local function rl_used(P, key, id, claim, units, used, now)
+  if used == units then return end
+  local wk = key_rl_win(P, key)
+  local old = id .. ':' .. claim .. (units ~= 1 and ':' .. units or '')
+  local at = redis.call('ZSCORE', wk, old)
+  if not at then return end
+  redis.call('ZREM', wk, old)
+  redis.call('ZADD', wk, at, id .. ':' .. claim .. (used ~= 1 and ':' .. used or ''))
+  local xk = key_rl_win_units(P, key)
+  redis.call('INCRBY', xk, used - units)
+  -- The counter lives as long as the window's newest entry can.
+  redis.call('PEXPIRE', xk, math.max(redis.call('PTTL', wk), 1))
+  if used < units then lane_wake_all(P, key, now) end
+end
+
 -- rl_register(P, key, spec, now): a job with policy `spec` was enqueued with key K: K is listed in
 -- P..'rl:keys' (and no longer idle), and its policy becomes the key's (newest wins). When the limits change, K's parked lanes re-open so that FETCH judges them
 -- by the new limits (a stricter policy re-parks them at the next FETCH).
 local function rl_limits_part(spec)
-  return spec and (string.match(spec, '^(.*) %S+$') or spec)
+  -- The five limit fields: on_limit and the cost are the job's own.
+  return spec and (string.match(spec, '^(%S+ %S+ %S+ %S+ %S+)') or spec)
 end
 
 local function rl_register(P, key, spec, now)

@@ -45,7 +45,15 @@ pub struct RateLimitPolicy {
     pub rate: Option<Window>,
     pub throttle: Option<Window>,
     pub on_limit: OnLimit,
+    /// Ours, beyond the seed: the units this job counts against each of the key's limits (default 1).
+    /// A job holds `min(cost, limit)` of each limit, so one that costs more than a whole limit runs
+    /// alone rather than never. Its ACK may report what it really used (`cost_used`), and the window
+    /// is corrected by the difference.
+    pub cost: u64,
 }
+
+/// The largest `cost` a job may carry.
+pub const MAX_COST: u64 = 1_000_000_000;
 
 fn bad(field: &str, rule: &str, v: &Value) -> OjsError {
     OjsError::invalid(format!("{field} {rule}; got {v}"))
@@ -112,6 +120,7 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
                 period_ms: 1_000,
             }),
             on_limit: OnLimit::Wait,
+            cost: 1,
         });
     }
     let key = match o.get("key") {
@@ -182,6 +191,16 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
             ))
         }
     };
+    let cost = match o.get("cost") {
+        None | Some(Value::Null) => 1,
+        Some(c) => c.as_u64().filter(|c| (1..=MAX_COST).contains(c)).ok_or_else(|| {
+            bad(
+                &format!("{field}.cost"),
+                &format!("must be an integer from 1 to {MAX_COST} (the units this job counts)"),
+                c,
+            )
+        })?,
+    };
     if concurrency.is_none() && rate.is_none() && throttle.is_none() {
         return Err(OjsError::invalid(format!(
             "{field} needs at least one of concurrency, rate or throttle"
@@ -193,6 +212,7 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
         rate,
         throttle,
         on_limit,
+        cost,
     })
 }
 
@@ -226,6 +246,14 @@ mod tests {
             })
         );
         assert_eq!(p.on_limit, OnLimit::Reschedule);
+        assert_eq!(p.cost, 1, "a job without a cost counts one unit");
+        let p = parse(
+            &json!({"key": "llm", "rate": {"limit": 1000, "period": "PT1M"}, "cost": 100}),
+            "rate_limit",
+            "q",
+        )
+        .expect("valid");
+        assert_eq!(p.cost, 100);
     }
 
     #[test]
@@ -274,6 +302,15 @@ mod tests {
                 "rate_limit.on_limit",
             ),
             (json!({"key": "k"}), "at least one"),
+            (
+                json!({"key": "k", "concurrency": 1, "cost": 0}),
+                "rate_limit.cost must be an integer from 1",
+            ),
+            (json!({"key": "k", "concurrency": 1, "cost": 1.5}), "rate_limit.cost"),
+            (
+                json!({"key": "k", "concurrency": 1, "cost": 1_000_000_001u64}),
+                "rate_limit.cost",
+            ),
         ] {
             let e = parse(&v, "rate_limit", "q").unwrap_err();
             assert!(e.message.contains(needle), "{v}: {}", e.message);

@@ -492,6 +492,10 @@ pub struct RateLimitPolicy {
     /// `wait` (default), `reschedule` or `drop`.
     #[schema(nullable = false)]
     pub on_limit: Option<String>,
+    /// Ours, beyond the seed: the units this job counts against each limit of the key (default 1;
+    /// a job holds `min(cost, limit)` of each). The ACK's `cost_used` corrects the window.
+    #[schema(nullable = false, minimum = 1, maximum = 1_000_000_000)]
+    pub cost: Option<u64>,
 }
 
 /// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the

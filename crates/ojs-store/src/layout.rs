@@ -94,6 +94,11 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("rl_tat", "rl:{key}:tat"),
     k("rl_until", "rl:{key}:until"),
     k("rl_ovr", "rl:{key}:ovr"),
+    // Costs (ours): the units beyond one that the window's entries and the slots' holders count, and
+    // each holder's units when they are not one (lua/includes/ratelimit.lua, "Costs").
+    k("rl_win_units", "rl:{key}:win:units"),
+    k("rl_active_units", "rl:{key}:active:units"),
+    k("rl_active_cost", "rl:{key}:active:cost"),
 ];
 
 /// A template's pieces in order: `(true, part name)` for a part, `(false, text)` for literal text.

@@ -609,6 +609,63 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
 
+    // Costs (lua/includes/ratelimit.lua "Costs"): each holder listed in `active:cost` holds a slot and
+    // the units its record says it took; `active:units` is the sum of units - 1 over them (absent when
+    // 0); `win:units`, while it exists, is the sum of u - 1 over the window's entries `id:claim:u`.
+    for key in snap.scan(keys.pattern("rl_active_cost")) {
+        let rl_key = first_part(&keys, "rl_active_cost", &key);
+        let slots = snap.zset(keys.rl_active(&rl_key));
+        for (id, units) in snap.hgetall::<i64>(&key) {
+            let took = snap
+                .hgetall::<String>(keys.job(&id))
+                .get("rl_units")
+                .and_then(|u| u.split(' ').next()?.parse::<i64>().ok());
+            if !slots.contains_key(&id) || took != Some(units) {
+                problems.push(format!(
+                    "rate-limit key {rl_key}: {id} holds {units} units by active:cost, slot held {}, its record says {took:?}",
+                    slots.contains_key(&id)
+                ));
+            }
+        }
+    }
+    for key in snap.scan(keys.pattern("rl_active")) {
+        let rl_key = first_part(&keys, "rl_active", &key);
+        let extra: i64 = snap
+            .hgetall::<i64>(keys.rl_active_cost(&rl_key))
+            .values()
+            .map(|u| u - 1)
+            .sum();
+        let counted = snap
+            .get(keys.rl_active_units(&rl_key))
+            .and_then(|v| v.parse::<i64>().ok());
+        if counted.unwrap_or(0) != extra || counted == Some(0) {
+            problems.push(format!(
+                "rate-limit key {rl_key}: active:units is {counted:?}, its holders hold {extra} beyond one each"
+            ));
+        }
+    }
+    for key in snap.scan(keys.pattern("rl_win_units")) {
+        let rl_key = first_part(&keys, "rl_win_units", &key);
+        let entries: i64 = snap
+            .zrange(keys.rl_win(&rl_key))
+            .iter()
+            .filter_map(|m| {
+                m.rsplit(':')
+                    .next()
+                    .filter(|_| m.matches(':').count() == 2)?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .map(|u| u - 1)
+            .sum();
+        let counted = snap.get(&key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        if counted != entries {
+            problems.push(format!(
+                "rate-limit key {rl_key}: win:units is {counted}, the window's entries count {entries} beyond one each"
+            ));
+        }
+    }
+
     // Per-priority ready counts (priority-stats) equal the ready sets.
     let mut counted: HashMap<(String, String), i64> = HashMap::new();
     for key in snap.scan(keys.pattern("queue_pri")) {

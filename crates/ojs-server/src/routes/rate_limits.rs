@@ -62,6 +62,8 @@ struct RateLimitState {
     exceeded_total: std::collections::HashMap<String, u64>,
 }
 
+/// In units: a job holds its `rate_limit.cost` of each limit (at most the limit); jobs when every job
+/// costs 1.
 #[derive(Serialize, ToSchema)]
 struct ConcurrencyState {
     limit: u64,
@@ -69,11 +71,14 @@ struct ConcurrencyState {
     available: u64,
 }
 
+/// In units, as [`ConcurrencyState`].
 #[derive(Serialize, ToSchema)]
 struct RateState {
     #[serde(flatten)]
     window: RateWindow,
     current_count: u64,
+    /// Ours: the units left in the window now (`limit - current_count`).
+    remaining: u64,
     /// When the oldest start in the sliding window slides out.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
@@ -121,6 +126,7 @@ impl RateLimitState {
             rate: s.rate.map(|w| RateState {
                 window: w.into(),
                 current_count: s.window_count,
+                remaining: w.limit.saturating_sub(s.window_count),
                 // A sliding window: room opens when the oldest start in it slides out.
                 window_resets_at: s
                     .window_oldest_ms

@@ -291,6 +291,8 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "queue-pause",
             "rate-limiting",
             "unique-jobs",
+            // Ours, beyond the seeds and the OJS extensions: `rate_limit.cost` and the ACK's `cost_used`.
+            "x-rate-limit-costs",
         ],
         capabilities: Capabilities {
             unique_jobs: UniqueJobs {

@@ -571,6 +571,12 @@ struct AckReq {
     /// Anything JSON: kept as the job's `result`.
     #[serde(default)]
     result: Option<Value>,
+    /// Ours, beyond the seed: the units the job really used (an integer from 0 to 1,000,000,000, for
+    /// example the tokens an LLM call took). Its rate-limit window entry counts this instead of the
+    /// job's `rate_limit.cost` from now on, so units it did not use are free again in the same window.
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, nullable = false, minimum = 0, maximum = 1_000_000_000)]
+    cost_used: Option<Value>,
     /// Ack-and-fetch-next: a FETCH request (`queues`, `count`, `wait_ms`…) run in the same script as
     /// the ACK, so a busy worker spends one request per job; the claimed jobs come back in `jobs`.
     #[serde(default)]
@@ -608,6 +614,19 @@ async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJs
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
     };
+    let used = match &req.cost_used {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|u| *u <= ojs_core::ratelimit::MAX_COST)
+                .ok_or_else(|| {
+                    OjsError::invalid(format!(
+                        "cost_used must be an integer from 0 to {} (the units the job used); got {v}",
+                        ojs_core::ratelimit::MAX_COST
+                    ))
+                })?,
+        ),
+    };
     let claim = req.claim.into_ref()?;
     let tenant = crate::tenant::header_tenant(&headers)?;
     let next = match req.fetch {
@@ -618,6 +637,7 @@ async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJs
         job_id: id.to_string(),
         claim,
         result,
+        used,
     };
     // Concurrent ACKs and FETCHes on this node share one script call (see `coalesce`).
     let (acked, claims) = claim_round(&st, next.as_ref(), Some(ack)).await?;

@@ -124,7 +124,7 @@ pub enum CronFired {
 /// Encodes a rate-limit policy for the job's `rl` field (see lua/includes/ratelimit.lua).
 pub fn policy_spec(p: &RateLimitPolicy) -> String {
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-    format!(
+    let mut spec = format!(
         "{} {} {} {} {} {}",
         opt(p.concurrency),
         opt(p.rate.map(|w| w.limit)),
@@ -132,7 +132,12 @@ pub fn policy_spec(p: &RateLimitPolicy) -> String {
         opt(p.throttle.map(|w| w.limit)),
         opt(p.throttle.map(|w| w.period_ms)),
         p.on_limit.as_str()
-    )
+    );
+    // The job's cost, only when it is not the default: a job without one keeps the six-field spec.
+    if p.cost != 1 {
+        spec.push_str(&format!(" {}", p.cost));
+    }
+    spec
 }
 
 /// Encodes a retry policy for the `backoff` field the Lua `fail` include parses.
@@ -401,6 +406,7 @@ mod tests {
             }),
             throttle: None,
             on_limit: OnLimit::Wait,
+            cost: 1,
         });
         b.unique = Some(UniquePolicy {
             key: "u".into(),

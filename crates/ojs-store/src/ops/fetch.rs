@@ -16,6 +16,9 @@ pub struct AckPart {
     pub claim: ClaimRef,
     /// The job's result as JSON text.
     pub result: Option<String>,
+    /// The units the job really used (`cost_used`): its rate-limit window entry counts that instead
+    /// of its cost.
+    pub used: Option<u64>,
 }
 
 /// One worker request in a group commit: an ACK (`ack` set, `count` 0), a FETCH (`ack` unset), or an
@@ -51,9 +54,9 @@ impl WorkerRequest {
     /// one QUEUE record per queue.
     fn push_args(&self, default_visibility_ms: u64, args: &mut Vec<String>) {
         let none = ClaimRef::default();
-        let (ack_id, claim, result) = match &self.ack {
-            Some(a) => (a.job_id.as_str(), &a.claim, a.result.as_deref().unwrap_or("")),
-            None => ("", &none, ""),
+        let (ack_id, claim, result, used) = match &self.ack {
+            Some(a) => (a.job_id.as_str(), &a.claim, a.result.as_deref().unwrap_or(""), a.used),
+            None => ("", &none, "", None),
         };
         let [lease, attempt, worker] = claim.args();
         FetchReqRecord {
@@ -72,6 +75,7 @@ impl WorkerRequest {
             ack_worker: worker,
             nqueues: self.queues.len().to_string(),
             tenant: self.tenant.clone().unwrap_or_default(),
+            ack_used: used.map(|u| u.to_string()).unwrap_or_default(),
         }
         .push(args);
         for (q, w) in &self.queues {
@@ -176,6 +180,7 @@ impl Store {
                     job_id: id.to_string(),
                     claim: claim.clone(),
                     result: result.map(str::to_owned),
+                    used: None,
                 }),
                 queues: Vec::new(),
                 strategy: Strategy::Strict,
@@ -248,6 +253,7 @@ mod tests {
                     worker_id: Some("w".into()),
                 },
                 result: Some("{}".into()),
+                used: Some(50),
             }),
             queues: vec![("a".into(), 3), ("b".into(), 1)],
             strategy: Strategy::Weighted,
@@ -260,7 +266,7 @@ mod tests {
         r.push_args(30_000, &mut args);
         assert_eq!(args.len(), FetchReqRecord::LEN + 2 * FetchQueueRecord::LEN);
         assert_eq!(&args[..3], ["w", "5", "30000"]);
-        assert_eq!(&args[5..12], ["j", "{}", "7", "2", "w", "2", "acme"]);
-        assert_eq!(&args[12..], ["a", "3", "b", "1"]);
+        assert_eq!(&args[5..13], ["j", "{}", "7", "2", "w", "2", "acme", "50"]);
+        assert_eq!(&args[13..], ["a", "3", "b", "1"]);
     }
 }

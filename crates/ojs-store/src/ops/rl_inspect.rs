@@ -21,8 +21,10 @@ pub struct RateLimitState {
     pub throttle: Option<Window>,
     /// The newest job's on_limit (each job keeps its own).
     pub on_limit: String,
+    /// Units held by unexpired slot holders (their number when every job costs 1).
     pub active: u64,
-    /// Starts in the current sliding window, and the oldest of them.
+    /// Units started in the current sliding window (starts when every job costs 1), and the oldest
+    /// start in it.
     pub window_count: u64,
     pub window_oldest_ms: Option<i64>,
     /// When the throttle next allows a start (never before now).
