@@ -152,9 +152,9 @@ fn print(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-/// `GET /jobs/{id}/explain`'s answer for a reader: the job, its state and whether it waits; one line
-/// per gate (its name, detail, until when, how many jobs are ahead, then any other member as
-/// `name=value`); when it may run.
+/// `GET /jobs/{id}/explain`'s answer for a reader: the job, its state and whether it waits; the
+/// answer's sentence; one line per gate (its name, detail, until when, how many jobs are ahead, then
+/// any other member as `name=value`); when it may run.
 fn explain_text(v: &Value) -> String {
     let s = |x: &Value| match x {
         Value::String(t) => t.clone(),
@@ -172,8 +172,13 @@ fn explain_text(v: &Value) -> String {
         .collect::<Vec<_>>()
         .join("  ");
     out.push('\n');
+    if let Some(d) = v["detail"].as_str().filter(|d| !d.is_empty()) {
+        out.push_str(d);
+        out.push('\n');
+    }
+    let waits = v["waiting"].as_bool() != Some(false);
     let gates = v["gates"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if gates.is_empty() {
+    if gates.is_empty() && waits {
         out.push_str("  no gate holds it\n");
     }
     for g in gates {
@@ -195,8 +200,10 @@ fn explain_text(v: &Value) -> String {
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     }
-    if let Some(r) = v.get("runnable_at").filter(|r| !r.is_null()) {
-        out.push_str(&format!("runnable at {}\n", s(r)));
+    match v.get("runnable_at").filter(|r| !r.is_null()) {
+        Some(r) => out.push_str(&format!("runnable at {}\n", s(r))),
+        None if waits => out.push_str("runnable at: not known\n"),
+        None => {}
     }
     out
 }
@@ -396,29 +403,48 @@ mod tests {
             "job_id": "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f",
             "state": "available",
             "waiting": true,
+            "detail": "key payment-api is full; 12 jobs before it",
             "gates": [
-                {"gate": "rate_limit", "detail": "key payment-api is full", "until": "2026-11-28T01:00:00.000Z", "until_ms": 1_795_000_000_000u64, "ahead": 3},
-                {"gate": "priority", "detail": "jobs of a lower priority run first", "ahead": 12, "key": "x"},
-                {"gate": "paused", "until_ms": 5}
+                {"gate": "rate", "detail": "key payment-api is full", "until": "2026-11-28T01:00:00.000Z",
+                    "until_ms": 1_795_000_000_000u64, "ahead": 3, "key": "payment-api", "limit": 10, "current": 10},
+                {"gate": "order", "detail": "12 job(s) come before it", "until": null, "until_ms": null, "ahead": 12},
+                {"gate": "throttle", "until_ms": 5}
             ],
             "runnable_at": "2026-11-28T01:00:00.000Z"
         });
         let text = explain_text(&v);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines.len(), 6, "{text}");
         assert_eq!(lines[0], "job 019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f  available  waiting");
-        assert_eq!(
-            lines[1],
-            "  rate_limit    key payment-api is full  until 2026-11-28T01:00:00.000Z  3 ahead"
-        );
+        assert_eq!(lines[1], "key payment-api is full; 12 jobs before it");
         assert_eq!(
             lines[2],
-            "  priority      jobs of a lower priority run first  12 ahead  key=x"
+            "  rate          key payment-api is full  until 2026-11-28T01:00:00.000Z  3 ahead  key=payment-api  limit=10  current=10"
         );
-        assert_eq!(lines[3], "  paused        until_ms 5");
-        assert_eq!(lines[4], "runnable at 2026-11-28T01:00:00.000Z");
-        let free = explain_text(&json!({"job_id": "j", "state": "completed", "waiting": false, "gates": []}));
-        assert_eq!(free, "job j  completed  not waiting\n  no gate holds it\n");
+        assert_eq!(lines[3], "  order         12 job(s) come before it  12 ahead");
+        assert_eq!(lines[4], "  throttle      until_ms 5");
+        assert_eq!(lines[5], "runnable at 2026-11-28T01:00:00.000Z");
+        let ended = explain_text(&json!({"job_id": "j", "state": "completed", "waiting": false,
+            "detail": "not waiting: it ended completed", "gates": [], "runnable_at": null}));
+        assert_eq!(
+            ended,
+            "job j  completed  not waiting\nnot waiting: it ended completed\n"
+        );
+        let free = explain_text(
+            &json!({"job_id": "j", "state": "available", "waiting": true, "gates": [],
+            "runnable_at": "2026-11-28T01:00:00.000Z"}),
+        );
+        assert_eq!(
+            free,
+            "job j  available  waiting\n  no gate holds it\nrunnable at 2026-11-28T01:00:00.000Z\n"
+        );
+        let paused = explain_text(&json!({"job_id": "j", "state": "available", "waiting": true,
+            "gates": [{"gate": "paused", "detail": "queue q is paused", "until": null, "until_ms": null, "ahead": null}],
+            "runnable_at": null}));
+        assert!(
+            paused.ends_with("\n  paused        queue q is paused\nrunnable at: not known\n"),
+            "{paused}"
+        );
     }
 
     #[test]
