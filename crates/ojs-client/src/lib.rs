@@ -1,10 +1,17 @@
 //! A small OJS HTTP client: producer calls ([`Client`]), a worker loop ([`Worker`]: fetch, run, ack or
-//! nack, heartbeats, graceful stop), used by the `ojs` CLI, the tests and the benchmarks.
+//! nack, heartbeats, graceful stop), used by the `ojs` CLI and the tests.
+//!
+//! The values that cross the wire are `ojs-core`'s types ([`JobId`], [`QueueName`], [`JobState`],
+//! [`Priority`], a job as [`JobInfo`]), re-exported here; [`Client::request`], [`Client::get`] and
+//! [`Client::post`] stay for any call without a typed method, answering the decoded JSON.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use ojs_core::{JobId, JobInfo, JobState, Priority, QueueName};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -19,6 +26,13 @@ pub enum ClientError {
         code: String,
         message: String,
         body: Value,
+    },
+    /// A 2xx answer that is not the shape the typed method expects (`body` is the text).
+    #[error("unexpected answer ({error}): {body}")]
+    Decode {
+        #[source]
+        error: serde_json::Error,
+        body: String,
     },
 }
 
@@ -45,31 +59,40 @@ impl Client {
         }
     }
 
-    /// Any request; answers the decoded body of a 2xx, or the OJS error.
-    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value> {
+    /// Sends a request; answers the text of a 2xx, or the OJS error.
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<String>) -> Result<String> {
         let mut r = self.http.request(method, format!("{}{path}", self.base));
         if let Some(k) = &self.api_key {
             r = r.bearer_auth(k);
         }
         if let Some(b) = body {
-            r = r
-                .header("content-type", "application/openjobspec+json")
-                .body(b.to_string());
+            r = r.header("content-type", "application/openjobspec+json").body(b);
         }
         let resp = r.send().await?;
         let status = resp.status().as_u16();
         let text = resp.text().await?;
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if (200..300).contains(&status) {
-            Ok(v)
-        } else {
-            Err(ClientError::Api {
-                status,
-                code: v["error"]["code"].as_str().unwrap_or("unknown").to_string(),
-                message: v["error"]["message"].as_str().unwrap_or("").to_string(),
-                body: v,
-            })
+            return Ok(text);
         }
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Err(ClientError::Api {
+            status,
+            code: v["error"]["code"].as_str().unwrap_or("unknown").to_string(),
+            message: v["error"]["message"].as_str().unwrap_or("").to_string(),
+            body: v,
+        })
+    }
+
+    /// A POST whose 2xx answer is read straight into `T` (no `Value` tree on the way).
+    async fn post_as<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T> {
+        let text = self.send(reqwest::Method::POST, path, Some(body.to_string())).await?;
+        decode(text)
+    }
+
+    /// Any request; answers the decoded body of a 2xx (a string when it is not JSON), or the OJS error.
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value> {
+        let text = self.send(method, path, body.map(Value::to_string)).await?;
+        Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     pub async fn get(&self, path: &str) -> Result<Value> {
@@ -80,34 +103,52 @@ impl Client {
         self.request(reqwest::Method::POST, path, Some(body)).await
     }
 
-    /// Enqueues one job envelope; returns the created job.
-    pub async fn enqueue(&self, job: &Value) -> Result<Value> {
-        Ok(self.post("/ojs/v1/jobs", job).await?["job"].take())
+    /// Enqueues one job envelope; returns the created job (`post("/ojs/v1/jobs", job)` answers it
+    /// whole, as JSON).
+    pub async fn enqueue(&self, job: &Value) -> Result<JobInfo> {
+        Ok(self.post_as::<OneJob>("/ojs/v1/jobs", job).await?.job)
     }
 
-    pub async fn enqueue_batch(&self, jobs: &[Value]) -> Result<Vec<Value>> {
-        let v = self.post("/ojs/v1/jobs/batch", &json!({ "jobs": jobs })).await?;
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    pub async fn enqueue_batch(&self, jobs: &[Value]) -> Result<Vec<JobInfo>> {
+        Ok(self
+            .post_as::<Jobs>("/ojs/v1/jobs/batch", &json!({ "jobs": jobs }))
+            .await?
+            .jobs)
     }
 
-    pub async fn job(&self, id: &str) -> Result<Value> {
+    /// One job, typed; [`Client::job_json`] answers all of it (its error history, result…).
+    pub async fn job(&self, id: &JobId) -> Result<JobInfo> {
+        let text = self
+            .send(reqwest::Method::GET, &format!("/ojs/v1/jobs/{id}"), None)
+            .await?;
+        Ok(decode::<OneJob>(text)?.job)
+    }
+
+    /// One job as the server shows it, every member.
+    pub async fn job_json(&self, id: &JobId) -> Result<Value> {
         Ok(self.get(&format!("/ojs/v1/jobs/{id}")).await?["job"].take())
     }
 
-    pub async fn fetch(&self, queues: &[String], count: u32, worker_id: &str, wait_ms: u64) -> Result<Vec<Value>> {
-        let v = self
-            .post(
+    /// Why job `id` is not running yet (`GET /ojs/v1/jobs/{id}/explain`): its state, whether it
+    /// waits, and each gate that holds it.
+    pub async fn explain(&self, id: &JobId) -> Result<Value> {
+        self.get(&format!("/ojs/v1/jobs/{id}/explain")).await
+    }
+
+    pub async fn fetch(&self, queues: &[QueueName], count: u32, worker_id: &str, wait_ms: u64) -> Result<Vec<JobInfo>> {
+        Ok(self
+            .post_as::<Jobs>(
                 "/ojs/v1/workers/fetch",
                 &json!({"queues": queues, "count": count, "worker_id": worker_id, "wait_ms": wait_ms}),
             )
-            .await?;
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+            .await?
+            .jobs)
     }
 
     /// Acks job `id` for the claim `lease_id` (the `lease_id` FETCH returned on the job): if the lease
     /// was lost meanwhile (it lapsed and the job went to another worker), the server answers 409
     /// `lease_lost` and changes nothing. `None` acts on whoever holds the job now.
-    pub async fn ack(&self, id: &str, lease_id: Option<&str>, result: Option<Value>) -> Result<Value> {
+    pub async fn ack(&self, id: &JobId, lease_id: Option<&str>, result: Option<Value>) -> Result<Value> {
         self.post(
             "/ojs/v1/workers/ack",
             &json!({"job_id": id, "lease_id": lease_id, "result": result}),
@@ -120,26 +161,26 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     pub async fn ack_and_fetch(
         &self,
-        id: &str,
+        id: &JobId,
         lease_id: Option<&str>,
         result: Option<Value>,
-        queues: &[String],
+        queues: &[QueueName],
         count: u32,
         worker_id: &str,
         wait_ms: u64,
-    ) -> Result<Vec<Value>> {
-        let v = self
-            .post(
+    ) -> Result<Vec<JobInfo>> {
+        Ok(self
+            .post_as::<Jobs>(
                 "/ojs/v1/workers/ack",
                 &json!({"job_id": id, "lease_id": lease_id, "result": result,
                     "fetch": {"queues": queues, "count": count, "worker_id": worker_id, "wait_ms": wait_ms}}),
             )
-            .await?;
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+            .await?
+            .jobs)
     }
 
     /// Reports a failure of job `id` for the claim `lease_id` (see [`Client::ack`]).
-    pub async fn nack(&self, id: &str, lease_id: Option<&str>, error: Value) -> Result<Value> {
+    pub async fn nack(&self, id: &JobId, lease_id: Option<&str>, error: Value) -> Result<Value> {
         self.post(
             "/ojs/v1/workers/nack",
             &json!({"job_id": id, "lease_id": lease_id, "error": error}),
@@ -149,27 +190,46 @@ impl Client {
 
     /// Extends the leases of `active` (job id, lease id). Returns the worker state the server asks for
     /// (`running`, `quiet` or `terminate`) and the jobs whose lease is lost: stop working on those.
-    pub async fn heartbeat(
-        &self,
-        worker_id: &str,
-        active: &[(String, Option<String>)],
-    ) -> Result<(String, Vec<String>)> {
+    pub async fn heartbeat(&self, worker_id: &str, active: &[(JobId, Option<String>)]) -> Result<(String, Vec<JobId>)> {
         let jobs: Vec<Value> = active
             .iter()
             .map(|(id, lease)| json!({"job_id": id, "lease_id": lease}))
             .collect();
-        let v = self
-            .post(
+        let v: Heartbeat = self
+            .post_as(
                 "/ojs/v1/workers/heartbeat",
                 &json!({"worker_id": worker_id, "active_jobs": jobs}),
             )
             .await?;
-        let lost = v["lost_jobs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|j| j.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default();
-        Ok((v["state"].as_str().unwrap_or("running").to_string(), lost))
+        // An id that is not a job id names no job this worker holds.
+        let lost = v.lost_jobs.iter().filter_map(|j| JobId::parse(j).ok()).collect();
+        Ok((v.state.unwrap_or_else(|| "running".to_string()), lost))
     }
+}
+
+/// Reads a 2xx answer's text as `T`.
+fn decode<T: DeserializeOwned>(text: String) -> Result<T> {
+    serde_json::from_str(&text).map_err(|error| ClientError::Decode { error, body: text })
+}
+
+/// `{"job": …}`: enqueue's and `GET /jobs/{id}`'s answer.
+#[derive(Deserialize)]
+struct OneJob {
+    job: JobInfo,
+}
+
+/// `{"jobs": […]}`: fetch's, ack-and-fetch's and batch enqueue's answer (none when absent).
+#[derive(Deserialize)]
+struct Jobs {
+    #[serde(default)]
+    jobs: Vec<JobInfo>,
+}
+
+#[derive(Deserialize)]
+struct Heartbeat {
+    state: Option<String>,
+    #[serde(default)]
+    lost_jobs: Vec<String>,
 }
 
 /// What a handler reports when a job fails: the OJS error object (`type`, `message`, `retryable`…).
@@ -178,7 +238,7 @@ pub type JobError = Value;
 /// A job this worker runs: its lease (sent with every ACK, NACK and heartbeat) and the signal that
 /// tells its loop the lease was lost.
 struct Held {
-    id: String,
+    id: JobId,
     lease_id: Option<String>,
     lost: Arc<tokio::sync::Notify>,
 }
@@ -191,18 +251,18 @@ struct Held {
 pub struct Worker {
     client: Client,
     pub id: String,
-    queues: Vec<String>,
+    queues: Vec<QueueName>,
     concurrency: usize,
     heartbeat_every: Duration,
     stop_tx: watch::Sender<bool>,
 }
 
 impl Worker {
-    pub fn new(client: Client, id: &str, queues: &[&str], concurrency: usize) -> Self {
+    pub fn new(client: Client, id: &str, queues: &[QueueName], concurrency: usize) -> Self {
         Self {
             client,
             id: id.to_string(),
-            queues: queues.iter().map(|q| q.to_string()).collect(),
+            queues: queues.to_vec(),
             concurrency: concurrency.max(1),
             heartbeat_every: Duration::from_secs(5),
             stop_tx: watch::channel(false).0,
@@ -225,10 +285,11 @@ impl Worker {
         self.stop_tx.clone()
     }
 
-    /// Runs until stopped. Returns how many jobs were acked and nacked.
+    /// Runs until stopped, handing the handler each job as a [`JobInfo`] (its id, type, queue, args,
+    /// attempt, lease). Returns how many jobs were acked and nacked.
     pub async fn run<F, Fut>(&self, handler: F) -> (u64, u64)
     where
-        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        F: Fn(JobInfo) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Option<Value>, JobError>> + Send,
     {
         let handler = Arc::new(handler);
@@ -249,7 +310,7 @@ impl Worker {
                         _ = tokio::time::sleep(every) => {}
                         _ = stop.changed() => return,
                     }
-                    let held: Vec<(String, Option<String>)> = active
+                    let held: Vec<(JobId, Option<String>)> = active
                         .lock()
                         .await
                         .iter()
@@ -279,7 +340,7 @@ impl Worker {
             loops.push(tokio::spawn(async move {
                 let (mut acked, mut nacked) = (0u64, 0u64);
                 // Jobs claimed by the last ack-and-fetch-next, run before fetching again.
-                let mut next: Vec<Value> = Vec::new();
+                let mut next: Vec<JobInfo> = Vec::new();
                 while !*stop.borrow() || !next.is_empty() {
                     let jobs = if next.is_empty() {
                         match client.fetch(&queues, 1, &id, 1_000).await {
@@ -293,8 +354,8 @@ impl Worker {
                         std::mem::take(&mut next)
                     };
                     for job in jobs {
-                        let jid = job["id"].as_str().unwrap_or_default().to_string();
-                        let lease = job["lease_id"].as_str().map(str::to_owned);
+                        let jid = job.id.clone();
+                        let lease = job.lease_id.clone();
                         let lost = Arc::new(tokio::sync::Notify::new());
                         active.lock().await.push(Held {
                             id: jid.clone(),

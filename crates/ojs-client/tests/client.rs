@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ojs_client::{Client, Worker};
+use ojs_client::{Client, JobId, JobState, QueueName, Worker};
 use ojs_testkit::TestServer;
 use serde_json::json;
 
@@ -21,7 +21,8 @@ async fn a_worker_processes_everything_and_stops_gracefully() {
         .enqueue(&json!({"type": "w.bad", "args": [], "queue": "cw", "options": {"retry": {"max_attempts": 1}}}))
         .await
         .expect("enqueue");
-    let worker = Arc::new(Worker::new(c.clone(), "w-test", &["cw"], 4));
+    let queue = QueueName::parse("cw").expect("a queue name");
+    let worker = Arc::new(Worker::new(c.clone(), "w-test", &[queue], 4));
     let seen = Arc::new(AtomicUsize::new(0));
     let (w, s2) = (worker.clone(), seen.clone());
     let run = tokio::spawn(async move {
@@ -29,7 +30,8 @@ async fn a_worker_processes_everything_and_stops_gracefully() {
             let seen = s2.clone();
             async move {
                 seen.fetch_add(1, Ordering::SeqCst);
-                if job["type"] == "w.bad" {
+                assert_eq!((job.queue.as_str(), job.attempt), ("cw", 1));
+                if job.job_type == "w.bad" {
                     Err(json!({"type": "Boom", "message": "always fails"}))
                 } else {
                     Ok(Some(json!({"ok": true})))
@@ -49,10 +51,7 @@ async fn a_worker_processes_everything_and_stops_gracefully() {
         .expect("stops")
         .expect("join");
     assert_eq!((acked, nacked), (40, 1));
-    assert_eq!(
-        c.job(bad["id"].as_str().unwrap_or_default()).await.expect("job")["state"],
-        "discarded"
-    );
+    assert_eq!(c.job(&bad.id).await.expect("job").state, JobState::Discarded);
     s.assert_invariants().await;
 }
 
@@ -113,8 +112,10 @@ async fn a_worker_that_lost_its_lease_stops_the_job_and_reports_nothing() {
         .enqueue(&json!({"type": "slow", "args": [], "queue": "lost"}))
         .await
         .expect("enqueue");
-    let id = job["id"].as_str().unwrap_or_default().to_string();
-    let worker = Arc::new(Worker::new(c.clone(), "w-slow", &["lost"], 1).heartbeat_every(Duration::from_millis(1500)));
+    assert_eq!((job.state, job.queue.as_str()), (JobState::Available, "lost"));
+    let id: JobId = job.id;
+    let queue = QueueName::parse("lost").expect("a queue name");
+    let worker = Arc::new(Worker::new(c.clone(), "w-slow", &[queue], 1).heartbeat_every(Duration::from_millis(1500)));
     let started = Arc::new(AtomicUsize::new(0));
     let (w, st) = (worker.clone(), started.clone());
     let run = tokio::spawn(async move {
@@ -159,12 +160,57 @@ async fn a_worker_that_lost_its_lease_stops_the_job_and_reports_nothing() {
         .expect("the lost job was stopped")
         .expect("join");
     assert_eq!((acked, nacked, started.load(Ordering::SeqCst)), (0, 0, 1));
-    let held = c.job(&id).await.expect("job");
+    let held = c.job_json(&id).await.expect("job");
     assert_eq!(
         (held["state"].as_str(), held["worker_id"].as_str()),
         (Some("active"), Some("w-other"))
     );
+    assert_eq!(c.job(&id).await.expect("job").state, JobState::Active);
     c.ack(&id, other["lease_id"].as_str(), None)
         .await
         .expect("the current holder acks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_calls_enqueue_fetch_and_ack_with_core_types() {
+    let s = TestServer::start().await;
+    let c = Client::new(&s.base, None);
+    let made = c
+        .enqueue_batch(&[
+            json!({"type": "t.one", "args": [1], "queue": "typed", "priority": 0}),
+            json!({"type": "t.two", "args": ["x"], "queue": "typed", "priority": 5}),
+        ])
+        .await
+        .expect("batch");
+    assert_eq!(made.len(), 2);
+    assert!(made
+        .iter()
+        .all(|j| j.state == JobState::Available && j.queue == "typed"));
+    let queue = QueueName::parse("typed").expect("a queue name");
+    let got = c.fetch(&[queue], 2, "w-typed", 0).await.expect("fetch");
+    // Lower priority runs first (seed model).
+    let kinds: Vec<&str> = got.iter().map(|j| j.job_type.as_str()).collect();
+    assert_eq!(kinds, ["t.one", "t.two"]);
+    let first = &got[0];
+    assert_eq!(
+        (&first.id, &first.args, first.attempt, first.state),
+        (&made[0].id, &json!([1]), 1, JobState::Active)
+    );
+    assert!(first.lease_id.is_some(), "a fetched job carries its lease");
+    c.ack(&first.id, first.lease_id.as_deref(), None).await.expect("ack");
+    c.nack(
+        &got[1].id,
+        got[1].lease_id.as_deref(),
+        json!({"type": "Boom", "message": "no", "retryable": false}),
+    )
+    .await
+    .expect("nack");
+    assert_eq!(c.job(&first.id).await.expect("job").state, JobState::Completed);
+    assert_ne!(c.job(&got[1].id).await.expect("job").state, JobState::Active);
+    // An id that is no job's: the server's 404, typed as an API error.
+    match c.job(&JobId::generate()).await {
+        Err(ojs_client::ClientError::Api { status, .. }) => assert_eq!(status, 404),
+        other => panic!("expected a 404, got {other:?}"),
+    }
+    s.assert_invariants().await;
 }

@@ -484,4 +484,38 @@ mod tests {
             r#"{"type":"email.send","queue":"default","args":[{"to":"a\"b","n":1.50}],"meta":{"z":1,"a":2},"id":"j1","state":"active","priority":2,"attempt":1,"max_attempts":3,"created_at":"2026-11-27T05:34:30.771Z","started_at":"2026-11-27T05:34:30.800Z","worker_id":"w-1","visibility_deadline":"2026-11-27T05:35:00.800Z","lease_id":"1"}"#
         );
     }
+
+    /// What the server writes, a client reads typed: `job_view`'s answer is a `JobInfo`.
+    #[test]
+    fn the_view_reads_back_as_a_job_info() {
+        let id = crate::names::new_job_id();
+        let doc =
+            json!({"type": "email.send", "queue": "mail", "args": [1, "x"], "meta": {"k": 1}, "id": id}).to_string();
+        let f: HashMap<String, String> = [
+            ("doc", doc.as_str()),
+            ("type", "email.send"),
+            ("queue", "mail"),
+            ("state", "active"),
+            ("priority", "0"),
+            ("attempt", "2"),
+            ("lease_until", "1795757700800"),
+            ("claims", "7"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let j: crate::job_info::JobInfo = serde_json::from_str(job_view(&f).json()).expect("a JobInfo");
+        assert_eq!(
+            (j.id.as_str(), j.job_type.as_str(), j.queue.as_str()),
+            (id.as_str(), "email.send", "mail")
+        );
+        assert_eq!(
+            (j.state, j.attempt, j.priority),
+            (crate::state::JobState::Active, 2, Some(0))
+        );
+        assert_eq!(
+            (j.args, j.meta, j.lease_id.as_deref()),
+            (json!([1, "x"]), Some(json!({"k": 1})), Some("7"))
+        );
+    }
 }

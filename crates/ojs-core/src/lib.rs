@@ -10,7 +10,9 @@ pub mod envelope;
 pub mod error;
 pub mod event;
 pub mod job;
+pub mod job_info;
 pub mod names;
+pub mod newtypes;
 pub mod priority;
 pub mod ratelimit;
 pub mod state;
@@ -18,4 +20,7 @@ pub mod unique;
 pub mod workflow;
 
 pub use error::{ErrorCode, OjsError};
+pub use job_info::JobInfo;
+pub use newtypes::{JobId, Priority, QueueName};
 pub use priority::PriorityModel;
+pub use state::JobState;

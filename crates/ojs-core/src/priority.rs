@@ -99,6 +99,11 @@ impl PriorityModel {
             )),
         }
     }
+
+    /// [`PriorityModel::check`] for an integer already in hand (a CLI flag, a typed field).
+    pub fn check_int(self, priority: i64) -> Result<i64, String> {
+        self.check(&serde_json::Value::from(priority))
+    }
 }
 
 #[cfg(test)]
@@ -126,5 +131,8 @@ mod tests {
         assert!(m.check(&json!("1")).is_err());
         assert!(m.check(&json!(MAX_SEED_PRIORITY + 1)).is_err());
         assert_eq!(PriorityModel::Core.check(&json!(-100)), Ok(-100));
+        assert_eq!(m.check_int(7), Ok(7));
+        assert_eq!(m.check_int(-1), m.check(&json!(-1)));
+        assert!(PriorityModel::Core.check_int(101).is_err());
     }
 }

@@ -4,6 +4,7 @@
 //!   ojs enqueue email.send --args '["a@example.com"]' --queue default --priority 1
 //!   ojs enqueue report.build --unique type,args --unique-period PT1H --on-conflict ignore
 //!   ojs job <id>                      one job, with its error history
+//!   ojs job explain <id> [--json]     why it is not running yet: one line per gate that holds it
 //!   ojs rate-limits [key]             every key, or one key in detail
 //!   ojs dead-letter list | retry <id> | delete <id>
 //!   ojs cron list | show <name> | delete <name>
@@ -12,7 +13,7 @@
 //!   ojs workflow create etl.json      a chain, group or batch definition (`-` reads standard input)
 
 use clap::{Parser, Subcommand};
-use ojs_client::Client;
+use ojs_client::{Client, JobId, Priority, QueueName};
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -40,10 +41,10 @@ enum Cmd {
         #[arg(long, default_value = "[]")]
         args: String,
         #[arg(long)]
-        queue: Option<String>,
+        queue: Option<QueueName>,
         /// Seed model: lower runs first, default 2.
         #[arg(long)]
-        priority: Option<i64>,
+        priority: Option<Priority>,
         /// Make the job unique by these parts (comma-separated: type, args, queue, meta).
         #[arg(long, value_delimiter = ',')]
         unique: Vec<String>,
@@ -54,8 +55,14 @@ enum Cmd {
         #[arg(long, requires = "unique")]
         on_conflict: Option<String>,
     },
-    /// Show one job.
-    Job { id: String },
+    /// Show one job (`ojs job ID`), or why it waits (`ojs job explain ID`).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Job {
+        #[arg(required = true)]
+        id: Option<JobId>,
+        #[command(subcommand)]
+        cmd: Option<JobCmd>,
+    },
     /// Rate-limit keys, or one key in detail.
     RateLimits { key: Option<String> },
     /// The dead letter set.
@@ -72,6 +79,17 @@ enum Cmd {
     Workflow {
         #[command(subcommand)]
         cmd: WorkflowCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobCmd {
+    /// Why the job is not running yet: its state and one line per gate that holds it.
+    Explain {
+        id: JobId,
+        /// Print the server's answer as it is.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -94,10 +112,10 @@ enum CronCmd {
         #[arg(long, default_value = "[]")]
         args: String,
         #[arg(long)]
-        queue: Option<String>,
+        queue: Option<QueueName>,
         /// Seed model: lower runs first, default 2.
         #[arg(long)]
-        priority: Option<i64>,
+        priority: Option<Priority>,
         /// skip (default), allow, cancel_previous or enqueue.
         #[arg(long)]
         overlap: Option<String>,
@@ -132,6 +150,62 @@ fn json_arg(name: &str, text: &str) -> anyhow::Result<Value> {
 
 fn print(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// `GET /jobs/{id}/explain`'s answer for a reader: the job, its state and whether it waits; the
+/// answer's sentence; one line per gate (its name, detail, until when, how many jobs are ahead, then
+/// any other member as `name=value`); when it may run.
+fn explain_text(v: &Value) -> String {
+    let s = |x: &Value| match x {
+        Value::String(t) => t.clone(),
+        other => other.to_string(),
+    };
+    let waiting = match v["waiting"].as_bool() {
+        Some(true) => "waiting",
+        Some(false) => "not waiting",
+        None => "",
+    };
+    let head = [format!("job {}", s(&v["job_id"])), s(&v["state"]), waiting.to_string()];
+    let mut out = head
+        .into_iter()
+        .filter(|p| !p.is_empty() && p != "null")
+        .collect::<Vec<_>>()
+        .join("  ");
+    out.push('\n');
+    if let Some(d) = v["detail"].as_str().filter(|d| !d.is_empty()) {
+        out.push_str(d);
+        out.push('\n');
+    }
+    let waits = v["waiting"].as_bool() != Some(false);
+    let gates = v["gates"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if gates.is_empty() && waits {
+        out.push_str("  no gate holds it\n");
+    }
+    for g in gates {
+        let present = |k: &str| g.get(k).filter(|x| !x.is_null());
+        let mut parts = vec![format!("{:<12}", s(&g["gate"]))];
+        parts.extend(present("detail").map(s));
+        match (present("until"), present("until_ms")) {
+            (Some(u), _) => parts.push(format!("until {}", s(u))),
+            (None, Some(ms)) => parts.push(format!("until_ms {ms}")),
+            (None, None) => {}
+        }
+        parts.extend(present("ahead").map(|a| format!("{} ahead", s(a))));
+        for (k, x) in g.as_object().into_iter().flatten() {
+            if !["gate", "detail", "until", "until_ms", "ahead"].contains(&k.as_str()) && !x.is_null() {
+                parts.push(format!("{k}={}", s(x)));
+            }
+        }
+        out.push_str("  ");
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    }
+    match v.get("runnable_at").filter(|r| !r.is_null()) {
+        Some(r) => out.push_str(&format!("runnable at {}\n", s(r))),
+        None if waits => out.push_str("runnable at: not known\n"),
+        None => {}
+    }
+    out
 }
 
 #[tokio::main]
@@ -188,9 +262,25 @@ async fn main() -> anyhow::Result<()> {
                 }
                 job["options"] = json!({"unique": policy});
             }
-            print(&c.enqueue(&job).await?);
+            // The whole job as the server shows it (Client::enqueue answers the typed part).
+            print(&c.post("/ojs/v1/jobs", &job).await?["job"]);
         }
-        Cmd::Job { id } => print(&c.job(&id).await?),
+        Cmd::Job {
+            cmd: Some(JobCmd::Explain { id, json }),
+            ..
+        } => {
+            let v = c.explain(&id).await?;
+            if json {
+                print(&v);
+            } else {
+                print!("{}", explain_text(&v));
+            }
+        }
+        Cmd::Job {
+            id: Some(id),
+            cmd: None,
+        } => print(&c.job_json(&id).await?),
+        Cmd::Job { id: None, cmd: None } => anyhow::bail!("ojs job needs an id (or: ojs job explain ID)"),
         Cmd::RateLimits { key: Some(k) } => print(&c.get(&format!("/ojs/v1/rate-limits/{k}")).await?),
         Cmd::RateLimits { key: None } => print(&c.get("/ojs/v1/rate-limits?per_page=100").await?),
         Cmd::DeadLetter { cmd: DeadCmd::List } => print(&c.get("/ojs/v1/dead-letter").await?),
@@ -301,4 +391,81 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explain_prints_one_line_per_gate() {
+        let v = json!({
+            "job_id": "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f",
+            "state": "available",
+            "waiting": true,
+            "detail": "key payment-api is full; 12 jobs before it",
+            "gates": [
+                {"gate": "rate", "detail": "key payment-api is full", "until": "2026-11-28T01:00:00.000Z",
+                    "until_ms": 1_795_000_000_000u64, "ahead": 3, "key": "payment-api", "limit": 10, "current": 10},
+                {"gate": "order", "detail": "12 job(s) come before it", "until": null, "until_ms": null, "ahead": 12},
+                {"gate": "throttle", "until_ms": 5}
+            ],
+            "runnable_at": "2026-11-28T01:00:00.000Z"
+        });
+        let text = explain_text(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert_eq!(lines[0], "job 019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f  available  waiting");
+        assert_eq!(lines[1], "key payment-api is full; 12 jobs before it");
+        assert_eq!(
+            lines[2],
+            "  rate          key payment-api is full  until 2026-11-28T01:00:00.000Z  3 ahead  key=payment-api  limit=10  current=10"
+        );
+        assert_eq!(lines[3], "  order         12 job(s) come before it  12 ahead");
+        assert_eq!(lines[4], "  throttle      until_ms 5");
+        assert_eq!(lines[5], "runnable at 2026-11-28T01:00:00.000Z");
+        let ended = explain_text(&json!({"job_id": "j", "state": "completed", "waiting": false,
+            "detail": "not waiting: it ended completed", "gates": [], "runnable_at": null}));
+        assert_eq!(
+            ended,
+            "job j  completed  not waiting\nnot waiting: it ended completed\n"
+        );
+        let free = explain_text(
+            &json!({"job_id": "j", "state": "available", "waiting": true, "gates": [],
+            "runnable_at": "2026-11-28T01:00:00.000Z"}),
+        );
+        assert_eq!(
+            free,
+            "job j  available  waiting\n  no gate holds it\nrunnable at 2026-11-28T01:00:00.000Z\n"
+        );
+        let paused = explain_text(&json!({"job_id": "j", "state": "available", "waiting": true,
+            "gates": [{"gate": "paused", "detail": "queue q is paused", "until": null, "until_ms": null, "ahead": null}],
+            "runnable_at": null}));
+        assert!(
+            paused.ends_with("\n  paused        queue q is paused\nrunnable at: not known\n"),
+            "{paused}"
+        );
+    }
+
+    #[test]
+    fn job_takes_an_id_or_explain() {
+        let id = "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f";
+        let parse = |args: &[&str]| Cli::try_parse_from([&["ojs"], args].concat());
+        assert!(matches!(
+            parse(&["job", id]).map(|c| c.cmd),
+            Ok(Cmd::Job { id: Some(_), cmd: None })
+        ));
+        assert!(matches!(
+            parse(&["job", "explain", id, "--json"]).map(|c| c.cmd),
+            Ok(Cmd::Job {
+                cmd: Some(JobCmd::Explain { json: true, .. }),
+                ..
+            })
+        ));
+        assert!(parse(&["job"]).is_err());
+        assert!(parse(&["job", "not-an-id"]).is_err());
+        assert!(parse(&["job", "explain", "nope"]).is_err());
+        assert!(parse(&["enqueue", "t", "--priority", "-1"]).is_err());
+        assert!(parse(&["enqueue", "t", "--queue", "Bad Queue"]).is_err());
+    }
 }
