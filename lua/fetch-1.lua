@@ -314,7 +314,8 @@ local function claim_from(queue, tenant)
         if f.dedup or f.root_self then record_start(P, id, f, now) end
         if key then
           local units = rl_take(P, key, e, id, claim, lease, now)
-          if w then w.rl_units = units end
+          -- e.round: an adaptive key's round of decreases this start belongs to (ratelimit.lua).
+          if w then w.rl_units, w.rl_round = units, e.round end
           lane_open(P, q, key, true)
         end
         if tenant then

@@ -17,6 +17,9 @@
 --   ARGV[10] lease_id     string the claim the worker acts for ('' = not named; see includes/lease.lua)
 --   ARGV[11] attempt      string the attempt the worker was given ('' = not named)
 --   ARGV[12] worker_id    string the worker ('' = not named)
+--   (an adaptive key, includes/ratelimit.lua "Adaptive": a NACK with rate_limit_until, or whose
+--   match_key is an error type its policy names, halves the key's limits; the latter also gives the
+--   attempt back and the job waits again, state available)
 -- RETURNS
 --   {'ok', now_ms, state, attempt, delay_ms, max_attempts, queue, type}
 --      state: 'retryable' | 'discarded' | 'available'; delay_ms is -1 unless retryable
@@ -42,7 +45,8 @@
 local P, id, err, match = ARG.P, ARG.id, ARG.error, ARG.match_key
 local jk = KEYS[1]
 local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
-  'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id')
+  'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id', 'rl',
+  'rl_round')
 if not r[1] then return {'not_found'} end
 local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker_id = r[14] },
   { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
@@ -53,6 +57,21 @@ local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], back
 local now = now_ms()
 leave_active(P, jk, id, f.queue, now)
 local rl_until = tonumber(ARG.rate_limit_until)
+-- An adaptive key (ratelimit.lua "Adaptive"): a rate limit reported by rate_limit_until or by an error
+-- type its policy names halves its limits; such a type also gives the job its attempt back, and it
+-- waits again in its lane.
+local adaptive = rl_adaptive(P, r[12], r[15])
+local named = adaptive and match ~= '' and string.find(adaptive.adapt.types, ',' .. match .. ',', 1, true)
+if adaptive and (rl_until > now or named) then
+  rl_adapt_down(P, r[12], adaptive, r[16], now, id, f.queue, f.type)
+end
+if named and rl_until <= now then
+  rec('HINCRBY', jk, 'attempt', -1)
+  rec('HSET', jk, 'state', 'available')
+  make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
+  ev_job_retrying(P, id, f.queue, f.type, now, nil, 0, err, true)
+  return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
+end
 if rl_until > now then
   rec('HINCRBY', jk, 'attempt', -1)
   if r[12] then

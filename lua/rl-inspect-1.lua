@@ -6,7 +6,7 @@
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] key           string the rate-limit key
 -- RETURNS
---   {'ok', now_ms, known, limits, state, override, episode, stats}
+--   {'ok', now_ms, known, limits, state, override, episode, stats, adaptive}
 --     known     1 when the key was ever used (P..'rl:keys'), else 0
 --     limits    {concurrency, rate_limit, rate_period_ms, throttle_limit, throttle_period_ms, on_limit}
 --               the effective limits FETCH applies (rl_effective over rl_policy), '' where absent
@@ -15,6 +15,9 @@
 --               active and window_count in units (jobs' costs, ratelimit.lua "Costs": the count of
 --               holders and starts when every job costs 1)
 --     override, episode, stats   flat field/value arrays of P..'rl:'..key..':ovr', ':state', ':stats'
+--     adaptive  {} for a key whose policy is not adaptive; else {policy_concurrency, policy_rate_limit,
+--               increase_after, adapt} ('' where absent): the policy's own limits, and the flat
+--               field/value array of P..'rl:'..key..':adapt' (includes/ratelimit.lua "Adaptive")
 -- COST   O(queues with a lane for the key + log n)
 -- CAPS   the queues whose lane for the key holds jobs (at most the queues there are); expired window
 --        entries and lapsed holders looked at: RL_PRUNE_MAX each (ratelimit.lua)
@@ -28,7 +31,8 @@
 local P, key = ARG.P, ARG.key
 local now = now_ms()
 local known = redis.call('ZSCORE', key_rl_keys(P), key) and 1 or 0
-local e = rl_effective(P, key, rl_policy(P, key, nil) or { on_limit = 'wait' })
+local pol = rl_policy(P, key, nil) or { on_limit = 'wait' }
+local e = rl_effective(P, key, pol)
 local function opt(v) return v and tostring(v) or '' end
 local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
   e.on_limit or 'wait' }
@@ -51,5 +55,9 @@ local until_ms = tonumber(redis.call('GET', key_rl_until(P, key)) or '-1')
 if until_ms <= now then until_ms = -1 end
 local waiting = rl_waiting(P, key)
 local state = { active, wcount, woldest, tnext, until_ms, waiting, redis.call('PTTL', key_rl_ovr(P, key)) }
+local adaptive = {}
+if pol.adapt then
+  adaptive = { opt(pol.conc), opt(pol.rate_limit), opt(pol.adapt.after), redis.call('HGETALL', key_rl_adapt(P, key)) }
+end
 return {'ok', now, known, limits, state, redis.call('HGETALL', key_rl_ovr(P, key)),
-  redis.call('HGETALL', key_rl_state(P, key)), redis.call('HGETALL', key_rl_stats(P, key))}
+  redis.call('HGETALL', key_rl_state(P, key)), redis.call('HGETALL', key_rl_stats(P, key)), adaptive}

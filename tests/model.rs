@@ -9,7 +9,10 @@
 //! `lost_jobs`; a key's limits are the policy of the newest job enqueued with it, with an operator
 //! override on top; a job of `rate_limit.cost` c holds min(c, limit) (at least 1) units of its key's
 //! concurrency while active, as many as it was given when claimed, and a key's jobs in a queue start in
-//! order: one that does not fit holds back the key's others behind it.
+//! order: one that does not fit holds back the key's others behind it; an adaptive key's concurrency
+//! halves (at least 1) on a "Throttled" NACK of a job that started in the current round of decreases
+//! (the job keeps its attempt), and rises by one every ADAPT_AFTER ACKs made while all its slots are
+//! taken, back to its policy's.
 //!
 //! Where timing decides, the harness waits instead of guessing, so no assertion depends on how fast the
 //! machine is: a retry that comes due in milliseconds is awaited until it is available again before the
@@ -90,6 +93,8 @@ struct NewJob {
     queue: usize,
     priority: Option<u32>,
     limit: Option<(usize, u32, u32)>,
+    /// Its policy is adaptive (`increase_after` ADAPT_AFTER, error type "Throttled").
+    adaptive: bool,
     max_attempts: Option<u32>,
     slow_retry: bool,
     delayed: bool,
@@ -129,6 +134,8 @@ enum Op {
         job: JobRef,
         ident: Ident,
         requeue: bool,
+        /// The error's type is the adaptive policies' "Throttled".
+        throttled: bool,
     },
     Heartbeat {
         node: usize,
@@ -192,14 +199,16 @@ fn enqueue() -> impl Strategy<Value = Op> {
         proptest::option::of(1..4u32),
         proptest::bool::weighted(0.3),
         proptest::bool::weighted(0.1),
+        proptest::bool::weighted(0.4),
     )
         .prop_map(
-            |(node, queue, priority, limit, max_attempts, slow_retry, delayed)| Op::Enqueue {
+            |(node, queue, priority, limit, max_attempts, slow_retry, delayed, adaptive)| Op::Enqueue {
                 node,
                 job: NewJob {
                     queue,
                     priority,
                     limit,
+                    adaptive: adaptive && limit.is_some(),
                     max_attempts,
                     slow_retry,
                     delayed,
@@ -226,8 +235,8 @@ fn op() -> impl Strategy<Value = Op> {
         7 => (0..2usize, 0..3usize, queues()).prop_map(|(node, worker, queues)| Op::Fetch { node, worker, queues }),
         3 => (0..2usize, job_ref(), ident(), proptest::option::weighted(0.2, (0..3usize, queues())))
             .prop_map(|(node, job, ident, fetch_next)| Op::Ack { node, job, ident, fetch_next }),
-        3 => (0..2usize, job_ref(), ident(), proptest::bool::weighted(0.3))
-            .prop_map(|(node, job, ident, requeue)| Op::Nack { node, job, ident, requeue }),
+        3 => (0..2usize, job_ref(), ident(), proptest::bool::weighted(0.3), proptest::bool::weighted(0.4))
+            .prop_map(|(node, job, ident, requeue, throttled)| Op::Nack { node, job, ident, requeue, throttled }),
         2 => (
             0..2usize,
             0..3usize,
@@ -300,6 +309,10 @@ struct MJob {
     /// at most the limit when it was claimed, at least 1).
     cost: u32,
     held: u32,
+    /// Its own policy is adaptive, and the round of its key's decreases its last claim started in
+    /// (None when the key's policy was not adaptive then).
+    adaptive: bool,
+    round: Option<u32>,
     max_attempts: u32,
     slow_retry: bool,
     state: St,
@@ -332,11 +345,73 @@ struct Model {
     /// The policy (concurrency) of the newest job enqueued with each key.
     policy: [Option<u32>; 2],
     overrides: [Option<u32>; 2],
+    /// Whether the newest job of each key had an adaptive policy, and each key's adaptation.
+    adaptive: [bool; 2],
+    adapt: [Adapt; 2],
+}
+
+/// Successes per step up in the generated adaptive policies.
+const ADAPT_AFTER: u32 = 2;
+
+/// A key's adaptation (lua/includes/ratelimit.lua "Adaptive"): its effective concurrency while below
+/// the policy's, successes toward the next step, and how many decreases it has had.
+#[derive(Clone, Copy, Debug, Default)]
+struct Adapt {
+    conc: Option<u32>,
+    ok: u32,
+    round: u32,
 }
 
 impl Model {
+    /// The key's limit in force: the override, else its policy under adaptation (when adaptive).
     fn limit(&self, k: usize) -> Option<u32> {
-        self.overrides[k].or(self.policy[k])
+        self.overrides[k].or(self.policy[k].map(|p| match (self.adaptive[k], self.adapt[k].conc) {
+            (true, Some(a)) => p.min(a),
+            _ => p,
+        }))
+    }
+
+    /// The NACK of job i reported "Throttled" and both its own and its key's policies are adaptive:
+    /// halve the key's concurrency (never below 1) unless the job started before the last decrease.
+    fn adapt_down(&mut self, k: usize, i: usize) {
+        let policy = self.policy[k].unwrap_or(0);
+        let a = &mut self.adapt[k];
+        if self.jobs[i].round.unwrap_or(0) != a.round {
+            return;
+        }
+        if policy >= 1 {
+            let cur = a.conc.unwrap_or(policy);
+            let to = (cur / 2).max(1);
+            if to != cur {
+                a.conc = Some(to);
+            }
+        }
+        a.ok = 0;
+        a.round += 1;
+    }
+
+    /// The ACK of an active job of an adaptive key while its slots are all taken counts toward a step
+    /// up; ADAPT_AFTER of them raise the concurrency by one, back to the policy's at most.
+    fn adapt_up(&mut self, k: usize) {
+        let Some(cur) = self.adapt[k].conc else {
+            return;
+        };
+        let holders = self
+            .jobs
+            .iter()
+            .filter(|j| j.state == St::Active && j.key == Some(k))
+            .count() as u32;
+        if holders < cur {
+            return;
+        }
+        let policy = self.policy[k].unwrap_or(0);
+        let a = &mut self.adapt[k];
+        a.ok += 1;
+        if a.ok < ADAPT_AFTER {
+            return;
+        }
+        a.conc = (cur + 1 < policy).then_some(cur + 1);
+        a.ok = 0;
     }
 
     /// The units of a limit a job of `cost` takes: its cost, at most the limit, at least 1.
@@ -526,6 +601,8 @@ impl Harness {
                 next_seq: 0,
                 policy: [None; 2],
                 overrides: [None; 2],
+                adaptive: [false; 2],
+                adapt: [Adapt::default(); 2],
             },
             advances: 0,
             trace: Vec::new(),
@@ -642,7 +719,8 @@ impl Harness {
                 job,
                 ident,
                 requeue,
-            } => self.nack(node, &job, &ident, requeue).await,
+                throttled,
+            } => self.nack(node, &job, &ident, requeue, throttled).await,
             Op::Heartbeat { node, beat } => {
                 let (worker, objects) = (beat.worker, beat.objects);
                 let mut entries: Vec<(usize, Option<String>)> = Vec::new();
@@ -753,10 +831,10 @@ impl Harness {
                     .await;
                 check!(s == 200, "lifting the override of {}: {s} {b}", KEYS[key]);
                 self.m.overrides[key] = None;
-                if let Some(p) = self.m.policy[key] {
+                if let Some(p) = self.m.policy[key].and(self.m.limit(key)) {
                     check!(
                         b["concurrency"]["limit"] == p,
-                        "after lifting the override {} should show its policy's concurrency {p}: {b}",
+                        "after lifting the override {} should show its policy's concurrency (under adaptation) {p}: {b}",
                         KEYS[key]
                     );
                 }
@@ -797,6 +875,9 @@ impl Harness {
                 if cost != 1 {
                     body["rate_limit"]["cost"] = json!(cost);
                 }
+                if job.adaptive && !self.m.legacy {
+                    body["rate_limit"]["adaptive"] = json!({"increase_after": ADAPT_AFTER, "errors": ["Throttled"]});
+                }
                 Some((k, c, cost))
             }
         };
@@ -818,6 +899,8 @@ impl Harness {
             key: key.map(|(k, _, _)| k),
             cost: key.map_or(1, |(_, _, cost)| cost),
             held: 0,
+            adaptive: job.adaptive && !self.m.legacy,
+            round: None,
             max_attempts: job.max_attempts.unwrap_or(3),
             slow_retry: job.slow_retry,
             state: want_state,
@@ -829,6 +912,7 @@ impl Harness {
         });
         if let Some((k, c, _)) = key {
             self.m.policy[k] = Some(c);
+            self.m.adaptive[k] = job.adaptive && !self.m.legacy;
         }
         if !job.delayed {
             self.m.make_available(i);
@@ -885,9 +969,14 @@ impl Harness {
             Some(l) => Model::units(self.m.jobs[i].cost, l),
             None => 1,
         };
+        let round = self.m.jobs[i]
+            .key
+            .filter(|k| self.m.adaptive[*k])
+            .map(|k| self.m.adapt[k].round);
         let j = &mut self.m.jobs[i];
         j.state = St::Active;
         j.held = held;
+        j.round = round;
         j.attempt += 1;
         j.holder = Some(worker);
         j.lease = Some(Lease { long: false, sent });
@@ -953,6 +1042,12 @@ impl Harness {
                     s == 200 && b["state"] == "completed" && b["attempt"] == attempt,
                     "ACK of {label} with {sent:?}: want 200 completed, attempt {attempt}: {s} {b}"
                 );
+                if let Some(k) = self.m.jobs[i]
+                    .key
+                    .filter(|k| self.m.jobs[i].adaptive && self.m.adaptive[*k])
+                {
+                    self.m.adapt_up(k);
+                }
                 self.m.finish(i, St::Completed);
                 let mut what = format!("{label} completed");
                 if let Some((w, qs)) = fetch_next {
@@ -964,10 +1059,20 @@ impl Harness {
         }
     }
 
-    async fn nack(&mut self, node: usize, job: &JobRef, ident: &Ident, requeue: bool) -> Result<String, String> {
+    async fn nack(
+        &mut self,
+        node: usize,
+        job: &JobRef,
+        ident: &Ident,
+        requeue: bool,
+        throttled: bool,
+    ) -> Result<String, String> {
         let target = self.m.resolve(job);
         let id = self.id_of(target);
         let mut body = json!({"job_id": id, "error": {"message": "x"}});
+        if throttled {
+            body["error"]["type"] = json!("Throttled");
+        }
         if requeue {
             body["requeue"] = json!(true);
         }
@@ -988,7 +1093,10 @@ impl Harness {
             return Ok(format!("{label} 409 {c}"));
         }
         let j = &self.m.jobs[i];
-        let (want, attempt) = if requeue {
+        // A "Throttled" NACK of a job whose own and key's policies are adaptive: the key's limit halves
+        // (once per round) and the job waits again without spending its attempt.
+        let adapted = j.key.filter(|k| throttled && j.adaptive && self.m.adaptive[*k]);
+        let (want, attempt) = if requeue || adapted.is_some() {
             (St::Available, j.attempt - 1)
         } else if j.attempt >= j.max_attempts {
             (St::Discarded, j.attempt)
@@ -1003,6 +1111,9 @@ impl Harness {
             want.as_str()
         );
         let slow = j.slow_retry;
+        if let Some(k) = adapted {
+            self.m.adapt_down(k, i);
+        }
         match want {
             St::Available => {
                 self.m.jobs[i].attempt = attempt;

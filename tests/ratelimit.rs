@@ -716,3 +716,120 @@ async fn a_throttle_spaces_costly_jobs_and_bad_costs_are_refused() {
     );
     s.assert_invariants().await;
 }
+
+/// Adaptive limits (ours): a fake upstream answers 429 to any call above 5 at once. The key's effective
+/// concurrency, from a policy of 20, settles between 3 and 5 (higher only while probing for the edge), every
+/// job completes on its first attempt, and an operator override wins over adaptation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_adaptive_key_settles_under_an_upstream_that_refuses_more_than_five() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let s = Arc::new(TestServer::start().await);
+    let total = 250;
+    enqueue_many(
+        &s,
+        total,
+        json!({"type": "call", "args": [], "options": {"queue": "ad"},
+            "rate_limit": {"key": "upstream", "concurrency": 20,
+                "adaptive": {"increase_after": 5, "errors": ["TooManyRequests"]}}}),
+    )
+    .await;
+    let inflight = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..20 {
+        let (s, inflight, done, refused) = (s.clone(), inflight.clone(), done.clone(), refused.clone());
+        tasks.push(tokio::spawn(async move {
+            while done.load(SeqCst) < total && started.elapsed() < Duration::from_secs(60) {
+                // Long-polled, so a slot freed by an ACK is taken again at once, as by busy workers.
+                let (_, got) = s
+                    .post(
+                        "/ojs/v1/workers/fetch",
+                        json!({"queues": ["ad"], "worker_id": format!("w{w}"), "wait_ms": 200}),
+                    )
+                    .await;
+                let Some(id) = got["jobs"][0]["id"].as_str().map(str::to_owned) else {
+                    continue;
+                };
+                // The upstream: a call that finds 5 in flight is refused at once.
+                if inflight.fetch_add(1, SeqCst) >= 5 {
+                    inflight.fetch_sub(1, SeqCst);
+                    refused.fetch_add(1, SeqCst);
+                    let (st, b) = s
+                        .post(
+                            "/ojs/v1/workers/nack",
+                            json!({"job_id": id, "worker_id": format!("w{w}"),
+                                "error": {"type": "TooManyRequests", "message": "429 from upstream"}}),
+                        )
+                        .await;
+                    assert_eq!(
+                        (st, b["state"].as_str(), b["attempt"].as_i64()),
+                        (200, Some("available"), Some(0)),
+                        "{b}"
+                    );
+                    continue;
+                }
+                // A call long enough that HTTP round trips on a busy machine are small beside it.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                inflight.fetch_sub(1, SeqCst);
+                let (st, b) = s.ack(&id).await;
+                assert_eq!(
+                    (st, b["attempt"].as_i64()),
+                    (200, Some(1)),
+                    "no attempt was spent on a 429: {b}"
+                );
+                done.fetch_add(1, SeqCst);
+            }
+        }));
+    }
+    // The effective concurrency, sampled once the first 80 jobs are done.
+    let mut samples = Vec::new();
+    while done.load(SeqCst) < total && started.elapsed() < Duration::from_secs(60) {
+        if done.load(SeqCst) >= 80 {
+            let (_, st) = s.get("/ojs/v1/rate-limits/upstream").await;
+            samples.push(st["adaptive"]["concurrency"]["effective"].as_u64().unwrap_or(0));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for t in tasks {
+        t.await.expect("worker");
+    }
+    assert_eq!(done.load(SeqCst), total, "every job completed");
+    assert!(refused.load(SeqCst) > 0, "the upstream refused some calls");
+    assert!(!samples.is_empty());
+    eprintln!("effective concurrency samples: {samples:?}");
+    // Never below 3 (only a probe above 5 is refused, and half of 6 is 3); above 5 only while probing:
+    // the upstream sees a call end before its ACK frees the slot, so a probe may pass a few times
+    // before one finds the edge, but it never climbs near the policy's 20.
+    let low = samples.iter().filter(|c| (3..=5).contains(*c)).count();
+    assert!(
+        samples.iter().all(|c| (3..=10).contains(c)) && low * 3 >= samples.len() * 2,
+        "the effective concurrency should settle between 3 and 5 (above only as the probe): {samples:?}"
+    );
+    let (_, ev) = s.get("/ojs/v1/events?types=rate_limit.adjusted&limit=1000").await;
+    let reasons: std::collections::HashSet<_> = ev["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["data"]["reason"].as_str())
+        .collect();
+    assert!(
+        reasons.contains("rate_limited") && reasons.contains("recovered"),
+        "{ev}"
+    );
+    // The override wins over adaptation while it lasts; adaptation's own state is kept.
+    let (st, _) = s.put("/ojs/v1/rate-limits/upstream", json!({"concurrency": 2})).await;
+    assert_eq!(st, 200);
+    let (_, state) = s.get("/ojs/v1/rate-limits/upstream").await;
+    assert_eq!(state["concurrency"]["limit"], 2, "{state}");
+    assert_eq!(state["adaptive"]["concurrency"]["policy"], 20, "{state}");
+    let metrics = s.metrics().await;
+    for line in [
+        "ojs_rate_limit_limit{key=\"upstream\",strategy=\"concurrency\"} 2",
+        "ojs_rate_limit_policy_limit{key=\"upstream\",strategy=\"concurrency\"} 20",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
+    }
+    s.assert_invariants().await;
+}

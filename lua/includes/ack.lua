@@ -27,6 +27,8 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
     local _, units = rl_units_held(f.rl_units)
     rl_used(P, f.rl_key, id, f.claims, units, tonumber(want.used), now)
   end
+  local adaptive = rl_adaptive(P, f.rl_key, f.rl)
+  if adaptive then rl_adapt_up(P, f.rl_key, adaptive, now, id, queue, jtype) end
   leave_active(P, jk, id, queue, now, 'error')
   local w = rec_update(jk)
   w.state, w.completed_at = 'completed', text(now)

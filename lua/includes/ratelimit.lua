@@ -24,7 +24,8 @@
 -- idle keys leave it, see "Idle keys" below).
 --
 -- A job's policy is its 'rl' field: "<concurrency> <rate_limit> <rate_period_ms> <throttle_limit>
--- <throttle_period_ms> <on_limit>[ <cost>]", '-' for an absent limit; the cost only when not 1.
+-- <throttle_period_ms> <on_limit>[ <cost>][ ~<increase_after>[:<type>,<type>…]]", '-' for an absent
+-- limit; the cost only when not 1; the last token only for an adaptive policy (see "Adaptive").
 --
 -- Costs (ours, beyond the seed). A job's cost (default 1) is the units it counts against each of the
 -- key's limits: it holds u = max(1, min(cost, limit)) of each, so a job that costs more than a whole
@@ -60,6 +61,19 @@
 -- (rl_register takes them back), and the timer drops it from P..'rl:keys' once they have
 -- (promote-1.lua, from P..'rl:idle': key -> when it may go). Its window, throttle and dynamic block
 -- already expire on their own; an operator override keeps its own expiry.
+-- Adaptive (ours, beyond the seed). A key whose policy is adaptive keeps, in P..'rl:'..K..':adapt', its
+-- effective concurrency and window limit while they are below the policy's ('concurrency',
+-- 'rate_limit'), when it last went down ('down_at'), how many times it did ('round') and the successes
+-- since ('ok'). A NACK that reports a rate limit (rate_limit_until, or an error type the policy names)
+-- halves both, never below 1, and once per round: a claim of an adaptive key keeps the round it started
+-- in (the job's 'rl_round'), and a job that started before the last decrease ran under the old limit
+-- and does not halve it again (rl_adapt_down); every increase_after ACKs raise them one step, the concurrency by 1
+-- and the window by a tenth of the policy's limit, up to the policy, where the fields leave
+-- (rl_adapt_up); a success counts toward a step only while the key's slots are all taken (when only
+-- its concurrency is below the policy's), so an idle key does not creep back up untested.
+-- rl_effective applies them under the operator's override, which wins over both. Each
+-- move is a rate_limit.adjusted event. A key whose policy is not adaptive never reads the hash; it
+-- expires RL_IDLE_MS after its last move.
 -- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are);
 -- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
 -- more are pruned by the next checks, and until then they count, so a limit is never exceeded).
@@ -72,9 +86,21 @@ local RL_PRUNE_MAX = 100
 
 local function rl_parse(spec)
   if not spec then return nil end
-  local c, rl, rp, tl, tp, on, cost = string.match(spec, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(%d*)$')
-  return { conc = tonumber(c), rate_limit = tonumber(rl), rate_period = tonumber(rp),
-    throttle_limit = tonumber(tl), throttle_period = tonumber(tp), on_limit = on, cost = tonumber(cost) or 1 }
+  local c, rl, rp, tl, tp, on, rest = string.match(spec, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)(.*)$')
+  local p = { conc = tonumber(c), rate_limit = tonumber(rl), rate_period = tonumber(rp),
+    throttle_limit = tonumber(tl), throttle_period = tonumber(tp), on_limit = on, cost = 1 }
+  if rest and rest ~= '' then
+    -- At most two tokens: the cost and the adaptive policy.
+    for tok in string.gmatch(rest, '%S+') do
+      local n, types = string.match(tok, '^~(%d+):?(.*)$')
+      if n then
+        p.adapt = { after = tonumber(n), types = ',' .. types .. ',' }
+      else
+        p.cost = tonumber(tok) or 1
+      end
+    end
+  end
+  return p
 end
 
 -- rl_units(cost, limit): the units a job of `cost` holds of a limit (see "Costs" above).
@@ -109,6 +135,12 @@ local function rl_effective(P, key, pol)
   local e = { conc = pol.conc, rate_limit = pol.rate_limit, rate_period = pol.rate_period,
     throttle_limit = pol.throttle_limit, throttle_period = pol.throttle_period, on_limit = pol.on_limit,
     cost = pol.cost or 1 }
+  if pol.adapt then
+    local a = redis.call('HMGET', key_rl_adapt(P, key), 'concurrency', 'rate_limit', 'round')
+    if a[1] and e.conc then e.conc = math.min(e.conc, tonumber(a[1])) end
+    if a[2] and e.rate_limit then e.rate_limit = math.min(e.rate_limit, tonumber(a[2])) end
+    e.round = a[3] or '0'
+  end
   if o[1] then e.conc = tonumber(o[1]) end
   if o[2] then e.rate_limit, e.rate_period = tonumber(o[2]), tonumber(o[3]) end
   if o[4] then e.throttle_limit, e.throttle_period = tonumber(o[4]), tonumber(o[5]) end
@@ -412,8 +444,9 @@ end
 -- P..'rl:keys' (and no longer idle), and its policy becomes the key's (newest wins). When the limits change, K's parked lanes re-open so that FETCH judges them
 -- by the new limits (a stricter policy re-parks them at the next FETCH).
 local function rl_limits_part(spec)
-  -- The five limit fields: on_limit and the cost are the job's own.
-  return spec and (string.match(spec, '^(%S+ %S+ %S+ %S+ %S+)') or spec)
+  -- The five limit fields and the adaptive policy: on_limit and the cost are the job's own.
+  if not spec then return nil end
+  return (string.match(spec, '^(%S+ %S+ %S+ %S+ %S+)') or spec) .. (string.match(spec, ' (~%S+)') or '')
 end
 
 local function rl_register(P, key, spec, now)
@@ -425,4 +458,71 @@ local function rl_register(P, key, spec, now)
   end
   local old = redis.call('SET', key_rl_policy(P, key), spec, 'GET')
   if old and rl_limits_part(old) ~= rl_limits_part(spec) then lane_wake_all(P, key, now) end
+end
+
+-- Adaptive limits (see "Adaptive" above) -------------------------------------------------------------
+
+-- rl_adapt_down(P, key, pol, round, now, id, queue, jtype): job id of key K, whose policy pol is
+-- adaptive and which started in round `round` (its 'rl_round'), met a rate limit downstream: halve K's
+-- effective concurrency and window limit, unless the job started before the last decrease.
+local function rl_adapt_down(P, key, pol, round, now, id, queue, jtype)
+  local ak = key_rl_adapt(P, key)
+  local a = redis.call('HMGET', ak, 'concurrency', 'rate_limit', 'round')
+  if (a[3] or '0') ~= (round or '0') then return end
+  if pol.conc and pol.conc >= 1 then
+    local cur = tonumber(a[1]) or pol.conc
+    local to = math.max(1, math.floor(cur / 2))
+    if to ~= cur then
+      redis.call('HSET', ak, 'concurrency', to)
+      ev_rate_limit_adjusted(P, id, queue, jtype, now, key, 'concurrency', cur, to, 'rate_limited')
+    end
+  end
+  if pol.rate_limit then
+    local cur = tonumber(a[2]) or pol.rate_limit
+    local to = math.max(1, math.floor(cur / 2))
+    if to ~= cur then
+      redis.call('HSET', ak, 'rate_limit', to)
+      ev_rate_limit_adjusted(P, id, queue, jtype, now, key, 'rate', cur, to, 'rate_limited')
+    end
+  end
+  redis.call('HSET', ak, 'down_at', now, 'ok', 0, 'round', (tonumber(a[3]) or 0) + 1)
+  redis.call('PEXPIRE', ak, RL_IDLE_MS)
+end
+
+-- rl_adapt_up(P, key, pol, now, id, queue, jtype): job id of key K, whose policy pol is adaptive,
+-- succeeded: every pol.adapt.after such successes raise K's effective limits one step toward the
+-- policy's (a field at the policy leaves the hash), and K's parked lanes re-open to use the room.
+local function rl_adapt_up(P, key, pol, now, id, queue, jtype)
+  local ak = key_rl_adapt(P, key)
+  local a = redis.call('HMGET', ak, 'concurrency', 'rate_limit')
+  if not a[1] and not a[2] then return end
+  -- Only a success at the limit says the limit could be higher: a key using fewer slots than it has
+  -- learns nothing about the upstream (the job itself still holds its slot here).
+  if a[1] and not a[2] and rl_active(P, key, now) < tonumber(a[1]) then return end
+  if redis.call('HINCRBY', ak, 'ok', 1) < pol.adapt.after then return end
+  local steps = { { 'concurrency', 'concurrency', a[1], pol.conc, 1 },
+    { 'rate_limit', 'rate', a[2], pol.rate_limit, pol.rate_limit and math.max(1, math.floor(pol.rate_limit / 10)) } }
+  for _, st in ipairs(steps) do
+    local field, strategy, cur, limit, step = st[1], st[2], tonumber(st[3]), st[4], st[5]
+    if cur then
+      if not limit or cur + step >= limit then
+        redis.call('HDEL', ak, field)
+        if limit then ev_rate_limit_adjusted(P, id, queue, jtype, now, key, strategy, cur, limit, 'recovered') end
+      else
+        redis.call('HSET', ak, field, cur + step)
+        ev_rate_limit_adjusted(P, id, queue, jtype, now, key, strategy, cur, cur + step, 'recovered')
+      end
+    end
+  end
+  redis.call('HSET', ak, 'ok', 0)
+  redis.call('PEXPIRE', ak, RL_IDLE_MS)
+  lane_wake_all(P, key, now)
+end
+
+-- rl_adaptive(P, key, spec): the key's policy when the job's spec and the key's policy are adaptive,
+-- else nil (a job whose spec has no '~' costs nothing here).
+local function rl_adaptive(P, key, spec)
+  if not (key and spec and string.find(spec, '~', 1, true)) then return nil end
+  local pol = rl_policy(P, key, spec)
+  return pol and pol.adapt and pol
 end

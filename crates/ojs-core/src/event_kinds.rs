@@ -106,6 +106,9 @@ event_kinds! {
     RateLimitDropped = "rate_limit.dropped" [m("key", Text), m("strategy", Text)];
     RateLimitReleased = "rate_limit.released" [m("key", Text), m("strategy", Text)];
     RateLimitDynamicAdjusted = "rate_limit.dynamic_adjusted" [m("key", Text), m("until", Int), m("reason", Json)];
+    /// Ours: an adaptive key's effective limit moved (`reason`: `rate_limited` halved it, `recovered`
+    /// raised it one step after `increase_after` successes).
+    RateLimitAdjusted = "rate_limit.adjusted" [m("key", Text), m("strategy", Text), m("from", Int), m("to", Int), m("reason", Text)];
     BackpressureRejected = "backpressure.rejected" [m("queue", Text), m("depth", Int), m("bound", Int)];
     QueuePaused = "queue.paused" [];
     QueueResumed = "queue.resumed" [];

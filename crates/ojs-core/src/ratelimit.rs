@@ -50,10 +50,85 @@ pub struct RateLimitPolicy {
     /// alone rather than never. Its ACK may report what it really used (`cost_used`), and the window
     /// is corrected by the difference.
     pub cost: u64,
+    /// Ours, beyond the seed: additive increase, multiplicative decrease of the key's concurrency and
+    /// window limit (see [`Adaptive`]).
+    pub adaptive: Option<Adaptive>,
 }
 
 /// The largest `cost` a job may carry.
 pub const MAX_COST: u64 = 1_000_000_000;
+
+/// An adaptive key: each failure reported as a rate limit (a NACK with `rate_limit_until`, or whose
+/// error type is in `errors`) halves the key's effective concurrency and window limit (never below 1,
+/// once per round of starts), and gives the job its attempt back; every `increase_after` successes
+/// raise them one step (concurrency by 1, the window by a tenth of the policy's limit) up to the
+/// policy. An operator override wins over both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adaptive {
+    pub increase_after: u64,
+    pub errors: Vec<String>,
+}
+
+impl Adaptive {
+    /// The policy's token in the job's `rl` spec (lua/includes/ratelimit.lua): `~N` or `~N:t1,t2`.
+    pub fn spec_token(&self) -> String {
+        match self.errors.is_empty() {
+            true => format!("~{}", self.increase_after),
+            false => format!("~{}:{}", self.increase_after, self.errors.join(",")),
+        }
+    }
+}
+
+fn error_type_ok(t: &str) -> bool {
+    !t.is_empty() && t.len() <= 100 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}
+
+fn adaptive(v: &Value, field: &str) -> Result<Adaptive, OjsError> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| bad(field, "must be an object {\"increase_after\", \"errors\"}", v))?;
+    if let Some(k) = o.keys().find(|k| !["increase_after", "errors"].contains(&k.as_str())) {
+        return Err(OjsError::invalid(format!(
+            "{field}.{k} is not known (increase_after, errors)"
+        )));
+    }
+    let increase_after = match o.get("increase_after") {
+        None | Some(Value::Null) => 10,
+        Some(n) => n.as_u64().filter(|n| (1..=1_000_000).contains(n)).ok_or_else(|| {
+            bad(
+                &format!("{field}.increase_after"),
+                "must be an integer from 1 to 1000000 (successes per step up)",
+                n,
+            )
+        })?,
+    };
+    let errors = match o.get("errors") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= 20 => a
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .filter(|t| error_type_ok(t))
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        bad(
+                            &format!("{field}.errors"),
+                            "must hold error types of 1 to 100 letters, digits, '_', '.', ':' or '-'",
+                            t,
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(bad(
+                &format!("{field}.errors"),
+                "must be an array of at most 20 error types",
+                other,
+            ))
+        }
+    };
+    Ok(Adaptive { increase_after, errors })
+}
 
 fn bad(field: &str, rule: &str, v: &Value) -> OjsError {
     OjsError::invalid(format!("{field} {rule}; got {v}"))
@@ -121,6 +196,7 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
             }),
             on_limit: OnLimit::Wait,
             cost: 1,
+            adaptive: None,
         });
     }
     let key = match o.get("key") {
@@ -206,6 +282,15 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
             "{field} needs at least one of concurrency, rate or throttle"
         )));
     }
+    let adaptive = match o.get("adaptive") {
+        None | Some(Value::Null) => None,
+        Some(a) => Some(adaptive(a, &format!("{field}.adaptive"))?),
+    };
+    if adaptive.is_some() && concurrency.is_none() && rate.is_none() {
+        return Err(OjsError::invalid(format!(
+            "{field}.adaptive needs a concurrency or a rate to adapt"
+        )));
+    }
     Ok(RateLimitPolicy {
         key,
         concurrency,
@@ -213,6 +298,7 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
         throttle,
         on_limit,
         cost,
+        adaptive,
     })
 }
 
@@ -254,6 +340,21 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(p.cost, 100);
+        let p = parse(
+            &json!({"key": "llm", "concurrency": 20, "adaptive": {"increase_after": 5, "errors": ["TooMany", "http.429"]}}),
+            "rate_limit",
+            "q",
+        )
+        .expect("valid");
+        let a = p.adaptive.expect("adaptive");
+        assert_eq!(a.spec_token(), "~5:TooMany,http.429");
+        let p = parse(
+            &json!({"key": "llm", "concurrency": 20, "adaptive": {}}),
+            "rate_limit",
+            "q",
+        )
+        .expect("valid");
+        assert_eq!(p.adaptive.map(|a| a.spec_token()).as_deref(), Some("~10"));
     }
 
     #[test]
@@ -307,6 +408,22 @@ mod tests {
                 "rate_limit.cost must be an integer from 1",
             ),
             (json!({"key": "k", "concurrency": 1, "cost": 1.5}), "rate_limit.cost"),
+            (
+                json!({"key": "k", "throttle": {"limit": 1, "period": "PT1S"}, "adaptive": {}}),
+                "rate_limit.adaptive needs a concurrency or a rate",
+            ),
+            (
+                json!({"key": "k", "concurrency": 1, "adaptive": {"increase_after": 0}}),
+                "rate_limit.adaptive.increase_after",
+            ),
+            (
+                json!({"key": "k", "concurrency": 1, "adaptive": {"errors": ["a b"]}}),
+                "rate_limit.adaptive.errors",
+            ),
+            (
+                json!({"key": "k", "concurrency": 1, "adaptive": {"step": 2}}),
+                "rate_limit.adaptive.step is not known",
+            ),
             (
                 json!({"key": "k", "concurrency": 1, "cost": 1_000_000_001u64}),
                 "rate_limit.cost",

@@ -130,6 +130,16 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         "Available jobs of a rate-limit key (waiting in its lanes)",
         "gauge",
     );
+    let mut rl_limit = Family::new(
+        "ojs_rate_limit_limit",
+        "The limit FETCH applies to a rate-limit key now, by strategy (the policy's, under adaptation and any override)",
+        "gauge",
+    );
+    let mut rl_policy = Family::new(
+        "ojs_rate_limit_policy_limit",
+        "The limit of a rate-limit key's policy (its newest job's), by strategy",
+        "gauge",
+    );
     let mut rl_exceeded = Family::new(
         "ojs_rate_limit_exceeded_total",
         "Blocking episodes of a rate-limit key, by strategy",
@@ -177,6 +187,17 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         let k = s.key.as_str();
         rl_active.sample(&[("key", k)], s.active);
         rl_waiting.sample(&[("key", k)], s.waiting);
+        for (strategy, now, policy) in [
+            ("concurrency", s.concurrency, s.policy_concurrency),
+            ("rate", s.rate_limit, s.policy_rate_limit),
+        ] {
+            if let Some(n) = now {
+                rl_limit.sample(&[("key", k), ("strategy", strategy)], n);
+            }
+            if let Some(n) = policy {
+                rl_policy.sample(&[("key", k), ("strategy", strategy)], n);
+            }
+        }
         for (field, n) in &s.stats {
             if let Some(strategy) = field.strip_prefix("exceeded_") {
                 rl_exceeded.sample(&[("key", k), ("strategy", strategy)], n.parse::<u64>().unwrap_or(0));
@@ -203,6 +224,8 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         by_priority,
         rl_active,
         rl_waiting,
+        rl_limit,
+        rl_policy,
         rl_exceeded,
         t_enqueued,
         t_dispatched,

@@ -496,6 +496,23 @@ pub struct RateLimitPolicy {
     /// a job holds `min(cost, limit)` of each). The ACK's `cost_used` corrects the window.
     #[schema(nullable = false, minimum = 1, maximum = 1_000_000_000)]
     pub cost: Option<u64>,
+    /// Ours, beyond the seed: additive increase, multiplicative decrease. Each failure reported as a
+    /// rate limit (`rate_limit_until`, or an error type in `errors`) halves the key's effective
+    /// concurrency and window limit (never below 1, once per round of starts) without spending the
+    /// job's attempt; every `increase_after` successes raise them one step back toward this policy.
+    #[schema(nullable = false)]
+    pub adaptive: Option<AdaptivePolicy>,
+}
+
+/// `rate_limit.adaptive` (ours).
+#[derive(Deserialize, ToSchema)]
+pub struct AdaptivePolicy {
+    /// Successes per step up (1 to 1,000,000; default 10).
+    #[schema(nullable = false, minimum = 1, maximum = 1_000_000)]
+    pub increase_after: Option<u64>,
+    /// Error types (a NACK's `error.type`, or `code`) that mean "rate limited" (at most 20).
+    #[schema(nullable = false, max_items = 20)]
+    pub errors: Option<Vec<String>>,
 }
 
 /// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the

@@ -99,6 +99,8 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("rl_win_units", "rl:{key}:win:units"),
     k("rl_active_units", "rl:{key}:active:units"),
     k("rl_active_cost", "rl:{key}:active:cost"),
+    // Adaptive limits (ours): the key's effective concurrency and window limit while below its policy's.
+    k("rl_adapt", "rl:{key}:adapt"),
 ];
 
 /// A template's pieces in order: `(true, part name)` for a part, `(false, text)` for literal text.

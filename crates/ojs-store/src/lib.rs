@@ -29,7 +29,7 @@ pub use ops::pick::PickQueue;
 pub use ops::place::Placed;
 pub use ops::pool_set::PoolSaved;
 pub use ops::rl_gauges::RateLimitGauges;
-pub use ops::rl_inspect::RateLimitState;
+pub use ops::rl_inspect::{AdaptiveState, RateLimitState};
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use ops::{rand_unit, Acked, ClaimRef, Transition};
 pub use reads::events::{event_entry, event_position, stream_entries, EventsRead};

@@ -60,6 +60,56 @@ struct RateLimitState {
     override_: Option<OverrideState>,
     /// Starts refused, by strategy (`wait`, `reschedule`, `drop`…).
     exceeded_total: std::collections::HashMap<String, u64>,
+    /// Ours: an adaptive key's limits, the policy's and the effective ones adaptation holds now (the
+    /// limits above are these under any override, which wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    adaptive: Option<AdaptiveView>,
+}
+
+/// An adaptive key (`rate_limit.adaptive`): each reported rate limit halves the effective limits,
+/// every `increase_after` successes raise them one step back toward the policy's.
+#[derive(Serialize, ToSchema)]
+struct AdaptiveView {
+    increase_after: u64,
+    /// Successes counted toward the next step up.
+    successes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    concurrency: Option<AdaptiveLimit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    rate: Option<AdaptiveLimit>,
+    /// When the limits last went down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    last_decrease_at: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct AdaptiveLimit {
+    /// The policy's limit.
+    policy: u64,
+    /// Where adaptation has it now (at most the policy's).
+    effective: u64,
+}
+
+impl AdaptiveView {
+    fn of(a: &ojs_store::AdaptiveState) -> Self {
+        let limit = |policy: Option<u64>, now: Option<u64>| {
+            policy.map(|policy| AdaptiveLimit {
+                policy,
+                effective: now.map_or(policy, |n| n.min(policy)),
+            })
+        };
+        Self {
+            increase_after: a.increase_after,
+            successes: a.successes,
+            concurrency: limit(a.policy_concurrency, a.concurrency),
+            rate: limit(a.policy_rate_limit, a.rate_limit),
+            last_decrease_at: a.down_at_ms.map(clock::format_ms),
+        }
+    }
 }
 
 /// In units: a job holds its `rate_limit.cost` of each limit (at most the limit); jobs when every job
@@ -156,6 +206,7 @@ impl RateLimitState {
                 .iter()
                 .filter_map(|(k, v)| Some((k.strip_prefix("exceeded_")?.to_string(), v.parse::<u64>().unwrap_or(0))))
                 .collect(),
+            adaptive: s.adaptive.as_ref().map(AdaptiveView::of),
         }
     }
 }
@@ -477,13 +528,22 @@ mod tests {
             override_ttl_ms: 9_000,
             episode: fields(&[("blocked_since", "100"), ("until", "0")]),
             stats: fields(&[("exceeded_wait", "7"), ("blocked_episodes", "1")]),
+            adaptive: Some(ojs_store::AdaptiveState {
+                policy_concurrency: Some(4),
+                policy_rate_limit: Some(10),
+                increase_after: 10,
+                concurrency: Some(2),
+                rate_limit: None,
+                successes: 3,
+                down_at_ms: Some(900),
+            }),
         };
         assert_eq!(
             serde_json::to_value(RateLimitState::of("k", &full)).expect("json"),
             json!({
                 "key": "k",
                 "concurrency": {"limit": 2, "active": 3, "available": 0},
-                "rate": {"limit": 10, "period": "PT1M", "current_count": 4, "window_resets_at": clock::format_ms(60_500)},
+                "rate": {"limit": 10, "period": "PT1M", "current_count": 4, "remaining": 6, "window_resets_at": clock::format_ms(60_500)},
                 "throttle": {"limit": 1, "period": "PT1S", "next_allowed_at": clock::format_ms(1_000)},
                 "on_limit": "wait",
                 "waiting_count": 5,
@@ -491,6 +551,8 @@ mod tests {
                 "dynamic_until": clock::format_ms(2_000),
                 "override": {"concurrency": 1, "expires_at": clock::format_ms(10_000)},
                 "exceeded_total": {"wait": 7},
+                "adaptive": {"increase_after": 10, "successes": 3, "concurrency": {"policy": 4, "effective": 2},
+                    "rate": {"policy": 10, "effective": 10}, "last_decrease_at": clock::format_ms(900)},
             })
         );
     }

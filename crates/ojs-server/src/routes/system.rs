@@ -291,8 +291,10 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "queue-pause",
             "rate-limiting",
             "unique-jobs",
-            // Ours, beyond the seeds and the OJS extensions: `rate_limit.cost` and the ACK's `cost_used`.
+            // Ours, beyond the seeds and the OJS extensions: `rate_limit.cost` and the ACK's `cost_used`;
+            // `rate_limit.adaptive`.
             "x-rate-limit-costs",
+            "x-rate-limit-adaptive",
         ],
         capabilities: Capabilities {
             unique_jobs: UniqueJobs {

@@ -137,6 +137,11 @@ pub fn policy_spec(p: &RateLimitPolicy) -> String {
     if p.cost != 1 {
         spec.push_str(&format!(" {}", p.cost));
     }
+    // An adaptive policy's token, `~N[:types]` (ours).
+    if let Some(a) = &p.adaptive {
+        spec.push(' ');
+        spec.push_str(&a.spec_token());
+    }
     spec
 }
 
@@ -407,6 +412,7 @@ mod tests {
             throttle: None,
             on_limit: OnLimit::Wait,
             cost: 1,
+            adaptive: None,
         });
         b.unique = Some(UniquePolicy {
             key: "u".into(),

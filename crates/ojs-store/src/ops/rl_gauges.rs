@@ -14,6 +14,12 @@ pub struct RateLimitGauges {
     pub waiting: u64,
     /// `exceeded_<strategy>` counters.
     pub stats: JobFields,
+    /// The concurrency and window limits FETCH applies now (the policy's under adaptation and any
+    /// override), and the policy's own.
+    pub concurrency: Option<u64>,
+    pub rate_limit: Option<u64>,
+    pub policy_concurrency: Option<u64>,
+    pub policy_rate_limit: Option<u64>,
 }
 
 impl Store {
@@ -32,15 +38,21 @@ impl Store {
         let args = self.rl_gauges_args(limit);
         let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
         let r = Reply::new(self.scripts.rl_gauges.name, &items);
-        // (key, active, waiting, stats) per key, from item 2 on.
+        // (key, active, waiting, stats, limits) per key, from item 2 on.
         (2..items.len())
-            .step_by(4)
+            .step_by(5)
             .map(|i| {
+                let limits = Reply::new("rl-gauges (limits)", r.array(i + 4)?);
+                let num = |j: usize| limits.str(j).map(|s| s.parse::<u64>().ok());
                 Ok(RateLimitGauges {
                     key: r.str(i)?,
                     active: r.i64(i + 1)?.max(0) as u64,
                     waiting: r.i64(i + 2)?.max(0) as u64,
                     stats: flat_pairs(r.array(i + 3)?),
+                    concurrency: num(0)?,
+                    rate_limit: num(1)?,
+                    policy_concurrency: num(2)?,
+                    policy_rate_limit: num(3)?,
                 })
             })
             .collect()

@@ -38,6 +38,42 @@ pub struct RateLimitState {
     pub episode: JobFields,
     /// `exceeded_<strategy>` counters.
     pub stats: JobFields,
+    /// For an adaptive key (ours): its policy's own limits and where adaptation has them now.
+    pub adaptive: Option<AdaptiveState>,
+}
+
+/// An adaptive key's state (`lua/includes/ratelimit.lua`, "Adaptive").
+#[derive(Debug, Default, Clone)]
+pub struct AdaptiveState {
+    pub policy_concurrency: Option<u64>,
+    pub policy_rate_limit: Option<u64>,
+    pub increase_after: u64,
+    /// The effective limits while below the policy's (absent at the policy).
+    pub concurrency: Option<u64>,
+    pub rate_limit: Option<u64>,
+    /// Successes since the last move, and when the limits last went down.
+    pub successes: u64,
+    pub down_at_ms: Option<i64>,
+}
+
+/// The script's `adaptive` item: `{}`, or `{policy_concurrency, policy_rate_limit, increase_after, adapt}`.
+fn adaptive_state(items: &[redis::Value]) -> Result<Option<AdaptiveState>> {
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let a = Reply::new("rl-inspect (adaptive)", items);
+    let num = |i: usize| a.str(i).map(|s| s.parse::<u64>().ok());
+    let h = flat_pairs(a.array(3)?);
+    let field = |k: &str| h.get(k).and_then(|v| v.parse::<u64>().ok());
+    Ok(Some(AdaptiveState {
+        policy_concurrency: num(0)?,
+        policy_rate_limit: num(1)?,
+        increase_after: num(2)?.unwrap_or(10),
+        concurrency: field("concurrency"),
+        rate_limit: field("rate_limit"),
+        successes: field("ok").unwrap_or(0),
+        down_at_ms: h.get("down_at").and_then(|v| v.parse::<i64>().ok()),
+    }))
 }
 
 impl Store {
@@ -84,6 +120,7 @@ impl Store {
             override_fields: flat_pairs(r.array(5)?),
             episode: flat_pairs(r.array(6)?),
             stats: flat_pairs(r.array(7)?),
+            adaptive: adaptive_state(r.array(8)?)?,
         })
     }
 }
