@@ -469,20 +469,16 @@ local function rl_adapt_down(P, key, pol, round, now, id, queue, jtype)
   local ak = key_rl_adapt(P, key)
   local a = redis.call('HMGET', ak, 'concurrency', 'rate_limit', 'round')
   if (a[3] or '0') ~= (round or '0') then return end
-  if pol.conc and pol.conc >= 1 then
-    local cur = tonumber(a[1]) or pol.conc
-    local to = math.max(1, math.floor(cur / 2))
-    if to ~= cur then
-      redis.call('HSET', ak, 'concurrency', to)
-      ev_rate_limit_adjusted(P, id, queue, jtype, now, key, 'concurrency', cur, to, 'rate_limited')
-    end
-  end
-  if pol.rate_limit then
-    local cur = tonumber(a[2]) or pol.rate_limit
-    local to = math.max(1, math.floor(cur / 2))
-    if to ~= cur then
-      redis.call('HSET', ak, 'rate_limit', to)
-      ev_rate_limit_adjusted(P, id, queue, jtype, now, key, 'rate', cur, to, 'rate_limited')
+  -- Two limits: the concurrency and the window.
+  for _, st in ipairs({ { 'concurrency', 'concurrency', a[1], pol.conc }, { 'rate_limit', 'rate', a[2], pol.rate_limit } }) do
+    local field, strategy, limit = st[1], st[2], st[4]
+    if limit and limit >= 1 then
+      local cur = tonumber(st[3]) or limit
+      local to = math.max(1, math.floor(cur / 2))
+      if to ~= cur then
+        redis.call('HSET', ak, field, to)
+        ev_rate_limit_adjusted(P, id, queue, jtype, now, key, strategy, cur, to, 'rate_limited')
+      end
     end
   end
   redis.call('HSET', ak, 'down_at', now, 'ok', 0, 'round', (tonumber(a[3]) or 0) + 1)
@@ -500,6 +496,7 @@ local function rl_adapt_up(P, key, pol, now, id, queue, jtype)
   -- learns nothing about the upstream (the job itself still holds its slot here).
   if a[1] and not a[2] and rl_active(P, key, now) < tonumber(a[1]) then return end
   if redis.call('HINCRBY', ak, 'ok', 1) < pol.adapt.after then return end
+  -- Two limits: the concurrency and the window.
   local steps = { { 'concurrency', 'concurrency', a[1], pol.conc, 1 },
     { 'rate_limit', 'rate', a[2], pol.rate_limit, pol.rate_limit and math.max(1, math.floor(pol.rate_limit / 10)) } }
   for _, st in ipairs(steps) do
