@@ -224,7 +224,7 @@ struct Manifest {
     conformance_level: u8,
     /// `seed` or `core`.
     priority_model: &'static str,
-    /// The OJS extensions served.
+    /// The OJS extensions served, then ours (named `x-…`: `x-explain` is `GET /jobs/{id}/explain`).
     extensions: Vec<&'static str>,
     capabilities: Capabilities,
     endpoints: Endpoints,
@@ -291,6 +291,8 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "queue-pause",
             "rate-limiting",
             "unique-jobs",
+            // Ours, beyond the OJS extensions: GET /ojs/v1/jobs/{id}/explain (routes/explain.rs).
+            "x-explain",
         ],
         capabilities: Capabilities {
             unique_jobs: UniqueJobs {
