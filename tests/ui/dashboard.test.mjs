@@ -8,7 +8,7 @@
 //  - cron: the entry the test registered;
 //  - workflows: a chain half done, listed with its counters; its page shows each step's state; cancelled
 //    through the confirmation dialog (the API agrees).
-// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png,
+// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png, <name>-why.png,
 //        <name>-workflow.png)
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
@@ -195,6 +195,7 @@ try {
     assert.match(await row.innerText(), new RegExp(wf.jobs[1].id), "the step it waits for");
     const why = await get(`/ojs/v1/jobs/${pending}/explain`);
     assert.equal(why.gates[0].gate, "pending", "the page shows the API's answer");
+    if (shot) await page.screenshot({ path: shotName("-why"), fullPage: true });
     // A job nothing holds back says so instead.
     await page.goto(base + "/ui#/job/" + encodeURIComponent(work.id));
     await page.locator("#job-id").getByText(work.id).waitFor(T);
