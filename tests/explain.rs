@@ -60,6 +60,11 @@ async fn fetch_one(s: &TestServer, queue: &str) -> Value {
     b["jobs"][0].clone()
 }
 
+async fn hlen(s: &TestServer, key: &str) -> i64 {
+    let mut r = s.redis().await;
+    redis::cmd("HLEN").arg(key).query_async(&mut r).await.expect("HLEN")
+}
+
 #[tokio::test]
 async fn an_unknown_job_and_another_tenants_job_are_not_found() {
     let s = TestServer::start().await;
@@ -213,7 +218,15 @@ async fn a_key_at_its_concurrency_names_the_holders_and_the_earliest_lease_deadl
     assert_eq!(g["holders"], json!([first]), "{e}");
     assert_eq!(g["ahead"], 0, "{e}");
     assert_until(g, ms(&held["visibility_deadline"]));
+    // Asking changes nothing: the lane is not parked (FETCH parks it when it meets the limit).
+    let parked = s.keys().queue_parked(q);
+    assert_eq!(hlen(&s, &parked).await, 0, "explain parks no lane");
     assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+    assert_eq!(hlen(&s, &parked).await, 1, "FETCH parked the lane");
+    assert_eq!(
+        gate(&explain(&s, &second).await, "concurrency")["holders"],
+        json!([first])
+    );
     assert_eq!(s.ack(&first).await.0, 200);
     assert!(!gate_names(&explain(&s, &second).await).contains(&"concurrency".to_string()));
     s.assert_invariants().await;
