@@ -111,6 +111,7 @@
 --@include ack
 --@include supersede
 --@include errors
+--@include gates
 
 local MAX_SKIPS = 100
 --@include tenant
@@ -142,33 +143,18 @@ local function queue_live(queue)
     if redis.call('SISMEMBER', key_ready_index(P), queue) == 0 then return false end
     ready_seen[queue] = true
   end
-  if paused[queue] == nil then paused[queue] = redis.call('SISMEMBER', key_paused(P), queue) == 1 end
+  if paused[queue] == nil then paused[queue] = queue_paused(P, queue) end
   return not paused[queue]
 end
 local function queue_blocked(queue)
-  -- The settings are read once per call (no operation of this script changes them); the counts below
-  -- move with every claim, so they are read each time.
+  -- The settings are read once per call (no operation of this script changes them); the counts
+  -- queue_gate reads move with every claim, so they are read each time (includes/gates.lua).
   local l = qlimits[queue]
   if not l then
-    local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
-      'rs_phase', 'tenants')
-    l = { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4],
-      tenants = c[5] }
+    l = queue_settings(P, queue)
     qlimits[queue] = l
   end
-  -- Its waiting jobs are being re-scored for a new aging setting (includes/rescore.lua): not served
-  -- until every one has its new score.
-  if l.rescoring then return true end
-  local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
-  if conc and redis.call('ZCOUNT', key_queue_rl_active(P, queue), '(' .. now, '+inf') >= conc then
-    return true
-  end
-  if rlim and rper then
-    local wk = key_queue_rl_win(P, queue)
-    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - rper)
-    if redis.call('ZCARD', wk) >= rlim then return true end
-  end
-  return false
+  return queue_gate(P, queue, l, now) ~= nil
 end
 
 -- Jobs popped in this call without being claimed (ended unclaimed, rescheduled, or parked back in a
@@ -198,7 +184,7 @@ local weights_read = {}
 local function tenant_weight(tenant)
   local w = weights_read[tenant]
   if not w then
-    w = tonumber(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
+    w = tenant_weight_read(P, tenant)
     weights_read[tenant] = w
   end
   return w
@@ -361,13 +347,13 @@ local function claim_one(queue)
   end
   local tk = key_queue_tenants(P, queue)
   while true do
-    local low = redis.call('ZRANGE', tk, 0, 0)
-    if #low == 0 then
+    local low = tenant_next(tk)
+    if not low then
       ready_index_check(P, queue)
       ready_seen[queue] = nil
       return false
     end
-    if claim_from(queue, low[1]) then return true end
+    if claim_from(queue, low) then return true end
     if cut == 1 then return false end
     skips = skips + 1
   end

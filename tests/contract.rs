@@ -326,6 +326,7 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         )
         .await;
     assert_eq!(st, 201, "{b}");
+    let limited = b["job"]["id"].as_str().expect("id").to_string();
     // Found by scripts/schemathesis: a client's `"scheduled_at": null` is echoed as such.
     let b = c
         .expect(
@@ -380,6 +381,12 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     c.expect(404, Method::GET, JOB, &["not-an-id"], None).await;
     c.expect(200, Method::GET, "/ojs/v1/admin/jobs/{id}", &[&first], None)
         .await;
+    // Why a job waits: a ready one (nothing holds it, or jobs before it), a scheduled one, a missing one.
+    let explain = "/ojs/v1/jobs/{id}/explain";
+    c.expect(200, Method::GET, explain, &[&first], None).await;
+    let b = c.expect(200, Method::GET, explain, &[&scheduled], None).await;
+    assert_eq!(b["gates"][0]["gate"], "scheduled", "{b}");
+    c.expect(404, Method::GET, explain, &[MISSING], None).await;
     c.expect(404, Method::GET, "/ojs/v1/admin/jobs/{id}", &[MISSING], None)
         .await;
     let (st, b) = c
@@ -655,6 +662,11 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         )
         .await;
     assert_eq!(st, 200, "{b}");
+    // Held by the override: the explanation's gate-specific members are in its schema too.
+    let b = c
+        .expect(200, Method::GET, "/ojs/v1/jobs/{id}/explain", &[&limited], None)
+        .await;
+    assert_eq!(b["gates"][1]["gate"], "override", "{b}");
     c.expect(200, Method::GET, "/ojs/v1/rate-limits", &[], None).await;
     // Found by scripts/schemathesis: the offset of a page this far overflowed (500); the dead-letter
     // list had the same bug.

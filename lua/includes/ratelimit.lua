@@ -144,7 +144,15 @@ local function rl_effective(P, key, pol)
   if o[1] then e.conc = tonumber(o[1]) end
   if o[2] then e.rate_limit, e.rate_period = tonumber(o[2]), tonumber(o[3]) end
   if o[4] then e.throttle_limit, e.throttle_period = tonumber(o[4]), tonumber(o[5]) end
+  e.ovr = o
   return e
+end
+
+-- rl_overridden(e, strategy): whether the limit rl_check named (`strategy`) is the override's, not the
+-- key's policy (read by job-explain-1.lua; e from rl_effective).
+local function rl_overridden(e, strategy)
+  local i = ({ concurrency = 1, rate = 2, throttle = 4 })[strategy]
+  return i ~= nil and e.ovr ~= nil and e.ovr[i] ~= false
 end
 
 -- Throttle state P..'rl:'..K..':tat' = "<next allowed ms> <interval ms> <last start ms>" (GCRA with no

@@ -61,6 +61,12 @@ local function base_queue(q)
   return q, nil
 end
 
+-- tenant_weight_read(P, tenant): the tenant's fair-share weight ('' = the jobs without a tenant, whose
+-- weight is _default's); 1 when unset.
+local function tenant_weight_read(P, tenant)
+  return tonumber(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
+end
+
 -- tenant_join(P, queue, tenant): the tenant ('' for the queue's jobs without one) may have ready jobs
 -- in queue: it enters the fair share at the lowest pass present.
 local function tenant_join(P, queue, tenant)
@@ -69,6 +75,28 @@ local function tenant_join(P, queue, tenant)
   local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   redis.call('ZADD', tk, low[2] or 0, tenant)
   redis.call('HSET', key_queue_conf(P, queue), 'tenants', '1')
+end
+
+-- tenant_next(tk): the tenant whose turn it is in a queue's fair share (tk = key_queue_tenants(P, queue)):
+-- the lowest pass, ties by name (the sorted set's own order); nil when no tenant may have ready jobs.
+-- FETCH's pick.
+local function tenant_next(tk)
+  return redis.call('ZRANGE', tk, 0, 0)[1]
+end
+
+-- tenant_turn(P, queue, tenant): where the tenant stands in that order (read only, for explain): how
+-- many tenants come before it (its rank), its pass, the lowest pass and how many tenants share the
+-- queue; its turn comes when its rank is 0 (tenant_next names it). A tenant not in the share (nothing
+-- ready: its jobs wait in parked lanes, or '' before FETCH first looked at the queue's own jobs) would
+-- join at the lowest pass: rank nil, except '' (it sorts before every name: rank 0).
+local function tenant_turn(P, queue, tenant)
+  local tk = key_queue_tenants(P, queue)
+  local n = redis.call('ZCARD', tk)
+  local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
+  local lowest = tonumber(low[2] or 0)
+  local pass = redis.call('ZSCORE', tk, tenant)
+  if pass then return redis.call('ZRANK', tk, tenant), tonumber(pass), lowest, n end
+  return tenant == '' and 0 or nil, lowest, lowest, n
 end
 
 -- ready_put(P, q, score, member): member joins the ready set of q (a queue or a sub-queue); its queue is

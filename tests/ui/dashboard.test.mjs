@@ -2,13 +2,13 @@
 //  - overview: sees a queue the test enqueued into (counts by priority), pauses it from the page and checks
 //    the API agrees; rate-limit keys; backpressure bound; active jobs with lease holder and progress;
 //    the charts (per-minute series from /admin/stats/history) draw non-empty SVG; live events arrive;
-//  - jobs: filtered by queue and state, paginated; a job found by id, its page (lease holder, progress,
+//  - jobs: filtered by queue and state, paginated; a job found by id, its page (why it waits, lease holder, progress,
 //    error history, events), cancelled from the page (the API agrees);
 //  - bulk retry of dead-lettered jobs through the confirmation dialog (it shows what the filter matches);
 //  - cron: the entry the test registered;
 //  - workflows: a chain half done, listed with its counters; its page shows each step's state; cancelled
 //    through the confirmation dialog (the API agrees).
-// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png,
+// Usage: node dashboard.test.mjs <base-url> [screenshot.png]   (also writes <name>-jobs.png, <name>-job.png, <name>-why.png,
 //        <name>-workflow.png)
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
@@ -183,6 +183,23 @@ try {
     assert.match(text, /big\.mov/, "args");
     assert.match(text, /job\.started/, "events");
     if (shot) await page.screenshot({ path: shotName("-job"), fullPage: true });
+  });
+
+  await step("job page: why is this waiting? (the chain's pending step)", async () => {
+    const pending = wf.jobs[2].id;
+    await page.goto(base + "/ui#/job/" + encodeURIComponent(pending));
+    await page.locator("#job-id").getByText(pending).waitFor(T);
+    const row = page.locator('#job-explain tr[data-gate="pending"]');
+    await row.waitFor(T);
+    assert.match(await row.innerText(), /step 2 of chain/, "the gate says what it waits for");
+    assert.match(await row.innerText(), new RegExp(wf.jobs[1].id), "the step it waits for");
+    const why = await get(`/ojs/v1/jobs/${pending}/explain`);
+    assert.equal(why.gates[0].gate, "pending", "the page shows the API's answer");
+    if (shot) await page.screenshot({ path: shotName("-why"), fullPage: true });
+    // A job nothing holds back says so instead.
+    await page.goto(base + "/ui#/job/" + encodeURIComponent(work.id));
+    await page.locator("#job-id").getByText(work.id).waitFor(T);
+    await page.locator("#job-explain-detail").getByText(/not waiting: running since/).waitFor(T);
   });
 
   await step("job page: error history of a dead-lettered job", async () => {

@@ -19,7 +19,9 @@ cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null |
 trap cleanup EXIT
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning & rpid=$!
 cargo build --release --quiet -p ojs-server
-OJS_REDIS_URL="redis://127.0.0.1:$rport" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn ./target/release/ojs-server >"$work/server.log" 2>&1 & spid=$!
+# Where cargo put it: CARGO_TARGET_DIR when set (a worktree with its own target directory).
+bin="$(realpath "${CARGO_TARGET_DIR:-$PWD/target}")/release/ojs-server"
+OJS_REDIS_URL="redis://127.0.0.1:$rport" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn "$bin" >"$work/server.log" 2>&1 & spid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/ojs/v1/health" >/dev/null && break; sleep 0.1; done
 shot="${1:-}"
 [ -n "$shot" ] && shot="$(cd "$(dirname "$shot")" && pwd)/$(basename "$shot")"

@@ -92,6 +92,7 @@ struct ApiDoc;
 pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
     utoipa_axum::router::OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
         .merge(routes::jobs::router())
+        .merge(routes::explain::router())
         .merge(routes::cron::router())
         .merge(routes::workflows::router())
         .merge(routes::workers::router())

@@ -24,6 +24,7 @@ pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressur
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::fetch::{Claimed, Strategy};
 pub use ops::heartbeat::Heartbeat;
+pub use ops::job_explain::{ExplainGate, Explained};
 pub use ops::nack::NackResult;
 pub use ops::pick::PickQueue;
 pub use ops::place::Placed;

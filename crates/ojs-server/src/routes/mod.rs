@@ -4,6 +4,7 @@ pub mod admin;
 pub mod cron;
 pub mod dead_letter;
 pub mod events;
+pub mod explain;
 pub mod history;
 pub mod jobs;
 pub mod lifecycle;

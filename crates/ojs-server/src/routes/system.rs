@@ -224,7 +224,7 @@ struct Manifest {
     conformance_level: u8,
     /// `seed` or `core`.
     priority_model: &'static str,
-    /// The OJS extensions served.
+    /// The OJS extensions served, then ours (named `x-…`: `x-explain` is `GET /jobs/{id}/explain`).
     extensions: Vec<&'static str>,
     capabilities: Capabilities,
     endpoints: Endpoints,
@@ -291,8 +291,9 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "queue-pause",
             "rate-limiting",
             "unique-jobs",
-            // Ours, beyond the seeds and the OJS extensions: `rate_limit.cost` and the ACK's `cost_used`;
-            // `rate_limit.adaptive`.
+            // Ours, beyond the seeds and the OJS extensions: GET /ojs/v1/jobs/{id}/explain (routes/explain.rs);
+            // `rate_limit.cost` and the ACK's `cost_used`; `rate_limit.adaptive`.
+            "x-explain",
             "x-rate-limit-costs",
             "x-rate-limit-adaptive",
         ],

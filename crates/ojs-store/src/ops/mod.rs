@@ -14,6 +14,7 @@ pub mod dead;
 pub mod enqueue;
 pub mod fetch;
 pub mod heartbeat;
+pub mod job_explain;
 pub mod job_migrate;
 pub mod job_read;
 pub mod nack;

@@ -1,0 +1,66 @@
+-- Gates: the queue-level rules that decide whether FETCH may take anything from a queue now, written
+-- once and called both by fetch-1.lua (to decide) and by job-explain-1.lua (to say what holds a job
+-- back and until when). The per-key rules are ratelimit.lua's (rl_policy, rl_effective, rl_check), the
+-- fair share's turn order is tenant.lua's (tenant_next, tenant_turn); both scripts call those too.
+--
+-- A queue is served when it is not paused (P..'paused'), is not being re-scored for an aging change
+-- (conf field rs_phase, includes/rescore.lua), and its queue-level limits (conf fields rl_concurrency,
+-- rl_rate_limit, rl_rate_period; counters P..'q:'..Q..':rl:active' by lease deadline and
+-- P..'q:'..Q..':rl:win' by start time) have room.
+-- CAPS: no loop.
+--@include ratelimit
+--@include tenant
+
+-- queue_paused(P, queue): the queue is paused (POST /queues/{q}/pause).
+local function queue_paused(P, queue)
+  return redis.call('SISMEMBER', key_paused(P), queue) == 1
+end
+
+-- queue_settings(P, queue): the queue's settings FETCH reads before taking from it (FETCH reads them
+-- once per call: no operation of fetch-1.lua changes them). `tenants` is set once the queue held a
+-- tenant's job (includes/tenant.lua).
+local function queue_settings(P, queue)
+  local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
+    'rs_phase', 'tenants')
+  return { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4],
+    tenants = c[5] }
+end
+
+-- queue_gate(P, queue, l, now, wake_too): may FETCH take a job from the queue now, under its settings l
+-- (queue_settings)? nil when it may; else the gate that stops it ('rescoring', 'queue_concurrency',
+-- 'queue_rate'), its limit, the current count and, only when wake_too (FETCH does not ask: it skips the
+-- queue and looks again at its next call), when it may open (ms; -1 when unknown): the earliest lease
+-- deadline of a slot holder, or when the oldest start slides out of the window. The window's entries
+-- that slid out are pruned (ZREMRANGEBYSCORE), as FETCH always did.
+local function queue_gate(P, queue, l, now, wake_too)
+  -- Its waiting jobs are being re-scored for a new aging setting (includes/rescore.lua): not served
+  -- until every one has its new score.
+  if l.rescoring then return 'rescoring', -1, -1, -1 end
+  local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
+  if conc then
+    local ak = key_queue_rl_active(P, queue)
+    local n = redis.call('ZCOUNT', ak, '(' .. now, '+inf')
+    if n >= conc then
+      local wake = -1
+      if wake_too then
+        local first = redis.call('ZRANGE', ak, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+        if first[2] then wake = tonumber(first[2]) end
+      end
+      return 'queue_concurrency', conc, n, wake
+    end
+  end
+  if rlim and rper then
+    local wk = key_queue_rl_win(P, queue)
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - rper)
+    local n = redis.call('ZCARD', wk)
+    if n >= rlim then
+      local wake = -1
+      if wake_too then
+        local oldest = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+        if oldest[2] then wake = tonumber(oldest[2]) + rper end
+      end
+      return 'queue_rate', rlim, n, wake
+    end
+  end
+  return nil
+end

@@ -1,0 +1,172 @@
+-- job-explain-1.lua: what holds a job back and until when (GET /jobs/{id}/explain), decided by the
+-- very functions FETCH decides with (includes/gates.lua, ratelimit.lua, tenant.lua, supersede.lua), in
+-- FETCH's order: the queue (paused, re-scoring, queue-level limits), the fair share among its tenants,
+-- the job's rate-limit key (dynamic block, concurrency, window, throttle, an override), then its place.
+--
+-- KEYS
+--   KEYS[1] P..'job:'..id  string the job's record
+-- ARGV
+--   ARGV[1] P             string key prefix 'ojs:{ns}:'
+--   ARGV[2] id            string the job
+-- RETURNS
+--   {'not_found'}                              no such job
+--   {'ok', now_ms, record, gate_1, ..., gate_n} record: the job's record (the MessagePack of
+--                                              includes/record.lua); one gate per rule that stands
+--                                              between the job and a worker now, in FETCH's order
+--                                              (none for a job that is not waiting):
+--     gate_i = {name, until_ms, ahead, limit, current, key, holders, extra}
+--       name     'scheduled' (scheduled or retryable: its run time), 'pending' (a workflow member
+--                waiting for its turn), 'paused', 'rescoring', 'queue_concurrency', 'queue_rate',
+--                'fair_share', 'dynamic', 'concurrency', 'rate', 'throttle', 'override' (the limit
+--                above it is an operator's override), 'order' (jobs before it in its ready set or
+--                lane), or what FETCH does instead of running it: 'expired', 'workflow_cancelled',
+--                'superseded'
+--       until_ms when the gate may open (ms), -1 when unknown (a pause, a workflow step's parents)
+--       ahead    eligible jobs before it at that gate (its ready set's or its lane's rank; for
+--                fair_share the tenants before its tenant; for pending the steps or jobs still to
+--                end), -1 when none applies
+--       limit, current   the limit and its use now (-1 when none); for a batch callback the batch's
+--                jobs and how many ended
+--       key      the rate-limit key ('' for none)
+--       holders  job ids holding the slots (concurrency, queue_concurrency; at most MAX_HOLDERS, the
+--                earliest lease deadline first), or the chain step being waited for (pending)
+--       extra    flat field/value pairs: fair_share tenant, pass, lowest_pass, tenants, weight;
+--                pending workflow_id, workflow_type, workflow_state, step or callback; override the
+--                override's fields; superseded reason, by; scheduled state
+-- COST   O(log n): a few reads of the job's queue, key and tenant structures
+-- CAPS   no loop; holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT)
+-- CLOCK  Redis TIME
+-- INVARIANTS
+--   reads only job state: its one kind of write is the pruning that FETCH's own checks do on the way
+--   (queue_gate's and rl_check's ZREMRANGEBYSCORE of window entries that have already slid out of a
+--   queue's or key's sliding window), which changes no answer of any script; nothing else is written
+--   (no lane parked, no tenant joined, no event), so explaining a job never changes when it runs. The
+--   rules are FETCH's own functions, so an explanation says what FETCH would decide at that instant;
+--   rl_check stops at a key's first limit reached (as FETCH does), so a limit behind it shows once it
+--   lifts. A unique conflict never leaves a job waiting (it is settled at the enqueue: refused,
+--   ignored or replaced), and a backpressure bound only refuses enqueues, so neither is a gate.
+--@include clock
+--@include gates
+--@include supersede
+
+local MAX_HOLDERS = 100
+local P, id = ARG.P, ARG.id
+local jk = key_job(P, id)
+local f = rec_map(jk)
+if not f then return {'not_found'} end
+local now = now_ms()
+local out = {'ok', now, rec_packed(jk)}
+
+local function gate(name, until_ms, ahead, limit, current, key, holders, extra)
+  out[#out + 1] = {name, until_ms or -1, ahead or -1, limit or -1, current or -1, key or '', holders or {},
+    extra or {}}
+end
+
+-- The slot holders of a zset scored by lease deadline: those whose lease has not lapsed.
+local function holders_of(zk)
+  return redis.call('ZRANGE', zk, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, MAX_HOLDERS)
+end
+
+local state = f.state
+if state == 'scheduled' or state == 'retryable' then
+  local at = redis.call('ZSCORE', key_scheduled(P), id) or f.scheduled_at
+  gate('scheduled', tonumber(at), nil, nil, nil, nil, nil, {'state', state})
+  return out
+end
+
+if state == 'pending' then
+  local W, slot = f.wf, f.wf_i
+  local w = redis.call('HMGET', key_workflow(P, W or ''), 'type', 'state', 'cursor', 'total', 'completed',
+    'failed')
+  local idx = tonumber(slot)
+  local extra = {'workflow_id', W or '', 'workflow_type', w[1] or '', 'workflow_state', w[2] or ''}
+  if w[1] == 'chain' and idx then
+    -- A chain releases step cursor + 1 when step cursor completes (includes/workflow.lua).
+    local cursor = tonumber(w[3]) or 0
+    local held_by = redis.call('LINDEX', key_workflow_jobs(P, W), cursor)
+    extra[#extra + 1] = 'step'
+    extra[#extra + 1] = slot
+    gate('pending', nil, idx - cursor, nil, nil, nil, held_by and {held_by} or {}, extra)
+  else
+    -- A batch callback fires when every job of the batch ended.
+    local total = tonumber(w[4]) or 0
+    local ended = (tonumber(w[5]) or 0) + (tonumber(w[6]) or 0)
+    extra[#extra + 1] = 'callback'
+    extra[#extra + 1] = slot or ''
+    gate('pending', nil, math.max(total - ended, 0), total, ended, nil, nil, extra)
+  end
+  return out
+end
+
+if state ~= 'available' then return out end
+
+local queue, tenant, key, member = f.queue, f.tenant, f.rl_key, f.member
+local q = sub_queue(queue, tenant)
+-- Where it waits (ratelimit.lua): its (sub-)queue's ready set, or, for a job with a rate-limit key that
+-- is not its lane's open head, the lane.
+local ahead_ready, ahead_lane = nil, nil
+if member then
+  local head = key and redis.call('HGET', key_queue_heads(P, q), key)
+  if key and head ~= member then
+    local r = redis.call('ZRANK', key_queue_lane(P, q, key), member)
+    if r then ahead_lane = r + (head and 1 or 0) end
+  else
+    ahead_ready = redis.call('ZRANK', key_queue_ready(P, q), member) or nil
+    if key then ahead_lane = 0 end
+  end
+end
+
+-- The queue: FETCH skips a paused queue, one being re-scored, one whose queue-level limit is reached.
+if queue_paused(P, queue) then gate('paused', nil, ahead_ready) end
+local l = queue_settings(P, queue)
+local qg, qlimit, qcurrent, qwake = queue_gate(P, queue, l, now, true)
+if qg then
+  local holders = qg == 'queue_concurrency' and holders_of(key_queue_rl_active(P, queue)) or nil
+  gate(qg, qwake >= 0 and qwake or nil, ahead_ready, qlimit >= 0 and qlimit or nil,
+    qcurrent >= 0 and qcurrent or nil, nil, holders)
+end
+
+-- The fair share among the queue's tenants: FETCH serves the tenant tenant_next names.
+if l.tenants and ahead_ready then
+  local t = tenant or ''
+  local rank, pass, lowest, n = tenant_turn(P, queue, t)
+  if rank and rank > 0 then
+    gate('fair_share', nil, rank, nil, nil, nil, nil, {'tenant', t, 'pass', tostring(pass), 'lowest_pass',
+      tostring(lowest), 'tenants', n, 'weight', tostring(tenant_weight_read(P, t))})
+  end
+end
+
+-- The job's rate-limit key: its limits as FETCH computes them, checked by FETCH's rl_check.
+local limited = false
+if key then
+  local e = rl_effective(P, key, rl_policy(P, key, f.rl))
+  local strategy, limit, current, wake = rl_check(P, key, e, now)
+  if strategy then
+    limited = true
+    local holders = strategy == 'concurrency' and holders_of(key_rl_active(P, key)) or nil
+    gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders)
+    if rl_overridden(e, strategy) then
+      local ttl = redis.call('PTTL', key_rl_ovr(P, key))
+      gate('override', ttl >= 0 and now + ttl or nil, ahead_lane, limit, current, key, nil,
+        redis.call('HGETALL', key_rl_ovr(P, key)))
+    end
+  end
+end
+
+-- Its place: jobs before it in its ready set (priority, then FIFO) or in its lane.
+if ahead_ready and ahead_ready > 0 then
+  gate('order', nil, ahead_ready)
+elseif not limited and ahead_lane and ahead_lane > 0 then
+  gate('order', nil, ahead_lane, nil, nil, key)
+end
+
+-- What FETCH does instead of running it when it pops it (fetch-1.lua claim_from).
+if f.expires_at and tonumber(f.expires_at) <= now then gate('expired', nil, nil) end
+if f.wf and redis.call('HGET', key_workflow(P, f.wf), 'state') == 'cancelled' then
+  gate('workflow_cancelled', nil, nil)
+end
+if f.dedup or f.root then
+  local why = superseded_by(P, id, f)
+  if why then gate('superseded', nil, nil, nil, nil, nil, nil, {'reason', why.reason, 'by', why.by or ''}) end
+end
+return out

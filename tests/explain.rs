@@ -1,0 +1,535 @@
+//! `GET /jobs/{id}/explain` ("why is this job waiting?"): one test per gate. Each sets the gate up
+//! through the API, asks, and checks that the answer names the gate, its holders or counters, and for
+//! a timed gate an earliest time within 100 ms of the one the setup implies (read from the job or the
+//! answer that set it up, both on Redis' clock). The rules themselves are FETCH's (lua/includes/gates.lua,
+//! ratelimit.lua, tenant.lua), so each test also checks that FETCH agrees: nothing is claimed while a
+//! gate says so.
+
+use ojs_core::clock::parse_ms;
+use ojs_testkit::TestServer;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+async fn explain(s: &TestServer, id: &str) -> Value {
+    let (st, b) = s.get(&format!("/ojs/v1/jobs/{id}/explain")).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["job_id"], id, "{b}");
+    b
+}
+
+/// The gate named `name` in an answer (panics, showing the answer, when it has none).
+fn gate<'a>(b: &'a Value, name: &str) -> &'a Value {
+    b["gates"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["gate"] == name))
+        .unwrap_or_else(|| panic!("no {name} gate in {b}"))
+}
+
+fn gate_names(b: &Value) -> Vec<String> {
+    b["gates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["gate"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A time of the API (RFC 3339) in ms.
+fn ms(v: &Value) -> i64 {
+    parse_ms(v.as_str().unwrap_or_else(|| panic!("not a time: {v}"))).expect("RFC 3339")
+}
+
+/// `until_ms` is within 100 ms of `expected`, and `until` says the same time.
+fn assert_until(g: &Value, expected: i64) {
+    let until = g["until_ms"].as_i64().unwrap_or_else(|| panic!("no until_ms: {g}"));
+    assert!(
+        (until - expected).abs() <= 100,
+        "until_ms {until} is not within 100 ms of {expected}: {g}"
+    );
+    assert_eq!(ms(&g["until"]), until, "{g}");
+}
+
+async fn fetch_one(s: &TestServer, queue: &str) -> Value {
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [queue], "worker_id": "w-explain", "visibility_timeout_ms": 60000}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    b["jobs"][0].clone()
+}
+
+async fn hlen(s: &TestServer, key: &str) -> i64 {
+    let mut r = s.redis().await;
+    redis::cmd("HLEN").arg(key).query_async(&mut r).await.expect("HLEN")
+}
+
+#[tokio::test]
+async fn an_unknown_job_and_another_tenants_job_are_not_found() {
+    let s = TestServer::start().await;
+    let (st, b) = s.get("/ojs/v1/jobs/019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f/explain").await;
+    assert_eq!(st, 404, "{b}");
+    assert_eq!(b["error"]["code"], "not_found", "{b}");
+    let (st, b) = s
+        .send_as(
+            Method::POST,
+            "/ojs/v1/jobs",
+            "acme",
+            Some(json!({"type": "t", "args": [], "queue": "ex-tenant"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["job"]["id"].as_str().expect("id").to_string();
+    let path = format!("/ojs/v1/jobs/{id}/explain");
+    let (st, b) = s.send_as(Method::GET, &path, "other", None).await;
+    assert_eq!(st, 404, "another tenant's job is not revealed: {b}");
+    assert_eq!(b["error"]["code"], "not_found", "{b}");
+    let (st, b) = s.send_as(Method::GET, &path, "acme", None).await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("available")), "{b}");
+}
+
+#[tokio::test]
+async fn a_ready_job_at_the_head_is_held_by_nothing_and_one_behind_it_by_its_order() {
+    let s = TestServer::start().await;
+    let q = "ex-order";
+    let ids: Vec<String> = enqueue_n(&s, q, 3).await;
+    let first = explain(&s, &ids[0]).await;
+    assert_eq!(first["waiting"], true, "{first}");
+    assert_eq!(first["gates"], json!([]), "{first}");
+    assert_eq!(first["runnable_at"], first["computed_at"], "{first}");
+    let third = explain(&s, &ids[2]).await;
+    let g = gate(&third, "order");
+    assert_eq!(g["ahead"], 2, "{third}");
+    assert_eq!(g["until"], Value::Null, "{third}");
+    // FETCH agrees: the head is claimed first.
+    assert_eq!(fetch_one(&s, q).await["id"], ids[0].as_str());
+    assert_eq!(gate(&explain(&s, &ids[2]).await, "order")["ahead"], 1);
+}
+
+async fn enqueue_n(s: &TestServer, queue: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(s.enqueue(json!({"type": "t", "args": [i], "queue": queue})).await);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn an_active_or_ended_job_is_not_waiting() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(json!({"type": "t", "args": [], "queue": "ex-active"})).await;
+    let claimed = fetch_one(&s, "ex-active").await;
+    assert_eq!(claimed["id"], id.as_str());
+    let b = explain(&s, &id).await;
+    assert_eq!(
+        (b["state"].as_str(), b["waiting"].as_bool()),
+        (Some("active"), Some(false)),
+        "{b}"
+    );
+    assert_eq!(b["gates"], json!([]), "{b}");
+    assert_eq!(b["running_since"], claimed["started_at"], "{b}");
+    assert_eq!(b["runnable_at"], Value::Null, "{b}");
+    assert!(b["detail"].as_str().unwrap_or("").contains("w-explain"), "{b}");
+    assert_eq!(s.ack(&id).await.0, 200);
+    let b = explain(&s, &id).await;
+    assert_eq!(
+        (b["state"].as_str(), b["waiting"].as_bool()),
+        (Some("completed"), Some(false)),
+        "{b}"
+    );
+    assert!(b.get("running_since").is_none(), "{b}");
+}
+
+#[tokio::test]
+async fn a_scheduled_job_waits_for_its_time() {
+    let s = TestServer::start().await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": "ex-sched", "scheduled_at": "+PT60S"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["job"]["id"].as_str().expect("id");
+    let at = ms(&b["job"]["scheduled_at"]);
+    let e = explain(&s, id).await;
+    assert_eq!(
+        (e["state"].as_str(), e["waiting"].as_bool()),
+        (Some("scheduled"), Some(true)),
+        "{e}"
+    );
+    assert_until(gate(&e, "scheduled"), at);
+    assert_eq!(e["runnable_at_ms"], gate(&e, "scheduled")["until_ms"], "{e}");
+    assert!(s.fetch(&["ex-sched"], 1).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_retryable_job_waits_for_its_retry() {
+    let s = TestServer::start().await;
+    let id = s
+        .enqueue(json!({"type": "t", "args": [], "queue": "ex-retry",
+            "options": {"retry": {"max_attempts": 3, "initial_interval": "PT30S", "jitter": false}}}))
+        .await;
+    fetch_one(&s, "ex-retry").await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"type": "Boom", "message": "x", "retryable": true}}),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("retryable")), "{b}");
+    let job = s.get(&format!("/ojs/v1/jobs/{id}")).await.1;
+    let e = explain(&s, &id).await;
+    let g = gate(&e, "scheduled");
+    assert_until(g, ms(&job["job"]["scheduled_at"]));
+    assert!(g["detail"].as_str().unwrap_or("").contains("retry"), "{g}");
+}
+
+#[tokio::test]
+async fn a_paused_queue_holds_its_jobs_with_the_jobs_ahead_counted() {
+    let s = TestServer::start().await;
+    let q = "ex-paused";
+    let ids = enqueue_n(&s, q, 2).await;
+    let (st, b) = s.post(&format!("/ojs/v1/queues/{q}/pause"), json!({})).await;
+    assert_eq!(st, 200, "{b}");
+    let e = explain(&s, &ids[1]).await;
+    let g = gate(&e, "paused");
+    assert_eq!((g["ahead"].as_i64(), &g["until"]), (Some(1), &Value::Null), "{e}");
+    assert_eq!(e["runnable_at"], Value::Null, "a pause has no known end: {e}");
+    assert!(s.fetch(&[q], 1).await.is_empty(), "FETCH agrees");
+    s.post(&format!("/ojs/v1/queues/{q}/resume"), json!({})).await;
+    assert!(!gate_names(&explain(&s, &ids[1]).await).contains(&"paused".to_string()));
+}
+
+#[tokio::test]
+async fn a_key_at_its_concurrency_names_the_holders_and_the_earliest_lease_deadline() {
+    let s = TestServer::start().await;
+    let q = "ex-conc";
+    let job = json!({"type": "t", "args": [], "queue": q, "rate_limit": {"key": "ex-conc-key", "concurrency": 1}});
+    let first = s.enqueue(job.clone()).await;
+    let second = s.enqueue(job).await;
+    let held = fetch_one(&s, q).await;
+    assert_eq!(held["id"], first.as_str());
+    let e = explain(&s, &second).await;
+    let g = gate(&e, "concurrency");
+    assert_eq!(g["key"], "ex-conc-key", "{e}");
+    assert_eq!((g["limit"].as_i64(), g["current"].as_i64()), (Some(1), Some(1)), "{e}");
+    assert_eq!(g["holders"], json!([first]), "{e}");
+    assert_eq!(g["ahead"], 0, "{e}");
+    assert_until(g, ms(&held["visibility_deadline"]));
+    // Asking changes nothing: the lane is not parked (FETCH parks it when it meets the limit).
+    let parked = s.keys().queue_parked(q);
+    assert_eq!(hlen(&s, &parked).await, 0, "explain parks no lane");
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+    assert_eq!(hlen(&s, &parked).await, 1, "FETCH parked the lane");
+    assert_eq!(
+        gate(&explain(&s, &second).await, "concurrency")["holders"],
+        json!([first])
+    );
+    assert_eq!(s.ack(&first).await.0, 200);
+    assert!(!gate_names(&explain(&s, &second).await).contains(&"concurrency".to_string()));
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_full_window_says_when_the_next_start_is_allowed() {
+    let s = TestServer::start().await;
+    let q = "ex-rate";
+    let job = json!({"type": "t", "args": [], "queue": q,
+        "rate_limit": {"key": "ex-rate-key", "rate": {"limit": 1, "period": "PT10S"}}});
+    s.enqueue(job.clone()).await;
+    let second = s.enqueue(job.clone()).await;
+    let third = s.enqueue(job).await;
+    let started = ms(&fetch_one(&s, q).await["started_at"]);
+    let e = explain(&s, &second).await;
+    let g = gate(&e, "rate");
+    assert_eq!((g["limit"].as_i64(), g["current"].as_i64()), (Some(1), Some(1)), "{e}");
+    assert_until(g, started + 10_000);
+    assert_eq!(e["runnable_at_ms"], g["until_ms"], "{e}");
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+    // The third waits behind the second in the key's lane.
+    assert_eq!(gate(&explain(&s, &third).await, "rate")["ahead"], 1);
+}
+
+#[tokio::test]
+async fn a_throttle_says_when_its_next_start_is_allowed() {
+    let s = TestServer::start().await;
+    let q = "ex-throttle";
+    let job = json!({"type": "t", "args": [], "queue": q,
+        "rate_limit": {"key": "ex-throttle-key", "throttle": {"limit": 1, "period": "PT10S"}}});
+    s.enqueue(job.clone()).await;
+    let second = s.enqueue(job).await;
+    let started = ms(&fetch_one(&s, q).await["started_at"]);
+    let e = explain(&s, &second).await;
+    // The first start sets the next one 90% of the interval on (ratelimit.lua rl_take).
+    assert_until(gate(&e, "throttle"), started + 9_000);
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+}
+
+#[tokio::test]
+async fn an_override_that_limits_is_named_with_its_expiry() {
+    let s = TestServer::start().await;
+    let q = "ex-ovr";
+    let id = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": {"key": "ex-ovr-key", "concurrency": 5}}))
+        .await;
+    let expires = "2099-11-22T13:00:00Z";
+    let (st, b) = s
+        .put(
+            "/ojs/v1/rate-limits/ex-ovr-key",
+            json!({"concurrency": 0, "expires_at": expires}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let e = explain(&s, &id).await;
+    let c = gate(&e, "concurrency");
+    assert_eq!((c["limit"].as_i64(), c["current"].as_i64()), (Some(0), Some(0)), "{e}");
+    let o = gate(&e, "override");
+    assert_eq!(o["override_fields"]["concurrency"], "0", "{e}");
+    assert_until(o, parse_ms(expires).expect("time"));
+    // The override's expiry is when the key's limits change: the concurrency gate wakes then too.
+    assert_until(c, parse_ms(expires).expect("time"));
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+    // Without the override the policy's 5 slots are free: nothing holds the job.
+    s.delete("/ojs/v1/rate-limits/ex-ovr-key").await;
+    assert_eq!(explain(&s, &id).await["gates"], json!([]));
+}
+
+#[tokio::test]
+async fn a_dynamic_block_waits_for_rate_limit_until() {
+    let s = TestServer::start().await;
+    let q = "ex-dyn";
+    let id = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": {"key": "ex-dyn-key", "concurrency": 5}}))
+        .await;
+    fetch_one(&s, q).await;
+    let until = "2099-11-22T12:05:00Z";
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"type": "RateLimitExceeded", "message": "429", "rate_limit_until": until}}),
+        )
+        .await;
+    assert_eq!((st, b["state"].as_str()), (200, Some("available")), "{b}");
+    let e = explain(&s, &id).await;
+    let g = gate(&e, "dynamic");
+    assert_eq!(g["key"], "ex-dyn-key", "{e}");
+    assert_until(g, parse_ms(until).expect("time"));
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+}
+
+#[tokio::test]
+async fn queue_level_limits_hold_the_queue_with_holders_and_times() {
+    let s = TestServer::start().await;
+    let q = "ex-qconc";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/rate-limit"),
+            json!({"concurrency": 1}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let ids = enqueue_n(&s, q, 2).await;
+    let held = fetch_one(&s, q).await;
+    let e = explain(&s, &ids[1]).await;
+    let g = gate(&e, "queue_concurrency");
+    assert_eq!((g["limit"].as_i64(), g["current"].as_i64()), (Some(1), Some(1)), "{e}");
+    assert_eq!(g["holders"], json!([ids[0]]), "{e}");
+    assert_eq!(g["ahead"], 0, "{e}");
+    assert_until(g, ms(&held["visibility_deadline"]));
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+
+    let q = "ex-qrate";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/rate-limit"),
+            json!({"rate": {"limit": 1, "period": "PT20S"}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let ids = enqueue_n(&s, q, 2).await;
+    let started = ms(&fetch_one(&s, q).await["started_at"]);
+    let e = explain(&s, &ids[1]).await;
+    let g = gate(&e, "queue_rate");
+    assert_eq!((g["limit"].as_i64(), g["current"].as_i64()), (Some(1), Some(1)), "{e}");
+    assert_until(g, started + 20_000);
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+}
+
+#[tokio::test]
+async fn a_tenant_behind_in_the_fair_share_is_told_its_pass_and_the_tenants_ahead() {
+    let s = TestServer::start().await;
+    let q = "ex-fair";
+    let mut by = std::collections::HashMap::new();
+    for tenant in ["alpha", "beta"] {
+        for i in 0..2 {
+            let (st, b) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/jobs",
+                    tenant,
+                    Some(json!({"type": "t", "args": [i], "queue": q})),
+                )
+                .await;
+            assert_eq!(st, 201, "{b}");
+            by.entry(tenant)
+                .or_insert_with(Vec::new)
+                .push(b["job"]["id"].as_str().expect("id").to_string());
+        }
+    }
+    // Equal passes: alpha goes first (ties by name), and its pass moves on by 1/weight.
+    assert_eq!(fetch_one(&s, q).await["meta"]["tenant_id"], "alpha");
+    let e = explain(&s, &by["alpha"][1]).await;
+    let g = gate(&e, "fair_share");
+    assert_eq!(
+        (g["tenant"].as_str(), g["ahead"].as_i64()),
+        (Some("alpha"), Some(1)),
+        "{e}"
+    );
+    assert_eq!(
+        (g["pass"].as_f64(), g["lowest_pass"].as_f64()),
+        (Some(1.0), Some(0.0)),
+        "{e}"
+    );
+    assert_eq!(
+        (g["tenants"].as_i64(), g["weight"].as_f64()),
+        (Some(2), Some(1.0)),
+        "{e}"
+    );
+    assert_eq!(e["runnable_at"], Value::Null, "{e}");
+    // beta's job is at the head of the share: nothing holds it.
+    assert_eq!(explain(&s, &by["beta"][0]).await["gates"], json!([]));
+    assert_eq!(fetch_one(&s, q).await["meta"]["tenant_id"], "beta", "FETCH agrees");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_pending_workflow_step_waits_for_its_parents() {
+    let s = TestServer::start().await;
+    let step = |t: &str| json!({"type": t, "args": [], "options": {"queue": "ex-wf"}});
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "steps": [step("a"), step("b"), step("c")]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let w = &b["workflow"];
+    let job = |i: usize| w["jobs"][i]["id"].as_str().expect("id").to_string();
+    let e = explain(&s, &job(2)).await;
+    assert_eq!(
+        (e["state"].as_str(), e["waiting"].as_bool()),
+        (Some("pending"), Some(true)),
+        "{e}"
+    );
+    let g = gate(&e, "pending");
+    assert_eq!(g["ahead"], 2, "two steps must complete first: {e}");
+    assert_eq!(g["holders"], json!([job(0)]), "{e}");
+    assert_eq!(g["workflow_id"], w["id"], "{e}");
+    assert_eq!(e["runnable_at"], Value::Null, "{e}");
+    // Step 0 completes: step 1 is released, step 2 now waits for it alone.
+    let got = fetch_one(&s, "ex-wf").await;
+    assert_eq!(got["id"], job(0).as_str());
+    assert_eq!(s.ack(&job(0)).await.0, 200);
+    let g = gate(&explain(&s, &job(2)).await, "pending").clone();
+    assert_eq!((g["ahead"].as_i64(), &g["holders"]), (Some(1), &json!([job(1)])), "{g}");
+}
+
+#[tokio::test]
+async fn a_batch_callback_waits_for_the_batchs_jobs() {
+    let s = TestServer::start().await;
+    let job = |t: &str| json!({"type": t, "args": [], "options": {"queue": "ex-batch"}});
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "batch", "jobs": [job("a"), job("b")], "callbacks": {"on_complete": job("done")}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let wid = b["workflow"]["id"].as_str().expect("id").to_string();
+    let first = fetch_one(&s, "ex-batch").await;
+    assert_eq!(s.ack(first["id"].as_str().expect("id")).await.0, 200);
+    // The callback's id: the workflow's view lists it.
+    let w = s.get(&format!("/ojs/v1/workflows/{wid}")).await.1;
+    let cb = find_pending(&w["workflow"]).unwrap_or_else(|| panic!("no pending callback in {w}"));
+    let e = explain(&s, &cb).await;
+    let g = gate(&e, "pending");
+    assert_eq!(
+        (g["ahead"].as_i64(), g["limit"].as_i64(), g["current"].as_i64()),
+        (Some(1), Some(2), Some(1)),
+        "{e}"
+    );
+}
+
+/// The id of a pending member anywhere in a workflow's view.
+fn find_pending(v: &Value) -> Option<String> {
+    match v {
+        Value::Object(o) => {
+            if o.get("state") == Some(&json!("pending")) {
+                if let Some(id) = o.get("id").and_then(Value::as_str) {
+                    return Some(id.to_string());
+                }
+            }
+            o.values().find_map(find_pending)
+        }
+        Value::Array(a) => a.iter().find_map(find_pending),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_job_fetch_would_end_unrun_says_so() {
+    let s = TestServer::start().await;
+    // An expired job is discarded by FETCH instead of run.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": "ex-exp", "options": {"expires_at": "+PT0.05S"}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["job"]["id"].as_str().expect("id").to_string();
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    let e = explain(&s, &id).await;
+    gate(&e, "expired");
+    assert_eq!(e["runnable_at"], Value::Null, "{e}");
+    // A twin (same type and args: another queue) that started after it was created supersedes it.
+    let body = json!({"type": "page.render", "args": [7], "queue": "ex-dedup", "options": {"dedup": true}});
+    let older = s.enqueue(body).await;
+    let newer = s
+        .enqueue(json!({"type": "page.render", "args": [7], "queue": "ex-dedup-run", "options": {"dedup": true}}))
+        .await;
+    assert_eq!(fetch_one(&s, "ex-dedup-run").await["id"], newer.as_str());
+    let e = explain(&s, &older).await;
+    assert_eq!(gate(&e, "superseded")["reason"], "dedup", "{e}");
+}
+
+#[tokio::test]
+async fn a_queue_being_rescored_for_aging_holds_its_jobs() {
+    let s = TestServer::start().await;
+    let q = "ex-rescore";
+    let ids = enqueue_n(&s, q, 1).await;
+    // A re-scoring caught half-way (includes/rescore.lua marks the queue's conf with rs_phase while it
+    // runs; a pod that died there leaves it for the promote timer): set the mark as it would stand.
+    let mut r = s.redis().await;
+    let conf = s.keys().queue_conf(q);
+    let _: () = redis::cmd("HSET")
+        .arg(&conf)
+        .arg("rs_phase")
+        .arg("ready")
+        .query_async(&mut r)
+        .await
+        .expect("hset");
+    let e = explain(&s, &ids[0]).await;
+    assert_eq!(gate(&e, "rescoring")["ahead"], 0, "{e}");
+    assert_eq!(e["runnable_at"], Value::Null, "{e}");
+    assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
+    let _: () = redis::cmd("HDEL")
+        .arg(&conf)
+        .arg("rs_phase")
+        .query_async(&mut r)
+        .await
+        .expect("hdel");
+    assert_eq!(explain(&s, &ids[0]).await["gates"], json!([]));
+}
