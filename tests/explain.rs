@@ -252,6 +252,38 @@ async fn a_full_window_says_when_the_next_start_is_allowed() {
     assert_eq!(gate(&explain(&s, &third).await, "rate")["ahead"], 1);
 }
 
+/// Costs: the window gate counts units, and an ACK's `cost_used` that frees enough lets the job run.
+#[tokio::test]
+async fn a_window_of_units_names_the_units_used_and_frees_with_cost_used() {
+    let s = TestServer::start().await;
+    let q = "ex-units";
+    let job = json!({"type": "t", "args": [], "queue": q,
+        "rate_limit": {"key": "ex-units-key", "rate": {"limit": 1000, "period": "PT10S"}, "cost": 600}});
+    s.enqueue(job.clone()).await;
+    let second = s.enqueue(job).await;
+    let first = fetch_one(&s, q).await;
+    let started = ms(&first["started_at"]);
+    let e = explain(&s, &second).await;
+    let g = gate(&e, "rate");
+    assert_eq!(
+        (g["limit"].as_i64(), g["current"].as_i64()),
+        (Some(1000), Some(600)),
+        "{e}"
+    );
+    assert_until(g, started + 10_000);
+    let id = first["id"].as_str().unwrap_or_default();
+    let (st, b) = s
+        .post("/ojs/v1/workers/ack", json!({"job_id": id, "cost_used": 300}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let e = explain(&s, &second).await;
+    assert!(
+        e["gates"].as_array().into_iter().flatten().all(|g| g["gate"] != "rate"),
+        "{e}"
+    );
+    assert_eq!(fetch_one(&s, q).await["id"], second.as_str(), "FETCH agrees");
+}
+
 #[tokio::test]
 async fn a_throttle_says_when_its_next_start_is_allowed() {
     let s = TestServer::start().await;

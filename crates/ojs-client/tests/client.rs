@@ -89,10 +89,28 @@ async fn the_cli_enqueues_shows_and_lists() {
         let id = job["id"].as_str().unwrap_or_default().to_string();
         let shown = run(&["job", &id]);
         let stats = run(&["stats"]);
-        (job, shown, stats)
+        (job, shown, stats, id)
     })
     .await
     .expect("cli");
+    // `ojs job explain` names what holds the job back: here its queue, paused.
+    let (st, b) = s.post("/ojs/v1/queues/cli/pause", json!({})).await;
+    assert_eq!(st, 200, "{b}");
+    let (base, id) = (s.base.clone(), out.3.clone());
+    let explained = tokio::task::spawn_blocking(move || {
+        let o = std::process::Command::new(bin)
+            .args(["--url", &base, "job", "explain", &id])
+            .output()
+            .expect("run ojs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    })
+    .await
+    .expect("cli");
+    assert!(
+        explained.lines().any(|l| l.contains("paused")),
+        "ojs job explain should name the paused queue:\n{explained}"
+    );
     assert_eq!(out.0["priority"], 1);
     assert!(out.1.contains("report.build"), "{}", out.1);
     assert!(
