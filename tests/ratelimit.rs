@@ -702,6 +702,23 @@ async fn a_throttle_spaces_costly_jobs_and_bad_costs_are_refused() {
         assert_eq!(st, 400, "{b}");
         assert!(b["error"]["message"].as_str().unwrap_or("").contains(needle), "{b}");
     }
+    // A window that holds only the corrected start keeps it, its count and its expiry.
+    s.enqueue(json!({"type": "a", "args": [], "options": {"queue": "one"},
+        "rate_limit": {"key": "lone", "rate": {"limit": 1000, "period": "PT1M"}, "cost": 100}}))
+        .await;
+    let lone = s.fetch(&["one"], 1).await;
+    let (st, b) = s
+        .post("/ojs/v1/workers/ack", json!({"job_id": lone[0]["id"], "cost_used": 42}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (_, state) = s.get("/ojs/v1/rate-limits/lone").await;
+    assert_eq!(state["rate"]["current_count"], 42, "{state}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(s.keys().rl_win("lone"))
+        .query_async(&mut r)
+        .await
+        .unwrap_or(-3);
+    assert!(ttl > 0, "the window keeps its expiry: PTTL {ttl}");
     let id = first[0]["id"].as_str().unwrap_or_default();
     let (st, b) = s
         .post("/ojs/v1/workers/ack", json!({"job_id": id, "cost_used": -1}))

@@ -439,8 +439,10 @@ local function rl_used(P, key, id, claim, units, used, now)
   local old = id .. ':' .. claim .. (units ~= 1 and ':' .. units or '')
   local at = redis.call('ZSCORE', wk, old)
   if not at then return end
-  redis.call('ZREM', wk, old)
+  -- The new entry goes in before the old one leaves, so the window never empties: an emptied zset is
+  -- deleted, and the ZADD after it would make a new one without the window's expiry.
   redis.call('ZADD', wk, at, id .. ':' .. claim .. (used ~= 1 and ':' .. used or ''))
+  redis.call('ZREM', wk, old)
   local xk = key_rl_win_units(P, key)
   redis.call('INCRBY', xk, used - units)
   -- The counter lives as long as the window's newest entry can.

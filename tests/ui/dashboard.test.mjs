@@ -67,6 +67,14 @@ for (const [tenant, n] of [["ui-big", 10], ["ui-small", 10]]) {
 }
 await post("/ojs/v1/workers/fetch", { queues: ["ui-tenants"], worker_id: "w-tenants", count: 8 });
 
+// An adaptive key whose upstream answered 429 once: its concurrency is halved from 8 to 4.
+await post("/ojs/v1/jobs", { type: "geo.lookup", args: [], queue: "ui-adaptive",
+  rate_limit: { key: "ui-adaptive", concurrency: 8, adaptive: { errors: ["TooManyRequests"] } } });
+{
+  const { jobs } = await post("/ojs/v1/workers/fetch", { queues: ["ui-adaptive"], worker_id: "w-adaptive" });
+  await post("/ojs/v1/workers/nack", { job_id: jobs[0].id, error: { type: "TooManyRequests", message: "429" } });
+}
+
 // A chain whose first step is done: step 1 waits for a worker, step 2 is pending.
 const { workflow: wf } = await post("/ojs/v1/workflows", { type: "chain", name: "ui.etl", steps: [
   { type: "etl.extract", args: [], queue: "ui-etl" }, { type: "etl.transform", args: [], queue: "ui-etl" },
@@ -108,6 +116,12 @@ try {
     const q = await get(`/ojs/v1/queues/${queue}/stats`);
     assert.equal(q.queue.paused, true, "paused through the page");
     await page.locator("#events li").first().waitFor(T);
+  });
+
+  await step("overview: an adaptive key shows its effective limit against its policy's", async () => {
+    const row = page.locator("#ratelimits tr", { hasText: "ui-adaptive" });
+    await row.waitFor(T);
+    assert.match(await row.locator("td.adaptive").innerText(), /concurrency 4 \/ 8/);
   });
 
   await step("overview: tenants with their weights and shares", async () => {
