@@ -74,7 +74,9 @@
 --        ready (each leaves the share; includes/tenant.lua): at most MAX_SKIPS = 100 per call, shared by its
 --        requests: a request that meets the budget stops with cut = 1 and the server calls again, so
 --        20,000 keys at concurrency 0 cost 200 short calls, never one long one; the ready-index check
---        at the end visits the distinct queues claimed from (at most the requests' queue lists)
+--        at the end visits the distinct queues claimed from (at most the requests' queue lists); a
+--        key's check looks at most at RL_PRUNE_MAX expired window entries and lapsed holders of a key
+--        whose jobs carry costs (includes/ratelimit.lua)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group

@@ -76,7 +76,8 @@
 -- expires RL_IDLE_MS after its last move.
 -- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are);
 -- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
--- more are pruned by the next checks, and until then they count, so a limit is never exceeded).
+-- more are pruned by the next checks, and until then they count, so a limit is never exceeded); a
+-- spec's optional tokens (at most 2: the cost, the adaptive policy); an adaptive step's limits (2).
 --@include emit
 --@include clock
 --@include score
