@@ -496,23 +496,16 @@ pub struct RateLimitPolicy {
     /// a job holds `min(cost, limit)` of each). The ACK's `cost_used` corrects the window.
     #[schema(nullable = false, minimum = 1, maximum = 1_000_000_000)]
     pub cost: Option<u64>,
-    /// Ours, beyond the seed: additive increase, multiplicative decrease. Each failure reported as a
-    /// rate limit (`rate_limit_until`, or an error type in `errors`) halves the key's effective
-    /// concurrency and window limit (never below 1, once per round of starts) without spending the
-    /// job's attempt; every `increase_after` successes raise them one step back toward this policy.
-    #[schema(nullable = false)]
-    pub adaptive: Option<AdaptivePolicy>,
-}
-
-/// `rate_limit.adaptive` (ours).
-#[derive(Deserialize, ToSchema)]
-pub struct AdaptivePolicy {
-    /// Successes per step up (1 to 1,000,000; default 10).
-    #[schema(nullable = false, minimum = 1, maximum = 1_000_000)]
-    pub increase_after: Option<u64>,
-    /// Error types (a NACK's `error.type`, or `code`) that mean "rate limited" (at most 20).
-    #[schema(nullable = false, max_items = 20)]
-    pub errors: Option<Vec<String>>,
+    /// Ours, beyond the seed: additive increase, multiplicative decrease, `{"increase_after": N,
+    /// "errors": [types]}` (both optional). Each failure reported as a rate limit (`rate_limit_until`,
+    /// or an `error.type` listed in `errors`, at most 20 of 1 to 100 characters `[A-Za-z0-9_.:-]`)
+    /// halves the key's effective concurrency and window limit (never below 1, once per round of
+    /// starts) without spending the job's attempt; every `increase_after` successes (1 to 1,000,000,
+    /// default 10) raise them one step back toward this policy. (Documented as an object, not its
+    /// members: the nesting its array adds under a batch's jobs breaks schemathesis' example
+    /// generation on CPython 3.11.)
+    #[schema(value_type = Option<Object>, nullable = false, example = json!({"increase_after": 10, "errors": ["TooManyRequests"]}))]
+    pub adaptive: Option<Value>,
 }
 
 /// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the
