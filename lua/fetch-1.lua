@@ -54,7 +54,9 @@
 --        "Costs"); a key whose jobs carry costs adds a ZRANGE of lapsed holders (an HMGET when there
 --        are some) and a ZRANGE of expired window entries per check, and a claim of u > 1 units adds
 --        an HSET and INCRBY (concurrency) and an INCRBY and PEXPIRE (window); an ACK with ack_used adds
---        a ZSCORE, and when it changes the count a ZREM, ZADD, INCRBY, PTTL and PEXPIRE; a job with
+--        a ZSCORE, and when it changes the count a ZADD, ZREM, INCRBY, PTTL and PEXPIRE; a key whose
+--        policy is adaptive adds an HMGET of its adaptation per check, and its ACK a GET of the policy,
+--        an HMGET, a ZCOUNT and an HINCRBY (more when it steps up: ratelimit.lua rl_adapt_up); a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
 --        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
 --        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply); an ACK or

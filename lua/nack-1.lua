@@ -26,7 +26,8 @@
 --   {'not_found'}
 --   {'state', state}      the job is not active
 --   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
--- COST   O(log n)
+-- COST   O(log n); a job of an adaptive key adds a GET of its policy, and a reported rate limit an HMGET,
+--        HSETs and a PEXPIRE of its adaptation (includes/ratelimit.lua rl_adapt_down)
 -- CAPS   no loop of its own; a discard advances the job's workflow (includes/workflow.lua: a failed
 --        chain's sweep ends at most 500 steps per call)
 -- CLOCK  Redis TIME

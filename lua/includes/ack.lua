@@ -3,7 +3,9 @@
 --   {'ok', now_ms, attempt, queue, type} | {'not_found'} | {'state', state} | {'lease_lost', state}
 -- want names the claim the worker acts for (see lease.lua: lease, attempt, worker; '' = not named);
 -- a claim the job no longer holds is refused with 'lease_lost' and nothing changes. want.used: the
--- units the job really used ('' = its cost), which correct its rate-limit window entry (rl_used).
+-- units the job really used ('' = its cost), which correct its rate-limit window entry (rl_used). The
+-- success of a job whose own and key's policies are adaptive counts toward the key's step up
+-- (rl_adapt_up).
 -- active -> completed only; the current 'error' is cleared ('errors' history stays); the job leaves
 -- P..'active', the queue's active counter and its rate-limit slots (re-opening parked lanes) at once; an
 -- ACK for a job already taken back (lease lapsed and requeued) is refused, never applied twice. A lease
