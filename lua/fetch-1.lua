@@ -236,6 +236,7 @@ local function claim_from(queue, tenant)
     if key then
       redis.call('HDEL', key_queue_heads(P, q), key)
       e = rl_effective(P, key, rl_policy(P, key, f.rl))
+      rl_pool(P, e, queue, qlimits[queue])
     end
     if f.expires_at and tonumber(f.expires_at) <= now then
       skips = skips + 1
@@ -283,9 +284,9 @@ local function claim_from(queue, tenant)
           redis.call('ZADD', key_scheduled(P), wake, id)
           stat(P, queue, 'scheduled', 1)
           ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
-          lane_park(P, q, key, nil, nil, wake, strategy)
+          lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor)
         else
-          lane_park(P, q, key, member, score, wake, strategy)
+          lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor)
         end
       else
         not_available(P, queue, priority)
@@ -307,6 +308,7 @@ local function claim_from(queue, tenant)
           -- e.round: an adaptive key's round of decreases this start belongs to (ratelimit.lua).
           if w then w.rl_units, w.rl_round = units, e.round end
           lane_open(P, q, key, true)
+          if e.pool_size then burst_sync(P, q, key, e.floor, now) end
         end
         if tenant then
           redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(tenant), tenant)
@@ -332,6 +334,8 @@ local function claim_from(queue, tenant)
         return true
       end
     end
+    -- The popped job did not start: its key's lane opened again or parked.
+    if e and e.pool_size then burst_sync(P, q, key, e.floor, now) end
   end
 end
 

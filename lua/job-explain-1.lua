@@ -17,7 +17,8 @@
 --     gate_i = {name, until_ms, ahead, limit, current, key, holders, extra}
 --       name     'scheduled' (scheduled or retryable: its run time), 'pending' (a workflow member
 --                waiting for its turn), 'paused', 'rescoring', 'queue_concurrency', 'queue_rate',
---                'fair_share', 'dynamic', 'concurrency', 'rate', 'throttle', 'override' (the limit
+--                'fair_share', 'dynamic', 'concurrency', 'pool' (its key is past its floor and the
+--                queue's free slots are owed to keys below theirs), 'rate', 'throttle', 'override' (the limit
 --                above it is an operator's override), 'order' (jobs before it in its ready set or
 --                lane), or what FETCH does instead of running it: 'expired', 'workflow_cancelled',
 --                'superseded'
@@ -28,11 +29,11 @@
 --       limit, current   the limit and its use now (-1 when none); for a batch callback the batch's
 --                jobs and how many ended
 --       key      the rate-limit key ('' for none)
---       holders  job ids holding the slots (concurrency, queue_concurrency; at most MAX_HOLDERS, the
+--       holders  job ids holding the slots (concurrency, queue_concurrency, pool; at most MAX_HOLDERS, the
 --                earliest lease deadline first), or the chain step being waited for (pending)
 --       extra    flat field/value pairs: fair_share tenant, pass, lowest_pass, tenants, weight;
 --                pending workflow_id, workflow_type, workflow_state, step or callback; override the
---                override's fields; superseded reason, by; scheduled state
+--                override's fields; superseded reason, by; scheduled state; pool floor, owed
 -- COST   O(log n): a few reads of the job's queue, key and tenant structures
 -- CAPS   no loop; holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT)
 -- CLOCK  Redis TIME
@@ -140,11 +141,17 @@ end
 local limited = false
 if key then
   local e = rl_effective(P, key, rl_policy(P, key, f.rl))
+  rl_pool(P, e, queue, l)
   local strategy, limit, current, wake = rl_check(P, key, e, now)
   if strategy then
     limited = true
     local holders = strategy == 'concurrency' and holders_of(key_rl_active(P, key)) or nil
-    gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders)
+    local extra = nil
+    if strategy == 'pool' then
+      holders = holders_of(key_queue_rl_active(P, queue))
+      extra = {'floor', tostring(e.floor), 'owed', tostring(e.pool_want)}
+    end
+    gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders, extra)
     if rl_overridden(e, strategy) then
       local ttl = redis.call('PTTL', key_rl_ovr(P, key))
       gate('override', ttl >= 0 and now + ttl or nil, ahead_lane, limit, current, key, nil,

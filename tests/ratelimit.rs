@@ -850,3 +850,189 @@ async fn an_adaptive_key_settles_under_an_upstream_that_refuses_more_than_five()
     }
     s.assert_invariants().await;
 }
+
+/// Burstable concurrency: keys with a floor draw from their queue's pool (its concurrency). A key alone
+/// borrows every idle slot up to its ceiling; a key below its floor gets the next slot a borrower
+/// gives back, ahead of the borrower's own older jobs; once each key has its floor, idle slots are
+/// lent again. Explain names the pool gate, and nothing owed is left when the queue drains.
+#[tokio::test]
+async fn burstable_keys_keep_their_floor_and_borrow_idle_slots() {
+    let s = TestServer::start().await;
+    let (st, b) = s
+        .put("/ojs/v1/admin/queues/bq/rate-limit", json!({"concurrency": 6}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let job = |key: &str, ceiling: u64| {
+        json!({"type": "burst", "args": [], "options": {"queue": "bq"},
+            "rate_limit": {"key": key, "concurrency": ceiling, "floor": 2}})
+    };
+    let a = enqueue_many(&s, 10, job("tenant-a", 6)).await;
+    let held: Vec<String> = s
+        .fetch(&["bq"], 10)
+        .await
+        .iter()
+        .filter_map(|j| j["id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(held, a[..6], "alone, a key borrows every idle slot up to its ceiling");
+
+    // B arrives below its floor: the pool is full, so it waits for a slot to come back.
+    let bs = enqueue_many(&s, 5, job("tenant-b", 6)).await;
+    assert!(s.fetch(&["bq"], 1).await.is_empty(), "the pool's 6 slots are held");
+    assert_eq!(s.ack(&held[0]).await.0, 200);
+    let got = s.fetch(&["bq"], 1).await;
+    assert_eq!(
+        got[0]["id"],
+        bs[0].as_str(),
+        "the slot A gave back goes to B, below its floor, though A's jobs are older"
+    );
+    // A's lane waits for the pool: explain says so, with the floor and what is owed.
+    let (st, why) = s.get(&format!("/ojs/v1/jobs/{}/explain", a[6])).await;
+    assert_eq!(st, 200, "{why}");
+    let pool = why["gates"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["gate"] == "pool"))
+        .unwrap_or_else(|| panic!("no pool gate: {why}"));
+    assert_eq!((&pool["limit"], &pool["key"]), (&json!(6), &json!("tenant-a")), "{why}");
+    assert_eq!(s.ack(&held[1]).await.0, 200);
+    let got = s.fetch(&["bq"], 1).await;
+    assert_eq!(got[0]["id"], bs[1].as_str(), "B gets its second floor slot");
+    // Both hold their floor: the next slot given back is lent to whoever comes first (A's older job).
+    assert_eq!(s.ack(&held[2]).await.0, 200);
+    let got = s.fetch(&["bq"], 1).await;
+    assert_eq!(
+        got[0]["id"],
+        a[6].as_str(),
+        "with every floor met, an idle slot is lent again"
+    );
+    s.assert_invariants().await;
+
+    // Drain everything: nothing is owed once no lane waits.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut active: Vec<String> = held[3..].to_vec();
+    active.extend([bs[0].clone(), bs[1].clone(), a[6].clone()]);
+    while !active.is_empty() {
+        for id in active.drain(..) {
+            assert_eq!(s.ack(&id).await.0, 200);
+        }
+        active = s
+            .fetch(&["bq"], 10)
+            .await
+            .iter()
+            .filter_map(|j| j["id"].as_str().map(str::to_owned))
+            .collect();
+        assert!(Instant::now() < deadline, "the queue never drained");
+    }
+    let mut r = s.redis().await;
+    let keys = s.keys();
+    let want: Option<i64> = redis::cmd("HGET")
+        .arg(keys.queue_conf("bq"))
+        .arg("want")
+        .query_async(&mut r)
+        .await
+        .unwrap_or(None);
+    assert_eq!(want.unwrap_or(0), 0, "nothing is owed once the queue drained");
+    s.assert_invariants().await;
+
+    // A ceiling holds even with the pool idle; a floor above the ceiling is refused, naming the range.
+    let c = enqueue_many(&s, 5, job("tenant-c", 3)).await;
+    assert_eq!(s.fetch(&["bq"], 5).await.len(), 3, "tenant-c's ceiling is 3");
+    drop(c);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "burst", "args": [], "rate_limit": {"key": "k", "concurrency": 2, "floor": 3}}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(b.to_string().contains("rate_limit.floor"), "{b}");
+}
+
+/// Burstable concurrency under 64 racing fetchers on two nodes. Three keys with floors 2, 2 and 2 share
+/// a pool of 6 (the queue's concurrency), each with a ceiling of 6: while all three have work, the
+/// floors take the whole pool, so no key ever holds more than its floor and none borrows. Once the
+/// smallest key (c) has started its last job, its slots are lent: a and b burst past their floors,
+/// and the pool never holds more than 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn floors_hold_and_idle_slots_are_lent_under_racing_fetchers() {
+    let (a, b) = two_nodes().await;
+    let (st, body) = a
+        .put("/ojs/v1/admin/queues/bursty/rate-limit", json!({"concurrency": 6}))
+        .await;
+    assert_eq!(st, 200, "{body}");
+    let job = |key: &str| {
+        json!({"type": "burst", "args": [], "options": {"queue": "bursty"},
+            "rate_limit": {"key": key, "concurrency": 6, "floor": 2}})
+    };
+    // Interleaved, so that all three keys wait before any worker runs.
+    let mut jobs = Vec::new();
+    for i in 0..100 {
+        jobs.push(job("ka"));
+        jobs.push(job("kb"));
+        if i < 30 {
+            jobs.push(job("kc"));
+        }
+    }
+    let (st, body) = a.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(st, 201, "{body}");
+    let key_of: std::collections::HashMap<String, String> = body["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(jobs.iter())
+        .filter_map(|(j, src)| {
+            Some((
+                j["id"].as_str()?.to_owned(),
+                src["rate_limit"]["key"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    assert_eq!(key_of.len(), 230);
+    run_workers(
+        [a.clone(), b.clone()],
+        "bursty",
+        230,
+        Duration::from_millis(10),
+        Duration::from_secs(60),
+    )
+    .await;
+    let mut held: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    let (mut c_started, mut total, mut max_total, mut burst) = (0, 0i64, 0i64, 0i64);
+    for (t, id, _) in events(&a).await {
+        let Some(k) = key_of.get(&id) else { continue };
+        match t.as_str() {
+            "job.started" => {
+                *held.entry(k).or_default() += 1;
+                total += 1;
+                if k == "kc" {
+                    c_started += 1;
+                }
+            }
+            "job.completed" => {
+                *held.entry(k).or_default() -= 1;
+                total -= 1;
+            }
+            _ => continue,
+        }
+        max_total = max_total.max(total);
+        let most = held.values().copied().max().unwrap_or(0);
+        if c_started < 30 {
+            assert!(most <= 2, "a key borrowed while every key still had work: {held:?}");
+        } else {
+            burst = burst.max(most);
+        }
+    }
+    assert_eq!(max_total, 6, "the pool of 6 was used in full and never exceeded");
+    assert!(
+        burst > 2,
+        "once kc ran out of work, its slots were lent (most held {burst})"
+    );
+    let mut r = a.redis().await;
+    let want: Option<i64> = redis::cmd("HGET")
+        .arg(a.keys().queue_conf("bursty"))
+        .arg("want")
+        .query_async(&mut r)
+        .await
+        .unwrap_or(None);
+    assert_eq!(want.unwrap_or(0), 0, "nothing is owed once the queue drained");
+    a.assert_invariants().await;
+}

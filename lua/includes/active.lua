@@ -29,15 +29,20 @@ end
 local function leave_active(P, jk, id, queue, now, also_del)
   redis.call('ZREM', key_active(P), id)
   local w = rec_update(jk)
-  local rl_key, qrl, units = nil, nil, nil
+  local rl_key, qrl, units, spec = nil, nil, nil, nil
   if w then
-    rl_key, qrl, units = w.rl_key, w.qrl, w.rl_units
+    rl_key, qrl, units, spec = w.rl_key, w.qrl, w.rl_units, w.rl
     w.lease_until, w.qrl = nil, nil
     if also_del then w[also_del] = nil end
   end
   stat(P, queue, 'active', -1)
-  if rl_key then rl_release(P, rl_key, id, now, (rl_units_held(units))) end
-  if qrl then redis.call('ZREM', key_queue_rl_active(P, queue), id) end
+  if rl_key then rl_release(P, rl_key, id, now, (rl_units_held(units)), spec) end
+  if qrl then
+    redis.call('ZREM', key_queue_rl_active(P, queue), id)
+    -- A slot of the queue's pool came back: the oldest lane the pool holds back may borrow it
+    -- (ratelimit.lua, "Burstable concurrency"; one ZPOPMIN of an absent key for a queue with none).
+    pool_wake(P, queue, 1, now)
+  end
 end
 
 -- finish(P, jk, id, retention_ms): a terminal job keeps its record for retention_ms (0 = forever), and a

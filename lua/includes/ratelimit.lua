@@ -24,8 +24,9 @@
 -- idle keys leave it, see "Idle keys" below).
 --
 -- A job's policy is its 'rl' field: "<concurrency> <rate_limit> <rate_period_ms> <throttle_limit>
--- <throttle_period_ms> <on_limit>[ <cost>][ ~<increase_after>[:<type>,<type>…]]", '-' for an absent
--- limit; the cost only when not 1; the last token only for an adaptive policy (see "Adaptive").
+-- <throttle_period_ms> <on_limit>[ <cost>][ ~<increase_after>[:<type>,<type>…]][ f<floor>]", '-' for an
+-- absent limit; the cost only when not 1; the '~' token only for an adaptive policy (see "Adaptive");
+-- the 'f' token only for a key with a floor (see "Burstable concurrency").
 --
 -- Costs (ours, beyond the seed). A job's cost (default 1) is the units it counts against each of the
 -- key's limits: it holds u = max(1, min(cost, limit)) of each, so a job that costs more than a whole
@@ -74,16 +75,38 @@
 -- rl_effective applies them under the operator's override, which wins over both. Each
 -- move is a rate_limit.adjusted event. A key whose policy is not adaptive never reads the hash; it
 -- expires RL_IDLE_MS after its last move.
+-- Burstable concurrency (ours, beyond the seed). A key with a floor F (the job's policy, 'f' token) and
+-- a concurrency C (its ceiling) draws its slots from its queue's shared pool: the queue-level
+-- concurrency S (PUT /admin/queues/{q}/rate-limit), whose holders P..'q:'..Q..':rl:active' already
+-- counts. A key below its floor may take any free slot of the pool (the queue gate's own check). A key
+-- at or above its floor borrows: it may start only while the pool's holders H plus the floors still
+-- owed W leave a slot, H + W < S, and never past C. W is the queue conf's field 'want': the sum, over
+-- the keys whose lane in the queue (or a tenant's sub-queue of it) is OPEN, of F minus the key's
+-- holders, when positive, each key's part in the hash P..'q:'..Q..':want' (key -> part; a key owed
+-- nothing has no field). So a slot a borrower gives back goes to a key below its floor first, and an
+-- idle key (no ready job, or a lane parked by its own limits) reserves nothing: the pool is
+-- work-conserving. burst_sync keeps a key's part exact after each change of its holders or of its
+-- lane's openness (FETCH's claim, park and discard; make_ready; unready; rl_release; lane_release). A
+-- borrower that may not start parks its lane with strategy 'pool' in P..'q:'..Q..':pool:wait' (FIFO by
+-- time) and in P..'rl:wake' POOL_RECHECK_MS on; a slot the queue gives back (active.lua leave_active)
+-- and a part that shrinks re-open the oldest waiting lanes (pool_wake). Holders and floors count jobs,
+-- as the queue's concurrency does, whatever their cost. A queue without a concurrency has no pool: a
+-- floor then means nothing and the key is limited by C alone. A key whose jobs carry no floor never
+-- reads or writes any of this.
 -- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are);
 -- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
 -- more are pruned by the next checks, and until then they count, so a limit is never exceeded); a
--- spec's optional tokens (at most 2: the cost, the adaptive policy); an adaptive step's limits (2).
+-- spec's optional tokens (at most 3: the cost, the adaptive policy, the floor); an adaptive step's
+-- limits (2); the waiting lanes a pool re-opens at once (pool_wake: at most the slots given back, and at
+-- most POOL_WAKE_MAX).
 --@include emit
 --@include clock
 --@include score
 
 local RL_IDLE_MS = 86400000
 local RL_PRUNE_MAX = 100
+local POOL_RECHECK_MS = 1000
+local POOL_WAKE_MAX = 10
 
 local function rl_parse(spec)
   if not spec then return nil end
@@ -91,11 +114,14 @@ local function rl_parse(spec)
   local p = { conc = tonumber(c), rate_limit = tonumber(rl), rate_period = tonumber(rp),
     throttle_limit = tonumber(tl), throttle_period = tonumber(tp), on_limit = on, cost = 1 }
   if rest and rest ~= '' then
-    -- At most two tokens: the cost and the adaptive policy.
+    -- At most three tokens: the cost, the adaptive policy and the floor.
     for tok in string.gmatch(rest, '%S+') do
       local n, types = string.match(tok, '^~(%d+):?(.*)$')
+      local floor = string.match(tok, '^f(%d+)$')
       if n then
         p.adapt = { after = tonumber(n), types = ',' .. types .. ',' }
+      elseif floor then
+        p.floor = tonumber(floor)
       else
         p.cost = tonumber(tok) or 1
       end
@@ -135,7 +161,7 @@ local function rl_effective(P, key, pol)
     'throttle_limit', 'throttle_period')
   local e = { conc = pol.conc, rate_limit = pol.rate_limit, rate_period = pol.rate_period,
     throttle_limit = pol.throttle_limit, throttle_period = pol.throttle_period, on_limit = pol.on_limit,
-    cost = pol.cost or 1 }
+    cost = pol.cost or 1, floor = pol.floor }
   if pol.adapt then
     local a = redis.call('HMGET', key_rl_adapt(P, key), 'concurrency', 'rate_limit', 'round')
     if a[1] and e.conc then e.conc = math.min(e.conc, tonumber(a[1])) end
@@ -154,6 +180,17 @@ end
 local function rl_overridden(e, strategy)
   local i = ({ concurrency = 1, rate = 2, throttle = 4 })[strategy]
   return i ~= nil and e.ovr ~= nil and e.ovr[i] ~= false
+end
+
+-- rl_pool(P, e, queue, l): limits e (rl_effective) of a key with a floor learn its pool (see
+-- "Burstable concurrency"): queue's concurrency, from l (gates.lua queue_settings), and the floors owed
+-- there now (one HGET). Nothing for a key without a floor or a queue without a concurrency. The floor
+-- never exceeds the key's ceiling.
+local function rl_pool(P, e, queue, l)
+  if not (e.floor and e.conc and l.conc) then return end
+  e.floor = math.min(e.floor, e.conc)
+  e.pool_size, e.pool_queue = l.conc, queue
+  e.pool_want = tonumber(redis.call('HGET', key_queue_conf(P, queue), 'want') or '0')
 end
 
 -- Throttle state P..'rl:'..K..':tat' = "<next allowed ms> <interval ms> <last start ms>" (GCRA with no
@@ -237,6 +274,15 @@ local function rl_check(P, key, e, now)
     if active + rl_units(e.cost, e.conc) > e.conc then
       local first = redis.call('ZRANGE', key_rl_active(P, key), '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
       strategy, limit, current, wake = 'concurrency', e.conc, active, first[2] and tonumber(first[2]) or -1
+    elseif e.pool_size then
+      -- A key with a floor, in a queue with a pool (rl_pool): past its floor it only borrows.
+      local jobs = m[3] and redis.call('ZCOUNT', key_rl_active(P, key), '(' .. now, '+inf') or active
+      if jobs >= e.floor then
+        local used = redis.call('ZCOUNT', key_queue_rl_active(P, e.pool_queue), '(' .. now, '+inf') + e.pool_want
+        if used >= e.pool_size then
+          strategy, limit, current, wake = 'pool', e.pool_size, used, now + POOL_RECHECK_MS
+        end
+      end
     end
   end
   if not strategy and e.rate_limit and e.rate_period then
@@ -345,15 +391,26 @@ local function lane_open(P, queue, key, settled)
   return string.sub(best[1], -36)
 end
 
--- lane_park(P, queue, key, member, score, wake, strategy): the lane's popped head could not start
--- because of `strategy` (concurrency, rate, throttle, dynamic); keep it (when member is given) with the
--- lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot of the key is released).
--- The parked hash holds '<wake> <strategy>', so the lane's release can say what held it.
-local function lane_park(P, queue, key, member, score, wake, strategy)
+-- lane_park(P, queue, key, member, score, wake, strategy, floor): the lane's popped head could not
+-- start because of `strategy` (concurrency, rate, throttle, dynamic, pool); keep it (when member is
+-- given) with the lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot of the
+-- key is released). The parked hash holds '<wake> <strategy>[ f<floor>]', so the lane's release can
+-- say what held it and, for a key with a floor in a pool (see "Burstable concurrency"), what it owes
+-- once open again. A lane a pool holds back also waits in the pool's FIFO P..'q:'..Q..':pool:wait'.
+local function lane_park(P, queue, key, member, score, wake, strategy, floor)
   if member then redis.call('ZADD', key_queue_lane(P, queue, key), score, member) end
-  redis.call('HSET', key_queue_parked(P, queue), key, wake .. ' ' .. strategy)
+  redis.call('HSET', key_queue_parked(P, queue), key, wake .. ' ' .. strategy .. (floor and ' f' .. floor or ''))
   if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
+  if strategy == 'pool' then
+    local pk = key_queue_pool_wait(P, (base_queue(queue)))
+    redis.call('ZADD', pk, 'NX', wake - POOL_RECHECK_MS, queue .. '\n' .. key)
+    redis.call('PEXPIRE', pk, RL_IDLE_MS)
+  end
 end
+
+-- Burstable concurrency (see above): burst_sync is declared here, as lane_release calls it and it
+-- calls lane_release (through pool_wake).
+local burst_sync
 
 -- lane_release(P, queue, key, now): re-open a parked lane (a slot came back, its wake time came, or
 -- its limits changed) and emit rate_limit.released with the strategy that had held it (seed §11.1:
@@ -362,10 +419,64 @@ local function lane_release(P, queue, key, now)
   local held = redis.call('HGET', key_queue_parked(P, queue), key)
   local head = lane_open(P, queue, key)
   if head then
-    local strategy = held and string.match(held, '^%S+ (%S+)$') or 'concurrency'
+    local strategy = held and string.match(held, '^%S+ (%S+)') or 'concurrency'
     ev_rate_limit_released(P, head, (base_queue(queue)), '', now, key, strategy)
+    -- An open lane of a key with a floor owes its floor again.
+    local floor = held and string.match(held, ' f(%d+)$')
+    if floor then burst_sync(P, queue, key, tonumber(floor), now) end
   end
   return head
+end
+
+-- pool_wake(P, queue, n, now): re-open the oldest lanes that queue's pool holds back (see "Burstable
+-- concurrency"): n slots came back or n fewer are owed (at most POOL_WAKE_MAX at once; the others'
+-- own timers look again). A re-opened lane that still may not borrow parks again.
+local function pool_wake(P, queue, n, now)
+  local popped = redis.call('ZPOPMIN', key_queue_pool_wait(P, queue), math.min(n, POOL_WAKE_MAX))
+  for i = 1, #popped, 2 do
+    local lane = popped[i]
+    local q, key = string.match(lane, '^(.-)\n(.*)$')
+    if q then
+      redis.call('ZREM', key_rl_wake(P), lane)
+      lane_release(P, q, key, now)
+    end
+  end
+end
+
+-- burst_sync(P, q, key, floor, now): key K, whose floor in its queue's pool is `floor`, changed its
+-- holders, or its lane in q (the queue or a tenant's sub-queue of it) opened or closed: its part of
+-- the floors owed in the queue (the field q..'\n'..K of P..'q:'..Q..':want', summed in the conf's
+-- 'want') becomes exact, and a part that shrinks re-opens lanes the pool holds back.
+burst_sync = function(P, q, key, floor, now)
+  local queue = base_queue(q)
+  local part = 0
+  if redis.call('HEXISTS', key_queue_heads(P, q), key) == 1 then
+    part = math.max(0, floor - rl_active(P, key, now))
+  end
+  local wk, lane = key_queue_want(P, queue), q .. '\n' .. key
+  local old = tonumber(redis.call('HGET', wk, lane) or '0')
+  if part == old then return end
+  if part == 0 then redis.call('HDEL', wk, lane) else redis.call('HSET', wk, lane, part) end
+  redis.call('HINCRBY', key_queue_conf(P, queue), 'want', part - old)
+  if part < old then pool_wake(P, queue, old - part, now) end
+end
+
+-- burst_floor(P, q, key, spec): the floor key K owes in q's queue's pool (its effective concurrency
+-- at most), or nil when the job's policy `spec` has no floor (no command then) or the queue no pool.
+local function burst_floor(P, q, key, spec)
+  if not (spec and string.find(spec, ' f', 1, true)) then return nil end
+  local e = rl_effective(P, key, rl_policy(P, key, spec))
+  if not (e.floor and e.conc) then return nil end
+  if not redis.call('HGET', key_queue_conf(P, (base_queue(q))), 'rl_concurrency') then return nil end
+  return math.min(e.floor, e.conc)
+end
+
+-- burst_sync_all(P, key, spec, now): burst_sync for every lane of K (its holders changed).
+local function burst_sync_all(P, key, spec, now)
+  for _, q in ipairs(redis.call('SMEMBERS', key_rl_queues(P, key))) do
+    local floor = burst_floor(P, q, key, spec)
+    if floor then burst_sync(P, q, key, floor, now) end
+  end
 end
 
 -- lane_add(P, queue, key, score, member): a job of key K became available in queue Q.
@@ -416,10 +527,12 @@ local function lane_wake_all(P, key, now)
   return opened, #queues
 end
 
--- rl_release(P, key, id, now, units): job id gives back its concurrency slot of key K, which held
--- `units` (the first of its 'rl_units', 1 when it has none).
-local function rl_release(P, key, id, now, units)
+-- rl_release(P, key, id, now, units, spec): job id (policy `spec`) gives back its concurrency slot of
+-- key K, which held `units` (the first of its 'rl_units', 1 when it has none).
+local function rl_release(P, key, id, now, units, spec)
   if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
+    -- A key with a floor owes one more where its lanes are open (see "Burstable concurrency").
+    if spec and string.find(spec, ' f', 1, true) then burst_sync_all(P, key, spec, now) end
     if units ~= 1 and redis.call('HDEL', key_rl_active_cost(P, key), id) == 1 then
       if redis.call('DECRBY', key_rl_active_units(P, key), units - 1) == 0 then
         redis.call('DEL', key_rl_active_units(P, key))
@@ -455,9 +568,10 @@ end
 -- P..'rl:keys' (and no longer idle), and its policy becomes the key's (newest wins). When the limits change, K's parked lanes re-open so that FETCH judges them
 -- by the new limits (a stricter policy re-parks them at the next FETCH).
 local function rl_limits_part(spec)
-  -- The five limit fields and the adaptive policy: on_limit and the cost are the job's own.
+  -- The five limit fields, the adaptive policy and the floor: on_limit and the cost are the job's own.
   if not spec then return nil end
   return (string.match(spec, '^(%S+ %S+ %S+ %S+ %S+)') or spec) .. (string.match(spec, ' (~%S+)') or '')
+    .. (string.match(spec, ' (f%d+)') or '')
 end
 
 local function rl_register(P, key, spec, now)

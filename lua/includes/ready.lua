@@ -63,6 +63,9 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
   if tenant then redis.call('SADD', key_queue_subs(P, queue), tenant) end
   if rl_key then
     if lane_add(P, q, rl_key, score, member) == 'rebalance' then lane_rebalance(P, q, rl_key) end
+    -- A key with a floor owes it once its lane is open (ratelimit.lua, "Burstable concurrency").
+    local floor = burst_floor(P, q, rl_key, rec('HGET', jk, 'rl'))
+    if floor then burst_sync(P, q, rl_key, floor, now_ms()) end
     return
   end
   ready_put(P, q, score, member)
@@ -84,7 +87,7 @@ end
 
 -- unready(P, jk, queue): take an available job out of wherever it waits (cancel).
 local function unready(P, jk, queue)
-  local f = rec('HMGET', jk, 'member', 'priority', 'rl_key', 'tenant')
+  local f = rec('HMGET', jk, 'member', 'priority', 'rl_key', 'tenant', 'rl')
   if not f[1] then return end
   local member, key = f[1], f[3]
   local q = sub_queue(queue, f[4])
@@ -95,6 +98,8 @@ local function unready(P, jk, queue)
     if key then
       redis.call('HDEL', key_queue_heads(P, q), key)
       lane_open(P, q, key)
+      local floor = burst_floor(P, q, key, f[5])
+      if floor then burst_sync(P, q, key, floor, now_ms()) end
     end
     ready_index_check(P, queue)
   end

@@ -53,6 +53,10 @@ pub struct RateLimitPolicy {
     /// Ours, beyond the seed: additive increase, multiplicative decrease of the key's concurrency and
     /// window limit (see [`Adaptive`]).
     pub adaptive: Option<Adaptive>,
+    /// Ours, beyond the seed: burstable concurrency. The key's slots come from its queue's pool (the
+    /// queue-level concurrency): it keeps `floor` of them while the pool is contended, and borrows idle
+    /// ones up to `concurrency`, its ceiling (lua/includes/ratelimit.lua, "Burstable concurrency").
+    pub floor: Option<u64>,
 }
 
 /// The largest `cost` a job may carry.
@@ -197,6 +201,7 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
             on_limit: OnLimit::Wait,
             cost: 1,
             adaptive: None,
+            floor: None,
         });
     }
     let key = match o.get("key") {
@@ -291,6 +296,23 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
             "{field}.adaptive needs a concurrency or a rate to adapt"
         )));
     }
+    let floor = match o.get("floor") {
+        None | Some(Value::Null) => None,
+        Some(f) => {
+            let Some(ceiling) = concurrency else {
+                return Err(OjsError::invalid(format!(
+                    "{field}.floor needs a concurrency, the ceiling it may burst to"
+                )));
+            };
+            Some(f.as_u64().filter(|f| *f <= ceiling).ok_or_else(|| {
+                bad(
+                    &format!("{field}.floor"),
+                    &format!("must be an integer from 0 to the concurrency ({ceiling})"),
+                    f,
+                )
+            })?)
+        }
+    };
     Ok(RateLimitPolicy {
         key,
         concurrency,
@@ -299,6 +321,7 @@ pub fn parse(v: &Value, field: &str, queue: &str) -> Result<RateLimitPolicy, Ojs
         on_limit,
         cost,
         adaptive,
+        floor,
     })
 }
 
@@ -355,6 +378,13 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(p.adaptive.map(|a| a.spec_token()).as_deref(), Some("~10"));
+        let p = parse(
+            &json!({"key": "shop-1", "concurrency": 8, "floor": 2}),
+            "rate_limit",
+            "q",
+        )
+        .expect("valid");
+        assert_eq!((p.floor, p.concurrency), (Some(2), Some(8)));
     }
 
     #[test]
@@ -428,6 +458,15 @@ mod tests {
                 json!({"key": "k", "concurrency": 1, "cost": 1_000_000_001u64}),
                 "rate_limit.cost",
             ),
+            (
+                json!({"key": "k", "rate": {"limit": 1, "period": "PT1S"}, "floor": 1}),
+                "rate_limit.floor needs a concurrency",
+            ),
+            (
+                json!({"key": "k", "concurrency": 2, "floor": 3}),
+                "rate_limit.floor must be an integer from 0 to the concurrency (2)",
+            ),
+            (json!({"key": "k", "concurrency": 2, "floor": -1}), "rate_limit.floor"),
         ] {
             let e = parse(&v, "rate_limit", "q").unwrap_err();
             assert!(e.message.contains(needle), "{v}: {}", e.message);

@@ -506,6 +506,13 @@ pub struct RateLimitPolicy {
     /// generation on CPython 3.11.)
     #[schema(value_type = Option<Object>, nullable = false, example = json!({"increase_after": 10, "errors": ["TooManyRequests"]}))]
     pub adaptive: Option<Value>,
+    /// Ours, beyond the seed: burstable concurrency (needs `concurrency`, the ceiling; 0 to it). The
+    /// key's slots come from its queue's concurrency (`PUT /admin/queues/{name}/rate-limit`), a pool
+    /// shared with the queue's other keys: while the pool is contended the key keeps `floor` slots,
+    /// and it borrows idle ones up to `concurrency`; a slot it gives back goes first to a key below its
+    /// floor. A queue without a concurrency has no pool, and the floor is then not used.
+    #[schema(nullable = false, minimum = 0, maximum = 1_000_000)]
+    pub floor: Option<u64>,
 }
 
 /// A workflow as the API shows it. Chains count `steps_*`, groups and batches `jobs_*` (the

@@ -79,6 +79,10 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("queue_rl_win", "q:{queue}:rl:win"),
     k("queue_tenants", "q:{queue}:tenants"),
     k("queue_subs", "q:{queue}:subs"),
+    // Burstable concurrency (ours): the floors owed in the queue's pool, per lane, and the lanes the
+    // pool holds back (lua/includes/ratelimit.lua, "Burstable concurrency").
+    k("queue_want", "q:{queue}:want"),
+    k("queue_pool_wait", "q:{queue}:pool:wait"),
     // Tenants (the multi-tenancy extension; a tenant's waiting jobs use the queue families above under
     // its sub-queue's name, lua/includes/tenant.lua).
     k("tenant_weights", "tenant_weights"),

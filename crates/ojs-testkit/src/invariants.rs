@@ -545,6 +545,36 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
             ));
         }
     }
+    // Burstable concurrency (lua/includes/ratelimit.lua): the floors a queue's pool owes sum to its
+    // conf's 'want', and only an open lane (its head in the ready set) owes anything.
+    let mut owed: HashMap<String, i64> = HashMap::new();
+    for key in snap.scan(keys.pattern("queue_want")) {
+        if keys.parts("queue_lane", &key).is_some() {
+            continue;
+        }
+        let queue = first_part(&keys, "queue_want", &key);
+        let parts: HashMap<String, i64> = snap.hgetall(&key);
+        for (lane, part) in &parts {
+            let (q, k) = lane.split_once('\n').unwrap_or((lane.as_str(), ""));
+            if *part <= 0 || !snap.hexists(keys.queue_heads(q), k) {
+                problems.push(format!(
+                    "queue {queue}: lane {q}/{k} owes {part} of its floor but is not open"
+                ));
+            }
+        }
+        owed.insert(queue, parts.values().sum());
+    }
+    for key in snap.scan(keys.pattern("queue_conf")) {
+        let queue = first_part(&keys, "queue_conf", &key);
+        let want: i64 = snap.hget(&key, "want").unwrap_or(0);
+        let sum = owed.remove(&queue).unwrap_or(0);
+        if want != sum {
+            problems.push(format!("queue {queue}: conf want {want} but its lanes owe {sum}"));
+        }
+    }
+    for (queue, sum) in owed.into_iter().filter(|(_, s)| *s != 0) {
+        problems.push(format!("queue {queue}: lanes owe {sum} but it has no conf"));
+    }
     // Workflows (lua/includes/workflow.lua): each ended member was counted once, as completed or failed,
     // and a workflow that ended for its jobs' sake counted all of them.
     for key in snap.scan(keys.pattern("workflow")) {

@@ -78,6 +78,9 @@ pub enum GateKind {
     Dynamic,
     /// Its key's concurrency slots are all held.
     Concurrency,
+    /// Its key is past its floor and the queue's free slots are owed to keys below theirs (burstable
+    /// concurrency).
+    Pool,
     /// Its key's sliding window is full.
     Rate,
     /// Its key's throttle allows the next start later.
@@ -228,6 +231,13 @@ impl Gate {
                 "key {key} allows {limit} active job(s) and {current} hold a slot; one frees when a holder \
                  ends{}",
                 at_latest(&until)
+            ),
+            GateKind::Pool => format!(
+                "key {key} holds its floor of {} slot(s) and may only borrow idle ones of queue {queue}'s \
+                 {limit}; {current} are held or owed to keys below their floors ({} owed); it looks again \
+                 when a slot comes back, at the latest at {when}",
+                x("floor").unwrap_or_default(),
+                x("owed").unwrap_or_default()
             ),
             GateKind::Rate => format!(
                 "key {key} allows {limit} start(s) per window and {current} are in it; the next start is \

@@ -142,6 +142,10 @@ pub fn policy_spec(p: &RateLimitPolicy) -> String {
         spec.push(' ');
         spec.push_str(&a.spec_token());
     }
+    // A floor's token, `f<floor>` (ours: burstable concurrency).
+    if let Some(f) = p.floor {
+        spec.push_str(&format!(" f{f}"));
+    }
     spec
 }
 
@@ -413,6 +417,7 @@ mod tests {
             on_limit: OnLimit::Wait,
             cost: 1,
             adaptive: None,
+            floor: None,
         });
         b.unique = Some(UniquePolicy {
             key: "u".into(),
