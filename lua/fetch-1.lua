@@ -56,7 +56,14 @@
 --        an HSET and INCRBY (concurrency) and an INCRBY and PEXPIRE (window); an ACK with ack_used adds
 --        a ZSCORE, and when it changes the count a ZADD, ZREM, INCRBY, PTTL and PEXPIRE; a key whose
 --        policy is adaptive adds an HMGET of its adaptation per check, and its ACK a GET of the policy,
---        an HMGET, a ZCOUNT and an HINCRBY (more when it steps up: ratelimit.lua rl_adapt_up); a job with
+--        an HMGET, a ZCOUNT and an HINCRBY (more when it steps up: ratelimit.lua rl_adapt_up); a key with
+--        a floor in a queue with a pool (ratelimit.lua "Burstable concurrency") adds per check an HGET
+--        of the floors owed and, past its floor, a ZCOUNT of the queue's holders, and per pop
+--        burst_sync: an HEXISTS (an HGET when parked), a ZCOUNT, an HGET and, when its part changes, an
+--        HSET or HDEL and an HINCRBY (a claim does so for every lane of the key, after an SMEMBERS and
+--        an HMGET of its limits, and an HGET of each lane's queue conf); a park by the pool adds a ZADD
+--        and a PEXPIRE of the pool's waiting lanes; an ACK of a job in a queue with a queue-level
+--        concurrency adds a ZPOPMIN of those (and re-opens at most POOL_WAKE_MAX = 10 lanes); a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
 --        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
 --        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply); an ACK or
@@ -78,7 +85,8 @@
 --        20,000 keys at concurrency 0 cost 200 short calls, never one long one; the ready-index check
 --        at the end visits the distinct queues claimed from (at most the requests' queue lists); a
 --        key's check looks at most at RL_PRUNE_MAX expired window entries and lapsed holders of a key
---        whose jobs carry costs (includes/ratelimit.lua)
+--        whose jobs carry costs (includes/ratelimit.lua); a claim of a key with a floor syncs its lanes
+--        (at most the queues there are); a pool re-opens at most POOL_WAKE_MAX lanes at once
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   requests are served one after another exactly as separate calls in that order would be: the group
@@ -308,7 +316,8 @@ local function claim_from(queue, tenant)
           -- e.round: an adaptive key's round of decreases this start belongs to (ratelimit.lua).
           if w then w.rl_units, w.rl_round = units, e.round end
           lane_open(P, q, key, true)
-          if e.pool_size then burst_sync(P, q, key, e.floor, now) end
+          -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
+          if e.floor then burst_sync_all(P, key, e, now, q) end
         end
         if tenant then
           redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(tenant), tenant)

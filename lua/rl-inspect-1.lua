@@ -8,8 +8,9 @@
 -- RETURNS
 --   {'ok', now_ms, known, limits, state, override, episode, stats, adaptive}
 --     known     1 when the key was ever used (P..'rl:keys'), else 0
---     limits    {concurrency, rate_limit, rate_period_ms, throttle_limit, throttle_period_ms, on_limit}
---               the effective limits FETCH applies (rl_effective over rl_policy), '' where absent
+--     limits    {concurrency, rate_limit, rate_period_ms, throttle_limit, throttle_period_ms, on_limit,
+--               floor} the effective limits FETCH applies (rl_effective over rl_policy), and the
+--               policy's floor (ratelimit.lua "Burstable concurrency"), '' where absent
 --     state     {active, window_count, window_oldest_ms, throttle_next_ms, dynamic_until_ms, waiting,
 --               override_ttl_ms}: -1 where there is nothing (no window entry, no throttle state…);
 --               active and window_count in units (jobs' costs, ratelimit.lua "Costs": the count of
@@ -35,7 +36,7 @@ local pol = rl_policy(P, key, nil) or { on_limit = 'wait' }
 local e = rl_effective(P, key, pol)
 local function opt(v) return v and tostring(v) or '' end
 local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
-  e.on_limit or 'wait' }
+  e.on_limit or 'wait', opt(e.floor) }
 
 -- The units counters of a key whose jobs carry costs (ratelimit.lua "Costs"); nil for one whose don't.
 local units = redis.call('MGET', key_rl_win_units(P, key), key_rl_active_units(P, key))

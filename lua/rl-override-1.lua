@@ -38,6 +38,10 @@ if ARG.expires_at ~= '-1' then
   redis.call('ZADD', key_rl_keys(P), 0, key)
 end
 lane_wake_all(P, key, now)
+-- The override moved the key's concurrency: a floor above it is owed only up to it (ratelimit.lua,
+-- "Burstable concurrency").
+local pol = rl_policy(P, key, nil)
+if pol and pol.floor then burst_sync_all(P, key, rl_effective(P, key, pol), now) end
 -- A key no job uses is idle: listed while its override lasts, then dropped (includes/ratelimit.lua).
 rl_maybe_idle(P, key)
 return {'ok', now}

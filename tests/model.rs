@@ -12,7 +12,12 @@
 //! order: one that does not fit holds back the key's others behind it; an adaptive key's concurrency
 //! halves (at least 1) on a "Throttled" NACK of a job that started in the current round of decreases
 //! (the job keeps its attempt), and rises by one every ADAPT_AFTER ACKs made while all its slots are
-//! taken, back to its policy's.
+//! taken, back to its policy's. Both queues have a queue-level concurrency of POOL, the pool that keys
+//! with a floor share (burstable concurrency): a queue whose POOL slots are held starts nothing; each
+//! key carries its floor FLOORS[k] (at most the job's concurrency) in every job, and a key holding at
+//! least its floor (at most its limit) borrows, so it starts only while the queue's holders plus the
+//! floors owed leave a slot; a key owes its floor minus its active jobs in a queue where it has
+//! available jobs.
 //!
 //! Where timing decides, the harness waits instead of guessing, so no assertion depends on how fast the
 //! machine is: a retry that comes due in milliseconds is awaited until it is available again before the
@@ -54,6 +59,11 @@ const MAX_ADVANCES: usize = 2;
 const SETTLE: Duration = Duration::from_secs(10);
 
 const QUEUES: [&str; 2] = ["qa", "qb"];
+/// Each queue's concurrency: the pool its keys' floors share.
+const POOL: u32 = 3;
+/// Each key's floor (every job of the key carries it, clamped to the job's concurrency, so that every
+/// release knows the key has one: lua/includes/ratelimit.lua reads it from the releasing job).
+const FLOORS: [u32; 2] = [1, 2];
 const KEYS: [&str; 2] = ["k1", "k2"];
 const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
 
@@ -342,8 +352,9 @@ struct Model {
     legacy: bool,
     jobs: Vec<MJob>,
     next_seq: u64,
-    /// The policy (concurrency) of the newest job enqueued with each key.
+    /// The policy (concurrency) of the newest job enqueued with each key, and its floor.
     policy: [Option<u32>; 2],
+    floor: [Option<u32>; 2],
     overrides: [Option<u32>; 2],
     /// Whether the newest job of each key had an adaptive policy, and each key's adaptation.
     adaptive: [bool; 2],
@@ -445,10 +456,49 @@ impl Model {
         j.lease = None;
     }
 
-    /// Queues in the order given; within a queue priority then FIFO, skipping jobs whose key is at its
-    /// concurrency limit (a limited job never blocks a free one of another key behind it).
+    /// Jobs of key k holding a slot (in any queue): what a floor counts.
+    fn holders_of(&self, k: usize) -> u32 {
+        self.jobs
+            .iter()
+            .filter(|j| j.state == St::Active && j.key == Some(k))
+            .count() as u32
+    }
+
+    /// Key k's floor in force: its policy's, at most its limit (an override or adaptation lowers it).
+    fn floor_of(&self, k: usize) -> Option<u32> {
+        Some(self.floor[k]?.min(self.limit(k)?))
+    }
+
+    /// Jobs of queue q holding one of its POOL slots.
+    fn pool_held(&self, q: usize) -> u32 {
+        self.jobs
+            .iter()
+            .filter(|j| j.state == St::Active && j.queue == q)
+            .count() as u32
+    }
+
+    /// The floors queue q's pool owes: each key with available jobs there, its floor less its holders.
+    fn pool_owed(&self, q: usize) -> u32 {
+        (0..KEYS.len())
+            .filter(|&k| {
+                self.jobs
+                    .iter()
+                    .any(|j| j.state == St::Available && j.queue == q && j.key == Some(k))
+            })
+            .filter_map(|k| Some(self.floor_of(k)?.saturating_sub(self.holders_of(k))))
+            .sum()
+    }
+
+    /// Queues in the order given, skipping one whose POOL slots are held; within a queue priority then
+    /// FIFO, skipping jobs whose key is at its concurrency limit (a limited job never blocks a free one
+    /// of another key behind it) or at its floor while the pool's free slots are owed.
     fn predict_fetch(&self, queues: &[usize]) -> Option<usize> {
         for &q in queues {
+            let held = self.pool_held(q);
+            if held >= POOL {
+                continue;
+            }
+            let owed = self.pool_owed(q);
             let mut ready: Vec<usize> = (0..self.jobs.len())
                 .filter(|&i| self.jobs[i].state == St::Available && self.jobs[i].queue == q)
                 .collect();
@@ -463,6 +513,8 @@ impl Model {
                     let fits = self
                         .limit(k)
                         .is_none_or(|l| self.active_of(k) + Model::units(self.jobs[i].cost, l) <= l);
+                    let borrows = self.floor_of(k).is_some_and(|f| self.holders_of(k) >= f);
+                    let fits = fits && !(borrows && held + owed >= POOL);
                     blocked[k] = !fits;
                     fits
                 }
@@ -585,6 +637,15 @@ impl Harness {
         };
         let a = TestServer::spawn_pod(bin, &ns, &env).await;
         let b = TestServer::spawn_pod(bin, &ns, &env).await;
+        for q in QUEUES {
+            let (s, body) = a
+                .put(
+                    &format!("/ojs/v1/admin/queues/{q}/rate-limit"),
+                    json!({ "concurrency": POOL }),
+                )
+                .await;
+            assert_eq!(s, 200, "the pool of {q}: {body}");
+        }
         let mut redis = Vec::new();
         for i in 0..shards {
             let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
@@ -600,6 +661,7 @@ impl Harness {
                 jobs: Vec::new(),
                 next_seq: 0,
                 policy: [None; 2],
+                floor: [None; 2],
                 overrides: [None; 2],
                 adaptive: [false; 2],
                 adapt: [Adapt::default(); 2],
@@ -872,6 +934,9 @@ impl Harness {
                     (c, cost)
                 };
                 body["rate_limit"] = json!({"key": KEYS[k], "concurrency": c});
+                if !self.m.legacy {
+                    body["rate_limit"]["floor"] = json!(FLOORS[k].min(c));
+                }
                 if cost != 1 {
                     body["rate_limit"]["cost"] = json!(cost);
                 }
@@ -912,6 +977,7 @@ impl Harness {
         });
         if let Some((k, c, _)) = key {
             self.m.policy[k] = Some(c);
+            self.m.floor[k] = (!self.m.legacy).then(|| FLOORS[k].min(c));
             self.m.adaptive[k] = job.adaptive && !self.m.legacy;
         }
         if !job.delayed {
@@ -1390,6 +1456,20 @@ impl Harness {
                 j.state.as_str(),
                 j.attempt,
                 j.priority
+            );
+        }
+        for (q, name) in QUEUES.iter().enumerate() {
+            let (s, b) = self.nodes[q % 2]
+                .get(&format!("/ojs/v1/admin/queues/{name}/rate-limit"))
+                .await;
+            let (held, owed) = (self.m.pool_held(q), self.m.pool_owed(q));
+            let shown = (
+                &b["concurrency"]["active"],
+                b["concurrency"]["floors_owed"].as_u64().unwrap_or(0),
+            );
+            check!(
+                s == 200 && shown == (&json!(held), u64::from(owed)),
+                "GET /admin/queues/{name}/rate-limit: the model says {held} active, {owed} owed: {s} {b}"
             );
         }
         for (k, name) in KEYS.iter().enumerate() {

@@ -878,6 +878,18 @@ async fn burstable_keys_keep_their_floor_and_borrow_idle_slots() {
     // B arrives below its floor: the pool is full, so it waits for a slot to come back.
     let bs = enqueue_many(&s, 5, job("tenant-b", 6)).await;
     assert!(s.fetch(&["bq"], 1).await.is_empty(), "the pool's 6 slots are held");
+    let (_, q) = s.get("/ojs/v1/admin/queues/bq/rate-limit").await;
+    assert_eq!(
+        q["concurrency"],
+        json!({"limit": 6, "active": 6, "floors_owed": 2}),
+        "B's floor is owed: {q}"
+    );
+    let (_, k) = s.get("/ojs/v1/rate-limits/tenant-a").await;
+    assert_eq!(
+        k["concurrency"],
+        json!({"limit": 6, "active": 6, "available": 0, "floor": 2}),
+        "{k}"
+    );
     assert_eq!(s.ack(&held[0]).await.0, 200);
     let got = s.fetch(&["bq"], 1).await;
     assert_eq!(
@@ -893,6 +905,11 @@ async fn burstable_keys_keep_their_floor_and_borrow_idle_slots() {
         .and_then(|g| g.iter().find(|g| g["gate"] == "pool"))
         .unwrap_or_else(|| panic!("no pool gate: {why}"));
     assert_eq!((&pool["limit"], &pool["key"]), (&json!(6), &json!("tenant-a")), "{why}");
+    assert_eq!(
+        (&pool["floor"], &pool["owed"], &pool["current"]),
+        (&json!(2), &json!(1), &json!(7)),
+        "A holds its floor; B is owed one more: 6 active + 1 owed: {why}"
+    );
     assert_eq!(s.ack(&held[1]).await.0, 200);
     let got = s.fetch(&["bq"], 1).await;
     assert_eq!(got[0]["id"], bs[1].as_str(), "B gets its second floor slot");

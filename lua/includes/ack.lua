@@ -5,7 +5,9 @@
 -- a claim the job no longer holds is refused with 'lease_lost' and nothing changes. want.used: the
 -- units the job really used ('' = its cost), which correct its rate-limit window entry (rl_used). The
 -- success of a job whose own and key's policies are adaptive counts toward the key's step up
--- (rl_adapt_up).
+-- (rl_adapt_up). Its release re-computes what a key with a floor owes its pools, and a slot of a queue
+-- with a concurrency re-opens the lanes its pool holds back (active.lua leave_active; ratelimit.lua
+-- "Burstable concurrency").
 -- active -> completed only; the current 'error' is cleared ('errors' history stays); the job leaves
 -- P..'active', the queue's active counter and its rate-limit slots (re-opening parked lanes) at once; an
 -- ACK for a job already taken back (lease lapsed and requeued) is refused, never applied twice. A lease

@@ -41,7 +41,7 @@ local function leave_active(P, jk, id, queue, now, also_del)
     redis.call('ZREM', key_queue_rl_active(P, queue), id)
     -- A slot of the queue's pool came back: the oldest lane the pool holds back may borrow it
     -- (ratelimit.lua, "Burstable concurrency"; one ZPOPMIN of an absent key for a queue with none).
-    pool_wake(P, queue, 1, now)
+    pool_wake(P, queue, now)
   end
 end
 

@@ -81,15 +81,17 @@
 -- counts. A key below its floor may take any free slot of the pool (the queue gate's own check). A key
 -- at or above its floor borrows: it may start only while the pool's holders H plus the floors still
 -- owed W leave a slot, H + W < S, and never past C. W is the queue conf's field 'want': the sum, over
--- the keys whose lane in the queue (or a tenant's sub-queue of it) is OPEN, of F minus the key's
--- holders, when positive, each key's part in the hash P..'q:'..Q..':want' (key -> part; a key owed
--- nothing has no field). So a slot a borrower gives back goes to a key below its floor first, and an
--- idle key (no ready job, or a lane parked by its own limits) reserves nothing: the pool is
--- work-conserving. burst_sync keeps a key's part exact after each change of its holders or of its
+-- the keys whose lane in the queue (or a tenant's sub-queue of it) is OPEN (or parked only by the key's
+-- own concurrency, see lane_owes), of F minus the key's holders, when positive, each lane's part in the
+-- hash P..'q:'..Q..':want' (lane -> part; a lane owed nothing has no field). So a slot a borrower
+-- gives back goes to a key below its floor first, and an idle key (no ready job, or a lane its window,
+-- throttle or a dynamic block holds back) reserves nothing: the pool is work-conserving. burst_sync keeps a key's part exact after each change of its holders or of its
 -- lane's openness (FETCH's claim, park and discard; make_ready; unready; rl_release; lane_release). A
 -- borrower that may not start parks its lane with strategy 'pool' in P..'q:'..Q..':pool:wait' (FIFO by
 -- time) and in P..'rl:wake' POOL_RECHECK_MS on; a slot the queue gives back (active.lua leave_active)
--- and a part that shrinks re-open the oldest waiting lanes (pool_wake). Holders and floors count jobs,
+-- and a part that shrinks re-open the waiting lanes (pool_wake), and FETCH's order (priority, then
+-- FIFO) decides which borrows. A change of a key's floor or concurrency (a newer policy, an override,
+-- an adaptive step) re-computes its parts. Holders and floors count jobs,
 -- as the queue's concurrency does, whatever their cost. A queue without a concurrency has no pool: a
 -- floor then means nothing and the key is limited by C alone. A key whose jobs carry no floor never
 -- reads or writes any of this.
@@ -97,8 +99,7 @@
 -- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
 -- more are pruned by the next checks, and until then they count, so a limit is never exceeded); a
 -- spec's optional tokens (at most 3: the cost, the adaptive policy, the floor); an adaptive step's
--- limits (2); the waiting lanes a pool re-opens at once (pool_wake: at most the slots given back, and at
--- most POOL_WAKE_MAX).
+-- limits (2); the waiting lanes a pool re-opens at once (pool_wake: at most POOL_WAKE_MAX = 10).
 --@include emit
 --@include clock
 --@include score
@@ -421,18 +422,19 @@ local function lane_release(P, queue, key, now)
   if head then
     local strategy = held and string.match(held, '^%S+ (%S+)') or 'concurrency'
     ev_rate_limit_released(P, head, (base_queue(queue)), '', now, key, strategy)
-    -- An open lane of a key with a floor owes its floor again.
-    local floor = held and string.match(held, ' f(%d+)$')
-    if floor then burst_sync(P, queue, key, tonumber(floor), now) end
   end
+  -- A lane of a key with a floor owes it again once open, and nothing once empty.
+  local floor = held and string.match(held, ' f(%d+)$')
+  if floor then burst_sync(P, queue, key, tonumber(floor), now) end
   return head
 end
 
--- pool_wake(P, queue, n, now): re-open the oldest lanes that queue's pool holds back (see "Burstable
--- concurrency"): n slots came back or n fewer are owed (at most POOL_WAKE_MAX at once; the others'
--- own timers look again). A re-opened lane that still may not borrow parks again.
-local function pool_wake(P, queue, n, now)
-  local popped = redis.call('ZPOPMIN', key_queue_pool_wait(P, queue), math.min(n, POOL_WAKE_MAX))
+-- pool_wake(P, queue, now): a slot of queue's pool came back, or fewer are owed (see "Burstable
+-- concurrency"): re-open the lanes the pool holds back, the oldest POOL_WAKE_MAX (the others' own
+-- timers look again), so that FETCH's order (priority, then FIFO) decides who borrows; a re-opened
+-- lane that still may not borrow parks again when FETCH meets it.
+local function pool_wake(P, queue, now)
+  local popped = redis.call('ZPOPMIN', key_queue_pool_wait(P, queue), POOL_WAKE_MAX)
   for i = 1, #popped, 2 do
     local lane = popped[i]
     local q, key = string.match(lane, '^(.-)\n(.*)$')
@@ -443,6 +445,15 @@ local function pool_wake(P, queue, n, now)
   end
 end
 
+-- lane_owes(P, q, key): K's lane in q claims its floor: it is open, or parked only by the key's own
+-- concurrency (a job that costs more than the units left), which gives it back with its next release.
+-- A lane parked by its window, throttle, a dynamic block or the pool itself owes nothing meanwhile.
+local function lane_owes(P, q, key)
+  if redis.call('HEXISTS', key_queue_heads(P, q), key) == 1 then return true end
+  local parked = redis.call('HGET', key_queue_parked(P, q), key)
+  return parked ~= false and string.match(parked, '^%S+ concurrency') ~= nil
+end
+
 -- burst_sync(P, q, key, floor, now): key K, whose floor in its queue's pool is `floor`, changed its
 -- holders, or its lane in q (the queue or a tenant's sub-queue of it) opened or closed: its part of
 -- the floors owed in the queue (the field q..'\n'..K of P..'q:'..Q..':want', summed in the conf's
@@ -450,32 +461,43 @@ end
 burst_sync = function(P, q, key, floor, now)
   local queue = base_queue(q)
   local part = 0
-  if redis.call('HEXISTS', key_queue_heads(P, q), key) == 1 then
-    part = math.max(0, floor - rl_active(P, key, now))
-  end
+  if floor > 0 and lane_owes(P, q, key) then part = math.max(0, floor - rl_active(P, key, now)) end
   local wk, lane = key_queue_want(P, queue), q .. '\n' .. key
   local old = tonumber(redis.call('HGET', wk, lane) or '0')
   if part == old then return end
   if part == 0 then redis.call('HDEL', wk, lane) else redis.call('HSET', wk, lane, part) end
   redis.call('HINCRBY', key_queue_conf(P, queue), 'want', part - old)
-  if part < old then pool_wake(P, queue, old - part, now) end
+  if part < old then pool_wake(P, queue, now) end
 end
 
--- burst_floor(P, q, key, spec): the floor key K owes in q's queue's pool (its effective concurrency
--- at most), or nil when the job's policy `spec` has no floor (no command then) or the queue no pool.
-local function burst_floor(P, q, key, spec)
-  if not (spec and string.find(spec, ' f', 1, true)) then return nil end
-  local e = rl_effective(P, key, rl_policy(P, key, spec))
+-- burst_floor_of(P, q, e): the floor a key of limits e (rl_effective) owes in q's queue's pool: at most
+-- its effective concurrency; nil when it has none or the queue has no pool.
+local function burst_floor_of(P, q, e)
   if not (e.floor and e.conc) then return nil end
   if not redis.call('HGET', key_queue_conf(P, (base_queue(q))), 'rl_concurrency') then return nil end
   return math.min(e.floor, e.conc)
 end
 
--- burst_sync_all(P, key, spec, now): burst_sync for every lane of K (its holders changed).
-local function burst_sync_all(P, key, spec, now)
-  for _, q in ipairs(redis.call('SMEMBERS', key_rl_queues(P, key))) do
-    local floor = burst_floor(P, q, key, spec)
-    if floor then burst_sync(P, q, key, floor, now) end
+-- burst_floor(P, q, key, spec): burst_floor_of for a job of policy `spec`; nil, with no command, when
+-- the spec has no floor.
+local function burst_floor(P, q, key, spec)
+  if not (spec and string.find(spec, ' f', 1, true)) then return nil end
+  return burst_floor_of(P, q, rl_effective(P, key, rl_policy(P, key, spec)))
+end
+
+-- burst_sync_all(P, key, e, now, also): burst_sync for every lane of K, whose holders or limits changed
+-- (e: its limits now, rl_effective), and for its lane in `also` (nil, or a queue whose lane may just
+-- have emptied, and so left P..'rl:'..K..':queues'); a lane whose queue has no pool, or a key no longer
+-- with a floor, owes nothing.
+local function burst_sync_all(P, key, e, now, also)
+  local queues = redis.call('SMEMBERS', key_rl_queues(P, key))
+  if also then queues[#queues + 1] = also end
+  local seen = {}
+  for _, q in ipairs(queues) do
+    if not seen[q] then
+      seen[q] = true
+      burst_sync(P, q, key, burst_floor_of(P, q, e) or 0, now)
+    end
   end
 end
 
@@ -532,7 +554,9 @@ end
 local function rl_release(P, key, id, now, units, spec)
   if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
     -- A key with a floor owes one more where its lanes are open (see "Burstable concurrency").
-    if spec and string.find(spec, ' f', 1, true) then burst_sync_all(P, key, spec, now) end
+    if spec and string.find(spec, ' f', 1, true) then
+      burst_sync_all(P, key, rl_effective(P, key, rl_policy(P, key, spec)), now)
+    end
     if units ~= 1 and redis.call('HDEL', key_rl_active_cost(P, key), id) == 1 then
       if redis.call('DECRBY', key_rl_active_units(P, key), units - 1) == 0 then
         redis.call('DEL', key_rl_active_units(P, key))
@@ -582,7 +606,13 @@ local function rl_register(P, key, spec, now)
     redis.call('PERSIST', key_rl_state(P, key))
   end
   local old = redis.call('SET', key_rl_policy(P, key), spec, 'GET')
-  if old and rl_limits_part(old) ~= rl_limits_part(spec) then lane_wake_all(P, key, now) end
+  if old and rl_limits_part(old) ~= rl_limits_part(spec) then
+    lane_wake_all(P, key, now)
+    -- A floor that came, went or moved changes what the key owes its pools.
+    if string.find(old .. spec, ' f', 1, true) then
+      burst_sync_all(P, key, rl_effective(P, key, rl_policy(P, key, spec)), now)
+    end
+  end
 end
 
 -- Adaptive limits (see "Adaptive" above) -------------------------------------------------------------
@@ -608,6 +638,8 @@ local function rl_adapt_down(P, key, pol, round, now, id, queue, jtype)
   end
   redis.call('HSET', ak, 'down_at', now, 'ok', 0, 'round', (tonumber(a[3]) or 0) + 1)
   redis.call('PEXPIRE', ak, RL_IDLE_MS)
+  -- A floor above the new concurrency is owed only up to it.
+  if pol.floor then burst_sync_all(P, key, rl_effective(P, key, pol), now) end
 end
 
 -- rl_adapt_up(P, key, pol, now, id, queue, jtype): job id of key K, whose policy pol is adaptive,
@@ -639,6 +671,7 @@ local function rl_adapt_up(P, key, pol, now, id, queue, jtype)
   redis.call('HSET', ak, 'ok', 0)
   redis.call('PEXPIRE', ak, RL_IDLE_MS)
   lane_wake_all(P, key, now)
+  if pol.floor then burst_sync_all(P, key, rl_effective(P, key, pol), now) end
 end
 
 -- rl_adaptive(P, key, spec): the key's policy when the job's spec and the key's policy are adaptive,

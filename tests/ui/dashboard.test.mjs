@@ -75,6 +75,11 @@ await post("/ojs/v1/jobs", { type: "geo.lookup", args: [], queue: "ui-adaptive",
   await post("/ojs/v1/workers/nack", { job_id: jobs[0].id, error: { type: "TooManyRequests", message: "429" } });
 }
 
+// A key with a floor of 2 in a queue whose concurrency of 6 is the pool (burstable concurrency).
+await call("PUT", "/ojs/v1/admin/queues/ui-burst/rate-limit", { concurrency: 6 });
+await post("/ojs/v1/jobs", { type: "shop.sync", args: [], queue: "ui-burst",
+  rate_limit: { key: "ui-burst", concurrency: 6, floor: 2 } });
+
 // A chain whose first step is done: step 1 waits for a worker, step 2 is pending.
 const { workflow: wf } = await post("/ojs/v1/workflows", { type: "chain", name: "ui.etl", steps: [
   { type: "etl.extract", args: [], queue: "ui-etl" }, { type: "etl.transform", args: [], queue: "ui-etl" },
@@ -122,6 +127,12 @@ try {
     const row = page.locator("#ratelimits tr", { hasText: "ui-adaptive" });
     await row.waitFor(T);
     assert.match(await row.locator("td.adaptive").innerText(), /concurrency 4 \/ 8/);
+  });
+
+  await step("overview: a key with a floor shows it beside its ceiling", async () => {
+    const row = page.locator("#ratelimits tr", { hasText: "ui-burst" });
+    await row.waitFor(T);
+    assert.match(await row.locator("td.conc").innerText(), /0 \/ 6 \(floor 2\)/);
   });
 
   await step("overview: tenants with their weights and shares", async () => {

@@ -546,7 +546,8 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
     // Burstable concurrency (lua/includes/ratelimit.lua): the floors a queue's pool owes sum to its
-    // conf's 'want', and only an open lane (its head in the ready set) owes anything.
+    // conf's 'want', and only an open lane (its head in the ready set), or one parked by its key's own
+    // concurrency, owes anything.
     let mut owed: HashMap<String, i64> = HashMap::new();
     for key in snap.scan(keys.pattern("queue_want")) {
         if keys.parts("queue_lane", &key).is_some() {
@@ -556,7 +557,10 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         let parts: HashMap<String, i64> = snap.hgetall(&key);
         for (lane, part) in &parts {
             let (q, k) = lane.split_once('\n').unwrap_or((lane.as_str(), ""));
-            if *part <= 0 || !snap.hexists(keys.queue_heads(q), k) {
+            let parked: Option<String> = snap.hget(keys.queue_parked(q), k);
+            let owes = snap.hexists(keys.queue_heads(q), k)
+                || parked.is_some_and(|p| p.split(' ').nth(1) == Some("concurrency"));
+            if *part <= 0 || !owes {
                 problems.push(format!(
                     "queue {queue}: lane {q}/{k} owes {part} of its floor but is not open"
                 ));

@@ -155,6 +155,15 @@ pub struct Gate {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub workflow_id: Option<String>,
+    /// `pool`: the key's floor, which it already holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub floor: Option<i64>,
+    /// `pool`: the queue's slots owed to keys below their floors (`current` counts them with the
+    /// active jobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub owed: Option<i64>,
     /// `override`: the override's fields as stored (`concurrency`, `rate_limit`, `rate_period`,
     /// `throttle_limit`, `throttle_period`; periods in ms).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -281,6 +290,8 @@ impl Gate {
             tenants: num("tenants").filter(|_| fair).map(|n| n as i64),
             weight: num("weight"),
             workflow_id: x("workflow_id").filter(|w| !w.is_empty()),
+            floor: num("floor").map(|n| n as i64),
+            owed: num("owed").map(|n| n as i64),
             override_fields: (kind == GateKind::Override).then(|| g.extra.clone().into_iter().collect()),
             reason: x("reason"),
         })

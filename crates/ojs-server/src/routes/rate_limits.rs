@@ -119,6 +119,10 @@ struct ConcurrencyState {
     limit: u64,
     active: u64,
     available: u64,
+    /// Ours: the key's floor in its queue's pool (burstable concurrency; `limit` is then its ceiling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    floor: Option<u64>,
 }
 
 /// In units, as [`ConcurrencyState`].
@@ -172,6 +176,7 @@ impl RateLimitState {
                 limit,
                 active: s.active,
                 available: limit.saturating_sub(s.active),
+                floor: s.floor,
             }),
             rate: s.rate.map(|w| RateState {
                 window: w.into(),
@@ -347,6 +352,15 @@ struct QueueLimits {
 struct QueueConcurrency {
     limit: u64,
     active: u64,
+    /// Ours: of the queue's free slots, those owed to keys below their `rate_limit.floor` (burstable
+    /// concurrency: the queue's concurrency is the pool their keys share). Absent when none is owed.
+    #[serde(skip_serializing_if = "is_zero")]
+    #[schema(nullable = false)]
+    floors_owed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, ToSchema)]
@@ -420,13 +434,17 @@ async fn delete_override(State(st): State<AppState>, OjsPath(key): OjsPath<Strin
     Ok(ok(RateLimitState::of(&key, &store.rate_limit_state(&key).await?)))
 }
 
-fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_window: u64) -> Value {
+fn queue_json(q: &str, s: &ojs_store::QueueLimitState) -> Value {
     json!(QueueLimits {
         queue: q.to_string(),
-        concurrency: conc.map(|limit| QueueConcurrency { limit, active }),
-        rate: rate.map(|w| QueueRate {
+        concurrency: s.concurrency.map(|limit| QueueConcurrency {
+            limit,
+            active: s.active,
+            floors_owed: s.owed,
+        }),
+        rate: s.rate.map(|w| QueueRate {
             window: w.into(),
-            current_count: in_window,
+            current_count: s.in_window,
         }),
     })
 }
@@ -441,8 +459,8 @@ fn queue_json(q: &str, conc: Option<u64>, rate: Option<Window>, active: u64, in_
 )]
 async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
-    let (c, r, a, w) = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
-    Ok(ok(queue_json(&q, c, r, a, w)))
+    let s = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
+    Ok(ok(queue_json(&q, &s)))
 }
 
 /// Queue-level limits apply to every job of the queue on top of the jobs' own (most restrictive wins).
@@ -472,8 +490,8 @@ async fn put_queue(
         .await?
         .set_queue_rate_limit(&q, Some((conc, rate)))
         .await?;
-    let (c, r, a, w) = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
-    Ok(ok(queue_json(&q, c, r, a, w)))
+    let s = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
+    Ok(ok(queue_json(&q, &s)))
 }
 
 #[utoipa::path(
@@ -487,7 +505,7 @@ async fn put_queue(
 async fn delete_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
     names::check_queue(&q).map_err(OjsError::invalid)?;
     st.shards.for_queue(&q).await?.set_queue_rate_limit(&q, None).await?;
-    Ok(ok(queue_json(&q, None, None, 0, 0)))
+    Ok(ok(queue_json(&q, &ojs_store::QueueLimitState::default())))
 }
 
 #[cfg(test)]

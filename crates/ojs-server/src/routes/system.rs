@@ -292,10 +292,11 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "rate-limiting",
             "unique-jobs",
             // Ours, beyond the seeds and the OJS extensions: GET /ojs/v1/jobs/{id}/explain (routes/explain.rs);
-            // `rate_limit.cost` and the ACK's `cost_used`; `rate_limit.adaptive`.
+            // `rate_limit.cost` and the ACK's `cost_used`; `rate_limit.adaptive`; `rate_limit.floor`.
             "x-explain",
             "x-rate-limit-costs",
             "x-rate-limit-adaptive",
+            "x-rate-limit-burst",
         ],
         capabilities: Capabilities {
             unique_jobs: UniqueJobs {

@@ -17,6 +17,8 @@ pub struct RateLimitState {
     pub known: bool,
     /// The limits FETCH applies: the key's policy (its newest job's) with the override on top.
     pub concurrency: Option<u64>,
+    /// The policy's floor in its queue's pool (burstable concurrency, ours).
+    pub floor: Option<u64>,
     pub rate: Option<Window>,
     pub throttle: Option<Window>,
     /// The newest job's on_limit (each job keeps its own).
@@ -107,6 +109,7 @@ impl Store {
             now_ms: r.i64(1)?,
             known: r.flag(2)?,
             concurrency: num(0)?,
+            floor: num(6)?,
             rate: window(1, 2)?,
             throttle: window(3, 4)?,
             on_limit: limits.str(5)?,

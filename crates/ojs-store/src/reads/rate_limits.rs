@@ -18,16 +18,18 @@ impl Store {
         Ok(redis::cmd("HGET").arg(home).arg(key).query_async(&mut conn).await?)
     }
 
-    /// (concurrency, rate, active now, starts in the current window).
-    pub async fn queue_rate_limit(&self, queue: &str) -> Result<(Option<u64>, Option<Window>, u64, u64)> {
+    /// A queue's own limits and their use now.
+    pub async fn queue_rate_limit(&self, queue: &str) -> Result<QueueLimitState> {
         let mut conn = self.conn().await?;
-        let f: Vec<Option<u64>> = redis::cmd("HMGET")
+        let f: Vec<Option<i64>> = redis::cmd("HMGET")
             .arg(self.keys.queue_conf(queue))
             .arg("rl_concurrency")
             .arg("rl_rate_limit")
             .arg("rl_rate_period")
+            .arg("want")
             .query_async(&mut conn)
             .await?;
+        let f: Vec<Option<u64>> = f.into_iter().map(|v| v.map(|v| v.max(0) as u64)).collect();
         let now = redis_now_ms(&mut conn, &self.keys).await?;
         let rate = match (f.get(1).copied().flatten(), f.get(2).copied().flatten()) {
             (Some(limit), Some(period_ms)) => Some(Window { limit, period_ms }),
@@ -50,6 +52,24 @@ impl Store {
             }
             None => 0,
         };
-        Ok((f.first().copied().flatten(), rate, active, in_window))
+        Ok(QueueLimitState {
+            concurrency: f.first().copied().flatten(),
+            rate,
+            active,
+            in_window,
+            owed: f.get(3).copied().flatten().unwrap_or(0),
+        })
     }
+}
+
+/// A queue's own limits (`PUT /admin/queues/{q}/rate-limit`) and their use now.
+#[derive(Debug, Clone, Default)]
+pub struct QueueLimitState {
+    pub concurrency: Option<u64>,
+    pub rate: Option<Window>,
+    /// Jobs holding one of the queue's slots now, and starts in its current window.
+    pub active: u64,
+    pub in_window: u64,
+    /// The floors its pool owes to keys below theirs (burstable concurrency, ours: the conf's 'want').
+    pub owed: u64,
 }
