@@ -232,13 +232,21 @@ async fn enqueue(
         crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
     }
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
-        return enqueue_chain(&st, &mut wf?).await;
+        let mut wf = wf?;
+        for j in &mut wf.jobs {
+            j.tenant_pinned = tenant.is_some();
+        }
+        return enqueue_chain(&st, &mut wf).await;
     }
     let mut job = envelope::parse(body, &st.rules)?;
+    job.tenant_pinned = tenant.is_some();
     let block = block_deadline(&headers)?;
     // `placed` holds the claim on a client-chosen id until the job is written.
     let placed = st.shards.place_jobs(std::slice::from_mut(&mut job)).await?;
     let shard = placed[0];
+    // The tenant its queue's tenancy setting gives it, checked here so that a bad one is this request's
+    // 400, not the coalesced call's (the store resolves it again in the call: ojs-store tenancy.rs).
+    st.shards.get(shard).resolve_tenants(std::slice::from_ref(&job)).await?;
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
     let out = loop {
         let out = st.enqueues(shard).call(job.clone()).await?;
@@ -374,12 +382,13 @@ async fn enqueue_batch(
     let tenant = crate::tenant::header_tenant(&headers)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (i, mut v) in body.jobs.into_iter().enumerate() {
-        let j = crate::tenant::stamp(&mut v, tenant.as_deref())
+        let mut j = crate::tenant::stamp(&mut v, tenant.as_deref())
             .and_then(|_| envelope::parse(v, &st.rules))
             .map_err(|e| {
                 let msg = format!("jobs[{i}]: {}", e.message);
                 OjsError { message: msg, ..e }.with_details(json!({ "index": i }))
             })?;
+        j.tenant_pinned = tenant.is_some();
         jobs.push(j);
     }
     let mut seen = std::collections::HashSet::new();
