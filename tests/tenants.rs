@@ -38,10 +38,15 @@ async fn set_weight(s: &TestServer, tenant: &str, w: u32) {
 
 /// The tenants of the jobs FETCH hands out, one claim at a time in `rounds` fetches of `count`.
 async fn dispatch_order(s: &TestServer, queue: &str, rounds: usize, count: u32) -> Vec<String> {
+    meta_dispatched(s, queue, "tenant_id", rounds, count).await
+}
+
+/// The `meta.<field>` of the jobs FETCH hands out, in `rounds` fetches of `count`.
+async fn meta_dispatched(s: &TestServer, queue: &str, field: &str, rounds: usize, count: u32) -> Vec<String> {
     let mut out = Vec::new();
     for _ in 0..rounds {
         for j in s.fetch(&[queue], count).await {
-            out.push(j["meta"]["tenant_id"].as_str().unwrap_or("").to_string());
+            out.push(j["meta"][field].as_str().unwrap_or("").to_string());
         }
     }
     out
@@ -359,17 +364,6 @@ async fn batch_for_customer(s: &TestServer, customer: &str, queue: &str, n: usiz
     assert_eq!(st, 201, "{b}");
 }
 
-/// The `meta.customer` of the jobs FETCH hands out, in `rounds` fetches of `count`.
-async fn customers_dispatched(s: &TestServer, queue: &str, rounds: usize, count: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    for _ in 0..rounds {
-        for j in s.fetch(&[queue], count).await {
-            out.push(j["meta"]["customer"].as_str().unwrap_or("").to_string());
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn a_queue_takes_its_tenants_from_a_meta_field_with_weights_of_its_own() {
     let s = TestServer::start().await;
@@ -390,7 +384,7 @@ async fn a_queue_takes_its_tenants_from_a_meta_field_with_weights_of_its_own() {
     set_weight(&s, "small", 3).await;
     batch_for_customer(&s, "big", "by-customer", 400).await;
     batch_for_customer(&s, "small", "by-customer", 40).await;
-    let order = customers_dispatched(&s, "by-customer", 4, 40).await;
+    let order = meta_dispatched(&s, "by-customer", "customer", 4, 40).await;
     assert_eq!(order.len(), 160);
     for w in order.windows(40) {
         let small = w.iter().filter(|t| *t == "small").count();
@@ -433,7 +427,7 @@ async fn a_queue_takes_its_tenants_from_a_meta_field_with_weights_of_its_own() {
     // jobs go in FIFO order.
     batch_for_customer(&s, "big", "plain", 20).await;
     batch_for_customer(&s, "small", "plain", 20).await;
-    let plain = customers_dispatched(&s, "plain", 1, 20).await;
+    let plain = meta_dispatched(&s, "plain", "customer", 1, 20).await;
     assert!(plain.iter().all(|c| c == "big"), "{plain:?}");
     let (_, big) = s.get("/ojs/v1/admin/tenants/big/stats").await;
     assert_eq!(big["jobs"]["enqueued"], 400, "plain's jobs have no tenant: {big}");

@@ -98,10 +98,7 @@ impl Tenancy {
                     None => DEFAULT_SEPARATOR,
                     Some(v) => string(v, "separator")?,
                 };
-                let ok = (1..=8).contains(&separator.len())
-                    && separator
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+                let ok = (1..=8).contains(&separator.len()) && separator.bytes().all(names::is_key_byte);
                 if !ok {
                     return Err(format!(
                         "separator must be 1 to 8 characters of a rate-limit key ([a-zA-Z0-9._:-]); got {separator:?}"
