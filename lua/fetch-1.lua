@@ -68,8 +68,8 @@
 --        the tenant's pass (ZINCRBY), its weight (HGET, once per call and tenant, none when the queue's
 --        tenancy setting gives it one: that setting is read with the queue's other settings and decoded
 --        once per call) and its counters (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE, and two HINCRBY of
---        its minute's count, whose PEXPIREAT is once per call); a tenant found with nothing ready costs a pop and an
---        EXISTS; the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
+--        its minute's count, whose PEXPIREAT is once per call); a tenant found with nothing ready costs
+--        a pop and an EXISTS; the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
 --        ready set is empty, with or without tenants
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
