@@ -457,6 +457,7 @@ async fn a_queue_takes_its_tenants_from_a_meta_field_with_weights_of_its_own() {
             .await;
         assert_eq!(st, 400, "{b}");
         assert!(b["error"]["message"].as_str().unwrap_or("").contains("jobs[1]"), "{b}");
+        assert_eq!(b["error"]["details"]["index"], 1, "{b}");
     }
     s.assert_invariants().await;
 }

@@ -74,6 +74,18 @@ impl Store {
     /// seen yet is read once). Borrowed as they are when no queue of theirs has a setting and none
     /// was resolved with one. A derived tenant that is not a tenant id is a 400 naming the field.
     pub async fn resolve_tenants<'a>(&self, jobs: &'a [NewJob]) -> Result<Cow<'a, [NewJob]>> {
+        self.resolve_tenants_checked(jobs)
+            .await?
+            .map_err(|(i, e)| StoreError::Invalid(if jobs.len() > 1 { format!("jobs[{i}]: {e}") } else { e }))
+    }
+
+    /// [`Store::resolve_tenants`], with the first job whose derived tenant is refused given as its
+    /// index and the message (for a caller that numbers the jobs its own way).
+    #[allow(clippy::type_complexity)]
+    pub async fn resolve_tenants_checked<'a>(
+        &self,
+        jobs: &'a [NewJob],
+    ) -> Result<std::result::Result<Cow<'a, [NewJob]>, (usize, String)>> {
         let mut settings: HashMap<&str, Option<Arc<Tenancy>>> = HashMap::new();
         for j in jobs {
             if settings.contains_key(j.queue.as_str()) {
@@ -89,15 +101,16 @@ impl Store {
             .iter()
             .all(|j| j.tenancy.is_empty() && settings.get(j.queue.as_str()).is_none_or(Option::is_none))
         {
-            return Ok(Cow::Borrowed(jobs));
+            return Ok(Ok(Cow::Borrowed(jobs)));
         }
         let mut out = jobs.to_vec();
         for (i, j) in out.iter_mut().enumerate() {
             let t = settings.get(j.queue.as_str()).cloned().flatten();
-            resolve(j, t.as_deref())
-                .map_err(|e| StoreError::Invalid(if jobs.len() > 1 { format!("jobs[{i}]: {e}") } else { e }))?;
+            if let Err(e) = resolve(j, t.as_deref()) {
+                return Ok(Err((i, e)));
+            }
         }
-        Ok(Cow::Owned(out))
+        Ok(Ok(Cow::Owned(out)))
     }
 
     /// The enqueue script answered `{'tenancy', queue, setting}`: this pod's copy of the queue's

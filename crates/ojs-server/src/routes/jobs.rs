@@ -57,11 +57,36 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str, workflow: Option<&str>) ->
     job_view(&f)
 }
 
+/// The tenants the jobs' queues' tenancy settings give them are checked on every shard before any
+/// shard writes (a batch over several shards is written shard by shard): a refused one is a 400 naming
+/// the job's index in the batch and the field.
+async fn check_tenants(st: &AppState, jobs: &[NewJob], at: &[usize]) -> ApiResult<()> {
+    let mut shards = at.to_vec();
+    shards.sort_unstable();
+    shards.dedup();
+    for s in shards {
+        let idx: Vec<usize> = (0..jobs.len()).filter(|i| at[*i] == s).collect();
+        let part: std::borrow::Cow<[NewJob]> = if idx.len() == jobs.len() {
+            jobs.into()
+        } else {
+            idx.iter().map(|i| jobs[*i].clone()).collect::<Vec<_>>().into()
+        };
+        if let Err((i, m)) = st.shards.get(s).resolve_tenants_checked(&part).await? {
+            let i = idx[i];
+            return Err(OjsError::invalid(format!("jobs[{i}]: {m}"))
+                .with_details(json!({ "index": i }))
+                .into());
+        }
+    }
+    Ok(())
+}
+
 /// Writes a batch: in one script call when its jobs live on one shard (all or nothing), else one call
 /// per shard in shard order, each all or nothing (a refusal names the jobs earlier shards wrote).
 async fn store_jobs(st: &AppState, jobs: &mut [NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
     // `at` holds the claims on client-chosen ids until the jobs are written.
     let at = st.shards.place_jobs(jobs).await?;
+    check_tenants(st, jobs, &at).await?;
     let first = at[0];
     if at.iter().all(|s| *s == first) {
         let out = store_part(st, first, jobs, block).await;
