@@ -49,6 +49,10 @@
 --                                 tenant's sub-queue (includes/tenant.lua), and P..'tenant:'..tenant..
 --                                 ':stats' counts it ('enqueued'; kept TENANT_STATS_MS past its last move,
 --                                 and P..'tenants' lists the tenant by its last activity)
+--     +23 tenancy          string the queue's tenancy setting the server resolved `tenant` with, as it
+--                                 read it from the conf field 'tenancy' ('' = none: the tenant is
+--                                 meta.tenant_id); when it is not the queue's now, nothing is written
+--                                 and the reply is 'tenancy' (the server resolves again and retries)
 --   record CRON
 --     +0  name             string the cron entry
 --     +1  expected         int    its next_run_at as read (ms, the tick being fired)
@@ -83,6 +87,10 @@
 --                                            (active, or still waiting to run); the tick was claimed
 --                                            (next_run_at advanced) and
 --                                            cron.skipped emitted, no job written
+--   {'tenancy', queue, setting}              any mode, before anything is written: a job's tenancy is
+--                                            not its queue's setting (conf field 'tenancy', '' for
+--                                            none); the server resolves the jobs' tenants with it and
+--                                            calls again
 --   {'full', queue, depth, bound, strategy}  'all', 'workflow' and 'cron' (a cron tick is claimed even so): the batch would take that queue past its
 --                                            depth bound; no job was written (one
 --                                            backpressure.rejected event was)
@@ -216,6 +224,38 @@ if mode == 'all' then
   end
 end
 
+-- Per queue, what the batch adds: ready (score, member) pairs, per-priority counts, scheduled count;
+-- and, for a queue with a depth bound, its depth as the batch goes.
+local qs, order = {}, {}
+local function qinfo(queue)
+  local c = qs[queue]
+  if not c then
+    local conf = redis.call('HMGET', key_queue_conf(P, queue), 'aging_s', 'bp_max_depth', 'bp_warn',
+      'bp_strategy', 'tenancy')
+    c = { aging = conf[1] and tonumber(conf[1]), ready = {}, pri = {}, sched = 0, bound = tonumber(conf[2]),
+      warn = conf[3] or '0.8', strategy = conf[4] or 'reject',
+      tenancy = conf[5] or '' }
+    if c.bound then
+      local sk, pk = key_queue_stats(P, queue), key_queue_pri(P, queue)
+      local depth = tonumber(redis.call('HGET', sk, 'scheduled') or '0') + count_pending(sk, 'scheduled')
+        + count_pending(pk)
+      for _, v in ipairs(redis.call('HVALS', pk)) do depth = depth + tonumber(v) end
+      c.depth = depth
+    end
+    qs[queue] = c
+    order[#order + 1] = queue
+  end
+  return c
+end
+
+-- Every job's tenant was resolved with its queue's tenancy setting as it is now (a pod that read an
+-- older one learns the new one here and calls again): checked before anything is written.
+for i = 0, n - 1 do
+  local b = BASE + i * JOB.STRIDE
+  local c = qinfo(ARGV[b + JOB.queue])
+  if ARGV[b + JOB.tenancy] ~= c.tenancy then return {'tenancy', ARGV[b + JOB.queue], c.tenancy} end
+end
+
 -- A cron firing claims its tick first: only the caller that saw this next_run_at fires it.
 if cron then
   local ck = key_cron(P, cron.name)
@@ -247,29 +287,6 @@ end
 
 local states, pressure, found = {}, {}, {}
 local reply = {'ok', now, states, pressure, found}
-
--- Per queue, what the batch adds: ready (score, member) pairs, per-priority counts, scheduled count;
--- and, for a queue with a depth bound, its depth as the batch goes.
-local qs, order = {}, {}
-local function qinfo(queue)
-  local c = qs[queue]
-  if not c then
-    local conf = redis.call('HMGET', key_queue_conf(P, queue), 'aging_s', 'bp_max_depth', 'bp_warn',
-      'bp_strategy')
-    c = { aging = conf[1] and tonumber(conf[1]), ready = {}, pri = {}, sched = 0, bound = tonumber(conf[2]),
-      warn = conf[3] or '0.8', strategy = conf[4] or 'reject' }
-    if c.bound then
-      local sk, pk = key_queue_stats(P, queue), key_queue_pri(P, queue)
-      local depth = tonumber(redis.call('HGET', sk, 'scheduled') or '0') + count_pending(sk, 'scheduled')
-        + count_pending(pk)
-      for _, v in ipairs(redis.call('HVALS', pk)) do depth = depth + tonumber(v) end
-      c.depth = depth
-    end
-    qs[queue] = c
-    order[#order + 1] = queue
-  end
-  return c
-end
 
 local function reject(queue, c, jtype)
   ev_backpressure_rejected(P, '', queue, jtype, now, queue, c.depth, c.bound)

@@ -72,9 +72,11 @@
 --        end visits at most 3 callbacks; a close drops at most 3 pending callbacks and trims at most
 --        WF_TRIM = 100 expired workflows from the listing index); a queue with tenants
 --        (includes/tenant.lua) adds one ZCARD per call and queue, and per claim the pick (ZRANGE 0 0),
---        the tenant's pass (ZINCRBY), its weight (HGET, once per call and tenant) and its counters
---        (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE); a tenant found with nothing ready costs a pop and an
---        EXISTS; the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
+--        the tenant's pass (ZINCRBY), its weight (HGET, once per call and tenant, none when the queue's
+--        tenancy setting gives it one: that setting is read with the queue's other settings and decoded
+--        once per call) and its counters (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE, and two HINCRBY of
+--        its minute's count, whose PEXPIREAT is once per call); a tenant found with nothing ready costs
+--        a pop and an EXISTS; the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
 --        ready set is empty, with or without tenants
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
@@ -191,10 +193,13 @@ local function discard_now(jk, id, queue, code, message)
   end_unclaimed(jk, id, queue, 'discarded', {'error', error_entry(error_json(code, message))})
 end
 
--- Tenants' weights (P..'tenant_weights'), read once per call and tenant.
+-- Tenants' weights in a queue: the queue's tenancy setting's (read with its settings), else the global
+-- ones (P..'tenant_weights'), read once per call and tenant.
 local weights_read = {}
-local function tenant_weight(tenant)
-  local w = weights_read[tenant]
+local function tenant_weight(queue, tenant)
+  local w = tenant_queue_weight(qlimits[queue].tenancy, tenant)
+  if w then return w end
+  w = weights_read[tenant]
   if not w then
     w = tenant_weight_read(P, tenant)
     weights_read[tenant] = w
@@ -320,8 +325,8 @@ local function claim_from(queue, tenant)
           if e.floor then burst_sync_all(P, key, e, now, q) end
         end
         if tenant then
-          redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(tenant), tenant)
-          if tenant ~= '' then tenant_count(P, tenant, 'dispatched', now) end
+          redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(queue, tenant), tenant)
+          if tenant ~= '' then tenant_dispatched(P, tenant, now) end
         end
         local ql = qlimits[queue]
         if ql.conc or ql.rate_limit then

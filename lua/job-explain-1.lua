@@ -133,7 +133,7 @@ if l.tenants and ahead_ready then
   local rank, pass, lowest, n = tenant_turn(P, queue, t)
   if rank and rank > 0 then
     gate('fair_share', nil, rank, nil, nil, nil, nil, {'tenant', t, 'pass', tostring(pass), 'lowest_pass',
-      tostring(lowest), 'tenants', n, 'weight', tostring(tenant_weight_read(P, t))})
+      tostring(lowest), 'tenants', n, 'weight', tostring(tenant_queue_weight(l.tenancy, t) or tenant_weight_read(P, t))})
   end
 end
 

@@ -584,6 +584,28 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         None,
     )
     .await;
+    let tenancy = "/ojs/v1/admin/queues/{queue}/tenancy";
+    c.expect(200, Method::GET, tenancy, &["contract-tenancy"], None).await;
+    c.expect(
+        200,
+        Method::PUT,
+        tenancy,
+        &["contract-tenancy"],
+        Some(json!({"source": "meta", "field": "customer", "weights": {"acme": 3}, "default_weight": 2})),
+    )
+    .await;
+    c.expect(200, Method::GET, tenancy, &["contract-tenancy"], None).await;
+    c.expect(
+        400,
+        Method::PUT,
+        tenancy,
+        &["contract-tenancy"],
+        Some(json!({"source": "rate_limit_key", "separator": "/"})),
+    )
+    .await;
+    c.expect(400, Method::GET, tenancy, &["Bad Queue"], None).await;
+    c.expect(200, Method::DELETE, tenancy, &["contract-tenancy"], None)
+        .await;
     c.expect(200, Method::POST, "/ojs/v1/queues/{queue}/pause", &[q], None)
         .await;
     c.expect(200, Method::POST, "/ojs/v1/queues/{queue}/resume", &[q], None)

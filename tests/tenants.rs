@@ -38,10 +38,15 @@ async fn set_weight(s: &TestServer, tenant: &str, w: u32) {
 
 /// The tenants of the jobs FETCH hands out, one claim at a time in `rounds` fetches of `count`.
 async fn dispatch_order(s: &TestServer, queue: &str, rounds: usize, count: u32) -> Vec<String> {
+    meta_dispatched(s, queue, "tenant_id", rounds, count).await
+}
+
+/// The `meta.<field>` of the jobs FETCH hands out, in `rounds` fetches of `count`.
+async fn meta_dispatched(s: &TestServer, queue: &str, field: &str, rounds: usize, count: u32) -> Vec<String> {
     let mut out = Vec::new();
     for _ in 0..rounds {
         for j in s.fetch(&[queue], count).await {
-            out.push(j["meta"]["tenant_id"].as_str().unwrap_or("").to_string());
+            out.push(j["meta"][field].as_str().unwrap_or("").to_string());
         }
     }
     out
@@ -337,4 +342,236 @@ async fn a_workflows_jobs_belong_to_one_tenant() {
         "{b}"
     );
     s.assert_invariants().await;
+}
+
+/// Sets a queue's tenancy setting (`PUT /admin/queues/{queue}/tenancy`).
+async fn set_tenancy(s: &TestServer, queue: &str, body: Value) -> Value {
+    let (st, b) = s.put(&format!("/ojs/v1/admin/queues/{queue}/tenancy"), body).await;
+    assert_eq!(st, 200, "{b}");
+    b
+}
+
+/// `n` jobs of `queue` whose `meta.customer` is `customer`, in one batch, without the header.
+async fn batch_for_customer(s: &TestServer, customer: &str, queue: &str, n: usize) {
+    let jobs: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut j = job(queue, i);
+            j["meta"] = json!({ "customer": customer });
+            j
+        })
+        .collect();
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(st, 201, "{b}");
+}
+
+#[tokio::test]
+async fn a_queue_takes_its_tenants_from_a_meta_field_with_weights_of_its_own() {
+    let s = TestServer::start().await;
+    let b = set_tenancy(
+        &s,
+        "by-customer",
+        json!({"source": "meta", "field": "customer", "weights": {"big": 3, "small": 1}}),
+    )
+    .await;
+    assert_eq!(
+        b["tenancy"],
+        json!({"source": "meta", "field": "customer", "weights": {"big": 3, "small": 1}, "default_weight": null}),
+        "{b}"
+    );
+    let (st, g) = s.get("/ojs/v1/admin/queues/by-customer/tenancy").await;
+    assert_eq!((st, &g["tenancy"]), (200, &b["tenancy"]), "{g}");
+    // Globally "small" weighs 3 and "big" 1: the queue's own weights win in that queue.
+    set_weight(&s, "small", 3).await;
+    batch_for_customer(&s, "big", "by-customer", 400).await;
+    batch_for_customer(&s, "small", "by-customer", 40).await;
+    let order = meta_dispatched(&s, "by-customer", "customer", 4, 40).await;
+    assert_eq!(order.len(), 160);
+    for w in order.windows(40) {
+        let small = w.iter().filter(|t| *t == "small").count();
+        assert!(
+            (9..=11).contains(&small),
+            "a window of 40 held {small} of the small customer's: {w:?}"
+        );
+    }
+    // The customers are tenants: counted, and shared 3:1 over the last hour.
+    let (st, big) = s.get("/ojs/v1/admin/tenants/big/stats").await;
+    assert_eq!(st, 200, "{big}");
+    assert_eq!(big["jobs"]["enqueued"], 400, "{big}");
+    assert_eq!(big["jobs"]["dispatched"], 120, "{big}");
+    assert_eq!(big["jobs"]["dispatched_last_hour"], 120, "{big}");
+    assert_eq!(big["jobs"]["share_last_hour"], 0.75, "{big}");
+    let (_, small) = s.get("/ojs/v1/admin/tenants/small/stats").await;
+    assert_eq!(small["jobs"]["share_last_hour"], 0.25, "{small}");
+    let (_, l) = s.get("/ojs/v1/admin/tenants").await;
+    let shares: Vec<(String, f64)> = l["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            (
+                t["tenant_id"].as_str().unwrap_or("").to_string(),
+                t["jobs"]["share_last_hour"].as_f64().unwrap_or(-1.0),
+            )
+        })
+        .collect();
+    assert!(shares.contains(&("big".to_string(), 0.75)), "{l}");
+    assert!(shares.contains(&("small".to_string(), 0.25)), "{l}");
+    let m = s.metrics().await;
+    assert!(m.contains("ojs_tenant_share_last_hour{tenant_id=\"big\"} 0.75"), "{m}");
+    assert!(
+        m.contains("ojs_tenant_share_last_hour{tenant_id=\"small\"} 0.25"),
+        "{m}"
+    );
+
+    // A second queue without the setting is unaffected: meta.customer names no tenant there, and its
+    // jobs go in FIFO order.
+    batch_for_customer(&s, "big", "plain", 20).await;
+    batch_for_customer(&s, "small", "plain", 20).await;
+    let plain = meta_dispatched(&s, "plain", "customer", 1, 20).await;
+    assert!(plain.iter().all(|c| c == "big"), "{plain:?}");
+    let (_, big) = s.get("/ojs/v1/admin/tenants/big/stats").await;
+    assert_eq!(big["jobs"]["enqueued"], 400, "plain's jobs have no tenant: {big}");
+
+    // The header still wins, and still writes meta.tenant_id.
+    let mut j = job("by-customer", 1);
+    j["meta"] = json!({"customer": "big"});
+    let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", "vip", Some(j)).await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(b["job"]["meta"]["tenant_id"], "vip", "{b}");
+    let (_, vip) = s.get("/ojs/v1/admin/tenants/vip/stats").await;
+    assert_eq!(vip["jobs"]["enqueued"], 1, "{vip}");
+    // A job without the field has no tenant; one whose field is not a tenant id is a 400 naming it.
+    let (st, b) = s.post("/ojs/v1/jobs", job("by-customer", 2)).await;
+    assert_eq!(st, 201, "{b}");
+    for bad in [json!(7), json!("no spaces")] {
+        let mut j = job("by-customer", 3);
+        j["meta"] = json!({ "customer": bad });
+        let (st, b) = s.post("/ojs/v1/jobs", j.clone()).await;
+        assert_eq!(st, 400, "{b}");
+        assert!(
+            b["error"]["message"].as_str().unwrap_or("").contains("meta.customer"),
+            "{b}"
+        );
+        let (st, b) = s
+            .post("/ojs/v1/jobs/batch", json!({"jobs": [job("by-customer", 4), j]}))
+            .await;
+        assert_eq!(st, 400, "{b}");
+        assert!(b["error"]["message"].as_str().unwrap_or("").contains("jobs[1]"), "{b}");
+        assert_eq!(b["error"]["details"]["index"], 1, "{b}");
+    }
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_queue_takes_its_tenants_from_rate_limit_keys_so_many_keys_buy_no_larger_share() {
+    let s = TestServer::start().await;
+    let b = set_tenancy(&s, "by-key", json!({"source": "rate_limit_key"})).await;
+    assert_eq!(b["tenancy"]["separator"], ":", "{b}");
+    // acme spreads its jobs over 100 keys (acme:k0 … acme:k99); globex uses one.
+    let keyed = |key: String, i: usize| {
+        let mut j = job("by-key", i);
+        j["rate_limit"] = json!({"key": key, "concurrency": 100});
+        j
+    };
+    let jobs: Vec<Value> = (0..100).map(|i| keyed(format!("acme:k{i}"), i)).collect();
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(st, 201, "{b}");
+    let jobs: Vec<Value> = (0..100).map(|i| keyed("globex".to_string(), i)).collect();
+    let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(st, 201, "{b}");
+    let (_, acme) = s.get("/ojs/v1/admin/tenants/acme/stats").await;
+    assert_eq!(
+        acme["jobs"]["enqueued"], 100,
+        "acme:stripe and acme:slack are one tenant: {acme}"
+    );
+    let (_, globex) = s.get("/ojs/v1/admin/tenants/globex/stats").await;
+    assert_eq!(
+        globex["jobs"]["enqueued"], 100,
+        "a key without the separator is its own tenant: {globex}"
+    );
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        for j in s.fetch(&["by-key"], 10).await {
+            order.push(j["rate_limit"]["key"].as_str().unwrap_or("").to_string());
+        }
+    }
+    assert_eq!(order.len(), 40);
+    let acme = order.iter().filter(|k| k.starts_with("acme:")).count();
+    assert!(
+        (19..=21).contains(&acme),
+        "equal shares: {acme} of 40 went to acme's 100 keys"
+    );
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_pod_that_read_an_older_tenancy_setting_learns_the_new_one_at_its_next_enqueue() {
+    let s = TestServer::start().await;
+    let mut j = job("moving", 0);
+    j["meta"] = json!({"customer": "acme"});
+    // This pod reads the queue without a setting.
+    let (st, b) = s.post("/ojs/v1/jobs", j.clone()).await;
+    assert_eq!(st, 201, "{b}");
+    // Another pod sets it.
+    let other = s.store();
+    let t = ojs_core::tenancy::Tenancy::parse(&json!({"source": "meta", "field": "customer"})).expect("setting");
+    other.set_tenancy("moving", Some(&t)).await.expect("set");
+    let (st, b) = s.post("/ojs/v1/jobs", j.clone()).await;
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = s
+        .post("/ojs/v1/jobs/batch", json!({"jobs": [j.clone(), j.clone()]}))
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let (_, acme) = s.get("/ojs/v1/admin/tenants/acme/stats").await;
+    assert_eq!(
+        acme["jobs"]["enqueued"], 3,
+        "the jobs after the change are acme's: {acme}"
+    );
+    // And removes it: the jobs have no tenant again.
+    other.set_tenancy("moving", None).await.expect("clear");
+    let (st, b) = s.post("/ojs/v1/jobs", j).await;
+    assert_eq!(st, 201, "{b}");
+    let (_, acme) = s.get("/ojs/v1/admin/tenants/acme/stats").await;
+    assert_eq!(acme["jobs"]["enqueued"], 3, "{acme}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_bad_tenancy_setting_is_a_400_naming_its_field_and_a_delete_restores_the_default() {
+    let s = TestServer::start().await;
+    let (st, b) = s.get("/ojs/v1/admin/queues/q1/tenancy").await;
+    assert_eq!((st, &b["tenancy"]), (200, &Value::Null), "{b}");
+    for (body, field) in [
+        (json!({}), "source"),
+        (json!({"source": "header"}), "source"),
+        (json!({"source": "meta", "field": "has space"}), "field"),
+        (json!({"source": "rate_limit_key", "separator": "/"}), "separator"),
+        (json!({"source": "rate_limit_key", "field": "customer"}), "field"),
+        (json!({"source": "meta", "weights": {"acme": 0}}), "weights.acme"),
+        (json!({"source": "meta", "weights": {"acme": 2000000}}), "weights.acme"),
+        (json!({"source": "meta", "default_weight": "2"}), "default_weight"),
+        (json!({"source": "meta", "tenant_weights": {}}), "tenant_weights"),
+        (json!("meta"), "object"),
+    ] {
+        let (st, b) = s.put("/ojs/v1/admin/queues/q1/tenancy", body.clone()).await;
+        assert_eq!(st, 400, "{body}: {b}");
+        assert!(
+            b["error"]["message"].as_str().unwrap_or("").contains(field),
+            "{body}: {b}"
+        );
+    }
+    let (st, b) = s
+        .put("/ojs/v1/admin/queues/bad%20name/tenancy", json!({"source": "meta"}))
+        .await;
+    assert_eq!(st, 400, "{b}");
+    set_tenancy(
+        &s,
+        "q1",
+        json!({"source": "meta", "field": "customer", "default_weight": 2}),
+    )
+    .await;
+    let (st, b) = s.delete("/ojs/v1/admin/queues/q1/tenancy").await;
+    assert_eq!((st, &b["tenancy"]), (200, &Value::Null), "{b}");
+    let (_, b) = s.get("/ojs/v1/admin/queues/q1/tenancy").await;
+    assert_eq!(b["tenancy"], Value::Null, "{b}");
 }

@@ -18,12 +18,14 @@ end
 
 -- queue_settings(P, queue): the queue's settings FETCH reads before taking from it (FETCH reads them
 -- once per call: no operation of fetch-1.lua changes them). `tenants` is set once the queue held a
--- tenant's job (includes/tenant.lua).
+-- tenant's job; `tenancy` is the queue's tenancy setting, decoded (its own weights; includes/tenant.lua).
 local function queue_settings(P, queue)
   local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
-    'rs_phase', 'tenants')
+    'rs_phase', 'tenants', 'tenancy')
+  local ok, tq = false, nil
+  if c[6] then ok, tq = pcall(cjson.decode, c[6]) end
   return { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4],
-    tenants = c[5] }
+    tenants = c[5], tenancy = ok and type(tq) == 'table' and tq or nil }
 end
 
 -- queue_gate(P, queue, l, now, wake_too): may FETCH take a job from the queue now, under its settings l

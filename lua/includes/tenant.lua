@@ -19,7 +19,8 @@
 -- tenant joins at the lowest pass present (0 when none): an idle tenant neither banks credit nor falls
 -- behind, and the set is work-conserving (an empty tenant is simply not in it). A tenant leaves when
 -- FETCH finds its ready set empty (one pop per exit, counted against FETCH's MAX_SKIPS). Weights:
--- P..'tenant_weights' hash tenant -> weight (PUT /admin/tenants/{id}); 1 when unset.
+-- P..'tenant_weights' hash tenant -> weight (PUT /admin/tenants/{id}); 1 when unset; a queue's tenancy
+-- setting may give its own (below).
 -- P..'q:'..Q..':subs' is the set of tenants whose sub-queue of Q may hold waiting jobs (ready, or in a
 -- lane open or parked): a tenant enters with its job (make_ready) and leaves when FETCH finds its
 -- sub-queue with nothing ready and no lane open or parked (a tenant whose last job was cancelled stays
@@ -30,8 +31,21 @@
 -- GET /admin/tenants/{id}/stats; it expires TENANT_STATS_MS after it last moved, and P..'tenants' (zset,
 -- score = last enqueue or claim, ms) lists the tenants whose counters live: a tenant idle longer leaves
 -- it when any tenant's counter next moves.
+-- A queue's tenancy setting (ours; conf field 'tenancy', JSON written by PUT /admin/queues/{q}/tenancy,
+-- ojs_core::tenancy): where its jobs' tenant comes from (the server resolves that at the enqueue) and
+-- the queue's own weights: 'weights' (tenant -> weight) over the tenant's global weight, and
+-- 'default_weight' over '_default' for the queue's jobs without a tenant. FETCH reads the field with the
+-- queue's other settings (includes/gates.lua queue_settings), so a queue without it pays nothing.
+-- Each claim of a tenant's job is also counted in P..'tenants:m:'..minute (minute = now // 60000), a
+-- hash tenant -> claims in that minute, and field '' -> every tenant's claims in it: the share of the
+-- last hour (GET /admin/tenants, the dashboard, ojs_tenant_share_last_hour) reads the last 60 of them.
+-- Each expires TENANT_MINUTES_KEEP minutes after its minute began (set once per script call: a call has
+-- one `now`); the key is named after the time, not the tenant, and holds the tenants claimed in it.
 -- CAPS: no loop.
 local TENANT_STATS_MS = 30 * 86400000
+local TENANT_MINUTES_KEEP = 62
+-- The minute whose hash this script call has already given its expiry (nil: none yet).
+local tenant_minute_expiring = nil
 
 -- tenant_count(P, tenant, field, now): one more of `field` for the tenant (see above).
 local function tenant_count(P, tenant, field, now)
@@ -41,6 +55,28 @@ local function tenant_count(P, tenant, field, now)
   local tk = key_tenants(P)
   redis.call('ZADD', tk, now, tenant)
   redis.call('ZREMRANGEBYSCORE', tk, '-inf', '(' .. (now - TENANT_STATS_MS))
+end
+
+-- tenant_dispatched(P, tenant, now): one more claim of the tenant's jobs: its counters (tenant_count)
+-- and its minute's count (see above).
+local function tenant_dispatched(P, tenant, now)
+  tenant_count(P, tenant, 'dispatched', now)
+  local minute = math.floor(now / 60000)
+  local mk = key_tenants_minute(P, minute)
+  redis.call('HINCRBY', mk, tenant, 1)
+  redis.call('HINCRBY', mk, '', 1)
+  if tenant_minute_expiring ~= minute then
+    tenant_minute_expiring = minute
+    redis.call('PEXPIREAT', mk, (minute + TENANT_MINUTES_KEEP) * 60000)
+  end
+end
+
+-- tenant_queue_weight(tq, tenant): the weight a queue's tenancy setting tq (decoded; nil for none)
+-- gives the tenant ('' = the queue's jobs without a tenant: its default_weight); nil when it gives none.
+local function tenant_queue_weight(tq, tenant)
+  if not tq then return nil end
+  if tenant == '' then return tonumber(tq.default_weight) end
+  return type(tq.weights) == 'table' and tonumber(tq.weights[tenant]) or nil
 end
 
 -- tenant_part(tenant): how a tenant is spelled in a sub-queue's name (see above).

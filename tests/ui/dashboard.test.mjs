@@ -135,14 +135,14 @@ try {
     assert.match(await row.locator("td.conc").innerText(), /0 \/ 6 \(floor 2\)/);
   });
 
-  await step("overview: tenants with their weights and shares", async () => {
+  await step("overview: tenants with their weights, shares, and shares of the last hour", async () => {
     const big = page.locator('#tenants tr[data-tenant="ui-big"]');
     await big.waitFor(T);
     const cells = async (row) => (await row.locator("td").allInnerTexts()).map((t) => t.trim());
     const b = await cells(big);
     const s = await cells(page.locator('#tenants tr[data-tenant="ui-small"]'));
-    assert.deepEqual(b.slice(1, 5), ["3", "10", "6", "75%"], "weight, enqueued, dispatched, share");
-    assert.deepEqual(s.slice(1, 5), ["1", "10", "2", "25%"]);
+    assert.deepEqual(b.slice(1, 6), ["3", "10", "6", "75%", "75%"], "weight, enqueued, dispatched, share, share last hour");
+    assert.deepEqual(s.slice(1, 6), ["1", "10", "2", "25%", "25%"]);
   });
 
   await step("overview: backpressure bound, active job with lease holder and progress", async () => {

@@ -391,6 +391,8 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         dedup,
         root_job,
         tenant,
+        tenant_pinned: false,
+        tenancy: String::new(),
     })
 }
 

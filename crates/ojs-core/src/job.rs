@@ -135,6 +135,11 @@ pub struct NewJob {
     pub root_job: Option<crate::unique::RootJob>,
     /// `meta.tenant_id` (the multi-tenancy extension): the job waits in its tenant's share of its queue.
     pub tenant: Option<String>,
+    /// The `X-OJS-Tenant` header set `tenant`: it wins over a queue's tenancy setting.
+    pub tenant_pinned: bool,
+    /// The queue's tenancy setting `tenant` was resolved with, as stored ([`crate::tenancy::Tenancy::stored`];
+    /// empty: none, the tenant is `meta.tenant_id`). The enqueue script checks it against the queue's.
+    pub tenancy: String,
 }
 
 impl NewJob {

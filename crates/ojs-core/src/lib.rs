@@ -16,6 +16,7 @@ pub mod newtypes;
 pub mod priority;
 pub mod ratelimit;
 pub mod state;
+pub mod tenancy;
 pub mod unique;
 pub mod workflow;
 

@@ -66,12 +66,16 @@ pub fn check_type(t: &str) -> Result<(), String> {
 
 /// A key-like name: `^[a-zA-Z0-9][a-zA-Z0-9._:-]*$`, at most 255 bytes; `what` names the field or
 /// header in the error.
+/// A byte that may stand in a key-like name (a rate-limit key, a tenant id) after its first.
+pub fn is_key_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+}
+
 fn check_key_like(k: &str, what: &str) -> Result<(), String> {
     let ok = !k.is_empty()
         && k.len() <= MAX_NAME_LEN
         && k.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && k.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+        && k.bytes().all(is_key_byte);
     if ok {
         Ok(())
     } else {

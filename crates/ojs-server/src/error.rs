@@ -28,6 +28,7 @@ impl From<StoreError> for ApiError {
                     "the job store (Redis) is unavailable; retry shortly",
                 ))
             }
+            StoreError::Invalid(m) => Self(OjsError::invalid(m)),
             other => {
                 tracing::error!(error = %other, "store error");
                 Self(OjsError::new(ErrorCode::Internal, format!("internal error: {other}")))

@@ -215,9 +215,17 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         "Claims of a tenant's jobs by FETCH (its fair share at work)",
         "counter",
     );
-    for t in crate::tenant::recent(&st, MAX_KEYS).await? {
+    let mut t_share = Family::new(
+        "ojs_tenant_share_last_hour",
+        "A tenant's share of the claims of tenants' jobs over the last hour (0 to 1; its fair share at work now)",
+        "gauge",
+    );
+    let recent = crate::tenant::recent(&st, MAX_KEYS).await?;
+    let hour = crate::tenant::last_hour(&st, recent.iter().map(|t| t.tenant.as_str())).await?;
+    for (t, h) in recent.iter().zip(&hour) {
         t_enqueued.sample(&[("tenant_id", t.tenant.as_str())], t.counts.enqueued);
         t_dispatched.sample(&[("tenant_id", t.tenant.as_str())], t.counts.dispatched);
+        t_share.sample(&[("tenant_id", t.tenant.as_str())], h.share);
     }
     for family in [
         depth,
@@ -229,6 +237,7 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         rl_exceeded,
         t_enqueued,
         t_dispatched,
+        t_share,
     ] {
         family.write(&mut out);
     }
@@ -242,7 +251,8 @@ struct Family {
     name: &'static str,
     help: &'static str,
     kind: &'static str,
-    samples: Vec<(LabelSet, u64)>,
+    /// Each sample's labels and value, written as the value's `Display` (a count, or a share).
+    samples: Vec<(LabelSet, String)>,
 }
 
 impl Family {
@@ -255,14 +265,16 @@ impl Family {
         }
     }
 
-    fn sample(&mut self, labels: &[(&'static str, &str)], value: impl Into<u64>) {
+    fn sample(&mut self, labels: &[(&'static str, &str)], value: impl std::fmt::Display) {
         let labels: Vec<metrics::Label> = labels
             .iter()
             .map(|(k, v)| metrics::Label::new(*k, v.to_string()))
             .collect();
         let key = metrics::Key::from_parts(self.name, labels);
-        self.samples
-            .push((LabelSet::from_key_and_global(&key, &Default::default()), value.into()));
+        self.samples.push((
+            LabelSet::from_key_and_global(&key, &Default::default()),
+            value.to_string(),
+        ));
     }
 
     /// HELP and TYPE, then each sample; nothing for a family without samples.
@@ -273,7 +285,7 @@ impl Family {
         write_help_line(out, self.name, None, None, self.help);
         write_type_line(out, self.name, None, None, self.kind);
         for (labels, value) in &self.samples {
-            write_metric_line::<&str, u64>(out, self.name, None, labels, None, *value, None);
+            write_metric_line::<&str, &str>(out, self.name, None, labels, None, value, None);
         }
     }
 }

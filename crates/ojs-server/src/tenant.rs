@@ -118,6 +118,43 @@ pub async fn recent(st: &AppState, limit: usize) -> Result<Vec<ojs_store::Tenant
     Ok(all)
 }
 
+/// One tenant's claims over the last hour, over every shard, and its share of all tenants' claims.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LastHour {
+    pub dispatched: u64,
+    /// `dispatched` / every tenant's claims in the hour (0 when there were none), rounded to 4 places.
+    pub share: f64,
+}
+
+/// The last hour's claims of each tenant named, in order (FETCH's per-minute counts,
+/// lua/includes/tenant.lua): one TIME and one pipeline per shard.
+pub async fn last_hour<'a>(st: &AppState, tenants: impl Iterator<Item = &'a str>) -> Result<Vec<LastHour>, ApiError> {
+    let names: Vec<&str> = tenants.collect();
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut per = vec![0u64; names.len()];
+    let mut all = 0u64;
+    for s in st.shards.all() {
+        let (p, a) = s.tenants_last_hour(&names).await?;
+        for (x, y) in per.iter_mut().zip(p) {
+            *x += y;
+        }
+        all += a;
+    }
+    Ok(per
+        .into_iter()
+        .map(|d| LastHour {
+            dispatched: d,
+            share: if all == 0 {
+                0.0
+            } else {
+                (d as f64 / all as f64 * 10_000.0).round() / 10_000.0
+            },
+        })
+        .collect())
+}
+
 /// A request that names a tenant sees only that tenant's jobs: any other job is answered as not found
 /// (it is not revealed that it exists). A request without the header sees every job. `job` is the
 /// stored job (its record's `tenant` field).

@@ -18,6 +18,10 @@ pub enum StoreError {
     /// The store cannot be built from this configuration.
     #[error("invalid store configuration: {0}")]
     Config(String),
+    /// The request cannot be served as it is (a job's tenant derived from its queue's tenancy setting
+    /// is not a tenant id). Maps to 400; the message names the field.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl From<redis::RedisError> for StoreError {

@@ -88,6 +88,8 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("tenant_weights", "tenant_weights"),
     k("tenants", "tenants"),
     k("tenant_stats", "tenant:{tenant}:stats"),
+    // Claims of tenants' jobs in one minute (minute = epoch ms / 60,000), for the share of the last hour.
+    k("tenants_minute", "tenants:m:{minute}"),
     // One rate-limit key.
     k("rl_policy", "rl:{key}:policy"),
     k("rl_queues", "rl:{key}:queues"),

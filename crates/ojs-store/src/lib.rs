@@ -15,6 +15,7 @@ mod reads;
 mod reply;
 pub mod scripts;
 mod store;
+mod tenancy;
 
 pub use conn::Conn;
 pub use keys::Keys;

@@ -125,6 +125,9 @@ struct Links {
     backend: Backend,
     conns: Vec<OnceCell<Conn>>,
     next: AtomicUsize,
+    /// Each queue's tenancy setting as this pod last read it (`None`: the queue has none), for the
+    /// enqueue (tenancy.rs); the enqueue script checks it, so a stale entry costs one retry.
+    pub(crate) tenancy: crate::tenancy::TenancyCache,
 }
 
 impl Store {
@@ -143,6 +146,7 @@ impl Store {
                 backend,
                 conns: (0..pool).map(|_| OnceCell::new()).collect(),
                 next: AtomicUsize::new(0),
+                tenancy: Default::default(),
             }),
             shard: 0,
             keys: Keys::new(&cfg.namespace),
@@ -178,6 +182,11 @@ impl Store {
             },
             cfg,
         })
+    }
+
+    /// This pod's copy of the queues' tenancy settings (tenancy.rs).
+    pub(crate) fn links_tenancy(&self) -> &crate::tenancy::TenancyCache {
+        &self.links.tenancy
     }
 
     pub fn keys(&self) -> &Keys {

@@ -57,11 +57,36 @@ fn created_view(j: &NewJob, now_ms: i64, state: &str, workflow: Option<&str>) ->
     job_view(&f)
 }
 
+/// The tenants the jobs' queues' tenancy settings give them are checked on every shard before any
+/// shard writes (a batch over several shards is written shard by shard): a refused one is a 400 naming
+/// the job's index in the batch and the field.
+async fn check_tenants(st: &AppState, jobs: &[NewJob], at: &[usize]) -> ApiResult<()> {
+    let mut shards = at.to_vec();
+    shards.sort_unstable();
+    shards.dedup();
+    for s in shards {
+        let idx: Vec<usize> = (0..jobs.len()).filter(|i| at[*i] == s).collect();
+        let part: std::borrow::Cow<[NewJob]> = if idx.len() == jobs.len() {
+            jobs.into()
+        } else {
+            idx.iter().map(|i| jobs[*i].clone()).collect::<Vec<_>>().into()
+        };
+        if let Err((i, m)) = st.shards.get(s).resolve_tenants_checked(&part).await? {
+            let i = idx[i];
+            return Err(OjsError::invalid(format!("jobs[{i}]: {m}"))
+                .with_details(json!({ "index": i }))
+                .into());
+        }
+    }
+    Ok(())
+}
+
 /// Writes a batch: in one script call when its jobs live on one shard (all or nothing), else one call
 /// per shard in shard order, each all or nothing (a refusal names the jobs earlier shards wrote).
 async fn store_jobs(st: &AppState, jobs: &mut [NewJob], block: Option<tokio::time::Instant>) -> ApiResult<Enqueued> {
     // `at` holds the claims on client-chosen ids until the jobs are written.
     let at = st.shards.place_jobs(jobs).await?;
+    check_tenants(st, jobs, &at).await?;
     let first = at[0];
     if at.iter().all(|s| *s == first) {
         let out = store_part(st, first, jobs, block).await;
@@ -232,13 +257,21 @@ async fn enqueue(
         crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
     }
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
-        return enqueue_chain(&st, &mut wf?).await;
+        let mut wf = wf?;
+        for j in &mut wf.jobs {
+            j.tenant_pinned = tenant.is_some();
+        }
+        return enqueue_chain(&st, &mut wf).await;
     }
     let mut job = envelope::parse(body, &st.rules)?;
+    job.tenant_pinned = tenant.is_some();
     let block = block_deadline(&headers)?;
     // `placed` holds the claim on a client-chosen id until the job is written.
     let placed = st.shards.place_jobs(std::slice::from_mut(&mut job)).await?;
     let shard = placed[0];
+    // The tenant its queue's tenancy setting gives it, checked here so that a bad one is this request's
+    // 400, not the coalesced call's (the store resolves it again in the call: ojs-store tenancy.rs).
+    st.shards.get(shard).resolve_tenants(std::slice::from_ref(&job)).await?;
     // Concurrent single enqueues on this node share one script call (see `coalesce`).
     let out = loop {
         let out = st.enqueues(shard).call(job.clone()).await?;
@@ -374,12 +407,13 @@ async fn enqueue_batch(
     let tenant = crate::tenant::header_tenant(&headers)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (i, mut v) in body.jobs.into_iter().enumerate() {
-        let j = crate::tenant::stamp(&mut v, tenant.as_deref())
+        let mut j = crate::tenant::stamp(&mut v, tenant.as_deref())
             .and_then(|_| envelope::parse(v, &st.rules))
             .map_err(|e| {
                 let msg = format!("jobs[{i}]: {}", e.message);
                 OjsError { message: msg, ..e }.with_details(json!({ "index": i }))
             })?;
+        j.tenant_pinned = tenant.is_some();
         jobs.push(j);
     }
     let mut seen = std::collections::HashSet::new();

@@ -19,6 +19,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list))
         .routes(routes!(get_tenant, put_tenant))
         .routes(routes!(stats))
+        .routes(routes!(get_tenancy, put_tenancy, delete_tenancy))
 }
 
 /// `GET /admin/tenants?limit=n`: the tenants active in the last 30 days, most recent first.
@@ -56,15 +57,19 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<ListQuery>) -> A
     if !(1..=1000).contains(&limit) {
         return Err(OjsError::invalid(format!("limit must be from 1 to 1000; got {limit}")).into());
     }
-    let items = crate::tenant::recent(&st, limit as usize)
-        .await?
+    let recent = crate::tenant::recent(&st, limit as usize).await?;
+    let hour = crate::tenant::last_hour(&st, recent.iter().map(|t| t.tenant.as_str())).await?;
+    let items = recent
         .into_iter()
-        .map(|t| TenantSummary {
+        .zip(hour)
+        .map(|(t, h)| TenantSummary {
             tenant_id: t.tenant,
             last_active_at: ojs_core::clock::format_ms(t.last_active_ms),
             jobs: TenantJobs {
                 enqueued: t.counts.enqueued,
                 dispatched: t.counts.dispatched,
+                dispatched_last_hour: h.dispatched,
+                share_last_hour: h.share,
             },
         })
         .collect();
@@ -72,7 +77,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<ListQuery>) -> A
 }
 
 /// The most a weight may be (a tenant of weight w gets w shares to another's 1).
-const MAX_TENANT_WEIGHT: u32 = 1_000_000;
+const MAX_TENANT_WEIGHT: u64 = ojs_core::tenancy::MAX_TENANT_WEIGHT;
 
 fn tenant_id(t: &str) -> Result<(), OjsError> {
     names::check_tenant(t, "the tenant id").map_err(OjsError::invalid)
@@ -142,7 +147,7 @@ async fn put_tenant(
     let weight = match req.fairness_weight {
         None | Some(serde_json::Value::Null) => None,
         Some(v) => match v.as_u64() {
-            Some(w) if (1..=MAX_TENANT_WEIGHT as u64).contains(&w) => Some(w as u32),
+            Some(w) if (1..=MAX_TENANT_WEIGHT).contains(&w) => Some(w as u32),
             _ => {
                 return Err(OjsError::invalid(format!(
                     "fairness_weight must be an integer from 1 to {MAX_TENANT_WEIGHT}; got {v}"
@@ -176,6 +181,12 @@ struct TenantJobs {
     enqueued: u64,
     /// Claims of the tenant's jobs by FETCH (each attempt counts).
     dispatched: u64,
+    /// Claims of the tenant's jobs in the last hour (the current minute and the 59 before it).
+    dispatched_last_hour: u64,
+    /// `dispatched_last_hour` over every tenant's claims in that hour (0 to 1; 0 when there were none):
+    /// the tenant's fair share at work.
+    #[schema(minimum = 0, maximum = 1)]
+    share_last_hour: f64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -200,12 +211,111 @@ async fn stats(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiR
         dispatched += c.dispatched;
     }
     let t = tenant_of(&st, &id).await?;
+    let h = crate::tenant::last_hour(&st, std::iter::once(id.as_str()))
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or(crate::tenant::LastHour {
+            dispatched: 0,
+            share: 0.0,
+        });
     Ok(ok(TenantStats {
         tenant_id: id,
         total_jobs: enqueued,
-        jobs: TenantJobs { enqueued, dispatched },
+        jobs: TenantJobs {
+            enqueued,
+            dispatched,
+            dispatched_last_hour: h.dispatched,
+            share_last_hour: h.share,
+        },
         fairness: TenantFairness {
             weight: t.fairness_weight,
         },
     }))
+}
+
+/// `…/admin/queues/{queue}/tenancy` (ours): where the queue's jobs take their tenant from, and the
+/// queue's own fair-share weights.
+#[derive(Deserialize, Serialize, ToSchema)]
+struct TenancySetting {
+    /// `meta`: the tenant is `meta.<field>`; `rate_limit_key`: the job's `rate_limit.key` up to the first
+    /// `separator` (a key without it is its own tenant).
+    #[schema(value_type = String, example = "meta")]
+    source: String,
+    /// `meta` only: the top-level meta key (default `tenant_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    field: Option<String>,
+    /// `rate_limit_key` only: 1 to 8 characters of a rate-limit key (default `:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    separator: Option<String>,
+    /// Tenant → weight in this queue (1 to 1,000,000), over the tenant's global `fairness_weight`; at
+    /// most 1,000 tenants.
+    #[serde(default)]
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    weights: serde_json::Map<String, serde_json::Value>,
+    /// The weight of the queue's jobs without a tenant, over the global `_default` (null: that one).
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000)]
+    default_weight: Option<serde_json::Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct QueueTenancy {
+    queue: String,
+    /// The setting; null when the queue has none (a job's tenant is its `meta.tenant_id`).
+    tenancy: Option<TenancySetting>,
+}
+
+fn tenancy_json(queue: &str, t: Option<&ojs_core::tenancy::Tenancy>) -> serde_json::Value {
+    serde_json::json!({"queue": queue, "tenancy": t.map(|t| t.to_json())})
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{queue}/tenancy",
+    tag = "tenants",
+    summary = "A queue's tenancy setting: where its jobs' tenant comes from, and its own weights",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn get_tenancy(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
+    crate::queue::queue_name(&q)?;
+    let t = st.shards.find_queue(&q).await?.tenancy(&q).await?;
+    Ok(ok(tenancy_json(&q, t.as_ref())))
+}
+
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{queue}/tenancy",
+    tag = "tenants",
+    summary = "Set a queue's tenancy: `{\"source\": \"meta\"|\"rate_limit_key\", \"field\", \"separator\", \"weights\", \"default_weight\"}`",
+    params(("queue" = String, Path)),
+    request_body = TenancySetting,
+    responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn put_tenancy(
+    State(st): State<AppState>,
+    OjsPath(q): OjsPath<String>,
+    OjsJson(body): OjsJson<serde_json::Value>,
+) -> ApiResult<Response> {
+    crate::queue::queue_name(&q)?;
+    let t = ojs_core::tenancy::Tenancy::parse(&body).map_err(OjsError::invalid)?;
+    st.shards.for_queue(&q).await?.set_tenancy(&q, Some(&t)).await?;
+    Ok(ok(tenancy_json(&q, Some(&t))))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/queues/{queue}/tenancy",
+    tag = "tenants",
+    summary = "Remove a queue's tenancy setting (its jobs' tenant is `meta.tenant_id` again)",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn delete_tenancy(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
+    crate::queue::queue_name(&q)?;
+    st.shards.for_queue(&q).await?.set_tenancy(&q, None).await?;
+    Ok(ok(tenancy_json(&q, None)))
 }

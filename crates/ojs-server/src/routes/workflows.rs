@@ -94,8 +94,12 @@ async fn create(
     headers: axum::http::HeaderMap,
     OjsJson(mut body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    crate::tenant::stamp_workflow(&mut body, crate::tenant::header_tenant(&headers)?.as_deref())?;
+    let tenant = crate::tenant::header_tenant(&headers)?;
+    crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
     let mut wf = workflow::parse(body, &st.rules)?;
+    for j in &mut wf.jobs {
+        j.tenant_pinned = tenant.is_some();
+    }
     let (_, _, v) = store_workflow(&st, &mut wf).await?;
     let mut res = ojs_json(StatusCode::CREATED, json!(WorkflowResponse { workflow: v }));
     if let Ok(loc) = format!("/ojs/v1/workflows/{}", wf.id).parse() {

@@ -161,6 +161,17 @@ fn backoff_spec(r: &RetryPolicy) -> String {
     )
 }
 
+/// How many times an enqueue is sent when the script finds a newer tenancy setting each time.
+const TENANCY_TRIES: usize = 3;
+
+fn clone_tail(t: &Tail) -> Tail {
+    match t {
+        Tail::None => Tail::None,
+        Tail::Cron(c) => Tail::Cron(c.clone()),
+        Tail::Workflow(w, cb) => Tail::Workflow(w.clone(), cb.clone()),
+    }
+}
+
 /// What follows the jobs' records in a call: nothing (`all`, `each`), the `cron` mode's CRON record, or
 /// the `workflow` mode's WF record and its callbacks' names.
 enum Tail {
@@ -268,9 +279,23 @@ impl Store {
     }
 
     /// The enqueue script with `tail` after the jobs' records (the `cron` and `workflow` modes').
+    /// Each job's tenant is resolved with its queue's tenancy setting first (tenancy.rs); when the
+    /// script finds a setting other than the one used (another pod changed it), it writes nothing and
+    /// answers `{'tenancy', queue, setting}`: the jobs are resolved again with it and sent once more.
     async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, tail: Tail) -> Result<Vec<Value>> {
-        let args = self.enqueue_args(jobs, mode, tail);
-        self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await
+        for _ in 0..TENANCY_TRIES {
+            let resolved = self.resolve_tenants(jobs).await?;
+            let args = self.enqueue_args(&resolved, mode, clone_tail(&tail));
+            let items = self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await?;
+            let r = Reply::new(self.scripts.enqueue.name, &items);
+            if r.tag()? != "tenancy" {
+                return Ok(items);
+            }
+            self.tenancy_seen(&r.str(1)?, &r.str(2)?);
+        }
+        Err(crate::store::StoreError::Unavailable(
+            "a queue's tenancy setting kept changing during the enqueue; retry".into(),
+        ))
     }
 
     /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a
@@ -368,6 +393,7 @@ fn job_record(j: &NewJob) -> EnqueueJobRecord {
         root_ts: root.map_or(0, |r| r.timestamp_ms).to_string(),
         root_self: if root.is_some_and(|r| r.is_root) { "1" } else { "0" }.into(),
         tenant: j.tenant.clone().unwrap_or_default(),
+        tenancy: j.tenancy.clone(),
     }
 }
 
@@ -399,6 +425,8 @@ mod tests {
             dedup: None,
             root_job: None,
             tenant: None,
+            tenant_pinned: false,
+            tenancy: String::new(),
         }
     }
 

@@ -173,7 +173,7 @@ mod tests {
         let enqueue = include_str!("../../../../lua/enqueue-1.lua");
         assert_eq!(header_names(enqueue, None), EnqueueArgs::NAMES);
         assert_eq!(header_names(enqueue, Some("JOB")), EnqueueJobRecord::NAMES);
-        assert_eq!(EnqueueJobRecord::LEN, 23);
+        assert_eq!(EnqueueJobRecord::LEN, 24);
         assert_eq!(header_names(enqueue, Some("CRON")), EnqueueCronRecord::NAMES);
         assert_eq!(header_names(enqueue, Some("WF")), EnqueueWfRecord::NAMES);
         let fetch = include_str!("../../../../lua/fetch-1.lua");

@@ -28,7 +28,7 @@ impl Store {
 
     /// Replaces a group of a queue's settings in one script: every field of `group` is removed, then
     /// `values` are written (empty = the group is cleared).
-    async fn set_queue_conf(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Result<()> {
+    pub(crate) async fn set_queue_conf(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Result<()> {
         let args = self.queue_conf_args(queue, group, values);
         self.run(&self.scripts.queue_conf, &[self.keys.queue_conf(queue)], args)
             .await?;

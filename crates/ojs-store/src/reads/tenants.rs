@@ -6,6 +6,9 @@ use redis::Value;
 use crate::reply::flat_map;
 use crate::store::{Result, Store};
 
+/// The minutes the share of the last hour adds up: the current one and the 59 before it.
+pub const LAST_HOUR_MINUTES: i64 = 60;
+
 /// What this shard counted for one tenant.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TenantCounts {
@@ -85,6 +88,34 @@ impl Store {
                     .collect()
             })
             .collect())
+    }
+
+    /// Claims of the given tenants' jobs on this shard over the last hour (the current minute and the
+    /// 59 before it, on Redis' clock: `P tenants:m:<minute>`, written by FETCH, lua/includes/tenant.lua),
+    /// one per tenant in order, and of every tenant's jobs together. One TIME and one pipeline of 60
+    /// HMGETs.
+    pub async fn tenants_last_hour(&self, tenants: &[&str]) -> Result<(Vec<u64>, u64)> {
+        let mut conn = self.conn().await?;
+        let now = crate::store::redis_now_ms(&mut conn, &self.keys).await?;
+        let minute = now.div_euclid(60_000);
+        let mut pipe = redis::pipe();
+        for m in minute - (LAST_HOUR_MINUTES - 1)..=minute {
+            // Field '' holds every tenant's claims of the minute.
+            pipe.cmd("HMGET")
+                .arg(self.keys.tenants_minute(&m.to_string()))
+                .arg("")
+                .arg(tenants);
+        }
+        let rows: Vec<Vec<Option<u64>>> = pipe.query_async(&mut conn).await?;
+        let mut per = vec![0u64; tenants.len()];
+        let mut all = 0;
+        for row in rows {
+            all += row.first().copied().flatten().unwrap_or(0);
+            for (p, v) in per.iter_mut().zip(row.iter().skip(1)) {
+                *p += v.unwrap_or(0);
+            }
+        }
+        Ok((per, all))
     }
 
     /// The tenant's counters on this shard.
