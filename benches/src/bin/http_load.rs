@@ -13,6 +13,10 @@
 //! reports `script_calls`, `script_us`, `command_calls`, `command_us`, `blocking_calls`, `blocking_us` from
 //! `INFO commandstats` at its end
 //! (`ojs_bench::CommandStats`).
+//! `OJS_BENCH_RATE_LIMIT` (process and process_split) gives every pre-loaded job that `rate_limit`
+//! (JSON; `KEY` in its key becomes one of 8 keys, `k0`..`k7`, round-robin), and `OJS_BENCH_QUEUE_LIMIT`
+//! sets that body as each queue's own limit (`PUT /admin/queues/{q}/rate-limit`) before loading: what a
+//! limited job, or one with a floor in its queue's pool, costs against a plain one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -124,6 +128,18 @@ async fn main() -> anyhow::Result<()> {
         }
         "process" | "process_split" => {
             let split = scenario == "process_split";
+            let limit: Option<String> = std::env::var("OJS_BENCH_RATE_LIMIT").ok().filter(|l| !l.is_empty());
+            if let Ok(body) = std::env::var("OJS_BENCH_QUEUE_LIMIT") {
+                let body: Value = serde_json::from_str(&body)?;
+                for q in queues.iter() {
+                    let r = http
+                        .put(format!("{base}/ojs/v1/admin/queues/{q}/rate-limit"))
+                        .json(&body)
+                        .send()
+                        .await?;
+                    anyhow::ensure!(r.status().is_success(), "queue limit of {q}: {}", r.status());
+                }
+            }
             let m0 = probe.memory().await?;
             let url = format!("{base}/ojs/v1/jobs/batch");
             let mut i = 0;
@@ -131,7 +147,14 @@ async fn main() -> anyhow::Result<()> {
             while i < jobs {
                 let n = (jobs - i).min(1000);
                 let batch: Vec<Value> = (0..n)
-                    .map(|k| json!({"type": "noop", "args": [i + k, PAYLOAD], "queue": queue_of(i + k), "priority": rng.random_range(0..10)}))
+                    .map(|k| {
+                        let mut job = json!({"type": "noop", "args": [i + k, PAYLOAD], "queue": queue_of(i + k), "priority": rng.random_range(0..10)});
+                        if let Some(l) = &limit {
+                            let l = l.replace("KEY", &format!("k{}", (i + k) % 8));
+                            job["rate_limit"] = serde_json::from_str(&l).unwrap_or(Value::Null);
+                        }
+                        job
+                    })
                     .collect();
                 post(&http, &url, &json!({ "jobs": batch })).await?;
                 i += n;

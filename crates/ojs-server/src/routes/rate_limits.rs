@@ -533,6 +533,7 @@ mod tests {
             now_ms: 1_000,
             known: true,
             concurrency: Some(2),
+            floor: Some(1),
             rate: w(10, 60_000),
             throttle: w(1, 1_000),
             on_limit: "wait".into(),
@@ -560,7 +561,7 @@ mod tests {
             serde_json::to_value(RateLimitState::of("k", &full)).expect("json"),
             json!({
                 "key": "k",
-                "concurrency": {"limit": 2, "active": 3, "available": 0},
+                "concurrency": {"limit": 2, "active": 3, "available": 0, "floor": 1},
                 "rate": {"limit": 10, "period": "PT1M", "current_count": 4, "remaining": 6, "window_resets_at": clock::format_ms(60_500)},
                 "throttle": {"limit": 1, "period": "PT1S", "next_allowed_at": clock::format_ms(1_000)},
                 "on_limit": "wait",
