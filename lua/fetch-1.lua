@@ -322,7 +322,7 @@ local function claim_from(queue, tenant)
           if w then w.rl_units, w.rl_round = units, e.round end
           lane_open(P, q, key, true)
           -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
-          if e.floor then burst_sync_all(P, key, e, now, q) end
+          if e.floor then burst_sync_all(P, key, e, now, q, 1) end
         end
         if tenant then
           redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(queue, tenant), tenant)
@@ -349,7 +349,7 @@ local function claim_from(queue, tenant)
       end
     end
     -- The popped job did not start: its key's lane opened again or parked.
-    if e and e.pool_size then burst_sync(P, q, key, e.floor, now) end
+    if e and e.pool_size then burst_sync(P, q, key, e.floor, now, nil, 0) end
   end
 end
 

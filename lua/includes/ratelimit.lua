@@ -409,9 +409,9 @@ local function lane_park(P, queue, key, member, score, wake, strategy, floor)
   end
 end
 
--- Burstable concurrency (see above): burst_sync is declared here, as lane_release calls it and it
--- calls lane_release (through pool_wake).
-local burst_sync
+-- Burstable concurrency (see above): burst_sync and burst_floor_of are declared here, as lane_release
+-- calls them and burst_sync calls lane_release (through pool_wake).
+local burst_sync, burst_floor_of
 
 -- lane_release(P, queue, key, now): re-open a parked lane (a slot came back, its wake time came, or
 -- its limits changed) and emit rate_limit.released with the strategy that had held it (seed §11.1:
@@ -423,9 +423,13 @@ local function lane_release(P, queue, key, now)
     local strategy = held and string.match(held, '^%S+ (%S+)') or 'concurrency'
     ev_rate_limit_released(P, head, (base_queue(queue)), '', now, key, strategy)
   end
-  -- A lane of a key with a floor owes it again once open, and nothing once empty.
-  local floor = held and string.match(held, ' f(%d+)$')
-  if floor then burst_sync(P, queue, key, tonumber(floor), now) end
+  -- A lane of a key with a floor owes it again once open, and nothing once empty (the floor as it is
+  -- now: the mark only says the key had one when its lane parked).
+  if held and string.find(held, ' f%d+$') then
+    local pol = rl_policy(P, key, nil)
+    local floor = pol and burst_floor_of(P, queue, rl_effective(P, key, pol))
+    burst_sync(P, queue, key, floor or 0, now, nil, floor and 0 or nil)
+  end
   return head
 end
 
@@ -454,14 +458,29 @@ local function lane_owes(P, q, key)
   return parked ~= false and string.match(parked, '^%S+ concurrency') ~= nil
 end
 
--- burst_sync(P, q, key, floor, now): key K, whose floor in its queue's pool is `floor`, changed its
--- holders, or its lane in q (the queue or a tenant's sub-queue of it) opened or closed: its part of
--- the floors owed in the queue (the field q..'\n'..K of P..'q:'..Q..':want', summed in the conf's
--- 'want') becomes exact, and a part that shrinks re-opens lanes the pool holds back.
-burst_sync = function(P, q, key, floor, now)
+-- burst_skip(held, floor, delta): a sync can be left out. `delta` is how the caller moved the key's
+-- holders (+1 a claim, -1 a release, 0 none; nil when its floor may have moved: never left out). Every
+-- part was last computed with the same floor (a floor moves only through a sync of every lane, nil
+-- delta), and with the holders before the move: when those and the holders now are both at least the
+-- floor, the part was 0 and stays 0, whatever the lane. So a key above its floor, the common case under
+-- load, pays one ZCOUNT. (One floor moves without a sync: an override's expiry, for a key whose
+-- adaptation holds its concurrency below its floor; its parts then stay high, which only makes the
+-- borrowers wait more, until its next sync.)
+local function burst_skip(held, floor, delta)
+  return delta ~= nil and held - math.max(delta, 0) >= floor
+end
+
+-- burst_sync(P, q, key, floor, now, held, delta): key K, whose floor in its queue's pool is `floor`,
+-- changed its holders (now `held`, nil: count them), or its lane in q (the queue or a tenant's
+-- sub-queue of it) opened or closed: its part of the floors owed in the queue (the field q..'\n'..K of
+-- P..'q:'..Q..':want', summed in the conf's 'want') becomes exact, and a part that shrinks re-opens
+-- lanes the pool holds back. delta: see burst_skip.
+burst_sync = function(P, q, key, floor, now, held, delta)
+  held = held or rl_active(P, key, now)
+  if burst_skip(held, floor, delta) then return end
   local queue = base_queue(q)
   local part = 0
-  if floor > 0 and lane_owes(P, q, key) then part = math.max(0, floor - rl_active(P, key, now)) end
+  if floor > held and lane_owes(P, q, key) then part = floor - held end
   local wk, lane = key_queue_want(P, queue), q .. '\n' .. key
   local old = tonumber(redis.call('HGET', wk, lane) or '0')
   if part == old then return end
@@ -472,7 +491,7 @@ end
 
 -- burst_floor_of(P, q, e): the floor a key of limits e (rl_effective) owes in q's queue's pool: at most
 -- its effective concurrency; nil when it has none or the queue has no pool.
-local function burst_floor_of(P, q, e)
+burst_floor_of = function(P, q, e)
   if not (e.floor and e.conc) then return nil end
   if not redis.call('HGET', key_queue_conf(P, (base_queue(q))), 'rl_concurrency') then return nil end
   return math.min(e.floor, e.conc)
@@ -485,18 +504,20 @@ local function burst_floor(P, q, key, spec)
   return burst_floor_of(P, q, rl_effective(P, key, rl_policy(P, key, spec)))
 end
 
--- burst_sync_all(P, key, e, now, also): burst_sync for every lane of K, whose holders or limits changed
--- (e: its limits now, rl_effective), and for its lane in `also` (nil, or a queue whose lane may just
--- have emptied, and so left P..'rl:'..K..':queues'); a lane whose queue has no pool, or a key no longer
--- with a floor, owes nothing.
-local function burst_sync_all(P, key, e, now, also)
+-- burst_sync_all(P, key, e, now, also, delta): burst_sync for every lane of K, whose holders or limits
+-- changed (e: its limits now, rl_effective), and for its lane in `also` (nil, or a queue whose lane may
+-- just have emptied, and so left P..'rl:'..K..':queues'); a lane whose queue has no pool, or a key no
+-- longer with a floor, owes nothing. delta: see burst_skip (checked once, against the floor at most).
+local function burst_sync_all(P, key, e, now, also, delta)
+  local held = rl_active(P, key, now)
+  if burst_skip(held, e.floor and e.conc and math.min(e.floor, e.conc) or 0, delta) then return end
   local queues = redis.call('SMEMBERS', key_rl_queues(P, key))
   if also then queues[#queues + 1] = also end
   local seen = {}
   for _, q in ipairs(queues) do
     if not seen[q] then
       seen[q] = true
-      burst_sync(P, q, key, burst_floor_of(P, q, e) or 0, now)
+      burst_sync(P, q, key, burst_floor_of(P, q, e) or 0, now, held, delta)
     end
   end
 end
@@ -555,7 +576,7 @@ local function rl_release(P, key, id, now, units, spec)
   if redis.call('ZREM', key_rl_active(P, key), id) == 1 then
     -- A key with a floor owes one more where its lanes are open (see "Burstable concurrency").
     if spec and string.find(spec, ' f', 1, true) then
-      burst_sync_all(P, key, rl_effective(P, key, rl_policy(P, key, spec)), now)
+      burst_sync_all(P, key, rl_effective(P, key, rl_policy(P, key, spec)), now, nil, -1)
     end
     if units ~= 1 and redis.call('HDEL', key_rl_active_cost(P, key), id) == 1 then
       if redis.call('DECRBY', key_rl_active_units(P, key), units - 1) == 0 then

@@ -65,7 +65,7 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
     if lane_add(P, q, rl_key, score, member) == 'rebalance' then lane_rebalance(P, q, rl_key) end
     -- A key with a floor owes it once its lane is open (ratelimit.lua, "Burstable concurrency").
     local floor = burst_floor(P, q, rl_key, rec('HGET', jk, 'rl'))
-    if floor then burst_sync(P, q, rl_key, floor, now_ms()) end
+    if floor then burst_sync(P, q, rl_key, floor, now_ms(), nil, 0) end
     return
   end
   ready_put(P, q, score, member)
@@ -99,7 +99,7 @@ local function unready(P, jk, queue)
       redis.call('HDEL', key_queue_heads(P, q), key)
       lane_open(P, q, key)
       local floor = burst_floor(P, q, key, f[5])
-      if floor then burst_sync(P, q, key, floor, now_ms()) end
+      if floor then burst_sync(P, q, key, floor, now_ms(), nil, 0) end
     end
     ready_index_check(P, queue)
   end
