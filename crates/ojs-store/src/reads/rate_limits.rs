@@ -21,7 +21,7 @@ impl Store {
     /// A queue's own limits and their use now.
     pub async fn queue_rate_limit(&self, queue: &str) -> Result<QueueLimitState> {
         let mut conn = self.conn().await?;
-        let f: Vec<Option<i64>> = redis::cmd("HMGET")
+        let f: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(self.keys.queue_conf(queue))
             .arg("rl_concurrency")
             .arg("rl_rate_limit")
@@ -29,7 +29,19 @@ impl Store {
             .arg("want")
             .query_async(&mut conn)
             .await?;
-        let f: Vec<Option<u64>> = f.into_iter().map(|v| v.map(|v| v.max(0) as u64)).collect();
+        // Limits are u64 (up to the largest the PUT accepts); `want` is a counter (HINCRBY), never
+        // below 0 once every part is synced.
+        let f: Vec<Option<u64>> = f
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let v = v.as_deref()?;
+                match i {
+                    3 => v.parse::<i64>().ok().map(|n| n.max(0) as u64),
+                    _ => v.parse::<u64>().ok(),
+                }
+            })
+            .collect();
         let now = redis_now_ms(&mut conn, &self.keys).await?;
         let rate = match (f.get(1).copied().flatten(), f.get(2).copied().flatten()) {
             (Some(limit), Some(period_ms)) => Some(Window { limit, period_ms }),
