@@ -59,9 +59,10 @@
 --        an HMGET, a ZCOUNT and an HINCRBY (more when it steps up: ratelimit.lua rl_adapt_up); a key with
 --        a floor in a queue with a pool (ratelimit.lua "Burstable concurrency") adds per check an HGET
 --        of the floors owed and, past its floor, a ZCOUNT of the queue's holders, and per pop
---        burst_sync: an HEXISTS (an HGET when parked), a ZCOUNT, an HGET and, when its part changes, an
---        HSET or HDEL and an HINCRBY (a claim does so for every lane of the key, after an SMEMBERS and
---        an HMGET of its limits, and an HGET of each lane's queue conf); a park by the pool adds a ZADD
+--        burst_sync: a ZCOUNT of the key's holders, and unless the key holds its floor before and after
+--        (burst_skip) an HEXISTS (an HGET when parked), an HGET and, when its part changes, an HSET or
+--        HDEL, an HINCRBY and a ZPOPMIN of the pool's waiting lanes (a claim does so for every lane of
+--        the key, after an SMEMBERS and an HGET of each lane's queue conf); a park by the pool adds a ZADD
 --        and a PEXPIRE of the pool's waiting lanes; an ACK of a job in a queue with a queue-level
 --        concurrency adds a ZPOPMIN of those (and re-opens at most POOL_WAKE_MAX = 10 lanes); a job with
 --        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)

@@ -28,9 +28,10 @@
 --   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
 -- COST   O(log n); a job of an adaptive key adds a GET of its policy, and a reported rate limit an HMGET,
 --        HSETs and a PEXPIRE of its adaptation (includes/ratelimit.lua rl_adapt_down); a job of a key
---        with a floor re-computes what the key owes its pools (burst_sync_all: an SMEMBERS, and per
---        lane an HGET, an HEXISTS, a ZCOUNT and an HGET); a job in a queue with a concurrency pops the
---        pool's waiting lanes (a ZPOPMIN; at most POOL_WAKE_MAX = 10 re-opened)
+--        with a floor re-computes what the key owes its pools (a GET of its policy, an HMGET of its
+--        override and a ZCOUNT of its holders; unless it holds its floor before and after, an SMEMBERS
+--        and per lane an HGET of the queue's conf, an HEXISTS and an HGET); a job in a queue with a
+--        concurrency pops the pool's waiting lanes (a ZPOPMIN; at most POOL_WAKE_MAX = 10 re-opened)
 -- CAPS   no loop of its own; a discard advances the job's workflow (includes/workflow.lua: a failed
 --        chain's sweep ends at most 500 steps per call)
 -- CLOCK  Redis TIME

@@ -11,14 +11,16 @@
 -- RETURNS
 --   {'ok', now_ms}
 --   {'past', now_ms}      expires_at is not after Redis TIME: nothing was changed
--- COST   O(queues with a lane for the key)
+-- COST   O(queues with a lane for the key); a key whose policy has a floor re-computes what it owes
+--        its pools (ratelimit.lua burst_sync_all: a ZCOUNT, an SMEMBERS, per lane a few reads and, when
+--        its part changes, the writes and a ZPOPMIN of the pool's waiting lanes)
 -- CAPS   the fields given (at most 5); the queues whose lane for the key holds jobs (at most the
 --        queues there are)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   the override replaces the previous one as a whole; every parked lane of the key is re-opened in
 --   the same script, so a raised (or cleared) limit takes effect at the next FETCH, and a lowered one
---   re-parks the lane at its next FETCH;
+--   re-parks the lane at its next FETCH; a floor above the new concurrency is owed only up to it;
 --   a key no job uses goes idle here like one whose last job left (includes/ratelimit.lua): listed while
 --   its override lasts, then dropped from P..'rl:keys' by the timer
 --@include clock

@@ -50,7 +50,7 @@ end
 
 -- make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key): make a job available with a fresh
 -- FIFO sequence: into its queue's ready set, or into its rate-limit lane when it has a key (see
--- ratelimit.lua). The caller sets 'state'. since_ms is when the job (last) became ready to run. member
+-- ratelimit.lua; a key with a floor then owes it in its queue's pool, "Burstable concurrency"). The caller sets 'state'. since_ms is when the job (last) became ready to run. member
 -- is nil (take the next sequence) or one from seq_block.
 local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, member)
   member = member or next_member(P, id)
