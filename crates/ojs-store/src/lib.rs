@@ -16,6 +16,7 @@ mod reply;
 pub mod scripts;
 mod store;
 mod tenancy;
+mod tenancy_cache;
 
 pub use conn::Conn;
 pub use keys::Keys;

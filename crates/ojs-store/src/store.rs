@@ -127,7 +127,7 @@ struct Links {
     next: AtomicUsize,
     /// Each queue's tenancy setting as this pod last read it (`None`: the queue has none), for the
     /// enqueue (tenancy.rs); the enqueue script checks it, so a stale entry costs one retry.
-    pub(crate) tenancy: crate::tenancy::TenancyCache,
+    pub(crate) tenancy: crate::tenancy_cache::TenancyCache,
 }
 
 impl Store {
@@ -185,7 +185,7 @@ impl Store {
     }
 
     /// This pod's copy of the queues' tenancy settings (tenancy.rs).
-    pub(crate) fn links_tenancy(&self) -> &crate::tenancy::TenancyCache {
+    pub(crate) fn links_tenancy(&self) -> &crate::tenancy_cache::TenancyCache {
         &self.links.tenancy
     }
 

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ojs_core::job::NewJob;
 use ojs_core::tenancy::Tenancy;
@@ -15,24 +15,6 @@ use crate::store::{Result, Store, StoreError};
 
 /// The conf hash field that holds a queue's setting (its stored form).
 pub(crate) const TENANCY_FIELD: &str = "tenancy";
-
-/// Queue → its setting as last read (`None`: the queue has none).
-#[derive(Default)]
-pub(crate) struct TenancyCache(Mutex<HashMap<String, Option<Arc<Tenancy>>>>);
-
-impl TenancyCache {
-    fn get(&self, queue: &str) -> Option<Option<Arc<Tenancy>>> {
-        self.0.lock().ok().and_then(|m| m.get(queue).cloned())
-    }
-
-    fn put(&self, queue: &str, stored: &str) -> Option<Arc<Tenancy>> {
-        let t = Tenancy::from_stored(stored).map(Arc::new);
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(queue.to_string(), t.clone());
-        }
-        t
-    }
-}
 
 /// Resolves one job's tenant with its queue's setting `t` (`None`: `meta.tenant_id`, as the envelope
 /// read it). The `X-OJS-Tenant` header, when sent, wins.
