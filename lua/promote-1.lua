@@ -74,10 +74,11 @@ end
 for _, key in ipairs(redis.call('ZRANGE', key_rl_idle(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARG.limit))) do
   redis.call('ZREM', key_rl_idle(P), key)
   -- An override, or a policy, that expires later (an override lapses on its own clock; a policy's
-  -- expiry may have been set after its idle time): look again then, never forget the key.
+  -- expiry may have been set after its idle time): look again then, never forget the key. PTTL 0 is
+  -- a key in its last millisecond (Redis expires it once the clock is past its time): still there.
   local later = math.max(redis.call('PTTL', key_rl_ovr(P, key)), redis.call('PTTL', key_rl_policy(P, key)))
-  if later > 0 then
-    redis.call('ZADD', key_rl_idle(P), now + later, key)
+  if later >= 0 then
+    redis.call('ZADD', key_rl_idle(P), now + later + 1, key)
   elseif redis.call('EXISTS', key_rl_policy(P, key), key_rl_queues(P, key), key_rl_active(P, key), key_rl_ovr(P, key)) == 0 then
     redis.call('ZREM', key_rl_keys(P), key)
   end
