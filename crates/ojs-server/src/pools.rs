@@ -12,6 +12,10 @@ use ojs_core::{clock, names, OjsError};
 use ojs_store::Strategy;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
 use crate::config::MAX_WEIGHT;
@@ -89,39 +93,53 @@ pub struct PoolRequest {
     pub concurrency: Option<u64>,
 }
 
-/// The forms `queues` may take in a pool (documentation only: the server parses them by hand to word
-/// its errors).
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[serde(untagged)]
-pub enum PoolQueues {
-    List(Vec<PoolQueueItem>),
-    Map(std::collections::HashMap<String, PoolQueueWeight>),
+/// The forms `queues` may take in a pool: a list of names or `{"name", "weight"}` objects, or an
+/// object of queue name → weight or `{"weight"}`. The server reads them by hand ([`parse_queues`],
+/// to word each error by its place), so this schema is built here, beside that reader.
+pub struct PoolQueues;
+
+impl utoipa::PartialSchema for PoolQueues {
+    fn schema() -> RefOr<Schema> {
+        let weight = || {
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(MAX_WEIGHT))
+        };
+        let weight_object = || {
+            ObjectBuilder::new()
+                .property("weight", weight())
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        let item = OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .item(
+                weight_object()
+                    .property("name", ObjectBuilder::new().schema_type(Type::String))
+                    .required("name"),
+            );
+        let by_name = OneOfBuilder::new().item(weight()).item(weight_object());
+        OneOfBuilder::new()
+            .item(
+                ArrayBuilder::new()
+                    .items(item)
+                    .min_items(Some(1))
+                    .max_items(Some(MAX_POOL_QUEUES)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(by_name.into()))))
+                    .min_properties(Some(1))
+                    .max_properties(Some(MAX_POOL_QUEUES)),
+            )
+            .into()
+    }
 }
 
-/// One queue of a pool's list: its name, or `{"name", "weight"}`.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[serde(untagged)]
-pub enum PoolQueueItem {
-    Name(String),
-    Weighted {
-        name: String,
-        #[schema(minimum = 1, maximum = 1000, nullable = false)]
-        weight: Option<u32>,
-    },
-}
-
-/// A queue's weight in the object form of `queues`: a number, or `{"weight"}`.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[serde(untagged)]
-pub enum PoolQueueWeight {
-    Weight(u32),
-    Object {
-        #[schema(minimum = 1, maximum = 1000, nullable = false)]
-        weight: Option<u32>,
-    },
+impl ToSchema for PoolQueues {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("PoolQueues")
+    }
 }
 
 /// A pool name from a request body or a PUT's path: the queue-name rules (it becomes a key part).

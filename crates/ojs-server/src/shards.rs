@@ -226,6 +226,27 @@ impl Shards {
         Ok((total, page))
     }
 
+    /// A page of the workflows of every shard, newest first (ids are UUIDv7, so by id): (total, page of
+    /// (id, hash)). One shard reads its page; more read their first `offset + limit` each and merge.
+    pub async fn workflows_page(
+        &self,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(u64, Vec<(String, ojs_store::JobFields)>), StoreError> {
+        if self.count() == 1 {
+            return self.first().workflows_page(offset, limit).await;
+        }
+        let (mut total, mut found) = (0, Vec::new());
+        for s in self.all() {
+            let (n, page) = s.workflows_page(0, offset.saturating_add(limit)).await?;
+            total += n;
+            found.extend(page);
+        }
+        found.sort_by(|a, b| b.0.cmp(&a.0));
+        let page = found.into_iter().skip(offset as usize).take(limit as usize).collect();
+        Ok((total, page))
+    }
+
     /// One worker's record (see [`Shards::workers_page`]).
     pub async fn worker_record(&self, worker: &str) -> Result<Option<ojs_store::JobFields>, StoreError> {
         let Some(mut rec) = self.first().worker_record(worker).await? else {

@@ -181,30 +181,10 @@ async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Api
 )]
 async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(50, 500)?;
-    // Each shard's index, newest first; ids are UUIDv7, so across shards newest first is by id.
-    let (mut total, mut found) = (0, Vec::new());
-    for s in st.shards.all() {
-        let index = s.keys().workflows();
-        total += s.index_len(&index).await?;
-        let ids = match st.shards.count() {
-            1 => s.index_ids(&index, p.offset, p.count, true).await?,
-            _ => s.index_ids(&index, 0, p.offset.saturating_add(p.count), true).await?,
-        };
-        let hashes = s.hashes(ids.iter().map(|id| s.keys().workflow(id))).await?;
-        found.extend(ids.into_iter().zip(hashes));
-    }
-    if st.shards.count() > 1 {
-        found.sort_by(|a, b| b.0.cmp(&a.0));
-        found = found
-            .into_iter()
-            .skip(p.offset as usize)
-            .take(p.count as usize)
-            .collect();
-    }
+    let (total, found) = st.shards.workflows_page(p.offset, p.count).await?;
     let workflows: Vec<WorkflowView> = found
         .iter()
-        .filter(|(_, f)| !f.is_empty())
-        .map(|(id, f)| view(id, &f, Vec::new(), Vec::new()))
+        .map(|(id, f)| view(id, f, Vec::new(), Vec::new()))
         .collect();
     Ok(ok(json!(WorkflowList {
         workflows,

@@ -2,7 +2,7 @@
 
 use super::args::CronDeleteArgs;
 
-use crate::reply::{flat_pairs, Reply};
+use crate::reply::Reply;
 use crate::store::{JobFields, Result, Store};
 
 impl Store {
@@ -21,12 +21,7 @@ impl Store {
         let items = self
             .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
             .await?;
-        let r = Reply::new(self.scripts.cron_delete.name, &items);
-        match r.tag()? {
-            "ok" => Ok(Some(flat_pairs(r.array(1)?))),
-            "not_found" => Ok(None),
-            _ => Err(r.unknown_tag()),
-        }
+        super::removed(&Reply::new(self.scripts.cron_delete.name, &items))
     }
 }
 

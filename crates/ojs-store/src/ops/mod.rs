@@ -43,8 +43,8 @@ pub(crate) mod args {
     include!(concat!(env!("OUT_DIR"), "/args_gen.rs"));
 }
 
-use crate::reply::Reply;
-use crate::store::Result;
+use crate::reply::{flat_pairs, Reply};
+use crate::store::{JobFields, Result};
 
 #[derive(Debug)]
 pub enum Transition<T> {
@@ -87,6 +87,16 @@ pub(crate) fn transition<T>(r: &Reply, done: impl FnOnce(&Reply) -> Result<T>) -
         "state" => Transition::WrongState(r.str(1)?),
         _ => return Err(r.unknown_tag()),
     })
+}
+
+/// A removal's reply (cron-delete-1.lua, pool-delete-1.lua): `ok` with the hash as it was, or
+/// `not_found` (None).
+pub(crate) fn removed(r: &Reply) -> Result<Option<JobFields>> {
+    match r.tag()? {
+        "ok" => Ok(Some(flat_pairs(r.array(1)?))),
+        "not_found" => Ok(None),
+        _ => Err(r.unknown_tag()),
+    }
 }
 
 #[derive(Debug)]

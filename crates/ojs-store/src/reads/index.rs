@@ -50,6 +50,17 @@ impl Store {
         Ok(pipe.query_async(&mut conn).await?)
     }
 
+    /// Workflows newest first (ids are UUIDv7): (total, page of (id, hash)), in two round trips; a
+    /// workflow whose hash expired between the two reads is left out.
+    pub async fn workflows_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, JobFields)>)> {
+        let (total, ids) = self.page(&self.keys.workflows(), offset, limit, true).await?;
+        let hashes = self.hashes(ids.iter().map(|id| self.keys.workflow(id))).await?;
+        Ok((
+            total,
+            ids.into_iter().zip(hashes).filter(|(_, h)| !h.is_empty()).collect(),
+        ))
+    }
+
     /// Whether a workflow with this id exists on this shard.
     pub async fn workflow_exists(&self, id: &str) -> Result<bool> {
         self.exists(&self.keys.workflow(id)).await
