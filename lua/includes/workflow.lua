@@ -1,5 +1,5 @@
--- Workflows (ojs-workflows: chain, group, batch). A workflow is created by enqueue-1.lua's 'workflow'
--- mode, advanced here by the script that ends one of its jobs (ACK, NACK, lease expiry, cancel,
+-- Workflows (ojs-workflows: chain, group, batch). A workflow is created by workflow-create-1.lua,
+-- advanced here by the script that ends one of its jobs (ACK, NACK, lease expiry, cancel,
 -- expiry, drop), in that same script, and cancelled by workflow-cancel-1.lua.
 --
 -- P..'wf:'..W             hash   type (chain|group|batch), name, state (running|completed|failed|

@@ -1,5 +1,5 @@
 //! Workflows (ojs-workflows): a chain, group or batch definition, validated into the jobs that
-//! enqueue-1.lua's `workflow` mode writes in one script (see lua/includes/workflow.lua for how they
+//! workflow-create-1.lua writes in one script (see lua/includes/workflow.lua for how they
 //! advance). Two request forms:
 //! - `POST /ojs/v1/workflows`: `{"type": "chain", "steps": [...]}`, `{"type": "group", "jobs": [...]}`,
 //!   `{"type": "batch", "jobs": [...], "callbacks": {"on_complete"|"on_success"|"on_failure": job}}`;

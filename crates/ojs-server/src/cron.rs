@@ -328,7 +328,15 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
             }
         };
         match store
-            .cron_fire(&job, &name, &expected, next, &variant_name(&overlap))
+            .cron_fire(
+                &job,
+                ojs_store::CronTick {
+                    name: &name,
+                    expected: &expected,
+                    next,
+                    overlap: &variant_name(&overlap),
+                },
+            )
             .await?
         {
             CronFired::Created => crate::metrics::job_event("enqueued", &job.queue, &job.job_type),

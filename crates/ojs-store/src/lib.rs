@@ -20,9 +20,10 @@ mod tenancy_cache;
 
 pub use conn::Conn;
 pub use keys::Keys;
+pub use ops::cron_fire::{CronFired, CronTick};
 pub use ops::cron_set::CronSaved;
 pub use ops::dead::DeadRetry;
-pub use ops::enqueue::{policy_spec, CronFired, EnqueueOutcome, Enqueued, Pressure};
+pub use ops::enqueue::{policy_spec, EnqueueOutcome, Enqueued, Pressure};
 pub use ops::fetch::{AckPart, WorkerReply, WorkerRequest};
 pub use ops::fetch::{Claimed, Strategy};
 pub use ops::heartbeat::Heartbeat;

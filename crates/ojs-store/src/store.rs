@@ -42,6 +42,8 @@ pub struct StoreConfig {
 #[derive(Clone)]
 pub(crate) struct Scripts {
     pub(crate) enqueue: Named,
+    pub(crate) cron_fire: Named,
+    pub(crate) workflow_create: Named,
     pub(crate) fetch: Named,
     pub(crate) nack: Named,
     pub(crate) heartbeat: Named,
@@ -152,6 +154,8 @@ impl Store {
             keys: Keys::new(&cfg.namespace),
             scripts: Scripts {
                 enqueue: script(scripts::ENQUEUE),
+                cron_fire: script(scripts::CRON_FIRE),
+                workflow_create: script(scripts::WORKFLOW_CREATE),
                 fetch: script(scripts::FETCH),
                 nack: script(scripts::NACK),
                 heartbeat: script(scripts::HEARTBEAT),

@@ -1,5 +1,5 @@
 //! Workflows (ojs-workflows): `POST /workflows` (chain, group, batch), `GET /workflows`,
-//! `GET|DELETE /workflows/{id}`. Creating one is one script call (enqueue-1.lua's `workflow` mode);
+//! `GET|DELETE /workflows/{id}`. Creating one is one script call (workflow-create-1.lua);
 //! the script that ends each of its jobs advances it (lua/includes/workflow.lua).
 
 use axum::extract::State;

@@ -1,17 +1,15 @@
-//! The typed twin of `lua/enqueue-1.lua`: one or more jobs are created and made ready or scheduled, in
-//! one of the script's modes (`all`, `each`, `cron`, `workflow`). See the script's header.
+//! The typed twin of `lua/enqueue-1.lua`: one or more jobs are created and made ready or scheduled, all
+//! or nothing (`all`) or each by itself (`each`). See the script's header.
 //!
 //! The arguments, as the script's header declares them (build.rs makes their structs from it): the
-//! fixed ones ([`EnqueueArgs`]), then one JOB record per job ([`EnqueueJobRecord`], `job_record`), then
-//! the mode's own: a CRON record (`cron`) or a WF record and one callback name per job after the
-//! workflow's first m (`workflow`).
-
+//! fixed ones ([`EnqueueArgs`]), then one JOB record per job ([`JobRecord`], `job_record`). The JOB
+//! record is `lua/includes/create.lua`'s, which every script that creates jobs passes
+//! (cron_fire.rs, workflow_create.rs): `job_record` and [`Store::create_call`] serve them all.
 use ojs_core::job::{NewJob, RetryPolicy};
 use ojs_core::ratelimit::RateLimitPolicy;
-use ojs_core::workflow::NewWorkflow;
 use redis::Value;
 
-use super::args::{EnqueueArgs, EnqueueCronRecord, EnqueueJobRecord, EnqueueWfRecord};
+use super::args::{EnqueueArgs, JobRecord};
 
 use crate::reply::{decode_job, val_i64, val_str, Reply};
 use crate::store::{JobFields, Result, Store};
@@ -34,7 +32,7 @@ pub struct Enqueued {
 
 impl Enqueued {
     /// An `ok` reply: `{'ok', now_ms, states, pressure, found}`.
-    fn from_reply(r: &Reply) -> Result<Self> {
+    pub(super) fn from_reply(r: &Reply) -> Result<Self> {
         let existing = r
             .array(4)?
             .iter()
@@ -105,22 +103,6 @@ fn pressures(a: &[Value]) -> Vec<Pressure> {
         .collect()
 }
 
-/// What firing a cron tick did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CronFired {
-    /// The tick's job was created.
-    Created,
-    /// Another pod fired this tick first (or the entry changed meanwhile): nothing done.
-    Taken,
-    /// overlap_policy skip: the previous run (this job id) is still active; the tick was used up.
-    Skipped(String),
-    /// The target queue is at its backpressure bound; the tick was used up.
-    QueueFull,
-    /// The job template's unique policy met a job holding its key (`reject` or `ignore`): no job was
-    /// written; the tick was used up.
-    Deduplicated(String),
-}
-
 /// Encodes a rate-limit policy for the job's `rl` field (see lua/includes/ratelimit.lua).
 pub fn policy_spec(p: &RateLimitPolicy) -> String {
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
@@ -164,24 +146,8 @@ fn backoff_spec(r: &RetryPolicy) -> String {
 /// How many times an enqueue is sent when the script finds a newer tenancy setting each time.
 const TENANCY_TRIES: usize = 3;
 
-fn clone_tail(t: &Tail) -> Tail {
-    match t {
-        Tail::None => Tail::None,
-        Tail::Cron(c) => Tail::Cron(c.clone()),
-        Tail::Workflow(w, cb) => Tail::Workflow(w.clone(), cb.clone()),
-    }
-}
-
-/// What follows the jobs' records in a call: nothing (`all`, `each`), the `cron` mode's CRON record, or
-/// the `workflow` mode's WF record and its callbacks' names.
-enum Tail {
-    None,
-    Cron(EnqueueCronRecord),
-    Workflow(EnqueueWfRecord, Vec<String>),
-}
-
-/// The reply of enqueue-1.lua in the all-or-nothing modes (`all`, `workflow`).
-fn enqueue_outcome(r: &Reply) -> Result<EnqueueOutcome> {
+/// The reply of an all-or-nothing creation (enqueue-1.lua's `all`, workflow-create-1.lua).
+pub(super) fn enqueue_outcome(r: &Reply) -> Result<EnqueueOutcome> {
     Ok(match r.tag()? {
         "ok" => EnqueueOutcome::Created(Enqueued::from_reply(r)?),
         "duplicate" => EnqueueOutcome::Duplicate(r.str(1)?),
@@ -210,23 +176,6 @@ impl Store {
         enqueue_outcome(&Reply::new(self.scripts.enqueue.name, &items))
     }
 
-    /// Creates a workflow and all of its jobs, all or nothing (enqueue-1.lua's `workflow` mode): the
-    /// first step (chain) or every job (group, batch) is made ready; later steps and callbacks wait
-    /// `pending`. A duplicate is a job id or the workflow id.
-    pub async fn create_workflow(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome> {
-        let record = EnqueueWfRecord {
-            id: wf.id.clone(),
-            kind: wf.kind.as_str().into(),
-            name: wf.name.clone(),
-            m: wf.members.to_string(),
-        };
-        let callbacks = wf.callbacks.iter().map(|c| c.to_string()).collect();
-        let items = self
-            .enqueue_script_with(&wf.jobs, "workflow", Tail::Workflow(record, callbacks))
-            .await?;
-        enqueue_outcome(&Reply::new(self.scripts.enqueue.name, &items))
-    }
-
     /// Enqueues independent jobs in one script call (the server's coalesced single enqueues): each job
     /// stands alone (see [`Enqueued::states`]); a unique duplicate meets the jobs before it in the call
     /// exactly as stored ones.
@@ -239,55 +188,41 @@ impl Store {
         }
     }
 
-    /// Fires one tick of cron entry `name`: the tick `expected` (its next_run_at as read) is claimed and
-    /// the entry advanced to `next` in the same script that creates `job` (enqueue-1.lua's cron mode).
-    pub async fn cron_fire(
-        &self,
-        job: &NewJob,
-        name: &str,
-        expected: &str,
-        next: Option<i64>,
-        overlap: &str,
-    ) -> Result<CronFired> {
-        let record = EnqueueCronRecord {
-            name: name.into(),
-            expected: expected.into(),
-            next_run_at: next.map(|n| n.to_string()).unwrap_or_default(),
-            overlap: overlap.into(),
-        };
-        let items = self
-            .enqueue_script_with(std::slice::from_ref(job), "cron", Tail::Cron(record))
-            .await?;
-        let r = Reply::new(self.scripts.enqueue.name, &items);
-        Ok(match r.tag()? {
-            "ok" => {
-                let e = Enqueued::from_reply(&r)?;
-                match e.existing.into_iter().next().flatten() {
-                    Some((id, _)) => CronFired::Deduplicated(id),
-                    None => CronFired::Created,
-                }
-            }
-            "cron_taken" => CronFired::Taken,
-            "cron_skipped" => CronFired::Skipped(r.str(1)?),
-            "full" => CronFired::QueueFull,
-            _ => return Err(r.unknown_tag()),
-        })
-    }
-
     async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        self.enqueue_script_with(jobs, mode, Tail::None).await
+        self.create_call(&self.scripts.enqueue, jobs, |jobs| self.enqueue_args(jobs, mode))
+            .await
     }
 
-    /// The enqueue script with `tail` after the jobs' records (the `cron` and `workflow` modes').
-    /// Each job's tenant is resolved with its queue's tenancy setting first (tenancy.rs); when the
-    /// script finds a setting other than the one used (another pod changed it), it writes nothing and
-    /// answers `{'tenancy', queue, setting}`: the jobs are resolved again with it and sent once more.
-    async fn enqueue_script_with(&self, jobs: &[NewJob], mode: &str, tail: Tail) -> Result<Vec<Value>> {
+    /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a
+    /// MessagePack map ([`ColdFields`]).
+    fn enqueue_args(&self, jobs: &[NewJob], mode: &str) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(EnqueueArgs::LEN + jobs.len() * JobRecord::LEN);
+        EnqueueArgs {
+            prefix: self.keys.prefix().into(),
+            n: jobs.len().to_string(),
+            mode: mode.into(),
+            retention_ms: self.cfg.retention_ms.to_string(),
+        }
+        .push(&mut args);
+        push_jobs(jobs, &mut args);
+        args
+    }
+
+    /// Calls `script`, a script that creates `jobs` (includes/create.lua), with the arguments `args`
+    /// makes of them. Each job's tenant is resolved with its queue's tenancy setting first
+    /// (tenancy.rs); when the script finds a setting other than the one used (another pod changed it),
+    /// it writes nothing and answers `{'tenancy', queue, setting}`: the jobs are resolved again with it
+    /// and sent once more.
+    pub(super) async fn create_call(
+        &self,
+        script: &crate::store::Named,
+        jobs: &[NewJob],
+        args: impl Fn(&[NewJob]) -> Vec<Vec<u8>>,
+    ) -> Result<Vec<Value>> {
         for _ in 0..TENANCY_TRIES {
             let resolved = self.resolve_tenants(jobs).await?;
-            let args = self.enqueue_args(&resolved, mode, clone_tail(&tail));
-            let items = self.run(&self.scripts.enqueue, &[self.keys.queues()], args).await?;
-            let r = Reply::new(self.scripts.enqueue.name, &items);
+            let items = self.run(script, &[self.keys.queues()], args(&resolved)).await?;
+            let r = Reply::new(script.name, &items);
             if r.tag()? != "tenancy" {
                 return Ok(items);
             }
@@ -297,35 +232,12 @@ impl Store {
             "a queue's tenancy setting kept changing during the enqueue; retry".into(),
         ))
     }
+}
 
-    /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a
-    /// MessagePack map ([`ColdFields`]).
-    fn enqueue_args(&self, jobs: &[NewJob], mode: &str, tail: Tail) -> Vec<Vec<u8>> {
-        let more = match &tail {
-            Tail::None => 0,
-            Tail::Cron(_) => EnqueueCronRecord::LEN,
-            Tail::Workflow(_, callbacks) => EnqueueWfRecord::LEN + callbacks.len(),
-        };
-        let mut args = Vec::with_capacity(EnqueueArgs::LEN + jobs.len() * EnqueueJobRecord::LEN + more);
-        EnqueueArgs {
-            prefix: self.keys.prefix().into(),
-            n: jobs.len().to_string(),
-            mode: mode.into(),
-            retention_ms: self.cfg.retention_ms.to_string(),
-        }
-        .push(&mut args);
-        for j in jobs {
-            job_record(j).push(&mut args);
-        }
-        match tail {
-            Tail::None => {}
-            Tail::Cron(cron) => cron.push(&mut args),
-            Tail::Workflow(wf, callbacks) => {
-                wf.push(&mut args);
-                args.extend(callbacks.into_iter().map(String::into_bytes));
-            }
-        }
-        args
+/// Appends each job's JOB record (includes/create.lua) to a creating script's arguments.
+pub(super) fn push_jobs(jobs: &[NewJob], args: &mut Vec<Vec<u8>>) {
+    for j in jobs {
+        job_record(j).push(args);
     }
 }
 
@@ -366,10 +278,10 @@ impl<'a> ColdFields<'a> {
 }
 
 /// One job's JOB record.
-fn job_record(j: &NewJob) -> EnqueueJobRecord {
+fn job_record(j: &NewJob) -> JobRecord {
     let unique = j.unique.as_ref();
     let root = j.root_job.as_ref();
-    EnqueueJobRecord {
+    JobRecord {
         id: j.id.clone(),
         queue: j.queue.clone(),
         job_type: j.job_type.clone(),
@@ -398,13 +310,14 @@ fn job_record(j: &NewJob) -> EnqueueJobRecord {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use ojs_core::ratelimit::{OnLimit, Window};
     use ojs_core::unique::{OnConflict, RootJob, UniquePolicy};
 
     use super::*;
 
-    fn job(id: &str) -> NewJob {
+    /// A plain job of type `email` on queue `q` (the other twins' tests use it too).
+    pub(crate) fn job(id: &str) -> NewJob {
         NewJob {
             id_generated: false,
             id: id.into(),
@@ -464,27 +377,18 @@ mod tests {
             timestamp_ms: 7,
             is_root: true,
         });
-        let cron = EnqueueCronRecord {
-            name: "c".into(),
-            expected: "100".into(),
-            next_run_at: String::new(),
-            overlap: "skip".into(),
-        };
-        let args = s.enqueue_args(&[job("a"), b], "cron", Tail::Cron(cron));
+        let args = s.enqueue_args(&[job("a"), b], "all");
         let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
-        assert_eq!(
-            args.len(),
-            EnqueueArgs::LEN + 2 * EnqueueJobRecord::LEN + EnqueueCronRecord::LEN
-        );
+        assert_eq!(args.len(), EnqueueArgs::LEN + 2 * JobRecord::LEN);
         assert_eq!(
             args[..EnqueueArgs::LEN].iter().map(|a| text(a)).collect::<Vec<_>>(),
-            ["ojs:{t}:", "2", "cron", "86400000"]
+            ["ojs:{t}:", "2", "all", "86400000"]
         );
         // Job i's field `name` is at its offset in the header's record, after the fixed arguments and
         // the i records before it.
         let at = |i: usize, name: &str| {
-            let k = EnqueueJobRecord::NAMES.iter().position(|n| *n == name).expect(name);
-            &args[EnqueueArgs::LEN + i * EnqueueJobRecord::LEN + k]
+            let k = JobRecord::NAMES.iter().position(|n| *n == name).expect(name);
+            &args[EnqueueArgs::LEN + i * JobRecord::LEN + k]
         };
         let field = |i: usize, name: &str| text(at(i, name));
         assert_eq!(
@@ -521,12 +425,6 @@ mod tests {
             ["dedup", "root", "root_ts", "root_self"].map(|n| field(1, n)),
             ["d", "r", "7", "1"]
         );
-        // Then the cron mode's record.
-        let tail: Vec<String> = args[EnqueueArgs::LEN + 2 * EnqueueJobRecord::LEN..]
-            .iter()
-            .map(|a| text(a))
-            .collect();
-        assert_eq!(tail, ["c", "100", "", "skip"]);
     }
 
     #[test]
