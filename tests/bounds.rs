@@ -273,11 +273,17 @@ async fn an_idle_rate_limit_key_expires_and_leaves_the_listing_unless_a_job_brin
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             s.store().promote(1_000).await.expect("promote");
-            let listed: Option<f64> = r.zscore(keys.rl_keys(), "idle-k").await.expect("zscore");
+            // Both read in one MULTI: the server's own timer runs between two separate reads.
+            let (listed, idle): (Option<f64>, Option<f64>) = redis::pipe()
+                .atomic()
+                .zscore(keys.rl_keys(), "idle-k")
+                .zscore(keys.rl_idle(), "idle-k")
+                .query_async(&mut r)
+                .await
+                .expect("zscore");
             if listed.is_none() {
                 break;
             }
-            let idle: Option<f64> = r.zscore(keys.rl_idle(), "idle-k").await.expect("zscore");
             assert!(idle.is_some(), "round {round}: the timer forgot a listed key");
             assert!(
                 std::time::Instant::now() < deadline,
