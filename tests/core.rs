@@ -2,7 +2,7 @@
 //! with the keyspace invariant checker.
 
 use ojs_testkit::TestServer;
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn enqueue_get_and_system_fields() {
@@ -109,6 +109,74 @@ async fn validation_errors_name_the_field() {
     let (st, _) = s.get("/ojs/v1/nothing-here").await;
     assert_eq!(st, 404);
     s.assert_invariants().await;
+}
+
+/// Every route with a job id or a queue name in its path reads it as ojs-core's type: a string that is
+/// not a job id names no job (404), a name that breaks the queue-name rules is a 400 that says them.
+#[tokio::test]
+async fn job_and_queue_paths_are_typed_on_every_route() {
+    let s = TestServer::start().await;
+    let routes = [
+        ("GET", "/ojs/v1/jobs/{id}"),
+        ("PATCH", "/ojs/v1/jobs/{id}"),
+        ("DELETE", "/ojs/v1/jobs/{id}"),
+        ("GET", "/ojs/v1/admin/jobs/{id}"),
+        ("GET", "/ojs/v1/jobs/{id}/explain"),
+        ("GET", "/ojs/v1/jobs/{id}/progress"),
+        ("PUT", "/ojs/v1/jobs/{id}/progress"),
+        ("GET", "/ojs/v1/jobs/{id}/events/stream"),
+        ("GET", "/ojs/v1/dead-letter/{id}"),
+        ("POST", "/ojs/v1/dead-letter/{id}/retry"),
+        ("DELETE", "/ojs/v1/dead-letter/{id}"),
+        ("GET", "/ojs/v1/admin/dead-letter/{id}"),
+        ("POST", "/ojs/v1/admin/dead-letter/{id}/retry"),
+        ("DELETE", "/ojs/v1/admin/dead-letter/{id}"),
+        ("GET", "/ojs/v1/queues/{queue}"),
+        ("GET", "/ojs/v1/queues/{queue}/stats"),
+        ("GET", "/ojs/v1/queues/{queue}/priority-stats"),
+        ("GET", "/ojs/v1/queues/{queue}/events/stream"),
+        ("POST", "/ojs/v1/queues/{queue}/pause"),
+        ("POST", "/ojs/v1/queues/{queue}/resume"),
+        ("GET", "/ojs/v1/admin/queues/{queue}"),
+        ("POST", "/ojs/v1/admin/queues/{queue}/pause"),
+        ("POST", "/ojs/v1/admin/queues/{queue}/resume"),
+        ("GET", "/ojs/v1/admin/queues/{queue}/config"),
+        ("PUT", "/ojs/v1/admin/queues/{queue}/config"),
+        ("GET", "/ojs/v1/admin/queues/{queue}/priority-aging"),
+        ("PUT", "/ojs/v1/admin/queues/{queue}/priority-aging"),
+        ("DELETE", "/ojs/v1/admin/queues/{queue}/priority-aging"),
+        ("GET", "/ojs/v1/admin/queues/{queue}/rate-limit"),
+        ("PUT", "/ojs/v1/admin/queues/{queue}/rate-limit"),
+        ("DELETE", "/ojs/v1/admin/queues/{queue}/rate-limit"),
+        ("GET", "/ojs/v1/admin/queues/{queue}/tenancy"),
+        ("PUT", "/ojs/v1/admin/queues/{queue}/tenancy"),
+        ("DELETE", "/ojs/v1/admin/queues/{queue}/tenancy"),
+    ];
+    for (method, route) in routes {
+        let job = route.contains("{id}");
+        let path = route.replace("{id}", "not-an-id").replace("{queue}", "Not_A_Queue");
+        let r = s
+            .http
+            .request(method.parse().expect("method"), s.url(&path))
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .expect("send");
+        let status = r.status().as_u16();
+        let b: Value = r.json().await.unwrap_or(Value::Null);
+        if job {
+            assert_eq!(
+                (status, &b["error"]["code"]),
+                (404, &json!("not_found")),
+                "{method} {path}: {b}"
+            );
+        } else {
+            assert_eq!(status, 400, "{method} {path}: {b}");
+            let message = b["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("^[a-z0-9][a-z0-9.-]*$"), "{method} {path}: {b}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use ojs_core::{names, ErrorCode, OjsError};
+use ojs_core::{ErrorCode, JobId, OjsError, QueueName};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -159,9 +159,32 @@ mod tests {
     }
 }
 
-/// A job id from a path: anything that is not a valid id cannot name a job.
-pub fn path_job_id(id: &str) -> Result<&str, OjsError> {
-    names::check_job_id(id)
-        .map(|_| id)
-        .map_err(|_| OjsError::not_found("job", id))
+/// A job id from a request (a path, or a worker's `job_id`): a string that is not a job id names no
+/// job, so it is answered as an unknown one (404), as the OJS HTTP binding asks.
+pub fn job_id(id: &str) -> Result<JobId, OjsError> {
+    JobId::parse(id).map_err(|_| OjsError::not_found("job", id))
+}
+
+/// The `{id}` of a job route, typed ([`job_id`]).
+pub struct JobPath(pub JobId);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for JobPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let OjsPath(id) = OjsPath::<String>::from_request_parts(parts, state).await?;
+        Ok(Self(job_id(&id)?))
+    }
+}
+
+/// The `{name}` of a queue route, typed: a name that breaks the queue-name rules is a 400 naming them.
+pub struct QueuePath(pub QueueName);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for QueuePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let OjsPath(name) = OjsPath::<String>::from_request_parts(parts, state).await?;
+        Ok(Self(QueueName::parse(&name).map_err(OjsError::invalid)?))
+    }
 }

@@ -14,8 +14,8 @@ use utoipa::ToSchema;
 
 use crate::error::ApiResult;
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
-use crate::queue::{one_queue, queue_name};
-use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
+use crate::queue::one_queue;
+use crate::respond::{ok, OjsJson, OjsPath, OjsQuery, QueuePath};
 use crate::schemas::{variant_name, Job, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use crate::worker::{check_worker_id, worker_view, WorkerState, WorkerView};
@@ -203,8 +203,8 @@ struct AdminQueueDetail {
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = AdminQueueDetail, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Unknown queue (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn queue_detail(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn queue_detail(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     if !st.shards.queue_names().await?.contains(&q) {
         return Err(OjsError::not_found("queue", &q).into());
     }
@@ -230,7 +230,6 @@ struct AdminQueueChange {
 }
 
 async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response> {
-    queue_name(q)?;
     st.shards.for_queue(&q).await?.set_paused(q, paused).await?;
     let queue = AdminQueue {
         paused,
@@ -253,8 +252,8 @@ async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response>
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = AdminQueueChange, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn pause_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    set_paused(&st, &q, true).await
+async fn pause_queue(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    set_paused(&st, q.as_str(), true).await
 }
 
 #[utoipa::path(
@@ -265,8 +264,8 @@ async fn pause_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) ->
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = AdminQueueChange, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn resume_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    set_paused(&st, &q, false).await
+async fn resume_queue(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    set_paused(&st, q.as_str(), false).await
 }
 
 // ---- workers ----

@@ -15,10 +15,11 @@ use utoipa::ToSchema;
 
 use crate::error::ApiResult;
 use crate::listing::{segments, views, walk, JobFilter, PageQuery, Pagination, Params};
-use crate::respond::path_job_id;
-use crate::respond::{ok, OjsPath, OjsQuery};
+use crate::respond::JobPath;
+use crate::respond::{ok, OjsQuery};
 use crate::schemas::{Job, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use ojs_core::JobId;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -95,8 +96,8 @@ async fn stats_impl(st: &AppState) -> ApiResult<Response> {
     })))
 }
 
-async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
-    let id = path_job_id(id)?;
+async fn get_impl(st: &AppState, id: &JobId) -> ApiResult<Response> {
+    let id = id.as_str();
     match st.shards.get_job(id).await? {
         Some(f) if st.shards.on_id(id, |s| async move { s.is_dead(id).await }).await? => {
             Ok(ok(JobResponse::of(job_view(&f))))
@@ -105,8 +106,8 @@ async fn get_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     }
 }
 
-async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
-    let id = path_job_id(id)?;
+async fn retry_impl(st: &AppState, id: &JobId) -> ApiResult<Response> {
+    let id = id.as_str();
     if let Some(e) = st
         .shards
         .on_id(id, |s| async move { s.dead_retry(id).await })
@@ -123,8 +124,8 @@ async fn retry_impl(st: &AppState, id: &str) -> ApiResult<Response> {
     Ok(ok(JobResponse::of(job_view(&f))))
 }
 
-async fn delete_impl(st: &AppState, id: &str) -> ApiResult<Deleted> {
-    let id = path_job_id(id)?;
+async fn delete_impl(st: &AppState, id: &JobId) -> ApiResult<Deleted> {
+    let id = id.as_str();
     if !st.shards.on_id(id, |s| async move { s.dead_delete(id).await }).await? {
         return Err(OjsError::not_found("dead-letter job", id).into());
     }
@@ -165,7 +166,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn get_one(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     get_impl(&st, &id).await
 }
 
@@ -177,7 +178,7 @@ async fn get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> Ap
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A unique job whose uniqueness key another job holds now, in a state its policy counts (OJS error `duplicate`, details as the enqueue's)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn retry(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     retry_impl(&st, &id).await
 }
 
@@ -189,7 +190,7 @@ async fn retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiR
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = Deleted, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn remove(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn remove(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     Ok(ok(json!(delete_impl(&st, &id).await?)))
 }
 
@@ -224,7 +225,7 @@ async fn admin_stats(State(st): State<AppState>) -> ApiResult<Response> {
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn admin_get_one(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     get_impl(&st, &id).await
 }
 
@@ -236,7 +237,7 @@ async fn admin_get_one(State(st): State<AppState>, OjsPath(id): OjsPath<String>)
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A unique job whose uniqueness key another job holds now, in a state its policy counts (OJS error `duplicate`, details as the enqueue's)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn admin_retry(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     retry_impl(&st, &id).await
 }
 
@@ -248,7 +249,7 @@ async fn admin_retry(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -
     params(("id" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_remove(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn admin_remove(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     delete_impl(&st, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

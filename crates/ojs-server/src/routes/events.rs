@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsPath, OjsQuery};
+use crate::respond::{ok, OjsQuery};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -270,12 +270,11 @@ async fn stream_all(
 )]
 async fn stream_queue(
     State(st): State<AppState>,
-    OjsPath(queue): OjsPath<String>,
+    crate::respond::QueuePath(queue): crate::respond::QueuePath,
     headers: HeaderMap,
     OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
-    ojs_core::names::check_queue(&queue).map_err(OjsError::invalid)?;
-    q.queues = Some(queue);
+    q.queues = Some(queue.into_string());
     sse(st, headers, q).await
 }
 
@@ -289,11 +288,11 @@ async fn stream_queue(
 )]
 async fn stream_job(
     State(st): State<AppState>,
-    OjsPath(id): OjsPath<String>,
+    crate::respond::JobPath(id): crate::respond::JobPath,
     headers: HeaderMap,
     OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
-    q.job_id = Some(crate::respond::path_job_id(&id)?.to_string());
+    q.job_id = Some(id.into_string());
     sse(st, headers, q).await
 }
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, path_job_id, OjsPath};
+use crate::respond::{ok, JobPath};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -369,8 +369,8 @@ impl JobExplanation {
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobExplanation, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn explain(State(st): State<AppState>, headers: HeaderMap, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+async fn explain(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
+    let id = id.as_str();
     let tenant = crate::tenant::header_tenant(&headers)?;
     match st.shards.on_id(id, |s| async move { s.explain_job(id).await }).await? {
         Some(e) if crate::tenant::visible(&e.job, tenant.as_deref()) => Ok(ok(JobExplanation::of(id, &e)?)),

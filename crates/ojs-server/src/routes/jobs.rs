@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult};
-use crate::respond::path_job_id;
-use crate::respond::{ojs_json, ok, OjsJson, OjsPath};
+use crate::respond::JobPath;
+use crate::respond::{ojs_json, ok, OjsJson};
 use crate::schemas::{Job, JobRequest, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -465,8 +465,8 @@ async fn enqueue_batch(
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_job(State(st): State<AppState>, headers: HeaderMap, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+async fn get_job(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
+    let id = id.as_str();
     let tenant = crate::tenant::header_tenant(&headers)?;
     match st.shards.get_job(id).await? {
         Some(f) if crate::tenant::visible(&f, tenant.as_deref()) => Ok(ok(JobResponse::of(job_view(&f)))),
@@ -501,10 +501,10 @@ struct PriorityChanged {
 async fn update(
     State(st): State<AppState>,
     headers: HeaderMap,
-    OjsPath(id): OjsPath<String>,
+    JobPath(id): JobPath,
     OjsJson(body): OjsJson<Update>,
 ) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+    let id = id.as_str();
     crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
     let model = st.rules.priority_model;
     let p = body
@@ -542,8 +542,8 @@ async fn update(
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = Job, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn admin_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+async fn admin_job(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
+    let id = id.as_str();
     match st.shards.get_job(id).await? {
         Some(f) => Ok(ok(job_view(&f))),
         None => Err(OjsError::not_found("job", id).into()),
@@ -558,8 +558,8 @@ async fn admin_job(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> 
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job has finished (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, headers: HeaderMap, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+async fn cancel(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
+    let id = id.as_str();
     crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
     match st.shards.on_id(id, |s| async move { s.cancel(id).await }).await? {
         Transition::Done(_) => {

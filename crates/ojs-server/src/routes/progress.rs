@@ -10,11 +10,12 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::path_job_id;
-use crate::respond::{ok, OjsJson, OjsPath};
+use crate::respond::{job_id, JobPath};
+use crate::respond::{ok, OjsJson};
 use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use crate::worker::ClaimFields;
+use ojs_core::JobId;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -169,7 +170,7 @@ fn parse(req: &ProgressReq) -> Result<Report, OjsError> {
 )]
 async fn put_progress(
     State(st): State<AppState>,
-    OjsPath(id): OjsPath<String>,
+    JobPath(id): JobPath,
     OjsJson(req): OjsJson<ProgressReq>,
 ) -> ApiResult<Response> {
     report(&st, &id, req).await
@@ -194,11 +195,11 @@ struct WorkerProgressReq {
     responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn worker_progress(State(st): State<AppState>, OjsJson(req): OjsJson<WorkerProgressReq>) -> ApiResult<Response> {
-    report(&st, &req.job_id, req.report).await
+    report(&st, &job_id(&req.job_id)?, req.report).await
 }
 
-async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response> {
-    let id = path_job_id(id)?;
+async fn report(st: &AppState, id: &JobId, req: ProgressReq) -> ApiResult<Response> {
+    let id = id.as_str();
     let (progress, message, data) = parse(&req)?;
     let claim = req.claim.into_ref()?;
     let (claim, message_ref, data_ref) = (&claim, message.as_deref(), data.as_deref());
@@ -240,8 +241,8 @@ async fn report(st: &AppState, id: &str, req: ProgressReq) -> ApiResult<Response
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = ProgressView, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_progress(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
-    let id = path_job_id(&id)?;
+async fn get_progress(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
+    let id = id.as_str();
     let f = st
         .shards
         .get_job(id)

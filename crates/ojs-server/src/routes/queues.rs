@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use crate::config::QueueStatsQueue;
 use crate::error::ApiResult;
-use crate::queue::{one_queue, queue_name};
-use crate::respond::{ok, OjsJson, OjsPath};
+use crate::queue::one_queue;
+use crate::respond::{ok, OjsJson, QueuePath};
 use crate::schemas::{variant, variant_name, JobCounts, OjsErrorBody, QueueStatus, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -103,8 +103,8 @@ async fn list(State(st): State<AppState>) -> ApiResult<Response> {
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueStatsResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn stats(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     let c = &one_queue(&st, &q).await?;
     // ojs-backpressure §10: the depth that counts against the bound, and the bound.
     let bound = st
@@ -250,8 +250,8 @@ fn config_json(q: &str, bp: Option<&Backpressure>) -> Value {
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueConfig, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_config(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn get_config(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     Ok(ok(config_json(
         &q,
         st.shards.find_queue(&q).await?.backpressure(&q).await?.as_ref(),
@@ -315,10 +315,10 @@ fn parse_backpressure(req: QueueConfigRequest) -> Result<Option<Backpressure>, O
 )]
 async fn put_config(
     State(st): State<AppState>,
-    OjsPath(q): OjsPath<String>,
+    QueuePath(q): QueuePath,
     OjsJson(req): OjsJson<QueueConfigRequest>,
 ) -> ApiResult<Response> {
-    queue_name(&q)?;
+    let q = q.into_string();
     let bp = parse_backpressure(req)?;
     st.shards.for_queue(&q).await?.set_backpressure(&q, bp.as_ref()).await?;
     Ok(ok(config_json(&q, bp.as_ref())))
@@ -333,8 +333,8 @@ async fn put_config(
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = PriorityStats, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn priority_stats(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn priority_stats(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     let per = st.shards.find_queue(&q).await?.priority_counts(&q).await?;
     let total: u64 = per.iter().map(|(_, n)| n).sum();
     let counts_by_priority = per.iter().map(|(p, n)| (p.to_string(), json!(n))).collect();
@@ -391,8 +391,8 @@ fn aging_json(q: &str, interval_s: Option<u64>, rescored: Option<u64>) -> Value 
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = Aging, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn get_aging(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     Ok(ok(aging_json(
         &q,
         st.shards.find_queue(&q).await?.get_aging(&q).await?,
@@ -423,10 +423,10 @@ struct AgingReq {
 )]
 async fn put_aging(
     State(st): State<AppState>,
-    OjsPath(q): OjsPath<String>,
+    QueuePath(q): QueuePath,
     OjsJson(req): OjsJson<AgingReq>,
 ) -> ApiResult<Response> {
-    queue_name(&q)?;
+    let q = q.into_string();
     let secs = match (req.interval, req.interval_seconds) {
         (Some(d), None) => parse_iso8601_ms(&d).map_err(|e| OjsError::invalid(format!("interval: {e}")))? / 1000,
         (None, Some(s)) => s,
@@ -454,8 +454,8 @@ async fn put_aging(
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = Aging, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_aging(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn delete_aging(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     let rescored = st.shards.for_queue(&q).await?.set_aging(&q, None).await?;
     Ok(ok(aging_json(&q, None, Some(rescored))))
 }
@@ -481,8 +481,8 @@ async fn queue_summary(st: &AppState, q: &str) -> ApiResult<QueueSummary> {
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn get_queue(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     Ok(ok(json!(QueueResponse {
         queue: queue_summary(&st, &q).await?
     })))
@@ -496,8 +496,8 @@ async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> A
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn pause(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn pause(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     st.shards.for_queue(&q).await?.set_paused(&q, true).await?;
     Ok(ok(json!(QueueResponse {
         queue: queue_summary(&st, &q).await?
@@ -512,8 +512,8 @@ async fn pause(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiRe
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn resume(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    queue_name(&q)?;
+async fn resume(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     st.shards.for_queue(&q).await?.set_paused(&q, false).await?;
     Ok(ok(json!(QueueResponse {
         queue: queue_summary(&st, &q).await?

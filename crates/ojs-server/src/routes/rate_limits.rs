@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
+use crate::respond::{ok, OjsJson, OjsPath, OjsQuery, QueuePath};
 use crate::schemas::{OjsErrorBody, RateWindow, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -457,8 +457,8 @@ fn queue_json(q: &str, s: &ojs_store::QueueLimitState) -> Value {
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueLimits, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    names::check_queue(&q).map_err(OjsError::invalid)?;
+async fn get_queue(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     let s = st.shards.find_queue(&q).await?.queue_rate_limit(&q).await?;
     Ok(ok(queue_json(&q, &s)))
 }
@@ -475,10 +475,10 @@ async fn get_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> A
 )]
 async fn put_queue(
     State(st): State<AppState>,
-    OjsPath(q): OjsPath<String>,
+    QueuePath(q): QueuePath,
     OjsJson(body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    names::check_queue(&q).map_err(OjsError::invalid)?;
+    let q = q.into_string();
     let req: QueueLimitRequest = members(body, "the queue limit must be a JSON object")?;
     let conc = concurrency_field(req.concurrency)?;
     let rate = req.rate.map(|v| window_field(&v, "rate")).transpose()?;
@@ -502,8 +502,8 @@ async fn put_queue(
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueLimits, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_queue(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    names::check_queue(&q).map_err(OjsError::invalid)?;
+async fn delete_queue(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     st.shards.for_queue(&q).await?.set_queue_rate_limit(&q, None).await?;
     Ok(ok(queue_json(&q, &ojs_store::QueueLimitState::default())))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, OjsJson, OjsPath, OjsQuery};
+use crate::respond::{ok, OjsJson, OjsPath, OjsQuery, QueuePath};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -280,8 +280,8 @@ fn tenancy_json(queue: &str, t: Option<&ojs_core::tenancy::Tenancy>) -> serde_js
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_tenancy(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    crate::queue::queue_name(&q)?;
+async fn get_tenancy(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     let t = st.shards.find_queue(&q).await?.tenancy(&q).await?;
     Ok(ok(tenancy_json(&q, t.as_ref())))
 }
@@ -297,10 +297,10 @@ async fn get_tenancy(State(st): State<AppState>, OjsPath(q): OjsPath<String>) ->
 )]
 async fn put_tenancy(
     State(st): State<AppState>,
-    OjsPath(q): OjsPath<String>,
+    QueuePath(q): QueuePath,
     OjsJson(body): OjsJson<serde_json::Value>,
 ) -> ApiResult<Response> {
-    crate::queue::queue_name(&q)?;
+    let q = q.into_string();
     let t = ojs_core::tenancy::Tenancy::parse(&body).map_err(OjsError::invalid)?;
     st.shards.for_queue(&q).await?.set_tenancy(&q, Some(&t)).await?;
     Ok(ok(tenancy_json(&q, Some(&t))))
@@ -314,8 +314,8 @@ async fn put_tenancy(
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_tenancy(State(st): State<AppState>, OjsPath(q): OjsPath<String>) -> ApiResult<Response> {
-    crate::queue::queue_name(&q)?;
+async fn delete_tenancy(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
     st.shards.for_queue(&q).await?.set_tenancy(&q, None).await?;
     Ok(ok(tenancy_json(&q, None)))
 }

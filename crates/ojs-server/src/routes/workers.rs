@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::path_job_id;
+use crate::respond::job_id;
 use crate::respond::{ok, OjsJson, OjsPath};
 use crate::schemas::{variant, variant_name, Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
@@ -609,7 +609,8 @@ struct AckResponse {
     responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
-    let id = path_job_id(&req.job_id)?;
+    let id = job_id(&req.job_id)?;
+    let id = id.as_str();
     let result = match req.result {
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
@@ -798,7 +799,8 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
     responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
-    let id = path_job_id(&req.job_id)?;
+    let id = job_id(&req.job_id)?;
+    let id = id.as_str();
     let (err, match_key, retryable, until) = error_record(req.error)?;
     let claim = req.claim.into_ref()?;
     let requeue = req.requeue.unwrap_or(false);
