@@ -83,10 +83,7 @@ local function create_begin(P, A, base, n, now, retention)
   return X
 end
 
--- The JOB record i (0-based) starts at A[create_at(X, i)].
-local function create_at(X, i)
-  return X.base + i * JOB.STRIDE
-end
+-- The JOB record i (0-based) starts at A[X.base + i * JOB.STRIDE].
 
 local function create_waits(X, i)
   return X.waits ~= nil and X.waits(i)
@@ -141,7 +138,7 @@ end
 local function create_unique(X)
   local taken = {}
   for i = 0, X.n - 1 do
-    local b = create_at(X, i)
+    local b = X.base + i * JOB.STRIDE
     local u = create_policy(X, b)
     if u then
       local id, state, index
@@ -169,7 +166,7 @@ end
 -- pod that read an older one learns the new one here and calls again).
 local function create_tenancy(X)
   for i = 0, X.n - 1 do
-    local b = create_at(X, i)
+    local b = X.base + i * JOB.STRIDE
     local queue = X.A[b + JOB.queue]
     local c = create_queue(X, queue)
     if X.A[b + JOB.tenancy] ~= c.tenancy then return {'tenancy', queue, c.tenancy} end
@@ -185,11 +182,11 @@ end
 local function create_room(X)
   local adds = {}
   for i = 0, X.n - 1 do
-    local queue = X.A[create_at(X, i) + JOB.queue]
+    local queue = X.A[X.base + i * JOB.STRIDE + JOB.queue]
     if X.creates[i] and not create_waits(X, i) then adds[queue] = (adds[queue] or 0) + 1 end
   end
   for i = 0, X.n - 1 do
-    local b = create_at(X, i)
+    local b = X.base + i * JOB.STRIDE
     local queue = X.A[b + JOB.queue]
     local c = create_queue(X, queue)
     if c.bound and adds[queue] and c.depth + adds[queue] > c.bound then
@@ -239,7 +236,7 @@ local function create_write(X, each)
   -- Sequence numbers for the whole call in one go (nil near the carry: next_member per job then).
   local hi, lo = seq_block(P, X.n)
   for i = 0, X.n - 1 do
-    local b = create_at(X, i)
+    local b = X.base + i * JOB.STRIDE
     local id, queue, jtype = A[b + JOB.id], A[b + JOB.queue], A[b + JOB.job_type]
     local rank = tonumber(A[b + JOB.rank])
     local jk = key_job(P, id)
@@ -284,7 +281,7 @@ local function create_write(X, each)
         local hc = X.qs[hf[1]]
         if cancelled[1] == 'ok' and cancelled[3] ~= 'active' and hc and hc.bound then hc.depth = hc.depth - 1 end
       end
-      local waits = create_waits(X, i)
+      local waits = X.waits ~= nil and X.waits(i)
       if c.bound and not waits then c.depth = c.depth + 1 end
       local priority = A[b + JOB.priority]
       local tenant = A[b + JOB.tenant] ~= '' and A[b + JOB.tenant] or nil
