@@ -2,13 +2,14 @@
 //! nack, heartbeats, graceful stop), used by the `ojs` CLI and the tests.
 //!
 //! The values that cross the wire are `ojs-core`'s types ([`JobId`], [`QueueName`], [`JobState`],
-//! [`Priority`], a job as [`JobInfo`]), re-exported here; [`Client::request`], [`Client::get`] and
+//! [`Priority`], a job as [`JobInfo`], why it waits as [`JobExplanation`]), re-exported here; [`Client::request`], [`Client::get`] and
 //! [`Client::post`] stay for any call without a typed method, answering the decoded JSON.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use ojs_core::explain::{Gate, GateKind, JobExplanation};
 pub use ojs_core::{JobId, JobInfo, JobState, Priority, QueueName};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -131,8 +132,11 @@ impl Client {
 
     /// Why job `id` is not running yet (`GET /ojs/v1/jobs/{id}/explain`): its state, whether it
     /// waits, and each gate that holds it.
-    pub async fn explain(&self, id: &JobId) -> Result<Value> {
-        self.get(&format!("/ojs/v1/jobs/{id}/explain")).await
+    pub async fn explain(&self, id: &JobId) -> Result<JobExplanation> {
+        let text = self
+            .send(reqwest::Method::GET, &format!("/ojs/v1/jobs/{id}/explain"), None)
+            .await?;
+        decode(text)
     }
 
     pub async fn fetch(&self, queues: &[QueueName], count: u32, worker_id: &str, wait_ms: u64) -> Result<Vec<JobInfo>> {

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ojs_client::{Client, JobId, JobState, QueueName, Worker};
+use ojs_client::{Client, GateKind, JobId, JobState, QueueName, Worker};
 use ojs_testkit::TestServer;
 use serde_json::json;
 
@@ -111,6 +111,18 @@ async fn the_cli_enqueues_shows_and_lists() {
         explained.lines().any(|l| l.contains("paused")),
         "ojs job explain should name the paused queue:\n{explained}"
     );
+    // The library reads the same answer typed (ojs-core's JobExplanation, the server's own type).
+    let e = Client::new(&s.base, None)
+        .explain(&JobId::parse(&out.3).expect("id"))
+        .await
+        .expect("explain");
+    assert_eq!((e.state, e.waiting), (JobState::Available, true));
+    assert_eq!(
+        e.gates.iter().map(|g| g.gate).collect::<Vec<_>>(),
+        [GateKind::Paused],
+        "{e:?}"
+    );
+    assert_eq!(e.runnable_at_ms, None, "a pause has no known end");
     assert_eq!(out.0["priority"], 1);
     assert!(out.1.contains("report.build"), "{}", out.1);
     assert!(

@@ -9,6 +9,7 @@ pub mod duration;
 pub mod envelope;
 pub mod error;
 pub mod event;
+pub mod explain;
 pub mod job;
 pub mod job_info;
 pub mod names;

@@ -269,7 +269,8 @@ async fn main() -> anyhow::Result<()> {
             cmd: Some(JobCmd::Explain { id, json }),
             ..
         } => {
-            let v = c.explain(&id).await?;
+            // Typed on the way in (ojs-core's JobExplanation); shown member by member.
+            let v = serde_json::to_value(c.explain(&id).await?)?;
             if json {
                 print(&v);
             } else {
