@@ -340,6 +340,15 @@ impl<'a> Reply<'a> {
         }
     }
 
+    /// A nested array of this reply (one of its items' items), read with the same checks and named
+    /// after the same script.
+    pub(crate) fn part(&self, items: &'a [Value]) -> Reply<'a> {
+        Reply {
+            script: self.script,
+            items,
+        }
+    }
+
     /// The items from `i` on (none when the reply is shorter).
     pub(crate) fn rest(&self, i: usize) -> &'a [Value] {
         self.items.get(i..).unwrap_or_default()

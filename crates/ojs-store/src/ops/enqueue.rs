@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::args::{EnqueueArgs, JobRecord};
 
-use crate::reply::{decode_job, val_i64, val_str, Reply};
+use crate::reply::{decode_job, Reply};
 use crate::store::{JobFields, Result, Store};
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
@@ -31,20 +31,22 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    /// An `ok` reply: `{'ok', now_ms, states, pressure, found}`.
+    /// An `ok` reply: `{'ok', now_ms, states, pressure, found}`. Every part is checked against the
+    /// header: a reply that does not match it is a protocol error, never a zero or an empty string.
     pub(super) fn from_reply(r: &Reply) -> Result<Self> {
-        let existing = r
-            .array(4)?
-            .iter()
-            .map(|v| match v {
-                Value::Array(pair) if pair.len() == 2 => Some((val_str(&pair[0]), decode_job(&pair[1]))),
-                _ => None,
+        let states = r.part(r.array(2)?);
+        let found = r.part(r.array(4)?);
+        let existing = (0..r.array(4)?.len())
+            .map(|i| match found.array(i)? {
+                [] => Ok(None),
+                pair @ [_, record] => Ok(Some((r.part(pair).str(0)?, decode_job(record)))),
+                _ => Err(found.error(i, "{} or {existing id, its record}")),
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Self {
             now_ms: r.i64(1)?,
-            states: r.array(2)?.iter().map(val_str).collect(),
-            pressure: pressures(r.array(3)?),
+            states: (0..r.array(2)?.len()).map(|i| states.str(i)).collect::<Result<_>>()?,
+            pressure: pressures(&r.part(r.array(3)?))?,
             existing,
         })
     }
@@ -90,15 +92,26 @@ impl Pressure {
     }
 }
 
-fn pressures(a: &[Value]) -> Vec<Pressure> {
-    a.chunks(5)
-        .filter(|c| c.len() == 5)
-        .map(|c| Pressure {
-            queue: val_str(&c[0]),
-            depth: val_i64(&c[1]).max(0) as u64,
-            bound: val_i64(&c[2]).max(0) as u64,
-            warning_threshold: val_str(&c[3]).parse().unwrap_or(0.8),
-            strategy: val_str(&c[4]),
+/// The `pressure` part of an enqueue's reply: {queue, depth, bound, warning_threshold, strategy, ...}.
+fn pressures(p: &Reply) -> Result<Vec<Pressure>> {
+    let n = p.rest(0).len();
+    if n % 5 != 0 {
+        return Err(p.error(
+            n,
+            "a multiple of 5 items (queue, depth, bound, warning_threshold, strategy)",
+        ));
+    }
+    (0..n)
+        .step_by(5)
+        .map(|i| {
+            let warn = p.str(i + 3)?;
+            Ok(Pressure {
+                queue: p.str(i)?,
+                depth: p.i64(i + 1)?.max(0) as u64,
+                bound: p.i64(i + 2)?.max(0) as u64,
+                warning_threshold: warn.parse().map_err(|_| p.error(i + 3, "a number"))?,
+                strategy: p.str(i + 4)?,
+            })
         })
         .collect()
 }
@@ -425,6 +438,63 @@ pub(super) mod tests {
             ["dedup", "root", "root_ts", "root_self"].map(|n| field(1, n)),
             ["d", "r", "7", "1"]
         );
+    }
+
+    #[test]
+    fn an_enqueue_reply_that_breaks_its_header_is_a_protocol_error() {
+        let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
+        let reply = |pressure: Vec<Value>, found: Vec<Value>| {
+            vec![
+                s("ok"),
+                Value::Int(7),
+                Value::Array(vec![s("available")]),
+                Value::Array(pressure),
+                Value::Array(found),
+            ]
+        };
+        let read = |items: &[Value]| Enqueued::from_reply(&Reply::new("enqueue", items));
+        let good = read(&reply(
+            vec![s("q"), Value::Int(3), Value::Int(10), s("0.8"), s("reject")],
+            vec![Value::Array(vec![])],
+        ))
+        .expect("a reply as the header says");
+        assert_eq!(
+            (good.now_ms, good.states.as_slice()),
+            (7, ["available".to_string()].as_slice())
+        );
+        assert_eq!((good.pressure[0].depth, good.pressure[0].bound), (3, 10));
+        for (what, bad) in [
+            (
+                "a short pressure",
+                reply(vec![s("q"), Value::Int(3)], vec![Value::Array(vec![])]),
+            ),
+            (
+                "a depth that is no number",
+                reply(vec![s("q"), s("x"), Value::Int(10), s("0.8"), s("reject")], vec![]),
+            ),
+            (
+                "a threshold that is no number",
+                reply(
+                    vec![s("q"), Value::Int(3), Value::Int(10), s("high"), s("reject")],
+                    vec![],
+                ),
+            ),
+            (
+                "a found entry of one item",
+                reply(vec![], vec![Value::Array(vec![s("id")])]),
+            ),
+            ("a state that is an array", {
+                let mut r = reply(vec![], vec![]);
+                r[2] = Value::Array(vec![Value::Array(vec![])]);
+                r
+            }),
+        ] {
+            assert!(
+                matches!(read(&bad), Err(crate::store::StoreError::Protocol(_))),
+                "{what}: {:?}",
+                read(&bad)
+            );
+        }
     }
 
     #[test]
