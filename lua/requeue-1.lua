@@ -46,7 +46,7 @@ for _, id in ipairs(expired) do
       fail_job(P, jk, id, f, error_json('timeout', 'execution timeout of ' .. text(timeout) .. ' ms exceeded',
         'ExecutionTimeout'), 'ExecutionTimeout', true, now,
         tonumber(ARG.jitter_u), tonumber(ARG.retention_ms))
-    elseif tonumber(f.attempt) >= (tonumber(f.max_attempts) or 3) then
+    elseif tonumber(f.attempt) >= (tonumber(f.max_attempts) or RETRY_MAX_ATTEMPTS) then
       timed_out = timed_out + 1
       fail_job(P, jk, id, f, error_json('visibility_timeout',
         'the worker neither acknowledged nor heartbeat the job before its lease expired', 'VisibilityTimeout'),

@@ -54,6 +54,8 @@ mod layout;
 
 #[path = "../ojs-core/src/event_kinds.rs"]
 mod event_kinds;
+#[path = "../ojs-core/src/retry_defaults.rs"]
+mod retry_defaults;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -199,11 +201,24 @@ fn main() {
         Ok(b) => b,
         Err(e) => panic!("Lua key calls: {e}"),
     };
+    // The default retry policy, for records without their own (ojs-core's retry_defaults.rs).
+    let retry_backoff = format!(
+        "{} {} {} {} {}",
+        retry_defaults::STRATEGY,
+        retry_defaults::INITIAL_INTERVAL_MS,
+        retry_defaults::BACKOFF_COEFFICIENT,
+        retry_defaults::MAX_INTERVAL_MS,
+        u8::from(retry_defaults::JITTER)
+    );
+    let body = format!(
+        "local RETRY_MAX_ATTEMPTS = {}\nlocal RETRY_BACKOFF = '{retry_backoff}'\n{body}",
+        retry_defaults::MAX_ATTEMPTS
+    );
     let version = format!("{:016x}", fnv::fnv1a([body.as_bytes()]));
     let library = format!("#!lua name=ojs_{version}\nlocal V = '{version}'\n{body}");
     writeln!(
         out,
-        "/// The Redis Functions library of every operation (see build.rs).\npub const LIBRARY: &str = {library:?};\n/// The library's version: function `<op>_<LIBRARY_VERSION>` runs `lua/<op>-<n>.lua`.\npub const LIBRARY_VERSION: &str = {version:?};\n"
+        "/// The default retry policy's backoff spec, as the library's `RETRY_BACKOFF` holds it.\npub const RETRY_BACKOFF: &str = {retry_backoff:?};\n/// The Redis Functions library of every operation (see build.rs).\npub const LIBRARY: &str = {library:?};\n/// The library's version: function `<op>_<LIBRARY_VERSION>` runs `lua/<op>-<n>.lua`.\npub const LIBRARY_VERSION: &str = {version:?};\n"
     )
     .expect("write");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));

@@ -31,7 +31,8 @@ end
 local function backoff_ms(spec, attempt, jitter_u)
   local strategy, initial, coef, maxms, jitter = string.match(spec or '', '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
   if not strategy then
-    strategy, initial, coef, maxms, jitter = 'exponential', '1000', '2', '300000', '1'
+    -- A record without its own: the default policy's (RETRY_BACKOFF, from ojs-core's retry_defaults.rs).
+    strategy, initial, coef, maxms, jitter = string.match(RETRY_BACKOFF, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
   end
   initial, coef, maxms = tonumber(initial), tonumber(coef), tonumber(maxms)
   local d
@@ -52,7 +53,7 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
   local entry = error_entry(err, attempt, now)
   rec('HSET', jk, 'error', entry, 'errors', (rec('HGET', jk, 'errors') or '') .. entry)
   stat(P, f.queue, 'failed', 1)
-  local final = (not retryable) or attempt >= (tonumber(f.max_attempts) or 3)
+  local final = (not retryable) or attempt >= (tonumber(f.max_attempts) or RETRY_MAX_ATTEMPTS)
     or matches_non_retryable(f.non_retryable, match)
   if not final then
     local delay = backoff_ms(f.backoff, attempt, jitter_u)

@@ -65,11 +65,11 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            max_attempts: 3,
-            initial_interval_ms: 1_000,
-            backoff_coefficient: 2.0,
-            max_interval_ms: 300_000,
-            jitter: true,
+            max_attempts: crate::retry_defaults::MAX_ATTEMPTS,
+            initial_interval_ms: crate::retry_defaults::INITIAL_INTERVAL_MS,
+            backoff_coefficient: crate::retry_defaults::BACKOFF_COEFFICIENT,
+            max_interval_ms: crate::retry_defaults::MAX_INTERVAL_MS,
+            jitter: crate::retry_defaults::JITTER,
             strategy: Backoff::Exponential,
             non_retryable_errors: Vec::new(),
             on_exhaustion: OnExhaustion::Discard,

@@ -16,6 +16,7 @@ pub mod names;
 pub mod newtypes;
 pub mod priority;
 pub mod ratelimit;
+pub mod retry_defaults;
 pub mod state;
 pub mod tenancy;
 pub mod unique;

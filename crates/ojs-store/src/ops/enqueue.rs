@@ -497,6 +497,14 @@ pub(super) mod tests {
         }
     }
 
+    /// The default policy's spec as a job carries it is the one the library falls back on for a record
+    /// without one (both from ojs-core's retry_defaults.rs; this holds the formatting to it).
+    #[test]
+    fn the_default_backoff_is_the_librarys() {
+        assert_eq!(backoff_spec(&RetryPolicy::default()), crate::scripts::RETRY_BACKOFF);
+        assert!(crate::scripts::LIBRARY.contains("local RETRY_MAX_ATTEMPTS = 3\n"));
+    }
+
     #[test]
     fn the_cold_fields_packed_here_are_the_ones_record_lua_keeps_in_cold() {
         let mut lua = crate::reply::cold_fields();
