@@ -6,9 +6,9 @@ use ojs_core::job::NewJob;
 use super::args::{CronFireArgs, JobRecord};
 use super::enqueue::push_jobs;
 
+use super::enqueue::Enqueued;
 use crate::reply::Reply;
 use crate::store::{Result, Store};
-use crate::Enqueued;
 
 /// What firing a cron tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,9 +7,9 @@ use ojs_core::workflow::NewWorkflow;
 use super::args::{JobRecord, WorkflowCreateArgs};
 use super::enqueue::{enqueue_outcome, push_jobs};
 
+use super::enqueue::EnqueueOutcome;
 use crate::reply::Reply;
 use crate::store::{Result, Store};
-use crate::EnqueueOutcome;
 
 impl Store {
     /// The script's arguments, in the order of its header: the fixed ones, the jobs' JOB records, then
