@@ -397,6 +397,36 @@ async fn admin_listing_filters_pagination_and_bulk_safety() {
         )
         .await;
     assert_eq!(st, 400, "retry applies to the dead letter only: {b}");
+    // A state the filter names is a JobState, in a query and in a bulk body alike: an unknown one is a
+    // 400 listing the states, and completed or cancelled ones are in no index.
+    let (st, b) = s.get("/ojs/v1/admin/jobs?state=nope").await;
+    let listed =
+        "state must be one of scheduled, available, pending, active, completed, retryable, cancelled, discarded";
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or_default().contains(listed),
+        "{b}"
+    );
+    let (st, b) = s
+        .post(
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"state": "nope"}, "confirm": true}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or_default().contains(listed),
+        "{b}"
+    );
+    let (st, b) = s.get("/ojs/v1/admin/jobs?state=cancelled").await;
+    assert_eq!(st, 400, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("in no index"),
+        "{b}"
+    );
 
     let d = dead_letter(&s, "adm-dl", "mail.send").await;
     let (_, b) = s

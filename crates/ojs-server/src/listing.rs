@@ -163,9 +163,10 @@ pub struct JobFilter {
     pub queue: Option<String>,
     /// Listed: available, active, scheduled, retryable, discarded (completed and cancelled jobs are in
     /// no index).
+    #[serde(default, deserialize_with = "filter_state")]
     #[schema(value_type = Option<JobState>, nullable = false)]
     #[param(value_type = Option<JobState>)]
-    pub state: Option<String>,
+    pub state: Option<JobState>,
     /// Exact type, or a prefix followed by `*`.
     #[serde(rename = "type")]
     #[schema(nullable = false)]
@@ -185,7 +186,7 @@ impl JobFilter {
         }
         Ok(Self {
             queue: q.get("queue").cloned(),
-            state: q.get("state").cloned(),
+            state: q.get("state").map(|s| state_named(s)).transpose()?,
             job_type: q.get("type").cloned(),
         })
     }
@@ -199,14 +200,6 @@ impl JobFilter {
                 return Err(OjsError::invalid(
                     "type must be 1 to 255 characters (a trailing * matches a prefix)",
                 ));
-            }
-        }
-        if let Some(s) = &self.state {
-            if !ojs_core::job::STATES.contains(&s.as_str()) {
-                return Err(OjsError::invalid(format!(
-                    "state must be one of {}; got {s:?}",
-                    ojs_core::job::STATES.join(", ")
-                )));
             }
         }
         Ok(())
@@ -228,6 +221,23 @@ impl JobFilter {
     }
 }
 
+/// A filter's `state`, by name; an unknown name is a 400 that lists the states.
+fn state_named(s: &str) -> Result<JobState, OjsError> {
+    s.parse().map_err(|_| {
+        OjsError::invalid(format!(
+            "state must be one of {}; got {s:?}",
+            ojs_core::job::STATES.join(", ")
+        ))
+    })
+}
+
+/// A bulk body's `filter.state`, read as [`state_named`] reads a query's.
+fn filter_state<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<JobState>, D::Error> {
+    Option::<String>::deserialize(d)?
+        .map(|s| state_named(&s).map_err(|e| serde::de::Error::custom(e.message)))
+        .transpose()
+}
+
 /// One index a listing reads: its key, its order, the state its entries must have (None: any; the
 /// index implies it), and the queue its membership implies (ready sets).
 pub struct Segment {
@@ -235,7 +245,7 @@ pub struct Segment {
     shard: usize,
     key: String,
     rev: bool,
-    state: Option<&'static str>,
+    state: Option<JobState>,
     queue: Option<String>,
 }
 
@@ -244,12 +254,12 @@ pub struct Segment {
 pub async fn segments(
     st: &AppState,
     f: &JobFilter,
-    states: &[&'static str],
+    states: &[JobState],
 ) -> Result<Vec<Segment>, crate::error::ApiError> {
-    let wanted: Vec<&'static str> = match &f.state {
-        Some(s) => match states.iter().find(|x| **x == s.as_str()) {
+    let wanted: Vec<JobState> = match f.state {
+        Some(s) => match states.iter().find(|x| **x == s) {
             Some(x) => vec![*x],
-            None if matches!(s.as_str(), "completed" | "cancelled") => {
+            None if matches!(s, JobState::Completed | JobState::Cancelled) => {
                 return Err(OjsError::invalid(format!(
                     "{s} jobs are kept only for the retention period and are in no index, so they cannot be listed; read one by id"
                 ))
@@ -257,8 +267,9 @@ pub async fn segments(
             }
             None => {
                 return Err(OjsError::invalid(format!(
-                    "this operation applies to jobs in states {}; got {s:?}",
-                    states.join(", ")
+                    "this operation applies to jobs in states {}; got {:?}",
+                    states.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                    s.as_str()
                 ))
                 .into())
             }
@@ -267,7 +278,7 @@ pub async fn segments(
     };
     let mut out = Vec::new();
     for s in wanted {
-        if s == "available" {
+        if s == JobState::Available {
             let queues = match &f.queue {
                 Some(q) => vec![q.clone()],
                 None => st.shards.queue_names().await?,
@@ -302,24 +313,26 @@ pub async fn segments(
         for store in st.shards.all() {
             let (shard, k) = (store.shard_index(), store.keys());
             match s {
-                "active" => out.push(Segment {
+                JobState::Active => out.push(Segment {
                     shard,
                     key: k.active(),
                     rev: false,
                     state: None,
                     queue: None,
                 }),
-                "discarded" => out.push(Segment {
+                JobState::Discarded => out.push(Segment {
                     shard,
                     key: k.dead(),
                     rev: true,
                     state: None,
                     queue: None,
                 }),
-                "scheduled" | "retryable" => {
+                JobState::Scheduled | JobState::Retryable => {
                     // Both live in P scheduled: with only one of them asked for, each entry's state is read.
-                    let both = f.state.is_none() && states.contains(&"scheduled") && states.contains(&"retryable");
-                    if both && s == "retryable" {
+                    let both = f.state.is_none()
+                        && states.contains(&JobState::Scheduled)
+                        && states.contains(&JobState::Retryable);
+                    if both && s == JobState::Retryable {
                         continue;
                     }
                     out.push(Segment {
@@ -386,7 +399,7 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
             for (id, f3) in chunk.into_iter().zip(fields) {
                 let get = |i: usize| f3.get(i).and_then(|v| v.as_deref());
                 let ok = get(0).is_some()
-                    && seg.state.is_none_or(|s| get(0) == Some(s))
+                    && seg.state.is_none_or(|s| get(0) == Some(s.as_str()))
                     && (seg.queue.is_some() || queue_ok(get(1)))
                     && f.type_matches(get(2));
                 if ok {

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::Response;
 use ojs_core::event::EventType;
 use ojs_core::job::JobView;
-use ojs_core::{clock, OjsError};
+use ojs_core::{clock, JobState, OjsError};
 use ojs_store::{DeadRetry, Transition};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -372,7 +372,14 @@ async fn worker_detail(State(st): State<AppState>, OjsPath(w): OjsPath<String>) 
 
 // ---- jobs ----
 
-const LISTABLE: [&str; 5] = ["available", "active", "scheduled", "retryable", "discarded"];
+/// The states whose jobs are in an index (completed and cancelled ones are in none).
+const LISTABLE: [JobState; 5] = [
+    JobState::Available,
+    JobState::Active,
+    JobState::Scheduled,
+    JobState::Retryable,
+    JobState::Discarded,
+];
 
 #[derive(Serialize, ToSchema)]
 struct AdminJobList {
@@ -463,7 +470,7 @@ async fn bulk<F, Fut>(
     st: &AppState,
     req: BulkReq,
     action: BulkAction,
-    states: &[&'static str],
+    states: &[JobState],
     op: F,
 ) -> ApiResult<Response>
 where
@@ -533,7 +540,7 @@ where
 )]
 async fn bulk_retry(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
-    bulk(&st, req, BulkAction::Retry, &["discarded"], move |id| {
+    bulk(&st, req, BulkAction::Retry, &[JobState::Discarded], move |id| {
         let s = s.clone();
         async move {
             let id = id.as_str();
@@ -564,7 +571,12 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
         &st,
         req,
         BulkAction::Cancel,
-        &["available", "active", "scheduled", "retryable"],
+        &[
+            JobState::Available,
+            JobState::Active,
+            JobState::Scheduled,
+            JobState::Retryable,
+        ],
         move |id| {
             let s = s.clone();
             async move {
@@ -594,7 +606,7 @@ async fn bulk_cancel(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>)
 )]
 async fn bulk_delete(State(st): State<AppState>, OjsJson(req): OjsJson<BulkReq>) -> ApiResult<Response> {
     let s = st.clone();
-    bulk(&st, req, BulkAction::Delete, &["discarded"], move |id| {
+    bulk(&st, req, BulkAction::Delete, &[JobState::Discarded], move |id| {
         let s = s.clone();
         async move {
             let id = id.as_str();

@@ -19,7 +19,7 @@ use crate::respond::JobPath;
 use crate::respond::{ok, OjsQuery};
 use crate::schemas::{Job, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
-use ojs_core::JobId;
+use ojs_core::{JobId, JobState};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -71,11 +71,11 @@ struct Deleted {
 async fn list_impl(st: &AppState, q: Params) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(50, 1000)?;
     let filter = JobFilter {
-        state: Some("discarded".into()),
+        state: Some(JobState::Discarded),
         ..JobFilter::from_params(&q)?
     };
     filter.check()?;
-    let segs = segments(st, &filter, &["discarded"]).await?;
+    let segs = segments(st, &filter, &[JobState::Discarded]).await?;
     let w = walk(st, &segs, &filter, p.offset, p.count).await?;
     let jobs = views(st, &w.ids).await?;
     Ok(ok(json!(DeadLetterList {
