@@ -3,7 +3,7 @@
 --
 -- KEYS
 --   KEYS[1] P..'q:'..queue..':conf'   hash   per-queue settings (rl_* read by fetch-1.lua before it
---                                           takes from Q; bp_* read by enqueue-1.lua)
+--                                           takes from Q; bp_* read by includes/create.lua)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] queue         string the queue

@@ -19,7 +19,7 @@
 --   only available and scheduled jobs change; an available job stays in its ready set (or its
 --   rate-limit lane, whose head stays its best job) under the same member with the new score; the
 --   per-priority ready counts move with it; emits priority.changed (all in includes/priority.lua,
---   which enqueue-1.lua's raise_priority uses too)
+--   which includes/create.lua's raise_priority uses too)
 --@include clock
 --@include priority
 

@@ -3,7 +3,7 @@
 -- rec_end) with one HINCRBY per field that moved, so a claim's +1 and an ACK's -1 of 'active' in one
 -- group-commit call write nothing. A field counted with
 -- drop_at_zero is deleted when it reaches 0 or less. A script that reads such a counter adds
--- count_pending(key) (see enqueue-1.lua's depth).
+-- count_pending(key) (see includes/create.lua's depth).
 --@include text
 -- CAPS: its loops visit the counters this call moved (a few per queue the call touched).
 local CNT, CNT_DROP = {}, {}

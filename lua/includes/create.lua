@@ -281,7 +281,7 @@ local function create_write(X, each)
         local hc = X.qs[hf[1]]
         if cancelled[1] == 'ok' and cancelled[3] ~= 'active' and hc and hc.bound then hc.depth = hc.depth - 1 end
       end
-      local waits = X.waits ~= nil and X.waits(i)
+      local waits = create_waits(X, i)
       if c.bound and not waits then c.depth = c.depth + 1 end
       local priority = A[b + JOB.priority]
       local tenant = A[b + JOB.tenant] ~= '' and A[b + JOB.tenant] or nil
