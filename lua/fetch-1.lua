@@ -215,6 +215,16 @@ end
 local function claim_from(queue, tenant)
   local q = sub_queue(queue, tenant)
   local rk = key_queue_ready(P, q)
+  -- A tenant with a concurrency in the queue (includes/tenant.lua): at its cap it leaves the fair share
+  -- until a slot comes back; under it, a tenant parked before (its slot freed by a lapsed lease) is back.
+  local capped = tenant and tenant_cap(qlimits[queue].tenancy, tenant)
+  if capped then
+    if tenant_gate(P, queue, tenant, qlimits[queue], now) then
+      tenant_park(P, queue, tenant)
+      return false
+    end
+    tenant_unpark(P, queue, tenant)
+  end
   while true do
     -- Bounded work per call: past MAX_SKIPS the rest waits for the next call.
     if skips >= MAX_SKIPS then
@@ -324,6 +334,11 @@ local function claim_from(queue, tenant)
           lane_open(P, q, key, true)
           -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
           if e.floor then burst_sync_all(P, key, e, now, q, 1) end
+        end
+        if capped then
+          -- One of the tenant's slots, held as the job's lease is (its end gives it back: leave_active).
+          redis.call('ZADD', key_queue_rl_active(P, q), lease, id)
+          if w then w.tslot = q end
         end
         if tenant then
           redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(queue, tenant), tenant)

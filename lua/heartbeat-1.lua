@@ -52,7 +52,7 @@ for i = ARG.REST, #ARGV, JOB.STRIDE do
   local id, lease_id = ARGV[i + JOB.id], ARGV[i + JOB.lease_id]
   local jk = key_job(P, id)
   local f = rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
-    'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms')
+    'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms', 'tslot')
   local lease = -1
   local held = f[1] == 'active' and tonumber(f[9] or '0') > now
     and not lease_refusal({ state = f[1], claims = f[10], attempt = f[11], worker_id = f[2] },
@@ -62,9 +62,7 @@ for i = ARG.REST, #ARGV, JOB.STRIDE do
     lease = lease_deadline(now, len, tonumber(f[4]), tonumber(f[5]))
     rec('HSET', jk, 'lease_until', lease)
     redis.call('ZADD', KEYS[1], lease, id)
-    -- Rate-limit slots are leases too: they follow the job's lease.
-    if f[6] then redis.call('ZADD', key_rl_active(P, f[6]), 'XX', lease, id) end
-    if f[7] then redis.call('ZADD', key_queue_rl_active(P, f[8]), 'XX', lease, id) end
+    slots_follow(P, id, lease, f[6], f[7] and f[8], f[13])
     held_ids[#held_ids + 1] = id
   end
   reply[#reply + 1] = id

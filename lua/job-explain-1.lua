@@ -1,7 +1,7 @@
 -- job-explain-1.lua: what holds a job back and until when (GET /jobs/{id}/explain), decided by the
 -- very functions FETCH decides with (includes/gates.lua, ratelimit.lua, tenant.lua, supersede.lua), in
--- FETCH's order: the queue (paused, re-scoring, queue-level limits), the fair share among its tenants,
--- the job's rate-limit key (dynamic block, concurrency, window, throttle, an override), then its place.
+-- FETCH's order: the queue (paused, re-scoring, queue-level limits), its tenant's concurrency there, the
+-- fair share among its tenants, the job's rate-limit key (dynamic block, concurrency, window, throttle, an override), then its place.
 --
 -- KEYS
 --   KEYS[1] P..'job:'..id  string the job's record
@@ -17,6 +17,7 @@
 --     gate_i = {name, until_ms, ahead, limit, current, key, holders, extra}
 --       name     'scheduled' (scheduled or retryable: its run time), 'pending' (a workflow member
 --                waiting for its turn), 'paused', 'rescoring', 'queue_concurrency', 'queue_rate',
+--                'tenant_concurrency' (its tenant's jobs of the queue fill the tenant's cap there),
 --                'fair_share', 'dynamic', 'concurrency', 'pool' (its key is past its floor and the
 --                queue's free slots are owed to keys below theirs), 'rate', 'throttle', 'override' (the limit
 --                above it is an operator's override), 'order' (jobs before it in its ready set or
@@ -29,9 +30,10 @@
 --       limit, current   the limit and its use now (-1 when none); for a batch callback the batch's
 --                jobs and how many ended
 --       key      the rate-limit key ('' for none)
---       holders  job ids holding the slots (concurrency, queue_concurrency, pool; at most MAX_HOLDERS, the
+--       holders  job ids holding the slots (concurrency, queue_concurrency, tenant_concurrency, pool; at most MAX_HOLDERS, the
 --                earliest lease deadline first), or the chain step being waited for (pending)
 --       extra    flat field/value pairs: fair_share tenant, pass, lowest_pass, tenants, weight;
+--                tenant_concurrency tenant;
 --                pending workflow_id, workflow_type, workflow_state, step or callback; override the
 --                override's fields; superseded reason, by; scheduled state; pool floor, owed
 -- COST   O(log n): a few reads of the job's queue, key and tenant structures
@@ -125,6 +127,15 @@ if qg then
   local holders = qg == 'queue_concurrency' and holders_of(key_queue_rl_active(P, queue)) or nil
   gate(qg, qwake >= 0 and qwake or nil, ahead_ready, qlimit >= 0 and qlimit or nil,
     qcurrent >= 0 and qcurrent or nil, nil, holders)
+end
+
+-- The tenant's concurrency in the queue: FETCH passes a tenant at its cap by (includes/tenant.lua).
+if tenant then
+  local tg, tlimit, tcurrent, twake = tenant_gate(P, queue, tenant, l, now, true)
+  if tg then
+    gate(tg, twake >= 0 and twake or nil, ahead_ready, tlimit, tcurrent, nil, holders_of(key_queue_rl_active(P, q)),
+      {'tenant', tenant})
+  end
 end
 
 -- The fair share among the queue's tenants: FETCH serves the tenant tenant_next names.

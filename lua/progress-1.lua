@@ -37,7 +37,7 @@ local P, id = ARG.P, ARG.id
 local jk = KEYS[1]
 local f = rec('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_until', 'lease_ms',
   'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl', 'queue', 'type', 'progress', 'progress_claim',
-  'progress_at')
+  'progress_at', 'tslot')
 if not f[1] then return {'not_found'} end
 local refusal = lease_refusal({ state = f[1], claims = f[2], attempt = f[3], worker_id = f[4] },
   { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
@@ -65,8 +65,7 @@ if tonumber(f[5] or '0') > now then
   lease = lease_deadline(now, len, tonumber(f[8]), tonumber(f[9]))
   rec('HSET', jk, 'lease_until', lease)
   redis.call('ZADD', key_active(P), lease, id)
-  if f[10] then redis.call('ZADD', key_rl_active(P, f[10]), 'XX', lease, id) end
-  if f[11] then redis.call('ZADD', key_queue_rl_active(P, f[12]), 'XX', lease, id) end
+  slots_follow(P, id, lease, f[10], f[11] and f[12], f[17])
 end
 
 -- At most one progress event a second per job (ojs-progress §6.2).

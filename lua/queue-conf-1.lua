@@ -12,14 +12,20 @@
 --   ARGV[4+n..] pairs     field, value: the group's new values (none = the group is cleared)
 -- RETURNS
 --   {'ok'}
--- COST   O(fields)
--- CAPS   the fields given (one settings group: a handful)
+-- COST   O(fields), and O(1) per tenant re-opened (below)
+-- CAPS   the fields given (one settings group: a handful); the tenants parked at their concurrency that
+--        re-join the fair share: at most UNPARK_MAX = 1000 (each other one re-joins when one of its
+--        slots comes back: includes/tenant.lua)
 -- CLOCK  none
 -- INVARIANTS
 --   the old values of the group are replaced by the new ones in one script, so no FETCH or enqueue
 --   runs between the removal and the write and sees the queue without its settings
---   (P..'q:'..queue..':rl:active' and ':rl:win' are counters, not settings: they stay)
+--   (P..'q:'..queue..':rl:active' and ':rl:win' are counters, not settings: they stay); a change may
+--   move a tenant's concurrency (the tenancy setting), so the tenants parked at theirs re-join the
+--   fair share and FETCH parks again those still at their cap
+--@include tenant
 
+local UNPARK_MAX = 1000
 local conf = KEYS[1]
 local n = tonumber(ARG.n)
 local fields, pairs_ = {}, {}
@@ -28,4 +34,7 @@ for i = ARG.REST + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
 if #fields > 0 then redis.call('HDEL', conf, unpack(fields)) end
 if #pairs_ > 0 then redis.call('HSET', conf, unpack(pairs_)) end
 redis.call('SADD', key_queues(ARG.P), ARG.queue)
+for _, t in ipairs(redis.call('SRANDMEMBER', key_queue_tenants_full(ARG.P, ARG.queue), UNPARK_MAX)) do
+  tenant_unpark(ARG.P, ARG.queue, t)
+end
 return {'ok'}

@@ -375,7 +375,8 @@ async fn a_queue_takes_its_tenants_from_a_meta_field_with_weights_of_its_own() {
     .await;
     assert_eq!(
         b["tenancy"],
-        json!({"source": "meta", "field": "customer", "weights": {"big": 3, "small": 1}, "default_weight": null}),
+        json!({"source": "meta", "field": "customer", "weights": {"big": 3, "small": 1}, "default_weight": null,
+            "concurrency": {}, "default_concurrency": null}),
         "{b}"
     );
     let (st, g) = s.get("/ojs/v1/admin/queues/by-customer/tenancy").await;
@@ -574,4 +575,152 @@ async fn a_bad_tenancy_setting_is_a_400_naming_its_field_and_a_delete_restores_t
     assert_eq!((st, &b["tenancy"]), (200, &Value::Null), "{b}");
     let (_, b) = s.get("/ojs/v1/admin/queues/q1/tenancy").await;
     assert_eq!(b["tenancy"], Value::Null, "{b}");
+}
+
+/// The ids of the jobs FETCH hands out in one fetch of `count`, with their `meta.customer`.
+async fn fetched_customers(s: &TestServer, queue: &str, count: u32) -> Vec<(String, String)> {
+    s.fetch(&[queue], count)
+        .await
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap_or_default().to_string(),
+                j["meta"]["customer"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn count_of(got: &[(String, String)], customer: &str) -> usize {
+    got.iter().filter(|(_, c)| c == customer).count()
+}
+
+#[tokio::test]
+async fn a_tenants_concurrency_in_a_queue_caps_its_active_jobs_and_its_turn_goes_to_the_others() {
+    let s = TestServer::start().await;
+    let q = "capped";
+    let b = set_tenancy(
+        &s,
+        q,
+        json!({"source": "meta", "field": "customer", "concurrency": {"big": 2}, "default_concurrency": 3}),
+    )
+    .await;
+    assert_eq!(b["tenancy"]["concurrency"], json!({"big": 2}), "{b}");
+    assert_eq!(b["tenancy"]["default_concurrency"], 3, "{b}");
+    batch_for_customer(&s, "big", q, 20).await;
+    batch_for_customer(&s, "small", q, 20).await;
+    // Jobs without a tenant are never capped.
+    for i in 0..5 {
+        s.enqueue(job(q, i)).await;
+    }
+    let got = fetched_customers(&s, q, 50).await;
+    assert_eq!(
+        (count_of(&got, "big"), count_of(&got, "small"), count_of(&got, "")),
+        (2, 3, 5),
+        "each tenant up to its cap, the jobs without one all: {got:?}"
+    );
+    assert!(
+        fetched_customers(&s, q, 50).await.is_empty(),
+        "both tenants are at their caps"
+    );
+    // A worker of that tenant gets nothing either.
+    let body = json!({"queues": [q], "count": 5});
+    let (st, f) = s
+        .send_as(Method::POST, "/ojs/v1/workers/fetch", "big", Some(body.clone()))
+        .await;
+    assert_eq!((st, f["jobs"].as_array().map(Vec::len)), (200, Some(0)), "{f}");
+    s.assert_invariants().await;
+
+    // Explain names the gate, the cap, the holders and their earliest lease deadline.
+    let big: Vec<String> = got
+        .iter()
+        .filter(|(_, c)| c == "big")
+        .map(|(id, _)| id.clone())
+        .collect();
+    let (_, l) = s
+        .get(&format!("/ojs/v1/admin/jobs?queue={q}&state=available&limit=100"))
+        .await;
+    let waiting = l["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|j| j["meta"]["customer"] == "big")
+        .and_then(|j| j["id"].as_str())
+        .expect("a waiting job of big")
+        .to_string();
+    let (st, e) = s.get(&format!("/ojs/v1/jobs/{waiting}/explain")).await;
+    assert_eq!(st, 200, "{e}");
+    let g = &e["gates"][0];
+    assert_eq!(g["gate"], "tenant_concurrency", "{e}");
+    assert_eq!(
+        (&g["limit"], &g["current"], &g["tenant"]),
+        (&json!(2), &json!(2), &json!("big")),
+        "{e}"
+    );
+    let mut holders: Vec<String> = serde_json::from_value(g["holders"].clone()).unwrap_or_default();
+    holders.sort();
+    let mut want = big.clone();
+    want.sort();
+    assert_eq!(holders, want, "{e}");
+    assert!(g["until_ms"].as_i64().is_some(), "a holder's lease deadline: {e}");
+
+    // A slot that comes back goes to that tenant at once.
+    let (st, a) = s.ack(&big[0]).await;
+    assert_eq!(st, 200, "{a}");
+    let got = fetched_customers(&s, q, 50).await;
+    assert_eq!((count_of(&got, "big"), got.len()), (1, 1), "{got:?}");
+    // A higher cap takes effect at once: the queue's settings re-open its parked tenants.
+    set_tenancy(
+        &s,
+        q,
+        json!({"source": "meta", "field": "customer", "concurrency": {"big": 5}, "default_concurrency": 3}),
+    )
+    .await;
+    let got = fetched_customers(&s, q, 50).await;
+    assert_eq!((count_of(&got, "big"), got.len()), (3, 3), "{got:?}");
+    s.assert_invariants().await;
+    // Without the setting nothing is capped.
+    let (st, _) = s.delete(&format!("/ojs/v1/admin/queues/{q}/tenancy")).await;
+    assert_eq!(st, 200);
+    let got = fetched_customers(&s, q, 100).await;
+    assert_eq!((count_of(&got, "big"), count_of(&got, "small")), (14, 17), "{got:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_tenants_slot_follows_its_jobs_lease_and_comes_back_when_the_lease_lapses() {
+    let s = TestServer::start().await;
+    let q = "capped-lease";
+    set_tenancy(
+        &s,
+        q,
+        json!({"source": "meta", "field": "customer", "default_concurrency": 1}),
+    )
+    .await;
+    batch_for_customer(&s, "acme", q, 3).await;
+    let (st, f) = s
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [q], "count": 5, "visibility_timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(st, 200, "{f}");
+    let jobs = f["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(jobs.len(), 1, "{f}");
+    let first = jobs[0]["id"].as_str().unwrap_or_default().to_string();
+    // A heartbeat moves the slot with the lease: the invariant checker holds them equal.
+    let (st, h) = s
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"active_jobs": [first], "visibility_timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(st, 200, "{h}");
+    s.assert_invariants().await;
+    // The worker goes silent: its lease lapses, the reaper takes the job back, and the slot with it.
+    s.wait_state(&first, "available", std::time::Duration::from_secs(10))
+        .await;
+    let got = fetched_customers(&s, q, 5).await;
+    assert_eq!(got.len(), 1, "the slot came back with the lapsed lease: {got:?}");
+    s.assert_invariants().await;
 }

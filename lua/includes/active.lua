@@ -9,6 +9,8 @@
 
 --@include unique
 
+--@include tenant
+
 local function stat(P, queue, field, delta)
   count(key_queue_stats(P, queue), field, delta)
 end
@@ -23,17 +25,31 @@ local function lease_deadline(now, visibility_ms, started_at, timeout_ms)
   return d
 end
 
+-- slots_follow(P, id, lease, rl_key, qrl_queue, tslot): a heartbeat moved an active job's lease: the
+-- rate-limit slots it holds are leases too and follow it (its key's, when rl_key; its queue's, when
+-- qrl_queue; its tenant's in the queue, when tslot: the record's fields of the same names).
+local function slots_follow(P, id, lease, rl_key, qrl_queue, tslot)
+  if rl_key then redis.call('ZADD', key_rl_active(P, rl_key), 'XX', lease, id) end
+  if qrl_queue then redis.call('ZADD', key_queue_rl_active(P, qrl_queue), 'XX', lease, id) end
+  if tslot then redis.call('ZADD', key_queue_rl_active(P, tslot), 'XX', lease, id) end
+end
+
 -- leave_active(P, jk, id, queue, now, also_del): the job stops being active (ack, nack, cancel, lease
--- expiry); its rate-limit slots (key and queue) are released in the same script, so they can never
--- leak. also_del is nil or one more field to delete from the job's record.
+-- expiry); its rate-limit slots (key, queue and its tenant's in the queue) are released in the same
+-- script, so they can never leak. also_del is nil or one more field to delete from the job's record.
 local function leave_active(P, jk, id, queue, now, also_del)
   redis.call('ZREM', key_active(P), id)
   local w = rec_update(jk)
-  local rl_key, qrl, units, spec = nil, nil, nil, nil
+  local rl_key, qrl, units, spec, tslot, tenant = nil, nil, nil, nil, nil, nil
   if w then
-    rl_key, qrl, units, spec = w.rl_key, w.qrl, w.rl_units, w.rl
-    w.lease_until, w.qrl = nil, nil
+    rl_key, qrl, units, spec, tslot, tenant = w.rl_key, w.qrl, w.rl_units, w.rl, w.tslot, w.tenant
+    w.lease_until, w.qrl, w.tslot = nil, nil, nil
     if also_del then w[also_del] = nil end
+  end
+  if tslot then
+    -- A slot of the tenant's concurrency in the queue came back (includes/tenant.lua).
+    redis.call('ZREM', key_queue_rl_active(P, tslot), id)
+    if tenant then tenant_unpark(P, queue, tenant) end
   end
   stat(P, queue, 'active', -1)
   if rl_key then rl_release(P, rl_key, id, now, (rl_units_held(units)), spec) end

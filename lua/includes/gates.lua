@@ -6,7 +6,8 @@
 -- A queue is served when it is not paused (P..'paused'), is not being re-scored for an aging change
 -- (conf field rs_phase, includes/rescore.lua), and its queue-level limits (conf fields rl_concurrency,
 -- rl_rate_limit, rl_rate_period; counters P..'q:'..Q..':rl:active' by lease deadline and
--- P..'q:'..Q..':rl:win' by start time) have room.
+-- P..'q:'..Q..':rl:win' by start time) have room; a tenant's jobs, while the tenant is under its
+-- concurrency in the queue (its tenancy setting; includes/tenant.lua).
 -- CAPS: no loop.
 --@include ratelimit
 --@include tenant
@@ -28,6 +29,20 @@ local function queue_settings(P, queue)
     tenants = c[5], tenancy = ok and type(tq) == 'table' and tq or nil }
 end
 
+-- slots_full(ak, conc, now, wake_too): the holders of zset ak (job id -> lease deadline; a lapsed one no
+-- longer counts) fill all conc slots: their count and, only when wake_too, the earliest lease deadline
+-- among them (-1 when not asked); nil while a slot is free.
+local function slots_full(ak, conc, now, wake_too)
+  local n = redis.call('ZCOUNT', ak, '(' .. now, '+inf')
+  if n < conc then return nil end
+  local wake = -1
+  if wake_too then
+    local first = redis.call('ZRANGE', ak, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    if first[2] then wake = tonumber(first[2]) end
+  end
+  return n, wake
+end
+
 -- queue_gate(P, queue, l, now, wake_too): may FETCH take a job from the queue now, under its settings l
 -- (queue_settings)? nil when it may; else the gate that stops it ('rescoring', 'queue_concurrency',
 -- 'queue_rate'), its limit, the current count and, only when wake_too (FETCH does not ask: it skips the
@@ -40,16 +55,8 @@ local function queue_gate(P, queue, l, now, wake_too)
   if l.rescoring then return 'rescoring', -1, -1, -1 end
   local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
   if conc then
-    local ak = key_queue_rl_active(P, queue)
-    local n = redis.call('ZCOUNT', ak, '(' .. now, '+inf')
-    if n >= conc then
-      local wake = -1
-      if wake_too then
-        local first = redis.call('ZRANGE', ak, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-        if first[2] then wake = tonumber(first[2]) end
-      end
-      return 'queue_concurrency', conc, n, wake
-    end
+    local n, wake = slots_full(key_queue_rl_active(P, queue), conc, now, wake_too)
+    if n then return 'queue_concurrency', conc, n, wake end
   end
   if rlim and rper then
     local wk = key_queue_rl_win(P, queue)
@@ -64,5 +71,17 @@ local function queue_gate(P, queue, l, now, wake_too)
       return 'queue_rate', rlim, n, wake
     end
   end
+  return nil
+end
+
+-- tenant_gate(P, queue, tenant, l, now, wake_too): may FETCH take a job of the tenant from the queue now,
+-- under the queue's settings l? nil when it may (always, for a tenant without a cap there: no command);
+-- else 'tenant_concurrency', the tenant's cap, its holders now and, when wake_too, the earliest lease
+-- deadline among them (includes/tenant.lua, "A tenant's concurrency").
+local function tenant_gate(P, queue, tenant, l, now, wake_too)
+  local cap = tenant_cap(l.tenancy, tenant)
+  if not cap then return nil end
+  local n, wake = slots_full(key_queue_rl_active(P, sub_queue(queue, tenant)), cap, now, wake_too)
+  if n then return 'tenant_concurrency', cap, n, wake end
   return nil
 end

@@ -41,6 +41,19 @@
 -- last hour (GET /admin/tenants, the dashboard, ojs_tenant_share_last_hour) reads the last 60 of them.
 -- Each expires TENANT_MINUTES_KEEP minutes after its minute began (set once per script call: a call has
 -- one `now`); the key is named after the time, not the tenant, and holds the tenants claimed in it.
+-- A tenant's concurrency in a queue (ours): the queue's tenancy setting may cap how many of a tenant's
+-- jobs of the queue are active at once ('concurrency': tenant -> cap, 'default_concurrency' for the
+-- tenants it does not name; the queue's jobs without a tenant are never capped). Its holders are the
+-- zset P..'q:'..Q..'@'..T..':rl:active' (the queue-level family under the sub-queue's name: job id ->
+-- lease deadline, moved by heartbeats as the job's lease is; a holder whose lease lapsed stops
+-- counting), and a claimed job keeps its sub-queue in its record's 'tslot', so its end (active.lua
+-- leave_active) gives the slot back. FETCH checks the cap when the tenant's turn comes
+-- (gates.lua tenant_gate): a tenant at its cap leaves the fair share for P..'q:'..Q..':tenants:full'
+-- (tenant_park), so the next claims pass it by in O(log t) and it stops costing anything; a parked
+-- tenant does not join the share with a new ready job (tenant_join), and re-joins at the lowest pass
+-- (tenant_unpark) when one of its slots comes back, or when the queue's settings change
+-- (queue-conf-1.lua). A parked tenant always holds a slot (it parked at a cap of at least 1, and every
+-- end of a holder unparks it), so none stays parked with nothing to wake it.
 -- CAPS: no loop.
 local TENANT_STATS_MS = 30 * 86400000
 local TENANT_MINUTES_KEEP = 62
@@ -103,14 +116,46 @@ local function tenant_weight_read(P, tenant)
   return tonumber(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
 end
 
+-- tenant_cap(tq, tenant): the tenant's concurrency in a queue whose tenancy setting is tq (decoded; nil
+-- for none): its own cap there, else the setting's default_concurrency; nil (no cap) for none, and for
+-- '' (the queue's jobs without a tenant).
+local function tenant_cap(tq, tenant)
+  if not tq or tenant == '' then return nil end
+  local own = type(tq.concurrency) == 'table' and tonumber(tq.concurrency[tenant]) or nil
+  return own or tonumber(tq.default_concurrency)
+end
+
 -- tenant_join(P, queue, tenant): the tenant ('' for the queue's jobs without one) may have ready jobs
--- in queue: it enters the fair share at the lowest pass present.
+-- in queue: it enters the fair share at the lowest pass present, unless it is parked at its
+-- concurrency (see above: it re-joins when a slot comes back).
 local function tenant_join(P, queue, tenant)
   local tk = key_queue_tenants(P, queue)
   if redis.call('ZSCORE', tk, tenant) then return end
+  if tenant ~= '' and redis.call('SISMEMBER', key_queue_tenants_full(P, queue), tenant) == 1 then return end
   local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   redis.call('ZADD', tk, low[2] or 0, tenant)
   redis.call('HSET', key_queue_conf(P, queue), 'tenants', '1')
+end
+
+-- tenant_park(P, queue, tenant): the tenant reached its concurrency in queue (gates.lua tenant_gate):
+-- it leaves the fair share until a slot comes back (see above).
+local function tenant_park(P, queue, tenant)
+  redis.call('ZREM', key_queue_tenants(P, queue), tenant)
+  redis.call('SADD', key_queue_tenants_full(P, queue), tenant)
+end
+
+-- tenant_unpark(P, queue, tenant): a slot of the tenant's came back in queue, or its cap may have moved:
+-- a parked tenant re-joins the fair share when its sub-queue has ready jobs (else its next ready job
+-- joins it), and the queue is listed in P..'ready' again (a queue whose tenants are all parked leaves
+-- it, as one whose lanes are all parked does: FETCH has nothing to take there). Returns whether it was
+-- parked.
+local function tenant_unpark(P, queue, tenant)
+  if redis.call('SREM', key_queue_tenants_full(P, queue), tenant) == 0 then return false end
+  if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, tenant))) == 1 then
+    tenant_join(P, queue, tenant)
+    redis.call('SADD', key_ready_index(P), queue)
+  end
+  return true
 end
 
 -- tenant_next(tk): the tenant whose turn it is in a queue's fair share (tk = key_queue_tenants(P, queue)):

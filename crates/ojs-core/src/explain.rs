@@ -58,6 +58,9 @@ pub enum GateKind {
     QueueConcurrency,
     /// The queue-level rate window is full.
     QueueRate,
+    /// Its tenant's jobs of the queue fill the tenant's concurrency there (ours: the queue's tenancy
+    /// setting).
+    TenantConcurrency,
     /// Other tenants of the queue have their turn first.
     FairShare,
     /// Its rate-limit key is blocked by a worker's `rate_limit_until`.
@@ -117,7 +120,7 @@ pub struct Gate {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub holders: Option<Vec<String>>,
-    /// `fair_share`: the job's tenant (`""` for the jobs without one).
+    /// `fair_share`, `tenant_concurrency`: the job's tenant (`""` for the jobs without one).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub tenant: Option<String>,

@@ -1,8 +1,9 @@
 //! A queue's tenancy setting (ours, beyond the OJS multi-tenancy extension): where a job of the queue
-//! takes its tenant from, and the queue's own fair-share weights. `PUT /admin/queues/{q}/tenancy`
+//! takes its tenant from, the queue's own fair-share weights, and its tenants' concurrency in it. `PUT /admin/queues/{q}/tenancy`
 //! writes it into the queue's conf hash (field `tenancy`, in the stored form [`Tenancy::stored`]); the
 //! store resolves each job's tenant with it at the enqueue ([`Tenancy::tenant_of`]) and FETCH reads
-//! the weights from the same field (lua/includes/tenant.lua `tenant_weight_in`).
+//! the weights and caps from the same field (lua/includes/tenant.lua `tenant_queue_weight`,
+//! `tenant_cap`).
 //!
 //! A queue without the setting works exactly as before: a job's tenant is its `meta.tenant_id`.
 
@@ -16,8 +17,13 @@ use crate::names;
 /// tenants' global weights and a queue's own alike.
 pub const MAX_TENANT_WEIGHT: u64 = 1_000_000;
 
-/// At most this many tenants may have a weight of their own in one queue's setting.
+/// At most this many tenants may have a weight of their own in one queue's setting, and as many a
+/// concurrency of their own.
 pub const MAX_QUEUE_WEIGHTS: usize = 1_000;
+
+/// The most a tenant's concurrency in a queue may be (the least is 1: a cap of 0 would park a tenant
+/// that holds no slot, with nothing to wake it; pause the queue instead).
+pub const MAX_TENANT_CONCURRENCY: u64 = 1_000_000;
 
 /// The meta field a `meta` source reads when the setting names none (the extension's own).
 pub const DEFAULT_FIELD: &str = "tenant_id";
@@ -42,15 +48,57 @@ pub struct Tenancy {
     pub weights: BTreeMap<String, u64>,
     /// The weight of the queue's jobs without a tenant (over the global `_default`).
     pub default_weight: Option<u64>,
+    /// Tenant → the most of its jobs of this queue active at once.
+    pub concurrency: BTreeMap<String, u64>,
+    /// The concurrency of the tenants `concurrency` does not name (none: not capped). The queue's
+    /// jobs without a tenant are never capped.
+    pub default_concurrency: Option<u64>,
+}
+
+fn bounded(v: &Value, what: &str, max: u64) -> Result<u64, String> {
+    match v.as_u64() {
+        Some(w) if (1..=max).contains(&w) => Ok(w),
+        _ => Err(format!("{what} must be an integer from 1 to {max}; got {v}")),
+    }
 }
 
 fn weight(v: &Value, what: &str) -> Result<u64, String> {
-    match v.as_u64() {
-        Some(w) if (1..=MAX_TENANT_WEIGHT).contains(&w) => Ok(w),
-        _ => Err(format!(
-            "{what} must be an integer from 1 to {MAX_TENANT_WEIGHT}; got {v}"
-        )),
+    bounded(v, what, MAX_TENANT_WEIGHT)
+}
+
+fn cap(v: &Value, what: &str) -> Result<u64, String> {
+    bounded(v, what, MAX_TENANT_CONCURRENCY)
+}
+
+/// A per-tenant map of the setting (`weights`, `concurrency`): tenant id → a value `check` accepts.
+fn per_tenant(
+    v: Option<&Value>,
+    what: &str,
+    check: fn(&Value, &str) -> Result<u64, String>,
+) -> Result<BTreeMap<String, u64>, String> {
+    let mut out = BTreeMap::new();
+    match v {
+        None => {}
+        Some(Value::Object(w)) => {
+            if w.len() > MAX_QUEUE_WEIGHTS {
+                return Err(format!(
+                    "{what} names at most {MAX_QUEUE_WEIGHTS} tenants; got {}",
+                    w.len()
+                ));
+            }
+            for (t, v) in w {
+                names::check_tenant(t, &format!("a tenant of {what}"))?;
+                out.insert(t.clone(), check(v, &format!("{what}.{t}"))?);
+            }
+        }
+        Some(v) => return Err(format!("{what} must be an object of tenant id → integer; got {v}")),
     }
+    Ok(out)
+}
+
+/// A map of the setting as JSON.
+fn map_json(m: &BTreeMap<String, u64>) -> Value {
+    Value::Object(m.iter().map(|(t, w)| (t.clone(), (*w).into())).collect())
 }
 
 fn string<'a>(v: &'a Value, what: &str) -> Result<&'a str, String> {
@@ -66,11 +114,12 @@ impl Tenancy {
         if let Some(k) = o.keys().find(|k| {
             !matches!(
                 k.as_str(),
-                "source" | "field" | "separator" | "weights" | "default_weight"
+                "source" | "field" | "separator" | "weights" | "default_weight" | "concurrency" | "default_concurrency"
             )
         }) {
             return Err(format!(
-                "{k} is not a tenancy setting (source, field, separator, weights, default_weight)"
+                "{k} is not a tenancy setting (source, field, separator, weights, default_weight, \
+                 concurrency, default_concurrency)"
             ));
         }
         let got = |k: &str| o.get(k).filter(|v| !v.is_null());
@@ -110,28 +159,18 @@ impl Tenancy {
             }
             other => return Err(format!("source must be \"meta\" or \"rate_limit_key\"; got {other:?}")),
         };
-        let mut weights = BTreeMap::new();
-        match got("weights") {
-            None => {}
-            Some(Value::Object(w)) => {
-                if w.len() > MAX_QUEUE_WEIGHTS {
-                    return Err(format!(
-                        "weights names at most {MAX_QUEUE_WEIGHTS} tenants; got {}",
-                        w.len()
-                    ));
-                }
-                for (t, v) in w {
-                    names::check_tenant(t, "a tenant of weights")?;
-                    weights.insert(t.clone(), weight(v, &format!("weights.{t}"))?);
-                }
-            }
-            Some(v) => return Err(format!("weights must be an object of tenant id → weight; got {v}")),
-        }
+        let weights = per_tenant(got("weights"), "weights", weight)?;
         let default_weight = got("default_weight").map(|v| weight(v, "default_weight")).transpose()?;
+        let concurrency = per_tenant(got("concurrency"), "concurrency", cap)?;
+        let default_concurrency = got("default_concurrency")
+            .map(|v| cap(v, "default_concurrency"))
+            .transpose()?;
         Ok(Self {
             source,
             weights,
             default_weight,
+            concurrency,
+            default_concurrency,
         })
     }
 
@@ -148,25 +187,28 @@ impl Tenancy {
                 o.insert("separator".into(), separator.as_str().into());
             }
         }
-        o.insert(
-            "weights".into(),
-            Value::Object(self.weights.iter().map(|(t, w)| (t.clone(), (*w).into())).collect()),
-        );
+        o.insert("weights".into(), map_json(&self.weights));
         o.insert(
             "default_weight".into(),
             self.default_weight.map_or(Value::Null, Value::from),
         );
+        o.insert("concurrency".into(), map_json(&self.concurrency));
+        o.insert(
+            "default_concurrency".into(),
+            self.default_concurrency.map_or(Value::Null, Value::from),
+        );
         Value::Object(o)
     }
 
-    /// The form kept in the queue's conf hash (field `tenancy`): the API's JSON without a null
-    /// `default_weight` (FETCH reads `weights` and `default_weight` from it, includes/tenant.lua).
+    /// The form kept in the queue's conf hash (field `tenancy`): the API's JSON without its nulls and
+    /// without an empty `concurrency` (FETCH reads `weights`, `default_weight`, `concurrency` and
+    /// `default_concurrency` from it, includes/tenant.lua). A setting without caps is stored exactly
+    /// as servers before the caps stored it: the enqueue compares this text with the conf's
+    /// (crates/ojs-store tenancy.rs), so pods of both builds agree on it.
     pub fn stored(&self) -> String {
         let mut v = self.to_json();
         if let Some(o) = v.as_object_mut() {
-            if o.get("default_weight").is_some_and(Value::is_null) {
-                o.remove("default_weight");
-            }
+            o.retain(|k, v| !v.is_null() && !(k == "concurrency" && v.as_object().is_some_and(Map::is_empty)));
         }
         v.to_string()
     }
@@ -225,8 +267,19 @@ mod tests {
         assert_eq!(t.source, Source::RateLimitKey { separator: ":".into() });
         assert_eq!(
             t.to_json(),
-            json!({"source": "rate_limit_key", "separator": ":", "weights": {"acme": 3}, "default_weight": 2})
+            json!({"source": "rate_limit_key", "separator": ":", "weights": {"acme": 3}, "default_weight": 2,
+                "concurrency": {}, "default_concurrency": null})
         );
+        assert_eq!(Tenancy::from_stored(&t.stored()), Some(t.clone()));
+        // Without caps, stored as a server before them stored it (pods of both builds compare it).
+        assert_eq!(
+            t.stored(),
+            r#"{"source":"rate_limit_key","separator":":","weights":{"acme":3},"default_weight":2}"#
+        );
+        let t = Tenancy::parse(&json!({"source": "meta", "concurrency": {"acme": 5}, "default_concurrency": 2}))
+            .expect("caps");
+        assert_eq!(t.concurrency.get("acme"), Some(&5));
+        assert_eq!(t.default_concurrency, Some(2));
         assert_eq!(Tenancy::from_stored(&t.stored()), Some(t));
     }
 
@@ -246,6 +299,20 @@ mod tests {
             (json!({"source": "meta", "weights": [1]}), "weights"),
             (json!({"source": "meta", "default_weight": 1.5}), "default_weight"),
             (json!({"source": "meta", "weight": 2}), "weight"),
+            (
+                json!({"source": "meta", "concurrency": {"acme": 0}}),
+                "concurrency.acme",
+            ),
+            (json!({"source": "meta", "concurrency": {"bad id": 1}}), "concurrency"),
+            (json!({"source": "meta", "concurrency": 3}), "concurrency"),
+            (
+                json!({"source": "meta", "default_concurrency": 0}),
+                "default_concurrency",
+            ),
+            (
+                json!({"source": "meta", "default_concurrency": 1000001}),
+                "default_concurrency",
+            ),
             (json!([]), "body"),
         ] {
             let e = Tenancy::parse(&body).expect_err(&body.to_string());

@@ -78,6 +78,8 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("queue_rl_active", "q:{queue}:rl:active"),
     k("queue_rl_win", "q:{queue}:rl:win"),
     k("queue_tenants", "q:{queue}:tenants"),
+    // The tenants of the queue's fair share parked at their concurrency in it (ours; lua/includes/tenant.lua).
+    k("queue_tenants_full", "q:{queue}:tenants:full"),
     k("queue_subs", "q:{queue}:subs"),
     // Burstable concurrency (ours): the floors owed in the queue's pool, per lane, and the lanes the
     // pool holds back (lua/includes/ratelimit.lua, "Burstable concurrency").

@@ -274,12 +274,15 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         // tenant is in the queue's fair share.
         if let Some((base, part)) = q.split_once('@') {
             let tenant = part.replace("%3A", ":");
-            if !ready_index.contains(base) {
+            // A tenant parked at its concurrency is out of the share, and its queue may be out of the
+            // index (FETCH has nothing to take there until a slot comes back).
+            let parked = snap.smembers(keys.queue_tenants_full(base)).contains(&tenant);
+            if !parked && !ready_index.contains(base) {
                 problems.push(format!(
                     "sub-queue {q} has ready jobs but queue {base} is not in the ready index"
                 ));
             }
-            if !snap.zset(keys.queue_tenants(base)).contains_key(&tenant) {
+            if !parked && !snap.zset(keys.queue_tenants(base)).contains_key(&tenant) {
                 problems.push(format!(
                     "sub-queue {q} has ready jobs but {tenant:?} is not in {base}'s fair share"
                 ));
@@ -624,20 +627,58 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
     for id in closed.keys().filter(|id| !listed.contains(*id)) {
         problems.push(format!("workflows:closed holds {id}, which is not listed"));
     }
-    // Rate-limit slots: every slot holder is an active job of that key (no leaked or foreign slot),
-    // and its slot ends with the job's lease.
-    for key in snap.scan(keys.pattern("rl_active")) {
-        let rl_key = first_part(&keys, "rl_active", &key);
-        for (id, deadline) in snap.zset(&key) {
+    // Slots held as leases: every holder of a slot is an active job that holds it by its record (no
+    // leaked or foreign slot), and its slot ends with the job's lease. `holds` says whether a job's
+    // record holds it; `what` names the slot's owner.
+    let mut slots = |key: &str, what: &str, holds: &dyn Fn(&HashMap<String, String>) -> bool| {
+        for (id, deadline) in snap.zset(key) {
             let f: HashMap<String, String> = snap.hgetall(keys.job(&id));
-            if f.get("state").map(String::as_str) != Some("active") || f.get("rl_key") != Some(&rl_key) {
+            if f.get("state").map(String::as_str) != Some("active") || !holds(&f) {
                 problems.push(format!(
-                    "rate-limit key {rl_key}: slot held by {id}, which is not an active job of that key"
+                    "{what}: slot held by {id}, which is not an active job holding one"
                 ));
             } else if f.get("lease_until").and_then(|l| l.parse::<f64>().ok()) != Some(deadline) {
                 problems.push(format!(
-                    "rate-limit key {rl_key}: slot of {id} ends at {deadline}, its lease at {:?}",
+                    "{what}: slot of {id} ends at {deadline}, its lease at {:?}",
                     f.get("lease_until")
+                ));
+            }
+        }
+    };
+    // Rate-limit keys' slots.
+    for key in snap.scan(keys.pattern("rl_active")) {
+        let rl_key = first_part(&keys, "rl_active", &key);
+        slots(&key, &format!("rate-limit key {rl_key}"), &|f| {
+            f.get("rl_key") == Some(&rl_key)
+        });
+    }
+    // A tenant's concurrency in a queue (lua/includes/tenant.lua): the record names the sub-queue's
+    // slot in `tslot`; a tenant parked at its cap is out of the fair share and holds a slot (so a
+    // slot's return will wake it).
+    for key in snap.scan(keys.pattern("queue_rl_active")) {
+        let q = first_part(&keys, "queue_rl_active", &key);
+        let Some((base, part)) = q.split_once('@') else {
+            continue;
+        };
+        let tenant = part.replace("%3A", ":");
+        slots(&key, &format!("tenant {tenant:?} of queue {base}"), &|f| {
+            f.get("tslot") == Some(&q)
+                && f.get("queue").map(String::as_str) == Some(base)
+                && f.get("tenant") == Some(&tenant)
+        });
+    }
+    for key in snap.scan(keys.pattern("queue_tenants_full")) {
+        let base = first_part(&keys, "queue_tenants_full", &key);
+        for tenant in snap.smembers(&key) {
+            if snap.zset(keys.queue_tenants(&base)).contains_key(&tenant) {
+                problems.push(format!(
+                    "tenant {tenant:?} is parked at its cap in {base} and in its fair share"
+                ));
+            }
+            let sub = format!("{base}@{}", tenant.replace(':', "%3A"));
+            if snap.zset(keys.queue_rl_active(&sub)).is_empty() {
+                problems.push(format!(
+                    "tenant {tenant:?} is parked at its cap in {base} and holds no slot: nothing will wake it"
                 ));
             }
         }

@@ -71,6 +71,12 @@ fn gate(g: &ExplainGate, queue: &str) -> Result<Gate, OjsError> {
             "queue {queue} starts at most {limit} job(s) per window and {current} started in it; the \
                  next start is allowed at {when}"
         ),
+        GateKind::TenantConcurrency => format!(
+            "tenant {:?} runs at most {limit} job(s) of queue {queue} at once and {current} are active; \
+                 it leaves the fair share until a slot frees, when one ends{}",
+            x("tenant").unwrap_or_default(),
+            at_latest(&until)
+        ),
         GateKind::FairShare => format!(
             "tenant {:?} waits for its turn in queue {queue}'s fair share: {ahead} tenant(s) come first \
                  (pass {} against the lowest, {})",

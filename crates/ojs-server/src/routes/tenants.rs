@@ -234,8 +234,8 @@ async fn stats(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiR
     }))
 }
 
-/// `…/admin/queues/{queue}/tenancy` (ours): where the queue's jobs take their tenant from, and the
-/// queue's own fair-share weights.
+/// `…/admin/queues/{queue}/tenancy` (ours): where the queue's jobs take their tenant from, the queue's
+/// own fair-share weights, and its tenants' concurrency in it.
 #[derive(Deserialize, Serialize, ToSchema)]
 struct TenancySetting {
     /// `meta`: the tenant is `meta.<field>`; `rate_limit_key`: the job's `rate_limit.key` up to the first
@@ -259,6 +259,16 @@ struct TenancySetting {
     #[serde(default)]
     #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000)]
     default_weight: Option<serde_json::Value>,
+    /// Tenant → the most of its jobs of this queue active at once (1 to 1,000,000); at most 1,000
+    /// tenants. A tenant at its cap leaves the queue's fair share until one of its jobs ends.
+    #[serde(default)]
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    concurrency: serde_json::Map<String, serde_json::Value>,
+    /// The concurrency of the tenants `concurrency` does not name (null: not capped); the queue's jobs
+    /// without a tenant are never capped.
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000)]
+    default_concurrency: Option<serde_json::Value>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -276,7 +286,7 @@ fn tenancy_json(queue: &str, t: Option<&ojs_core::tenancy::Tenancy>) -> serde_js
     get,
     path = "/ojs/v1/admin/queues/{queue}/tenancy",
     tag = "tenants",
-    summary = "A queue's tenancy setting: where its jobs' tenant comes from, and its own weights",
+    summary = "A queue's tenancy setting: where its jobs' tenant comes from, its own weights and its tenants' concurrency",
     params(("queue" = String, Path)),
     responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
@@ -290,7 +300,7 @@ async fn get_tenancy(State(st): State<AppState>, QueuePath(q): QueuePath) -> Api
     put,
     path = "/ojs/v1/admin/queues/{queue}/tenancy",
     tag = "tenants",
-    summary = "Set a queue's tenancy: `{\"source\": \"meta\"|\"rate_limit_key\", \"field\", \"separator\", \"weights\", \"default_weight\"}`",
+    summary = "Set a queue's tenancy: `{\"source\": \"meta\"|\"rate_limit_key\", \"field\", \"separator\", \"weights\", \"default_weight\", \"concurrency\", \"default_concurrency\"}`",
     params(("queue" = String, Path)),
     request_body = TenancySetting,
     responses((status = 200, description = "OK", body = QueueTenancy, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))

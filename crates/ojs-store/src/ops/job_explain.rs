@@ -11,9 +11,9 @@ use crate::store::{JobFields, Result, Store};
 /// One rule standing between a job and a worker now (the script's `gate_i`).
 #[derive(Debug, Clone, Default)]
 pub struct ExplainGate {
-    /// `scheduled`, `pending`, `paused`, `rescoring`, `queue_concurrency`, `queue_rate`, `fair_share`,
-    /// `dynamic`, `concurrency`, `rate`, `throttle`, `override`, `order`, `expired`,
-    /// `workflow_cancelled`, `superseded`.
+    /// `scheduled`, `pending`, `paused`, `rescoring`, `queue_concurrency`, `queue_rate`,
+    /// `tenant_concurrency`, `fair_share`, `dynamic`, `concurrency`, `pool`, `rate`, `throttle`,
+    /// `override`, `order`, `expired`, `workflow_cancelled`, `superseded`.
     pub name: String,
     /// When it may open (ms), if known.
     pub until_ms: Option<i64>,
