@@ -77,13 +77,15 @@
 --        tenancy setting gives it one: that setting is read with the queue's other settings and decoded
 --        once per call) and its counters (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE, and two HINCRBY of
 --        its minute's count, whose PEXPIREAT is once per call); a tenant found with nothing ready costs
---        a pop and an EXISTS; the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
+--        a pop and an EXISTS; a tenant with a concurrency in the queue (includes/tenant.lua) adds per
+--        claim a ZCOUNT of its slots, an SREM and a ZADD, and one at its cap a ZREM and SADD (it parks,
+--        counted against MAX_SKIPS); the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
 --        ready set is empty, with or without tenants
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
 --        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or
 --        put back in a lane that gets parked), and tenants of a queue's fair share found with nothing
---        ready (each leaves the share; includes/tenant.lua): at most MAX_SKIPS = 100 per call, shared by its
+--        ready or at their concurrency (each leaves the share; includes/tenant.lua): at most MAX_SKIPS = 100 per call, shared by its
 --        requests: a request that meets the budget stops with cut = 1 and the server calls again, so
 --        20,000 keys at concurrency 0 cost 200 short calls, never one long one; the ready-index check
 --        at the end visits the distinct queues claimed from (at most the requests' queue lists); a
@@ -95,6 +97,8 @@
 --   requests are served one after another exactly as separate calls in that order would be: the group
 --   commit changes what a call costs, not what any request sees; a queue that holds tenants' jobs is
 --   served by fair share among its tenants, priority and FIFO first inside each (includes/tenant.lua),
+--   and never has more of a tenant's jobs active than the tenant's concurrency in it (its slots are
+--   checked and taken in the claim's script),
 --   and a request naming a tenant claims only that tenant's jobs; a claimed job leaves its ready set and enters P..'active' in the same script, so two fetchers can
 --   never claim one job; attempt is incremented at claim, and so is 'claims', the lease id, which
 --   nothing ever gives back (includes/lease.lua); the lease length chosen is kept in 'lease_ms' for
@@ -260,7 +264,7 @@ local function claim_from(queue, tenant)
     if key then
       redis.call('HDEL', key_queue_heads(P, q), key)
       e = rl_effective(P, key, rl_policy(P, key, f.rl))
-      rl_pool(P, e, queue, qlimits[queue])
+      rl_pool(P, e, q, qlimits[queue])
     end
     if f.expires_at and tonumber(f.expires_at) <= now then
       skips = skips + 1
@@ -308,9 +312,9 @@ local function claim_from(queue, tenant)
           redis.call('ZADD', key_scheduled(P), wake, id)
           stat(P, queue, 'scheduled', 1)
           ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
-          lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor)
+          lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor, e.pool_queue)
         else
-          lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor)
+          lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor, e.pool_queue)
         end
       else
         not_available(P, queue, priority)
@@ -365,7 +369,7 @@ local function claim_from(queue, tenant)
       end
     end
     -- The popped job did not start: its key's lane opened again or parked.
-    if e and e.pool_size then burst_sync(P, q, key, e.floor, now, nil, 0) end
+    if e and e.pool_size then burst_sync(P, q, key, e.floor, now, nil, 0, e.pool_queue) end
   end
 end
 

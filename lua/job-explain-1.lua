@@ -152,15 +152,20 @@ end
 local limited = false
 if key then
   local e = rl_effective(P, key, rl_policy(P, key, f.rl))
-  rl_pool(P, e, queue, l)
+  rl_pool(P, e, q, l)
   local strategy, limit, current, wake = rl_check(P, key, e, now)
   if strategy then
     limited = true
     local holders = strategy == 'concurrency' and holders_of(key_rl_active(P, key)) or nil
     local extra = nil
     if strategy == 'pool' then
-      holders = holders_of(key_queue_rl_active(P, queue))
+      holders = holders_of(key_queue_rl_active(P, e.pool_queue))
       extra = {'floor', tostring(e.floor), 'owed', tostring(e.pool_want)}
+      -- The pool is the tenant's concurrency in the queue, not the queue's (ratelimit.lua pool_pick).
+      if e.pool_queue ~= queue then
+        extra[#extra + 1] = 'tenant'
+        extra[#extra + 1] = tenant
+      end
     end
     gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders, extra)
     if rl_overridden(e, strategy) then

@@ -17,7 +17,10 @@
 //! key carries its floor FLOORS[k] (at most the job's concurrency) in every job, and a key holding at
 //! least its floor (at most its limit) borrows, so it starts only while the queue's holders plus the
 //! floors owed leave a slot; a key owes its floor minus its active jobs in a queue where it has
-//! available jobs.
+//! available jobs. Every job of `qb` belongs to tenant TENANT, whose concurrency in `qb` is TENANT_CAP
+//! (the queue's tenancy setting): below POOL, so `qb` starts nothing while TENANT_CAP of its jobs are
+//! active, and its keys' floors draw from the tenant's TENANT_CAP slots instead of the queue's POOL
+//! (burstable concurrency inside a tenant).
 //!
 //! Where timing decides, the harness waits instead of guessing, so no assertion depends on how fast the
 //! machine is: a retry that comes due in milliseconds is awaited until it is available again before the
@@ -65,6 +68,9 @@ const POOL: u32 = 3;
 /// release knows the key has one: lua/includes/ratelimit.lua reads it from the releasing job).
 const FLOORS: [u32; 2] = [1, 2];
 const KEYS: [&str; 2] = ["k1", "k2"];
+/// The tenant of every job of `qb` (QUEUES[1]), and its concurrency there.
+const TENANT: &str = "t1";
+const TENANT_CAP: u32 = 2;
 const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
 
 // ---------------------------------------------------------------------------------------------------
@@ -469,6 +475,16 @@ impl Model {
         Some(self.floor[k]?.min(self.limit(k)?))
     }
 
+    /// The slots queue q's jobs share, and its keys' floors draw from: `qb`'s tenant's cap (its every
+    /// job is the tenant's), else the queue's POOL.
+    fn cap(&self, q: usize) -> u32 {
+        if q == 1 && !self.legacy {
+            TENANT_CAP
+        } else {
+            POOL
+        }
+    }
+
     /// Jobs of queue q holding one of its POOL slots.
     fn pool_held(&self, q: usize) -> u32 {
         self.jobs
@@ -489,13 +505,14 @@ impl Model {
             .sum()
     }
 
-    /// Queues in the order given, skipping one whose POOL slots are held; within a queue priority then
-    /// FIFO, skipping jobs whose key is at its concurrency limit (a limited job never blocks a free one
-    /// of another key behind it) or at its floor while the pool's free slots are owed.
+    /// Queues in the order given, skipping one whose slots (`cap`) are held; within a queue priority
+    /// then FIFO, skipping jobs whose key is at its concurrency limit (a limited job never blocks a free
+    /// one of another key behind it) or at its floor while the pool's free slots are owed.
     fn predict_fetch(&self, queues: &[usize]) -> Option<usize> {
         for &q in queues {
             let held = self.pool_held(q);
-            if held >= POOL {
+            let cap = self.cap(q);
+            if held >= cap {
                 continue;
             }
             let owed = self.pool_owed(q);
@@ -514,7 +531,7 @@ impl Model {
                         .limit(k)
                         .is_none_or(|l| self.active_of(k) + Model::units(self.jobs[i].cost, l) <= l);
                     let borrows = self.floor_of(k).is_some_and(|f| self.holders_of(k) >= f);
-                    let fits = fits && !(borrows && held + owed >= POOL);
+                    let fits = fits && !(borrows && held + owed >= cap);
                     blocked[k] = !fits;
                     fits
                 }
@@ -645,6 +662,15 @@ impl Harness {
                 )
                 .await;
             assert_eq!(s, 200, "the pool of {q}: {body}");
+        }
+        if !legacy {
+            let (s, body) = a
+                .put(
+                    &format!("/ojs/v1/admin/queues/{}/tenancy", QUEUES[1]),
+                    json!({"source": "meta", "default_concurrency": TENANT_CAP}),
+                )
+                .await;
+            assert_eq!(s, 200, "the tenancy of {}: {body}", QUEUES[1]);
         }
         let mut redis = Vec::new();
         for i in 0..shards {
@@ -908,6 +934,9 @@ impl Harness {
 
     async fn enqueue(&mut self, node: usize, job: NewJob) -> Result<String, String> {
         let mut body = json!({"type": "t", "args": [], "queue": QUEUES[job.queue]});
+        if job.queue == 1 && !self.m.legacy {
+            body["meta"] = json!({ "tenant_id": TENANT });
+        }
         if let Some(p) = job.priority {
             body["priority"] = json!(p);
         }
@@ -1463,10 +1492,24 @@ impl Harness {
                 .get(&format!("/ojs/v1/admin/queues/{name}/rate-limit"))
                 .await;
             let (held, owed) = (self.m.pool_held(q), self.m.pool_owed(q));
-            let shown = (
-                &b["concurrency"]["active"],
-                b["concurrency"]["floors_owed"].as_u64().unwrap_or(0),
-            );
+            let mut shown_owed = b["concurrency"]["floors_owed"].as_u64().unwrap_or(0);
+            if self.m.cap(q) != POOL {
+                // qb's floors are owed in its tenant's pool (the conf of its sub-queue), not the queue's.
+                check!(
+                    shown_owed == 0,
+                    "{name}'s own pool owes {shown_owed}: its floors are its tenant's"
+                );
+                let shard = if self.shards > 1 { q } else { 0 };
+                let keys = ojs_store::Keys::for_shard(&self.nodes[0].namespace, shard);
+                let want: Option<u64> = redis::cmd("HGET")
+                    .arg(keys.queue_conf(&format!("{name}@{TENANT}")))
+                    .arg("want")
+                    .query_async(&mut self.redis[shard])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                shown_owed = want.unwrap_or(0);
+            }
+            let shown = (&b["concurrency"]["active"], shown_owed);
             check!(
                 s == 200 && shown == (&json!(held), u64::from(owed)),
                 "GET /admin/queues/{name}/rate-limit: the model says {held} active, {owed} owed: {s} {b}"

@@ -724,3 +724,94 @@ async fn a_tenants_slot_follows_its_jobs_lease_and_comes_back_when_the_lease_lap
     assert_eq!(got.len(), 1, "the slot came back with the lapsed lease: {got:?}");
     s.assert_invariants().await;
 }
+
+/// Burstable concurrency inside a tenant: keys with a floor draw from their tenant's concurrency in the
+/// queue (not the queue's, which has none here), so a tenant's first key cannot take its whole cap while
+/// another key of the tenant is owed its floor, and a slot the tenant gives back goes to the key below
+/// its floor. Another tenant of the queue, without a cap, is untouched.
+#[tokio::test]
+async fn a_tenants_keys_with_floors_draw_from_the_tenants_concurrency() {
+    let s = TestServer::start().await;
+    let q = "tenant-pool";
+    set_tenancy(&s, q, json!({"source": "rate_limit_key", "concurrency": {"acme": 4}})).await;
+    let job = |key: &str| {
+        json!({"type": "burst", "args": [], "options": {"queue": q},
+            "rate_limit": {"key": key, "concurrency": 4, "floor": 2}})
+    };
+    let mut a = Vec::new();
+    for _ in 0..6 {
+        a.push(s.enqueue(job("acme:a")).await);
+    }
+    let mut b = Vec::new();
+    for _ in 0..6 {
+        b.push(s.enqueue(job("acme:b")).await);
+    }
+    let mut g = Vec::new();
+    for _ in 0..6 {
+        g.push(s.enqueue(job("globex:a")).await);
+    }
+    let got: Vec<String> = s
+        .fetch(&[q], 20)
+        .await
+        .iter()
+        .filter_map(|j| j["rate_limit"]["key"].as_str().map(str::to_owned))
+        .collect();
+    let n = |k: &str| got.iter().filter(|x| *x == k).count();
+    assert_eq!(
+        (n("acme:a"), n("acme:b"), n("globex:a")),
+        (2, 2, 4),
+        "acme:a keeps acme:b's floor free in acme's 4; globex is limited by its key alone: {got:?}"
+    );
+    s.assert_invariants().await;
+
+    // A waiting job of acme:a: its tenant is at its cap, and past its floor it only borrows from
+    // acme's pool.
+    let (st, why) = s.get(&format!("/ojs/v1/jobs/{}/explain", a[2])).await;
+    assert_eq!(st, 200, "{why}");
+    let gates: Vec<&Value> = why["gates"].as_array().into_iter().flatten().collect();
+    assert_eq!(gates[0]["gate"], "tenant_concurrency", "{why}");
+    let pool = gates
+        .iter()
+        .find(|g| g["gate"] == "pool")
+        .unwrap_or_else(|| panic!("no pool gate: {why}"));
+    assert_eq!((&pool["limit"], &pool["tenant"]), (&json!(4), &json!("acme")), "{why}");
+    assert!(
+        pool["detail"].as_str().unwrap_or("").contains("tenant \"acme\""),
+        "{why}"
+    );
+
+    // acme:b gives a slot back: it is below its floor again, so the slot is its own, though acme:a's
+    // jobs are older.
+    let (_, l) = s
+        .get(&format!("/ojs/v1/admin/jobs?queue={q}&state=active&limit=100"))
+        .await;
+    let b_active = l["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|j| j["rate_limit"]["key"] == "acme:b")
+        .and_then(|j| j["id"].as_str())
+        .expect("an active job of acme:b")
+        .to_string();
+    assert_eq!(s.ack(&b_active).await.0, 200);
+    let got = s.fetch(&[q], 5).await;
+    let keys: Vec<&str> = got.iter().filter_map(|j| j["rate_limit"]["key"].as_str()).collect();
+    assert_eq!(keys, ["acme:b"], "{got:?}");
+    s.assert_invariants().await;
+
+    // Lifting the cap moves the lanes to the queue's pool (none here): nothing is owed anywhere, and
+    // the keys' own ceilings are all that is left.
+    set_tenancy(&s, q, json!({"source": "rate_limit_key"})).await;
+    let got = s.fetch(&[q], 20).await;
+    let keys: Vec<&str> = got.iter().filter_map(|j| j["rate_limit"]["key"].as_str()).collect();
+    assert_eq!(
+        (
+            keys.iter().filter(|k| **k == "acme:a").count(),
+            keys.iter().filter(|k| **k == "acme:b").count()
+        ),
+        (2, 2),
+        "each of acme's keys held 2 and goes up to its ceiling of 4: {got:?}"
+    );
+    s.assert_invariants().await;
+    drop((b, g));
+}

@@ -50,6 +50,8 @@ local function leave_active(P, jk, id, queue, now, also_del)
     -- A slot of the tenant's concurrency in the queue came back (includes/tenant.lua).
     redis.call('ZREM', key_queue_rl_active(P, tslot), id)
     if tenant then tenant_unpark(P, queue, tenant) end
+    -- A slot of the tenant's pool came back (ratelimit.lua, "Burstable concurrency").
+    pool_wake(P, tslot, now)
   end
   stat(P, queue, 'active', -1)
   if rl_key then rl_release(P, rl_key, id, now, (rl_units_held(units)), spec) end

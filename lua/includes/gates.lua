@@ -23,10 +23,8 @@ end
 local function queue_settings(P, queue)
   local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
     'rs_phase', 'tenants', 'tenancy')
-  local ok, tq = false, nil
-  if c[6] then ok, tq = pcall(cjson.decode, c[6]) end
   return { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4],
-    tenants = c[5], tenancy = ok and type(tq) == 'table' and tq or nil }
+    tenants = c[5], tenancy = tenancy_decode(c[6]) }
 end
 
 -- slots_full(ak, conc, now, wake_too): the holders of zset ak (job id -> lease deadline; a lapsed one no

@@ -76,14 +76,18 @@
 -- move is a rate_limit.adjusted event. A key whose policy is not adaptive never reads the hash; it
 -- expires RL_IDLE_MS after its last move.
 -- Burstable concurrency (ours, beyond the seed). A key with a floor F (the job's policy, 'f' token) and
--- a concurrency C (its ceiling) draws its slots from its queue's shared pool: the queue-level
--- concurrency S (PUT /admin/queues/{q}/rate-limit), whose holders P..'q:'..Q..':rl:active' already
--- counts. A key below its floor may take any free slot of the pool (the queue gate's own check). A key
+-- a concurrency C (its ceiling) draws its slots from a shared pool (pool_pick): for a lane of a tenant's
+-- sub-queue Q@T whose tenant has a concurrency in Q (the queue's tenancy setting, includes/tenant.lua),
+-- the tenant's: S is that cap, its holders P..'q:'..Q..'@'..T..':rl:active', and the pool is named
+-- Q@T in what follows; else the queue's: the queue-level concurrency S (PUT
+-- /admin/queues/{q}/rate-limit), whose holders P..'q:'..Q..':rl:active' already count. A key below its floor may take any free slot of the pool (the queue gate's own check). A key
 -- at or above its floor borrows: it may start only while the pool's holders H plus the floors still
 -- owed W leave a slot, H + W < S, and never past C. W is the queue conf's field 'want': the sum, over
 -- the keys whose lane in the queue (or a tenant's sub-queue of it) is OPEN (or parked only by the key's
 -- own concurrency, see lane_owes), of F minus the key's holders, when positive, each lane's part in the
--- hash P..'q:'..Q..':want' (lane -> part; a lane owed nothing has no field). So a slot a borrower
+-- hash P..'q:'..Q..':want' (lane -> part; a lane owed nothing has no field; the conf field leaves at 0).
+-- A lane's part lives in its pool's hash; a lane of a sub-queue whose pool moved (the tenant's cap was
+-- set or lifted) has its old part taken out of the other pool at its next sync. So a slot a borrower
 -- gives back goes to a key below its floor first, and an idle key (no ready job, or a lane its window,
 -- throttle or a dynamic block holds back) reserves nothing: the pool is work-conserving. burst_sync keeps a key's part exact after each change of its holders or of its
 -- lane's openness (FETCH's claim, park and discard; make_ready; unready; rl_release; lane_release). A
@@ -92,8 +96,9 @@
 -- and a part that shrinks re-open the waiting lanes (pool_wake), and FETCH's order (priority, then
 -- FIFO) decides which borrows. A change of a key's floor or concurrency (a newer policy, an override,
 -- an adaptive step) re-computes its parts. Holders and floors count jobs,
--- as the queue's concurrency does, whatever their cost. A queue without a concurrency has no pool: a
--- floor then means nothing and the key is limited by C alone. A key whose jobs carry no floor never
+-- as the queue's concurrency does, whatever their cost. A lane without a pool (a queue without a
+-- concurrency, a tenant without a cap there): a floor then means nothing and the key is limited by C
+-- alone. A key whose jobs carry no floor never
 -- reads or writes any of this.
 -- CAPS: its loops visit the queues whose lane for a key holds jobs (at most the queues there are);
 -- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
@@ -183,15 +188,33 @@ local function rl_overridden(e, strategy)
   return i ~= nil and e.ovr ~= nil and e.ovr[i] ~= false
 end
 
--- rl_pool(P, e, queue, l): limits e (rl_effective) of a key with a floor learn its pool (see
--- "Burstable concurrency"): queue's concurrency, from l (gates.lua queue_settings), and the floors owed
--- there now (one HGET). Nothing for a key without a floor or a queue without a concurrency. The floor
--- never exceeds the key's ceiling.
-local function rl_pool(P, e, queue, l)
-  if not (e.floor and e.conc and l.conc) then return end
+-- pool_pick(q, conc, tq): the pool a lane in q (a queue, or a tenant's sub-queue of it) draws floors
+-- from, given its queue's concurrency conc and tenancy setting tq (decoded): its name and size (see
+-- "Burstable concurrency"); nil when it has none.
+local function pool_pick(q, conc, tq)
+  local queue, tenant = base_queue(q)
+  local cap = tenant and tenant_cap(tq, tenant)
+  if cap then return q, cap end
+  if conc then return queue, conc end
+  return nil
+end
+
+-- pool_of(P, q): pool_pick with q's queue's settings read (one HMGET).
+local function pool_of(P, q)
+  local c = redis.call('HMGET', key_queue_conf(P, (base_queue(q))), 'rl_concurrency', 'tenancy')
+  return pool_pick(q, tonumber(c[1]), tenancy_decode(c[2]))
+end
+
+-- rl_pool(P, e, q, l): limits e (rl_effective) of a key with a floor learn the pool of its lane in q
+-- (pool_pick, from l: gates.lua queue_settings of q's queue), and the floors owed there now (one HGET).
+-- Nothing for a key without a floor or a lane without a pool. The floor never exceeds the key's ceiling.
+local function rl_pool(P, e, q, l)
+  if not (e.floor and e.conc) then return end
+  local pool, size = pool_pick(q, l.conc, l.tenancy)
+  if not pool then return end
   e.floor = math.min(e.floor, e.conc)
-  e.pool_size, e.pool_queue = l.conc, queue
-  e.pool_want = tonumber(redis.call('HGET', key_queue_conf(P, queue), 'want') or '0')
+  e.pool_size, e.pool_queue = size, pool
+  e.pool_want = tonumber(redis.call('HGET', key_queue_conf(P, pool), 'want') or '0')
 end
 
 -- Throttle state P..'rl:'..K..':tat' = "<next allowed ms> <interval ms> <last start ms>" (GCRA with no
@@ -276,7 +299,7 @@ local function rl_check(P, key, e, now)
       local first = redis.call('ZRANGE', key_rl_active(P, key), '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
       strategy, limit, current, wake = 'concurrency', e.conc, active, first[2] and tonumber(first[2]) or -1
     elseif e.pool_size then
-      -- A key with a floor, in a queue with a pool (rl_pool): past its floor it only borrows.
+      -- A key with a floor, in a lane with a pool (rl_pool): past its floor it only borrows.
       local jobs = m[3] and redis.call('ZCOUNT', key_rl_active(P, key), '(' .. now, '+inf') or active
       if jobs >= e.floor then
         local used = redis.call('ZCOUNT', key_queue_rl_active(P, e.pool_queue), '(' .. now, '+inf') + e.pool_want
@@ -392,18 +415,19 @@ local function lane_open(P, queue, key, settled)
   return string.sub(best[1], -36)
 end
 
--- lane_park(P, queue, key, member, score, wake, strategy, floor): the lane's popped head could not
+-- lane_park(P, queue, key, member, score, wake, strategy, floor, pool): the lane's popped head could not
 -- start because of `strategy` (concurrency, rate, throttle, dynamic, pool); keep it (when member is
 -- given) with the lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot of the
 -- key is released). The parked hash holds '<wake> <strategy>[ f<floor>]', so the lane's release can
 -- say what held it and, for a key with a floor in a pool (see "Burstable concurrency"), what it owes
--- once open again. A lane a pool holds back also waits in the pool's FIFO P..'q:'..Q..':pool:wait'.
-local function lane_park(P, queue, key, member, score, wake, strategy, floor)
+-- once open again. A lane its pool (named `pool`) holds back also waits in the pool's FIFO
+-- P..'q:'..pool..':pool:wait'.
+local function lane_park(P, queue, key, member, score, wake, strategy, floor, pool)
   if member then redis.call('ZADD', key_queue_lane(P, queue, key), score, member) end
   redis.call('HSET', key_queue_parked(P, queue), key, wake .. ' ' .. strategy .. (floor and ' f' .. floor or ''))
   if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
   if strategy == 'pool' then
-    local pk = key_queue_pool_wait(P, (base_queue(queue)))
+    local pk = key_queue_pool_wait(P, pool)
     redis.call('ZADD', pk, 'NX', wake - POOL_RECHECK_MS, queue .. '\n' .. key)
     redis.call('PEXPIRE', pk, RL_IDLE_MS)
   end
@@ -427,18 +451,19 @@ local function lane_release(P, queue, key, now)
   -- now: the mark only says the key had one when its lane parked).
   if held and string.find(held, ' f%d+$') then
     local pol = rl_policy(P, key, nil)
-    local floor = pol and burst_floor_of(P, queue, rl_effective(P, key, pol))
-    burst_sync(P, queue, key, floor or 0, now, nil, floor and 0 or nil)
+    local floor, pool = nil, nil
+    if pol then floor, pool = burst_floor_of(P, queue, rl_effective(P, key, pol)) end
+    burst_sync(P, queue, key, floor or 0, now, nil, floor and 0 or nil, pool)
   end
   return head
 end
 
--- pool_wake(P, queue, now): a slot of queue's pool came back, or fewer are owed (see "Burstable
--- concurrency"): re-open the lanes the pool holds back, the oldest POOL_WAKE_MAX (the others' own
+-- pool_wake(P, pool, now): a slot of the pool came back, or fewer are owed (see "Burstable
+-- concurrency"; pool: a queue's name, or a tenant's sub-queue's): re-open the lanes the pool holds back, the oldest POOL_WAKE_MAX (the others' own
 -- timers look again), so that FETCH's order (priority, then FIFO) decides who borrows; a re-opened
 -- lane that still may not borrow parks again when FETCH meets it.
-local function pool_wake(P, queue, now)
-  local popped = redis.call('ZPOPMIN', key_queue_pool_wait(P, queue), POOL_WAKE_MAX)
+local function pool_wake(P, pool, now)
+  local popped = redis.call('ZPOPMIN', key_queue_pool_wait(P, pool), POOL_WAKE_MAX)
   for i = 1, #popped, 2 do
     local lane = popped[i]
     local q, key = string.match(lane, '^(.-)\n(.*)$')
@@ -470,31 +495,45 @@ local function burst_skip(held, floor, delta)
   return delta ~= nil and held - math.max(delta, 0) >= floor
 end
 
--- burst_sync(P, q, key, floor, now, held, delta): key K, whose floor in its queue's pool is `floor`,
--- changed its holders (now `held`, nil: count them), or its lane in q (the queue or a tenant's
--- sub-queue of it) opened or closed: its part of the floors owed in the queue (the field q..'\n'..K of
--- P..'q:'..Q..':want', summed in the conf's 'want') becomes exact, and a part that shrinks re-opens
--- lanes the pool holds back. delta: see burst_skip.
-burst_sync = function(P, q, key, floor, now, held, delta)
+-- burst_part(P, pool, lane, part, now): the lane's part of the floors owed in the pool becomes `part`
+-- (the field lane of P..'q:'..pool..':want', summed in the pool's conf field 'want', which leaves at
+-- 0); a part that shrinks re-opens lanes the pool holds back.
+local function burst_part(P, pool, lane, part, now)
+  local wk = key_queue_want(P, pool)
+  local old = tonumber(redis.call('HGET', wk, lane) or '0')
+  if part == old then return end
+  if part == 0 then redis.call('HDEL', wk, lane) else redis.call('HSET', wk, lane, part) end
+  local ck = key_queue_conf(P, pool)
+  if redis.call('HINCRBY', ck, 'want', part - old) == 0 then redis.call('HDEL', ck, 'want') end
+  if part < old then pool_wake(P, pool, now) end
+end
+
+-- burst_sync(P, q, key, floor, now, held, delta, pool): key K, whose floor in the pool of its lane in q
+-- (the queue or a tenant's sub-queue of it; pool_pick names it `pool`, nil for none) is `floor`,
+-- changed its holders (now `held`, nil: count them), or its lane in q opened or closed: its part of the
+-- floors owed in the pool (burst_part, field q..'\n'..K) becomes exact. A lane of a sub-queue has its
+-- part taken out of the other pool it may draw from (the queue's, or the tenant's), where a change of
+-- the tenant's cap may have left it. delta: see burst_skip.
+burst_sync = function(P, q, key, floor, now, held, delta, pool)
   held = held or rl_active(P, key, now)
   if burst_skip(held, floor, delta) then return end
   local queue = base_queue(q)
   local part = 0
-  if floor > held and lane_owes(P, q, key) then part = floor - held end
-  local wk, lane = key_queue_want(P, queue), q .. '\n' .. key
-  local old = tonumber(redis.call('HGET', wk, lane) or '0')
-  if part == old then return end
-  if part == 0 then redis.call('HDEL', wk, lane) else redis.call('HSET', wk, lane, part) end
-  redis.call('HINCRBY', key_queue_conf(P, queue), 'want', part - old)
-  if part < old then pool_wake(P, queue, now) end
+  if pool and floor > held and lane_owes(P, q, key) then part = floor - held end
+  local lane = q .. '\n' .. key
+  local home = pool or queue
+  burst_part(P, home, lane, part, now)
+  if q ~= queue then burst_part(P, home == q and queue or q, lane, 0, now) end
 end
 
--- burst_floor_of(P, q, e): the floor a key of limits e (rl_effective) owes in q's queue's pool: at most
--- its effective concurrency; nil when it has none or the queue has no pool.
+-- burst_floor_of(P, q, e): the floor a key of limits e (rl_effective) owes in the pool of its lane in q
+-- (pool_of: one HMGET), at most its effective concurrency, and the pool's name; nil when it has no floor
+-- or the lane no pool.
 burst_floor_of = function(P, q, e)
   if not (e.floor and e.conc) then return nil end
-  if not redis.call('HGET', key_queue_conf(P, (base_queue(q))), 'rl_concurrency') then return nil end
-  return math.min(e.floor, e.conc)
+  local pool = pool_of(P, q)
+  if not pool then return nil end
+  return math.min(e.floor, e.conc), pool
 end
 
 -- burst_floor(P, q, key, spec): burst_floor_of for a job of policy `spec`; nil, with no command, when
@@ -517,7 +556,8 @@ local function burst_sync_all(P, key, e, now, also, delta)
   for _, q in ipairs(queues) do
     if not seen[q] then
       seen[q] = true
-      burst_sync(P, q, key, burst_floor_of(P, q, e) or 0, now, held, delta)
+      local floor, pool = burst_floor_of(P, q, e)
+      burst_sync(P, q, key, floor or 0, now, held, delta, pool)
     end
   end
 end

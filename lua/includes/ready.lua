@@ -64,8 +64,8 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
   if rl_key then
     if lane_add(P, q, rl_key, score, member) == 'rebalance' then lane_rebalance(P, q, rl_key) end
     -- A key with a floor owes it once its lane is open (ratelimit.lua, "Burstable concurrency").
-    local floor = burst_floor(P, q, rl_key, rec('HGET', jk, 'rl'))
-    if floor then burst_sync(P, q, rl_key, floor, now_ms(), nil, 0) end
+    local floor, pool = burst_floor(P, q, rl_key, rec('HGET', jk, 'rl'))
+    if floor then burst_sync(P, q, rl_key, floor, now_ms(), nil, 0, pool) end
     return
   end
   ready_put(P, q, score, member)
@@ -98,8 +98,8 @@ local function unready(P, jk, queue)
     if key then
       redis.call('HDEL', key_queue_heads(P, q), key)
       lane_open(P, q, key)
-      local floor = burst_floor(P, q, key, f[5])
-      if floor then burst_sync(P, q, key, floor, now_ms(), nil, 0) end
+      local floor, pool = burst_floor(P, q, key, f[5])
+      if floor then burst_sync(P, q, key, floor, now_ms(), nil, 0, pool) end
     end
     ready_index_check(P, queue)
   end

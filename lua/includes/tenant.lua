@@ -103,11 +103,19 @@ local function sub_queue(queue, tenant)
   return queue
 end
 
--- base_queue(q): the queue of a queue or sub-queue name, and the tenant part (nil for a queue).
+-- base_queue(q): the queue of a queue or sub-queue name, and the tenant (nil for a queue).
 local function base_queue(q)
   local at = string.find(q, '@', 1, true)
-  if at then return string.sub(q, 1, at - 1), string.sub(q, at + 1) end
+  if at then return string.sub(q, 1, at - 1), (string.gsub(string.sub(q, at + 1), '%%3A', ':')) end
   return q, nil
+end
+
+-- tenancy_decode(raw): a queue's tenancy setting (its conf field 'tenancy', JSON) as a table; nil for
+-- none, or for one that does not decode.
+local function tenancy_decode(raw)
+  if not raw then return nil end
+  local ok, tq = pcall(cjson.decode, raw)
+  return ok and type(tq) == 'table' and tq or nil
 end
 
 -- tenant_weight_read(P, tenant): the tenant's fair-share weight ('' = the jobs without a tenant, whose
@@ -127,14 +135,15 @@ end
 
 -- tenant_join(P, queue, tenant): the tenant ('' for the queue's jobs without one) may have ready jobs
 -- in queue: it enters the fair share at the lowest pass present, unless it is parked at its
--- concurrency (see above: it re-joins when a slot comes back).
+-- concurrency (see above: it re-joins when a slot comes back). Returns whether it is in the share.
 local function tenant_join(P, queue, tenant)
   local tk = key_queue_tenants(P, queue)
-  if redis.call('ZSCORE', tk, tenant) then return end
-  if tenant ~= '' and redis.call('SISMEMBER', key_queue_tenants_full(P, queue), tenant) == 1 then return end
+  if redis.call('ZSCORE', tk, tenant) then return true end
+  if tenant ~= '' and redis.call('SISMEMBER', key_queue_tenants_full(P, queue), tenant) == 1 then return false end
   local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   redis.call('ZADD', tk, low[2] or 0, tenant)
   redis.call('HSET', key_queue_conf(P, queue), 'tenants', '1')
+  return true
 end
 
 -- tenant_park(P, queue, tenant): the tenant reached its concurrency in queue (gates.lua tenant_gate):
@@ -181,10 +190,11 @@ local function tenant_turn(P, queue, tenant)
 end
 
 -- ready_put(P, q, score, member): member joins the ready set of q (a queue or a sub-queue); its queue is
--- listed in P..'ready' and, for a sub-queue, its tenant in the fair share.
+-- listed in P..'ready' and, for a sub-queue, its tenant in the fair share (a tenant parked at its
+-- concurrency stays out of both until a slot comes back: tenant_unpark).
 local function ready_put(P, q, score, member)
   redis.call('ZADD', key_queue_ready(P, q), score, member)
-  local queue, part = base_queue(q)
-  if part then tenant_join(P, queue, (string.gsub(part, '%%3A', ':'))) end
+  local queue, tenant = base_queue(q)
+  if tenant and not tenant_join(P, queue, tenant) then return end
   redis.call('SADD', key_ready_index(P), queue)
 end

@@ -67,8 +67,8 @@ pub enum GateKind {
     Dynamic,
     /// Its key's concurrency slots are all held.
     Concurrency,
-    /// Its key is past its floor and the queue's free slots are owed to keys below theirs (burstable
-    /// concurrency).
+    /// Its key is past its floor and its pool's free slots (the queue's, or its tenant's concurrency
+    /// there) are owed to keys below theirs (burstable concurrency).
     Pool,
     /// Its key's sliding window is full.
     Rate,
@@ -120,7 +120,8 @@ pub struct Gate {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub holders: Option<Vec<String>>,
-    /// `fair_share`, `tenant_concurrency`: the job's tenant (`""` for the jobs without one).
+    /// `fair_share`, `tenant_concurrency`: the job's tenant (`""` for the jobs without one); `pool`: the
+    /// tenant whose concurrency in the queue is the pool (absent: the queue's).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub tenant: Option<String>,

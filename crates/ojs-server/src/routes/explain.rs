@@ -95,10 +95,14 @@ fn gate(g: &ExplainGate, queue: &str) -> Result<Gate, OjsError> {
             at_latest(&until)
         ),
         GateKind::Pool => format!(
-            "key {key} holds its floor of {} slot(s) and may only borrow idle ones of queue {queue}'s \
+            "key {key} holds its floor of {} slot(s) and may only borrow idle ones of {}'s \
                  {limit}; {current} are held or owed to keys below their floors ({} owed); it looks again \
                  when a slot comes back, at the latest at {when}",
             x("floor").unwrap_or_default(),
+            match x("tenant") {
+                Some(t) => format!("tenant {t:?}'s concurrency in queue {queue}"),
+                None => format!("queue {queue}"),
+            },
             x("owed").unwrap_or_default()
         ),
         GateKind::Rate => format!(
