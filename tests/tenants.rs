@@ -177,11 +177,15 @@ async fn backlogged_tenants_share_fetch_by_weight_and_an_idle_share_goes_to_the_
     let s = TestServer::start().await;
     set_weight(&s, "big", 3).await;
     set_weight(&s, "small", 1).await;
-    // The big tenant's backlog is enqueued first: FIFO alone would serve it all first.
-    batch_as(&s, "big", "fair", 400).await;
-    batch_as(&s, "small", "fair", 40).await;
-    let order = dispatch_order(&s, "fair", 4, 40).await;
-    assert_eq!(order.len(), 160);
+    // 10,000 jobs against 1,000 (the 100,000 against 1,000 is benches/src/bin/tenant_fetch.rs's
+    // share check: a debug build takes half a minute to enqueue them). The big tenant's backlog is
+    // enqueued first: FIFO alone would serve it all first.
+    for _ in 0..10 {
+        batch_as(&s, "big", "fair", 1000).await;
+    }
+    batch_as(&s, "small", "fair", 1000).await;
+    let order = dispatch_order(&s, "fair", 100, 40).await;
+    assert_eq!(order.len(), 4000);
     // Every window of 40 dispatches while both are backlogged holds 30 / 10, within one.
     for w in order.windows(40) {
         let small = w.iter().filter(|t| *t == "small").count();
@@ -190,8 +194,9 @@ async fn backlogged_tenants_share_fetch_by_weight_and_an_idle_share_goes_to_the_
             "a window of 40 held {small} of the small tenant's: {w:?}"
         );
     }
-    // The small tenant had 40 and got 40 of the 160; now it is drained, the big one gets everything.
-    assert_eq!(order.iter().filter(|t| *t == "small").count(), 40);
+    // The small tenant had 1,000 and got 1,000 of the 4,000; now it is drained, the big one gets
+    // everything.
+    assert_eq!(order.iter().filter(|t| *t == "small").count(), 1000);
     let next = dispatch_order(&s, "fair", 1, 40).await;
     assert_eq!(next.len(), 40);
     assert!(next.iter().all(|t| t == "big"), "{next:?}");
@@ -201,8 +206,8 @@ async fn backlogged_tenants_share_fetch_by_weight_and_an_idle_share_goes_to_the_
 #[tokio::test]
 async fn spreading_work_over_many_rate_limit_keys_buys_a_tenant_no_larger_share() {
     let s = TestServer::start().await;
-    // Tenant "many" puts each job under a rate-limit key of its own (100 keys); "one" uses one key.
-    let jobs: Vec<Value> = (0..100)
+    // Tenant "many" puts each job under a rate-limit key of its own (1,000 keys); "one" uses one key.
+    let jobs: Vec<Value> = (0..1000)
         .map(|i| {
             let mut j = job("keys", i);
             j["rate_limit"] = json!({"key": format!("many-{i}"), "concurrency": 10});
@@ -218,10 +223,10 @@ async fn spreading_work_over_many_rate_limit_keys_buys_a_tenant_no_larger_share(
         )
         .await;
     assert_eq!(st, 201, "{b}");
-    let jobs: Vec<Value> = (0..100)
+    let jobs: Vec<Value> = (0..1000)
         .map(|i| {
             let mut j = job("keys", i);
-            j["rate_limit"] = json!({"key": "one", "concurrency": 100});
+            j["rate_limit"] = json!({"key": "one", "concurrency": 1000});
             j
         })
         .collect();
@@ -229,13 +234,15 @@ async fn spreading_work_over_many_rate_limit_keys_buys_a_tenant_no_larger_share(
         .send_as(Method::POST, "/ojs/v1/jobs/batch", "one", Some(json!({ "jobs": jobs })))
         .await;
     assert_eq!(st, 201, "{b}");
-    let order = dispatch_order(&s, "keys", 4, 10).await;
-    assert_eq!(order.len(), 40);
-    let many = order.iter().filter(|t| *t == "many").count();
-    assert!(
-        (19..=21).contains(&many),
-        "equal weights, equal shares: {many} of 40 went to the tenant with 100 keys"
-    );
+    let order = dispatch_order(&s, "keys", 40, 10).await;
+    assert_eq!(order.len(), 400);
+    for w in order.windows(40) {
+        let many = w.iter().filter(|t| *t == "many").count();
+        assert!(
+            (19..=21).contains(&many),
+            "equal weights, equal shares: {many} of a window of 40 went to the tenant with 1,000 keys"
+        );
+    }
     s.assert_invariants().await;
 }
 
