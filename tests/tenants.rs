@@ -614,6 +614,11 @@ async fn a_tenants_concurrency_in_a_queue_caps_its_active_jobs_and_its_turn_goes
     .await;
     assert_eq!(b["tenancy"]["concurrency"], json!({"big": 2}), "{b}");
     assert_eq!(b["tenancy"]["default_concurrency"], 3, "{b}");
+    let (_, m) = s.get("/ojs/manifest").await;
+    assert!(
+        m["extensions"].as_array().is_some_and(|e| e.contains(&json!("x-queue-tenancy"))),
+        "the setting is advertised as ours: {m}"
+    );
     batch_for_customer(&s, "big", q, 20).await;
     batch_for_customer(&s, "small", q, 20).await;
     // Jobs without a tenant are never capped.

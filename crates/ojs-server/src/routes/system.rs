@@ -292,11 +292,14 @@ async fn manifest(State(st): State<AppState>) -> Response {
             "rate-limiting",
             "unique-jobs",
             // Ours, beyond the seeds and the OJS extensions: GET /ojs/v1/jobs/{id}/explain (routes/explain.rs);
-            // `rate_limit.cost` and the ACK's `cost_used`; `rate_limit.adaptive`; `rate_limit.floor`.
+            // `rate_limit.cost` and the ACK's `cost_used`; `rate_limit.adaptive`; `rate_limit.floor`; a
+            // queue's tenancy setting (PUT /admin/queues/{q}/tenancy: the tenant's source, the queue's
+            // own weights, and its tenants' concurrency there).
             "x-explain",
             "x-rate-limit-costs",
             "x-rate-limit-adaptive",
             "x-rate-limit-burst",
+            "x-queue-tenancy",
         ],
         capabilities: Capabilities {
             unique_jobs: UniqueJobs {
