@@ -80,7 +80,8 @@
 -- sub-queue Q@T whose tenant has a concurrency in Q (the queue's tenancy setting, includes/tenant.lua),
 -- the tenant's: S is that cap, its holders P..'q:'..Q..'@'..T..':rl:active', and the pool is named
 -- Q@T in what follows; else the queue's: the queue-level concurrency S (PUT
--- /admin/queues/{q}/rate-limit), whose holders P..'q:'..Q..':rl:active' already count. A key below its floor may take any free slot of the pool (the queue gate's own check). A key
+-- /admin/queues/{q}/rate-limit), whose holders P..'q:'..Q..':rl:active' already count. A key below
+-- its floor may take any free slot of the pool (the queue gate's or the tenant gate's own check). A key
 -- at or above its floor borrows: it may start only while the pool's holders H plus the floors still
 -- owed W leave a slot, H + W < S, and never past C. W is the queue conf's field 'want': the sum, over
 -- the keys whose lane in the queue (or a tenant's sub-queue of it) is OPEN (or parked only by the key's
@@ -459,8 +460,8 @@ local function lane_release(P, queue, key, now)
 end
 
 -- pool_wake(P, pool, now): a slot of the pool came back, or fewer are owed (see "Burstable
--- concurrency"; pool: a queue's name, or a tenant's sub-queue's): re-open the lanes the pool holds back, the oldest POOL_WAKE_MAX (the others' own
--- timers look again), so that FETCH's order (priority, then FIFO) decides who borrows; a re-opened
+-- concurrency"; pool: a queue's name, or a tenant's sub-queue's): re-open the lanes the pool holds
+-- back, the oldest POOL_WAKE_MAX (the others' own timers look again), so that FETCH's order (priority, then FIFO) decides who borrows; a re-opened
 -- lane that still may not borrow parks again when FETCH meets it.
 local function pool_wake(P, pool, now)
   local popped = redis.call('ZPOPMIN', key_queue_pool_wait(P, pool), POOL_WAKE_MAX)
