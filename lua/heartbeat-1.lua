@@ -27,7 +27,8 @@
 --        workers per call
 -- CLOCK  Redis TIME
 -- INVARIANTS
---   only an active job held by this claim is extended, together with its rate-limit slots: the named
+--   only an active job held by this claim is extended, together with the slots it holds (its rate-limit
+--   key's, its queue's, its tenant's in the queue; includes/active.lua slots_follow): the named
 --   lease must be the job's current one (includes/lease.lua), and a heartbeat naming no lease must
 --   come from the job's worker (or either side anonymous); a lease that already lapsed is never
 --   revived (its slots were already counted free; the reaper takes the job back); a lease never

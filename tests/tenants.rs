@@ -616,7 +616,9 @@ async fn a_tenants_concurrency_in_a_queue_caps_its_active_jobs_and_its_turn_goes
     assert_eq!(b["tenancy"]["default_concurrency"], 3, "{b}");
     let (_, m) = s.get("/ojs/manifest").await;
     assert!(
-        m["extensions"].as_array().is_some_and(|e| e.contains(&json!("x-queue-tenancy"))),
+        m["extensions"]
+            .as_array()
+            .is_some_and(|e| e.contains(&json!("x-queue-tenancy"))),
         "the setting is advertised as ours: {m}"
     );
     batch_for_customer(&s, "big", q, 20).await;

@@ -39,22 +39,14 @@ async fn shares(store: &Store, template: &NewJob, big: usize) -> anyhow::Result<
     store.set_tenant_weight("share-big", Some(3)).await?;
     store.set_tenant_weight("share-small", Some(1)).await?;
     let queue = "tf-shares";
-    for (tenant, n) in [("share-big", big), ("share-small", 1000)] {
-        let mut batch = Vec::new();
-        for _ in 0..n {
-            let mut j = fresh(template);
-            j.queue = queue.to_string();
-            j.tenant = Some(tenant.to_string());
-            batch.push(j);
-            if batch.len() == 1000 {
-                store.enqueue(&batch).await?;
-                batch.clear();
-            }
-        }
-        if !batch.is_empty() {
-            store.enqueue(&batch).await?;
-        }
-    }
+    enqueue_as(store, template, queue, (0..big).map(|_| Some("share-big".to_string()))).await?;
+    enqueue_as(
+        store,
+        template,
+        queue,
+        (0..1000).map(|_| Some("share-small".to_string())),
+    )
+    .await?;
     let q = vec![(queue.to_string(), 1)];
     let mut order: Vec<bool> = Vec::new(); // true: the small tenant's
     while order.len() < 4040 {
@@ -105,25 +97,34 @@ async fn cycles(store: &Store, q: &[(String, u32)], n: usize) -> anyhow::Result<
     Ok(())
 }
 
-/// Enqueues `per` jobs for each of `tenants` tenants (none when 0: `per` jobs without a tenant).
-async fn backlog(store: &Store, template: &NewJob, queue: &str, tenants: usize, per: usize) -> anyhow::Result<()> {
+/// Enqueues one job of `queue` per item of `tenants` (its tenant, or none), in batches of 1,000.
+async fn enqueue_as(
+    store: &Store,
+    template: &NewJob,
+    queue: &str,
+    tenants: impl Iterator<Item = Option<String>>,
+) -> anyhow::Result<()> {
     let mut batch = Vec::new();
-    for t in 0..tenants.max(1) {
-        for _ in 0..per {
-            let mut j = fresh(template);
-            j.queue = queue.to_string();
-            j.tenant = (tenants > 0).then(|| format!("tenant-{t}"));
-            batch.push(j);
-            if batch.len() == 1000 {
-                store.enqueue(&batch).await?;
-                batch.clear();
-            }
+    for tenant in tenants {
+        let mut j = fresh(template);
+        j.queue = queue.to_string();
+        j.tenant = tenant;
+        batch.push(j);
+        if batch.len() == 1000 {
+            store.enqueue(&batch).await?;
+            batch.clear();
         }
     }
     if !batch.is_empty() {
         store.enqueue(&batch).await?;
     }
     Ok(())
+}
+
+/// Enqueues `per` jobs for each of `tenants` tenants (none when 0: `per` jobs without a tenant).
+async fn backlog(store: &Store, template: &NewJob, queue: &str, tenants: usize, per: usize) -> anyhow::Result<()> {
+    let each = (0..tenants.max(1)).flat_map(|t| (0..per).map(move |_| (tenants > 0).then(|| format!("tenant-{t}"))));
+    enqueue_as(store, template, queue, each).await
 }
 
 #[tokio::main]
