@@ -71,8 +71,9 @@ async fn cycles(store: &Store, template: &NewJob, queue: &[(String, u32)], n: us
         let (_, claimed) = store.fetch(queue, Strategy::Strict, "bench", 1, None).await?;
         for c in &claimed {
             let id = c
-                .fields
-                .get("doc")
+                .job
+                .doc
+                .as_deref()
                 .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok());
             let id = id.and_then(|d| d["id"].as_str().map(str::to_owned)).unwrap_or_default();
             match store.ack(&id, &ojs_store::ClaimRef::default(), None).await? {

@@ -52,11 +52,7 @@ async fn shares(store: &Store, template: &NewJob, big: usize) -> anyhow::Result<
     while order.len() < 4040 {
         let (_, claimed) = store.fetch(&q, Strategy::Strict, "bench", 40, None).await?;
         anyhow::ensure!(!claimed.is_empty(), "the backlog ran dry");
-        order.extend(
-            claimed
-                .iter()
-                .map(|j| j.fields.get("tenant").map(String::as_str) == Some("share-small")),
-        );
+        order.extend(claimed.iter().map(|j| j.job.tenant.as_deref() == Some("share-small")));
     }
     let (both, after) = order.split_at(4000);
     for (i, w) in both.windows(40).enumerate() {
@@ -87,7 +83,7 @@ async fn cycles(store: &Store, q: &[(String, u32)], n: usize) -> anyhow::Result<
         let (_, claimed) = store.fetch(q, Strategy::Strict, "bench", 1, None).await?;
         anyhow::ensure!(claimed.len() == 1, "the backlog ran dry");
         // The job's id is in its stored envelope.
-        let doc: serde_json::Value = serde_json::from_str(claimed[0].fields.get("doc").map_or("{}", String::as_str))?;
+        let doc: serde_json::Value = serde_json::from_str(claimed[0].job.doc.as_deref().unwrap_or("{}"))?;
         let id = doc["id"].as_str().unwrap_or_default().to_string();
         match store.ack(&id, &ojs_store::ClaimRef::default(), None).await? {
             Transition::Done(_) => {}

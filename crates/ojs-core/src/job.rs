@@ -1,11 +1,11 @@
 //! A validated new job ([`NewJob`]), its retry policy, the job states, and the JSON view of a stored job.
 
-use std::collections::HashMap;
-
 use serde_json::{json, Value};
 
 use crate::clock;
 use crate::duration::format_iso8601_ms;
+use crate::state::JobState;
+use crate::stored::{StoredJob, TIME_FIELDS};
 
 pub use crate::state::{is_terminal, STATES};
 
@@ -163,16 +163,6 @@ impl NewJob {
     }
 }
 
-const TIME_FIELDS: [&str; 7] = [
-    "created_at",
-    "enqueued_at",
-    "scheduled_at",
-    "started_at",
-    "completed_at",
-    "cancelled_at",
-    "discarded_at",
-];
-
 /// Fields of the job view that only the server sets (besides [`TIME_FIELDS`]; `scheduled_at` is the
 /// client's too, resolved by the server when the job is scheduled).
 const SYSTEM_FIELDS: [&str; 14] = [
@@ -191,10 +181,6 @@ const SYSTEM_FIELDS: [&str; 14] = [
     "parent_results",
     "superseded",
 ];
-
-/// A stored job's fields, name -> value, as read from its record (`ojs_store`'s `JobFields`). The
-/// names are the server's own, so a fast seeded hasher does (std's SipHash cost a tenth of a request).
-pub type Fields = HashMap<String, String, foldhash::fast::RandomState>;
 
 /// A job as the API shows it ([`job_view`]), already written as JSON: it is serialized into a response
 /// as it stands, with no `Value` tree built and taken apart again on the way.
@@ -238,71 +224,73 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for DocMembers<'a> {
 /// is not echoed (it would pass for the job's state), whether or not the job has that field yet; a
 /// member the server also sets (`type`, `queue`, `priority`, `scheduled_at`, progress) shows the
 /// server's value in the client's position; the rest of the server's fields follow, in a fixed order.
-pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> JobView {
-    let get = |k: &str| f.get(k).map(String::as_str);
-    let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+pub fn job_view(f: &StoredJob) -> JobView {
     // The server's fields, in the order they follow the envelope's.
     let mut server: Vec<(&str, Sys)> = Vec::with_capacity(16);
-    for k in ["type", "queue", "state"] {
-        if let Some(v) = get(k) {
-            server.push((k, Sys::Str(v)));
-        }
+    if let Some(v) = &f.job_type {
+        server.push(("type", Sys::Str(v)));
     }
-    if let Some(p) = int("priority") {
+    if let Some(v) = &f.queue {
+        server.push(("queue", Sys::Str(v)));
+    }
+    if let Some(s) = f.state {
+        server.push(("state", Sys::Str(s.as_str())));
+    }
+    if let Some(p) = f.priority {
         server.push(("priority", Sys::Int(p)));
     }
-    server.push(("attempt", Sys::Int(int("attempt").unwrap_or(0))));
-    if let Some(d) = int("retry_delay_ms") {
+    server.push(("attempt", Sys::Int(f.attempt.unwrap_or(0))));
+    if let Some(d) = f.retry_delay_ms {
         server.push(("retry_delay_ms", Sys::Int(d)));
     }
-    if let Some(m) = int("max_attempts") {
+    if let Some(m) = f.max_attempts {
         server.push(("max_attempts", Sys::Int(m)));
     }
-    for k in TIME_FIELDS {
-        if let Some(ms) = int(k) {
+    for (k, at) in TIME_FIELDS.into_iter().zip(f.times()) {
+        if let Some(ms) = at {
             server.push((k, Sys::Text(clock::format_ms(ms))));
         }
     }
-    if let Some(ms) = int("expires_at") {
+    if let Some(ms) = f.expires_at {
         server.push(("expires_at", Sys::Text(clock::format_ms(ms))));
     }
-    if let Some(w) = get("worker_id").filter(|w| !w.is_empty()) {
+    if let Some(w) = f.worker_id.as_deref().filter(|w| !w.is_empty()) {
         server.push(("worker_id", Sys::Str(w)));
     }
-    if let Some(ms) = int("lease_until") {
+    if let Some(ms) = f.lease_until {
         server.push(("visibility_deadline", Sys::Text(clock::format_ms(ms))));
         // The claim's identity for ACK, NACK and heartbeat (lua/includes/lease.lua); a job is only
         // leased while active.
-        if let Some(claims) = get("claims") {
+        if let Some(claims) = &f.claims {
             server.push(("lease_id", Sys::Str(claims)));
         }
     }
     // Stored JSON is shown as stored (and not at all if it does not parse).
-    let raw = |k: &str| {
-        get(k)
+    fn raw(v: &Option<String>) -> Option<Sys<'_>> {
+        v.as_deref()
             .and_then(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).ok())
             .map(Sys::Raw)
-    };
-    if let Some(v) = raw("result") {
+    }
+    if let Some(v) = raw(&f.result) {
         server.push(("result", v));
     }
     // A workflow's job (lua/includes/workflow.lua): its workflow, and the results of the jobs before it
     // (a chain step: every earlier step's, by index; a batch callback: every job's). The store reads
     // them from the workflow's results hash when it reads the job (wf_job_reply); a job released by an
     // older server holds them in its own record. Either way they arrive as this field.
-    if let Some(w) = get("wf") {
+    if let Some(w) = &f.workflow_id {
         server.push(("workflow_id", Sys::Str(w)));
     }
-    if let Some(v) = raw("parent_results") {
+    if let Some(v) = raw(&f.parent_results) {
         server.push(("parent_results", v));
     }
-    for k in ["error", "errors"] {
-        if let Some(v) = get(k).and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+    for (k, v) in [("error", &f.error), ("errors", &f.errors)] {
+        if let Some(v) = v.as_deref().and_then(|t| serde_json::from_str::<Value>(t).ok()) {
             server.push((k, Sys::Val(stored_error_view(v))));
         }
     }
     // Completed unrun at FETCH (options.dedup, options.root_job): why.
-    if let Some(v) = raw("superseded") {
+    if let Some(v) = raw(&f.superseded) {
         server.push(("superseded", v));
     }
     if let Some((value, message, data, updated)) = progress_view(f) {
@@ -312,7 +300,9 @@ pub fn job_view<S: std::hash::BuildHasher>(f: &HashMap<String, String, S>) -> Jo
         server.push(("progress_updated_at", Sys::Val(updated)));
     }
 
-    let doc = get("doc")
+    let doc = f
+        .doc
+        .as_deref()
         .and_then(|d| serde_json::from_str::<DocMembers>(d).ok())
         .map_or_else(Vec::new, |m| m.0);
     // The members in order: the envelope's (a server field in its place), then the server's others.
@@ -408,30 +398,26 @@ fn stored_error_view(v: Value) -> Value {
 /// when none applies. Reports belong to one claim (`progress_claim`): an active job shows only what its
 /// current claim reported (a retry starts with none, §5.3); a completed job that reported any shows 1.0
 /// (§8.1); any other state keeps the last report (a failed job keeps where it stopped, §8.2).
-pub fn progress_view<S: std::hash::BuildHasher>(
-    f: &HashMap<String, String, S>,
-) -> Option<(Value, Value, Value, Value)> {
-    let at = f.get("progress_at")?;
-    if f.get("state").map(String::as_str) == Some("active") && f.get("progress_claim") != f.get("claims") {
+pub fn progress_view(f: &StoredJob) -> Option<(Value, Value, Value, Value)> {
+    let at = f.progress_at?;
+    if f.state == Some(JobState::Active) && f.progress_claim != f.claims {
         return None;
     }
     let mut value = f
-        .get("progress")
+        .progress
+        .as_deref()
         .and_then(|v| v.parse::<f64>().ok())
         .map_or(Value::Null, |p| json!(p));
-    if f.get("state").map(String::as_str) == Some("completed") {
+    if f.state == Some(JobState::Completed) {
         value = json!(1.0);
     }
-    let message = f.get("progress_message").map_or(Value::Null, |m| json!(m));
+    let message = f.progress_message.as_ref().map_or(Value::Null, |m| json!(m));
     let data = f
-        .get("progress_data")
+        .progress_data
+        .as_deref()
         .and_then(|d| serde_json::from_str::<Value>(d).ok())
         .unwrap_or(Value::Null);
-    let updated = at
-        .parse::<i64>()
-        .ok()
-        .map_or(Value::Null, |ms| json!(clock::format_ms(ms)));
-    Some((value, message, data, updated))
+    Some((value, message, data, json!(clock::format_ms(at))))
 }
 
 #[cfg(test)]
@@ -442,15 +428,12 @@ mod tests {
     fn client_fields_named_like_system_fields_are_not_echoed() {
         let doc = json!({"id": "j", "type": "t", "queue": "q", "args": [], "state": "completed", "attempt": "x",
             "worker_id": 5, "lease_id": [1], "errors": "no", "scheduled_at": "2020-01-01T00:00:00Z", "x_own": 1});
-        let f: HashMap<String, String> = [
+        let f = StoredJob::from_pairs([
             ("doc", doc.to_string()),
             ("type", "t".into()),
             ("queue", "q".into()),
             ("state", "available".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         let v: Value = serde_json::from_str(job_view(&f).json()).expect("a job view is JSON");
         assert_eq!(v["state"], "available");
         assert_eq!(v["attempt"], 0);
@@ -466,7 +449,7 @@ mod tests {
     #[test]
     fn the_view_is_the_envelope_as_stored_then_the_servers_fields() {
         let doc = r#"{"type":"email.send","queue":"default","args":[{"to":"a\"b","n":1.50}],"meta":{"z":1,"a":2},"id":"j1","state":"x"}"#;
-        let f: HashMap<String, String> = [
+        let f = StoredJob::from_pairs([
             ("doc", doc),
             ("type", "email.send"),
             ("queue", "default"),
@@ -480,10 +463,7 @@ mod tests {
             ("lease_until", "1795757700800"),
             ("claims", "1"),
             ("result", "not json"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        ]);
         assert_eq!(
             job_view(&f).json(),
             r#"{"type":"email.send","queue":"default","args":[{"to":"a\"b","n":1.50}],"meta":{"z":1,"a":2},"id":"j1","state":"active","priority":2,"attempt":1,"max_attempts":3,"created_at":"2026-11-27T05:34:30.771Z","started_at":"2026-11-27T05:34:30.800Z","worker_id":"w-1","visibility_deadline":"2026-11-27T05:35:00.800Z","lease_id":"1"}"#
@@ -496,7 +476,7 @@ mod tests {
         let id = crate::names::new_job_id();
         let doc =
             json!({"type": "email.send", "queue": "mail", "args": [1, "x"], "meta": {"k": 1}, "id": id}).to_string();
-        let f: HashMap<String, String> = [
+        let f = StoredJob::from_pairs([
             ("doc", doc.as_str()),
             ("type", "email.send"),
             ("queue", "mail"),
@@ -505,10 +485,7 @@ mod tests {
             ("attempt", "2"),
             ("lease_until", "1795757700800"),
             ("claims", "7"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        ]);
         let j: crate::job_info::JobInfo = serde_json::from_str(job_view(&f).json()).expect("a JobInfo");
         assert_eq!(
             (j.id.as_str(), j.job_type.as_str(), j.queue.as_str()),

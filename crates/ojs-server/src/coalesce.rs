@@ -20,7 +20,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use ojs_core::job::NewJob;
-use ojs_store::{JobFields, Pressure, Store, StoreError, WorkerReply, WorkerRequest};
+use ojs_store::{Pressure, Store, StoreError, WorkerReply, WorkerRequest};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Script calls in flight per node and kind; more requests than this wait and are batched.
@@ -108,7 +108,7 @@ pub struct Single {
     /// The job's queue's pressure when the queue has a depth bound.
     pub pressure: Option<Pressure>,
     /// For `ignored` and `conflict`: the existing job with the same uniqueness key (id, hash).
-    pub existing: Option<(String, JobFields)>,
+    pub existing: Option<(String, ojs_core::StoredJob)>,
 }
 
 /// Single enqueues of this node.

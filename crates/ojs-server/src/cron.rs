@@ -11,7 +11,7 @@
 use ojs_core::cron::Schedule;
 use ojs_core::envelope::{self, EnvelopeRules};
 use ojs_core::{clock, OjsError};
-use ojs_store::{CronFired, JobFields};
+use ojs_store::{CronFired, Fields};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -249,19 +249,19 @@ fn job_for_tick(
     envelope::parse(job, rules)
 }
 
-fn ms(f: &JobFields, k: &str) -> Option<i64> {
+fn ms(f: &Fields, k: &str) -> Option<i64> {
     f.get(k).and_then(|v| v.parse().ok())
 }
 
 /// An entry's stored definition.
-fn stored_def(f: &JobFields) -> CronDef {
+fn stored_def(f: &Fields) -> CronDef {
     f.get("def")
         .and_then(|d| serde_json::from_str(d).ok())
         .unwrap_or_default()
 }
 
 /// The API view of an entry as stored.
-pub fn entry_view(name: &str, f: &JobFields) -> CronEntry {
+pub fn entry_view(name: &str, f: &Fields) -> CronEntry {
     let def = stored_def(f);
     let time = |k: &str| ms(f, k).map(clock::format_ms);
     CronEntry {

@@ -416,12 +416,5 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
 
 /// The jobs with these ids as the API shows them (jobs gone meanwhile are left out).
 pub async fn views(st: &AppState, ids: &[String]) -> ApiResult<Vec<JobView>> {
-    Ok(st
-        .shards
-        .jobs(ids)
-        .await?
-        .iter()
-        .filter(|f| !f.is_empty())
-        .map(job_view)
-        .collect())
+    Ok(st.shards.jobs(ids).await?.iter().flatten().map(job_view).collect())
 }

@@ -319,7 +319,7 @@ pub fn parse(name: &str, req: PoolRequest) -> Result<PoolDef, OjsError> {
 
 impl Pool {
     /// A pool from its stored hash; a hash this server cannot read is an internal error naming it.
-    pub fn from_fields(name: &str, f: &ojs_store::JobFields) -> Result<Self, OjsError> {
+    pub fn from_fields(name: &str, f: &ojs_core::Fields) -> Result<Self, OjsError> {
         let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
         let def = f
             .get("def")

@@ -641,7 +641,7 @@ mod tests {
         let doc = json!({"id": "019a0000-0000-7000-8000-000000000001", "type": "email.send", "queue": "mail",
             "args": [1, "a"], "meta": {"m": 1}, "options": {"retry": {"max_attempts": 5}},
             "scheduled_at": "2026-01-01T00:00:00Z", "x_tenant": "acme"});
-        let mut f: HashMap<String, String> = [
+        let mut f = ojs_core::StoredJob::from_pairs([
             ("type", "email.send"),
             ("queue", "mail"),
             ("state", "completed"),
@@ -673,11 +673,8 @@ mod tests {
             ("completed_at", "1795757670004"),
             ("cancelled_at", "1795757670005"),
             ("discarded_at", "1795757670006"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        f.insert("doc".into(), doc.to_string());
+        ]);
+        f.doc = Some(doc.to_string());
         let view = ojs_core::job::job_view(&f);
         let shown: Value = serde_json::from_str(view.json()).expect("a view is JSON");
         let job: Job = serde_json::from_str(view.json()).expect("a view reads as a Job");

@@ -215,7 +215,7 @@ impl Shards {
         &self,
         offset: u64,
         limit: u64,
-    ) -> Result<(u64, Vec<(String, ojs_store::JobFields)>), StoreError> {
+    ) -> Result<(u64, Vec<(String, ojs_core::Fields)>), StoreError> {
         let (total, mut page) = self.first().workers_page(offset, limit).await?;
         for s in self.all().iter().skip(1) {
             let others = s.hashes(page.iter().map(|(id, _)| s.keys().worker(id))).await?;
@@ -232,7 +232,7 @@ impl Shards {
         &self,
         offset: u64,
         limit: u64,
-    ) -> Result<(u64, Vec<(String, ojs_store::JobFields)>), StoreError> {
+    ) -> Result<(u64, Vec<(String, ojs_core::Fields)>), StoreError> {
         if self.count() == 1 {
             return self.first().workflows_page(offset, limit).await;
         }
@@ -248,7 +248,7 @@ impl Shards {
     }
 
     /// One worker's record (see [`Shards::workers_page`]).
-    pub async fn worker_record(&self, worker: &str) -> Result<Option<ojs_store::JobFields>, StoreError> {
+    pub async fn worker_record(&self, worker: &str) -> Result<Option<ojs_core::Fields>, StoreError> {
         let Some(mut rec) = self.first().worker_record(worker).await? else {
             return Ok(None);
         };
@@ -483,8 +483,8 @@ impl Shards {
         first_found(self.all().iter().collect(), op).await
     }
 
-    /// A job's hash, from whichever shard holds it.
-    pub async fn get_job(&self, id: &str) -> Result<Option<ojs_store::JobFields>, StoreError> {
+    /// A job, from whichever shard holds it.
+    pub async fn get_job(&self, id: &str) -> Result<Option<ojs_core::StoredJob>, StoreError> {
         self.on_id(id, |s| async move { s.get_job(id).await }).await
     }
 
@@ -500,12 +500,12 @@ impl Shards {
         .await
     }
 
-    /// The jobs' hashes, from whichever shard holds each (an empty map for a job that is gone).
-    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<ojs_store::JobFields>, StoreError> {
+    /// The jobs, from whichever shard holds each (None for a job that is gone).
+    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<Option<ojs_core::StoredJob>>, StoreError> {
         self.by_ids(
             ids,
             |s, part| async move { s.jobs(&part).await },
-            |f| !f.is_empty(),
+            Option::is_some,
             Default::default,
         )
         .await
@@ -631,7 +631,7 @@ where
 
 /// Adds what a worker's heartbeat recorded on another shard to its record from shard 0: the jobs it
 /// holds there (lua/heartbeat-1.lua writes `jobs`, `active_jobs` and `last_seen` on each shard it visits).
-fn merge_worker(rec: &mut ojs_store::JobFields, other: &ojs_store::JobFields) {
+fn merge_worker(rec: &mut ojs_core::Fields, other: &ojs_core::Fields) {
     let jobs = other.get("jobs").map(String::as_str).unwrap_or("");
     if !jobs.is_empty() {
         let mine = rec.entry("jobs".into()).or_default();
@@ -640,7 +640,7 @@ fn merge_worker(rec: &mut ojs_store::JobFields, other: &ojs_store::JobFields) {
         }
         mine.push_str(jobs);
     }
-    let n = |r: &ojs_store::JobFields| r.get("active_jobs").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let n = |r: &ojs_core::Fields| r.get("active_jobs").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     let active = n(rec) + n(other);
     rec.insert("active_jobs".into(), active.to_string());
 }

@@ -5,9 +5,9 @@
 //! and shares FETCH fairly among tenants (lua/includes/tenant.lua).
 
 use axum::http::HeaderMap;
-use ojs_core::job::Fields;
 use ojs_core::names::{self, TENANT_HEADER};
 use ojs_core::OjsError;
+use ojs_core::StoredJob;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -158,8 +158,8 @@ pub async fn last_hour<'a>(st: &AppState, tenants: impl Iterator<Item = &'a str>
 /// A request that names a tenant sees only that tenant's jobs: any other job is answered as not found
 /// (it is not revealed that it exists). A request without the header sees every job. `job` is the
 /// stored job (its record's `tenant` field).
-pub fn visible(job: &Fields, tenant: Option<&str>) -> bool {
-    tenant.is_none_or(|t| job.get("tenant").map(String::as_str) == Some(t))
+pub fn visible(job: &StoredJob, tenant: Option<&str>) -> bool {
+    tenant.is_none_or(|t| job.tenant.as_deref() == Some(t))
 }
 
 /// For a request that names a tenant, reads the job first and answers 404 when it is another tenant's

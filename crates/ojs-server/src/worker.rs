@@ -130,7 +130,7 @@ pub(crate) struct WorkerView {
 /// A worker record as the API shows it. `state` is the operator's signal when one is set, else what the
 /// worker last reported, else `running`; `stale` when the worker has been silent for longer than
 /// `stale_after_ms` (the default lease: its jobs' leases have lapsed by then).
-pub(crate) fn worker_view(id: &str, rec: &ojs_store::JobFields, now_ms: i64, stale_after_ms: u64) -> WorkerView {
+pub(crate) fn worker_view(id: &str, rec: &ojs_core::Fields, now_ms: i64, stale_after_ms: u64) -> WorkerView {
     let last_seen = rec.get("last_seen").and_then(|v| v.parse::<i64>().ok());
     let stale = last_seen.is_none_or(|t| now_ms - t > stale_after_ms as i64);
     let reported = rec.get("state").map(String::as_str).unwrap_or("running");

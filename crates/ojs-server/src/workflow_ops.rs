@@ -3,7 +3,7 @@
 
 use ojs_core::workflow::NewWorkflow;
 use ojs_core::{clock, ErrorCode, OjsError};
-use ojs_store::{EnqueueOutcome, JobFields, WorkflowMember};
+use ojs_store::{EnqueueOutcome, Fields, WorkflowMember};
 use serde_json::json;
 
 use crate::error::ApiResult;
@@ -23,12 +23,7 @@ fn member(m: WorkflowMember) -> WorkflowJob {
 }
 
 /// THE workflow view, from the workflow hash (lua/includes/workflow.lua) and the members read with it.
-pub fn view(
-    id: &str,
-    f: &JobFields,
-    jobs: Vec<WorkflowMember>,
-    callbacks: Vec<(String, WorkflowMember)>,
-) -> WorkflowView {
+pub fn view(id: &str, f: &Fields, jobs: Vec<WorkflowMember>, callbacks: Vec<(String, WorkflowMember)>) -> WorkflowView {
     let int = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok());
     let count = |k: &str| int(k).unwrap_or(0).max(0) as u64;
     let time = |k: &str| int(k).map(clock::format_ms);
@@ -62,7 +57,7 @@ pub fn view(
 
 /// The view of a workflow just created, from what was sent and the states the script gave each job.
 fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowView {
-    let mut f = JobFields::default();
+    let mut f = Fields::default();
     for (k, v) in [
         ("type", wf.kind.as_str().to_string()),
         ("name", wf.name.clone()),

@@ -35,6 +35,3 @@ impl From<redis::RedisError> for StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
-
-/// A job as stored: field -> value (a record's map, its cold fields read into it).
-pub type JobFields = ojs_core::job::Fields;

@@ -4,7 +4,9 @@
 
 use redis::Value;
 
-use crate::error::{JobFields, Result, StoreError};
+use ojs_core::{Fields, StoredJob};
+
+use crate::error::{Result, StoreError};
 
 pub(crate) fn val_str(v: &Value) -> String {
     match v {
@@ -33,55 +35,99 @@ pub fn cold_fields() -> Vec<&'static str> {
         .unwrap_or_default()
 }
 
-/// A job record's fields from its stored bytes: a MessagePack map of field name -> string value,
-/// written by lua/includes/record.lua. In key schema v3 the cold fields sit packed in one field,
-/// [`COLD_FIELD`], and are read into the same map (a v2 record has none and reads as it is). Bytes that
-/// are not a record (never written by this server) read as no fields.
-pub(crate) fn decode_record(bytes: &[u8]) -> JobFields {
-    let mut fields = JobFields::default();
-    if let Err(e) = decode_record_into(bytes, &mut fields) {
-        tracing::warn!(error = %e, "a job record is not a MessagePack map of strings");
-        fields.clear();
-    }
-    fields
+/// What a record's fields are read into: every field by name ([`Fields`]: the checks of what the
+/// server packs), or the ones the server reads, typed ([`StoredJob`]: every job the store answers).
+pub(crate) trait RecordSink: Default {
+    fn put(&mut self, name: &str, value: String);
 }
 
-fn decode_record_into(bytes: &[u8], fields: &mut JobFields) -> std::result::Result<(), rmp_serde::decode::Error> {
+impl RecordSink for Fields {
+    fn put(&mut self, name: &str, value: String) {
+        self.insert(name.to_string(), value);
+    }
+}
+
+impl RecordSink for StoredJob {
+    fn put(&mut self, name: &str, value: String) {
+        StoredJob::put(self, name, value);
+    }
+}
+
+/// A job record from its stored bytes: a MessagePack map of field name -> string value, written by
+/// lua/includes/record.lua. In key schema v3 the cold fields sit packed in one field, [`COLD_FIELD`],
+/// and are read as if they were the record's own (a v2 record has none and reads as it is). Bytes
+/// that are not a record (never written by this server) read as no fields, with a warning.
+pub(crate) fn decode_record<T: RecordSink>(bytes: &[u8]) -> Option<T> {
+    let mut fields = T::default();
+    match decode_record_into(bytes, &mut fields) {
+        Ok(()) => Some(fields),
+        Err(e) => {
+            tracing::warn!(error = %e, "a job record is not a MessagePack map of strings");
+            None
+        }
+    }
+}
+
+fn decode_record_into<T: RecordSink>(
+    bytes: &[u8],
+    fields: &mut T,
+) -> std::result::Result<(), rmp_serde::decode::Error> {
     use serde::de::DeserializeSeed;
     RecordInto(fields).deserialize(&mut rmp_serde::Deserializer::from_read_ref(bytes))
 }
 
-/// Reads a record's map into the fields it is given, the cold field's nested map included.
-struct RecordInto<'a>(&'a mut JobFields);
+/// Reads a record's map into the sink it is given, the cold field's nested map included.
+struct RecordInto<'a, T>(&'a mut T);
 
-impl<'de> serde::de::DeserializeSeed<'de> for RecordInto<'_> {
+impl<'de, T: RecordSink> serde::de::DeserializeSeed<'de> for RecordInto<'_, T> {
     type Value = ();
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for RecordInto<'_> {
+impl<'de, T: RecordSink> serde::de::Visitor<'de> for RecordInto<'_, T> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a map of field names to strings")
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
         use serde::de::Error;
-        self.0.reserve(map.size_hint().unwrap_or(0));
-        while let Some(name) = map.next_key::<String>()? {
+        while let Some(FieldName(name)) = map.next_key()? {
             let RecordValue(value) = map.next_value()?;
             if name == COLD_FIELD {
                 decode_record_into(&value, self.0).map_err(A::Error::custom)?;
             } else if let Some(list) = error_field(&name) {
-                self.0.insert(name, stored_errors_json(&value, list));
+                self.0.put(&name, stored_errors_json(&value, list));
             } else {
                 let value =
                     String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-                self.0.insert(name, value);
+                self.0.put(&name, value);
             }
         }
         Ok(())
+    }
+}
+
+/// A record field's name, borrowed from the record's bytes where it can be (no allocation per field).
+struct FieldName<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for FieldName<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Name;
+        impl<'de> serde::de::Visitor<'de> for Name {
+            type Value = FieldName<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(FieldName(std::borrow::Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
+                Ok(FieldName(std::borrow::Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(Name)
     }
 }
 
@@ -199,26 +245,25 @@ impl serde::de::Visitor<'_> for RecordValueVisitor {
 /// A whole job as a script returns it (lua/includes/workflow.lua `wf_job_reply`): its record, or
 /// `{record, {result, …}}` for a workflow job with parents, whose results (each JSON text) the script
 /// read from the workflow's results hash (the record does not hold them); they become the JSON array
-/// `parent_results`. Anything else reads as no fields.
-pub(crate) fn decode_job(v: &Value) -> JobFields {
+/// `parent_results`. Anything else (false: no such job) is None.
+pub(crate) fn decode_job(v: &Value) -> Option<StoredJob> {
     match v {
         Value::BulkString(b) => decode_record(b),
         Value::Array(parts) => match parts.as_slice() {
             [Value::BulkString(b), results] => {
-                let mut f = decode_record(b);
-                let results = match results {
+                let mut f: StoredJob = decode_record(b)?;
+                f.parent_results = Some(match results {
                     Value::Array(each) => {
                         let each: Vec<String> = each.iter().map(val_str).collect();
                         format!("[{}]", each.join(","))
                     }
                     other => val_str(other),
-                };
-                f.insert("parent_results".into(), results);
-                f
+                });
+                Some(f)
             }
-            _ => JobFields::default(),
+            _ => None,
         },
-        _ => JobFields::default(),
+        _ => None,
     }
 }
 
@@ -237,16 +282,16 @@ pub(crate) fn val_i64(v: &Value) -> i64 {
     }
 }
 
-pub(crate) fn flat_map(v: &Value) -> JobFields {
+pub(crate) fn flat_map(v: &Value) -> Fields {
     match v {
         Value::Array(items) => flat_pairs(items),
-        _ => JobFields::default(),
+        _ => Fields::default(),
     }
 }
 
 /// A flat field/value array as a map.
-pub(crate) fn flat_pairs(items: &[Value]) -> JobFields {
-    let mut m = JobFields::default();
+pub(crate) fn flat_pairs(items: &[Value]) -> Fields {
+    let mut m = Fields::default();
     for pair in items.chunks(2) {
         if let [k, v] = pair {
             m.insert(val_str(k), val_str(v));
@@ -405,21 +450,23 @@ mod tests {
 
     #[test]
     fn a_job_with_its_parents_results_reads_as_one_record() {
-        let mut fields = JobFields::default();
+        let mut fields = Fields::default();
         fields.insert("state".into(), "active".into());
+        fields.insert("lane".into(), "a script's own".into());
         let record = rmp_serde::to_vec(&fields).expect("pack");
-        let plain = decode_job(&Value::BulkString(record.clone()));
-        assert_eq!(plain, fields);
+        let plain = decode_job(&Value::BulkString(record.clone())).expect("a job");
+        assert_eq!(plain, StoredJob::from_pairs([("state", "active")]));
         let with = decode_job(&Value::Array(vec![
             Value::BulkString(record),
             Value::Array(vec![
                 Value::BulkString(b"1".to_vec()),
                 Value::BulkString(b"null".to_vec()),
             ]),
-        ]));
-        assert_eq!(with.get("parent_results").map(String::as_str), Some("[1,null]"));
-        assert_eq!(with.get("state").map(String::as_str), Some("active"));
-        assert!(decode_job(&Value::Boolean(false)).is_empty());
+        ]))
+        .expect("a job");
+        assert_eq!(with.parent_results.as_deref(), Some("[1,null]"));
+        assert_eq!(with.state, Some(ojs_core::JobState::Active));
+        assert!(decode_job(&Value::Boolean(false)).is_none());
     }
 
     /// A MessagePack map of the given entries, every value a str as Redis' cmsgpack writes Lua strings
@@ -449,20 +496,25 @@ mod tests {
             std::str::from_utf8(&cold).is_err(),
             "the nested map is not UTF-8, as in Redis"
         );
-        let v3 = decode_record(&packed(&[("state", b"active"), (COLD_FIELD, &cold), ("attempt", b"1")]));
-        let v2 = decode_record(&packed(&[
+        let v3: Fields =
+            decode_record(&packed(&[("state", b"active"), (COLD_FIELD, &cold), ("attempt", b"1")])).expect("a record");
+        let v2: Fields = decode_record(&packed(&[
             ("state", b"active"),
             ("doc", doc),
             ("rank", b"2"),
             ("attempt", b"1"),
-        ]));
+        ]))
+        .expect("a record");
         assert_eq!(v3, v2);
         assert_eq!(v3.len(), 4);
         assert_eq!(v3.get("doc").map(String::as_bytes), Some(&doc[..]));
         assert!(!v3.contains_key(COLD_FIELD));
         // Bytes that are not a record, or a cold field that is not one, read as no fields.
-        assert!(decode_record(b"not msgpack").is_empty());
-        assert!(decode_record(&packed(&[("state", b"active"), (COLD_FIELD, b"\xc1")])).is_empty());
+        assert!(decode_record::<Fields>(b"not msgpack").is_none());
+        assert!(decode_record::<StoredJob>(&packed(&[("state", b"active"), (COLD_FIELD, b"\xc1")])).is_none());
+        // The job reads its cold fields as its own.
+        let job: StoredJob = decode_record(&packed(&[("state", b"active"), (COLD_FIELD, &cold)])).expect("a job");
+        assert_eq!(job.doc.as_deref().map(str::as_bytes), Some(&doc[..]));
     }
 
     /// A reply that is short, of another kind, or tagged as its header does not say is a protocol

@@ -10,7 +10,8 @@ use crate::keys::Keys;
 use crate::reply::reply_items;
 use crate::scripts::{self, ScriptSource};
 
-pub use crate::error::{JobFields, Result, StoreError};
+pub use crate::error::{Result, StoreError};
+pub use ojs_core::{Fields, StoredJob};
 
 /// Version of the key schema this code writes; stored at `<prefix>schema`.
 pub const SCHEMA_VERSION: u32 = 3;

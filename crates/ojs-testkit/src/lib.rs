@@ -17,10 +17,7 @@ pub use invariants::{check_invariants, job_fields};
 
 /// Every event of the stream at `key`, oldest first, as the server reads them (one entry holds one
 /// script call's events: `ojs_store::stream_entries`), read in pages so no one reply is large.
-pub async fn stream_events(
-    conn: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-) -> Vec<(String, ojs_core::job::Fields)> {
+pub async fn stream_events(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(String, ojs_core::Fields)> {
     let mut out = Vec::new();
     let mut from = "-".to_string();
     loop {

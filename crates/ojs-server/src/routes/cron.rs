@@ -180,7 +180,7 @@ async fn cron_page(
     st: &AppState,
     offset: u64,
     count: u64,
-) -> Result<(u64, Vec<(String, ojs_store::JobFields)>), ojs_store::StoreError> {
+) -> Result<(u64, Vec<(String, ojs_core::Fields)>), ojs_store::StoreError> {
     let shards = st.shards.all();
     if shards.len() == 1 {
         return shards[0].cron_list(offset, count).await;

@@ -137,7 +137,7 @@ struct EventList {
 impl LifecycleEvent {
     /// One event of the stream as the API shows it: its fields, and its data with the job's context (a
     /// member of the data by the same name wins).
-    pub fn of(id: &str, f: &ojs_core::job::Fields) -> Self {
+    pub fn of(id: &str, f: &ojs_core::Fields) -> Self {
         let mut members: Map<String, Value> = f
             .get("data")
             .and_then(|d| serde_json::from_str::<Value>(d).ok())
@@ -188,7 +188,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
             .into());
         }
     }
-    let keep = |f: &ojs_core::job::Fields| {
+    let keep = |f: &ojs_core::Fields| {
         (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
             && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
             && q.job_id.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
@@ -305,7 +305,7 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);
     let job = q.job_id.clone();
-    let keep = move |f: &ojs_core::job::Fields| {
+    let keep = move |f: &ojs_core::Fields| {
         (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
             && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
             && job.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
@@ -327,7 +327,7 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
             }
         }
     }
-    let to_event = |id: &str, f: &ojs_core::job::Fields| {
+    let to_event = |id: &str, f: &ojs_core::Fields| {
         let body = serde_json::to_string(&LifecycleEvent::of(id, f)).unwrap_or_default();
         Event::default()
             .id(id)

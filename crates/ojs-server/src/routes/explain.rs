@@ -164,30 +164,33 @@ fn at_latest(until: &Option<String>) -> String {
 
 /// job-explain's answer, in words and times.
 fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
-    let field = |k: &str| e.job.get(k).cloned().unwrap_or_default();
-    let ms = |k: &str| e.job.get(k).and_then(|v| v.parse::<i64>().ok());
-    let state: JobState = field("state")
-        .parse()
-        .map_err(|e| OjsError::new(ojs_core::ErrorCode::Internal, format!("job {id}: {e}")))?;
-    let queue = field("queue");
+    let job = &e.job;
+    let state: JobState = job.state.ok_or_else(|| {
+        OjsError::new(
+            ojs_core::ErrorCode::Internal,
+            format!("job {id}: its record has no known state"),
+        )
+    })?;
+    let queue = job.queue.clone().unwrap_or_default();
     let gates = e.gates.iter().map(|g| gate(g, &queue)).collect::<Result<Vec<_>, _>>()?;
     let waiting = JobExplanation::waits_in(state);
     let runnable_at_ms = (waiting && gates.iter().all(Gate::timed))
         .then(|| gates.iter().filter_map(|g| g.until_ms).fold(e.now_ms, i64::max));
     let running_since = (state == JobState::Active)
-        .then(|| ms("started_at").map(clock::format_ms))
+        .then(|| job.started_at.map(clock::format_ms))
         .flatten();
     let detail = match state.as_str() {
         "active" => format!(
             "not waiting: running since {} on worker {}, its lease until {}",
             running_since.clone().unwrap_or_default(),
-            Some(field("worker_id"))
+            job.worker_id
+                .clone()
                 .filter(|w| !w.is_empty())
                 .unwrap_or_else(|| "(unnamed)".into()),
-            ms("lease_until").map(clock::format_ms).unwrap_or_default()
+            job.lease_until.map(clock::format_ms).unwrap_or_default()
         ),
         s if !waiting => {
-            let at = ms(&format!("{s}_at")).map(clock::format_ms);
+            let at = job.ended_at(state).map(clock::format_ms);
             format!(
                 "not waiting: it ended {s}{}",
                 at.map(|t| format!(" at {t}")).unwrap_or_default()

@@ -5,7 +5,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use ojs_core::envelope;
 use ojs_core::job::{job_view, JobView, NewJob};
-use ojs_core::{ErrorCode, OjsError};
+use ojs_core::{ErrorCode, JobState, OjsError, StoredJob};
 use ojs_store::{EnqueueOutcome, Enqueued, Pressure, Transition};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -30,31 +30,28 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// The view of a job we just created, built from what we sent (no second round trip); `workflow`: the
 /// workflow it is the first step of.
 fn created_view(j: &NewJob, now_ms: i64, state: &str, workflow: Option<&str>) -> JobView {
-    let mut f = ojs_core::job::Fields::default();
-    f.insert("doc".into(), j.doc.clone());
-    f.insert("type".into(), j.job_type.clone());
-    f.insert("queue".into(), j.queue.clone());
-    f.insert("state".into(), state.into());
-    f.insert("priority".into(), j.priority.to_string());
-    f.insert("attempt".into(), "0".into());
-    f.insert("max_attempts".into(), j.retry.max_attempts.to_string());
-    f.insert("created_at".into(), now_ms.to_string());
-    f.insert("enqueued_at".into(), now_ms.to_string());
     // Spans are at most ten years (`envelope::MAX_SPAN_MS`), so these sums cannot wrap.
     let after = |ms: u64| now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
-    if state == "scheduled" {
-        let at = j.scheduled_at_ms.max(after(j.delay_ms));
-        f.insert("scheduled_at".into(), at.to_string());
-    }
-    if j.expires_at_ms > 0 {
-        f.insert("expires_at".into(), j.expires_at_ms.to_string());
-    } else if j.expires_in_ms > 0 {
-        f.insert("expires_at".into(), after(j.expires_in_ms).to_string());
-    }
-    if let Some(w) = workflow {
-        f.insert("wf".into(), w.into());
-    }
-    job_view(&f)
+    let state: Option<JobState> = state.parse().ok();
+    job_view(&StoredJob {
+        doc: Some(j.doc.clone()),
+        job_type: Some(j.job_type.clone()),
+        queue: Some(j.queue.clone()),
+        state,
+        priority: Some(j.priority),
+        attempt: Some(0),
+        max_attempts: Some(i64::from(j.retry.max_attempts)),
+        created_at: Some(now_ms),
+        enqueued_at: Some(now_ms),
+        scheduled_at: (state == Some(JobState::Scheduled)).then(|| j.scheduled_at_ms.max(after(j.delay_ms))),
+        expires_at: if j.expires_at_ms > 0 {
+            Some(j.expires_at_ms)
+        } else {
+            (j.expires_in_ms > 0).then(|| after(j.expires_in_ms))
+        },
+        workflow_id: workflow.map(str::to_string),
+        ..StoredJob::default()
+    })
 }
 
 /// The tenants the jobs' queues' tenancy settings give them are checked on every shard before any
@@ -284,7 +281,7 @@ async fn enqueue(
     match (out.state.as_str(), &out.existing) {
         ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
         ("conflict", Some((id, f))) => {
-            let state = f.get("state").map(String::as_str).unwrap_or_default();
+            let state = f.state_name();
             let key = job.unique.as_ref().map(|u| u.key.as_str()).unwrap_or_default();
             return Err(OjsError::unique_conflict(id, state, key).into());
         }

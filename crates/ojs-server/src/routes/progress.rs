@@ -252,7 +252,7 @@ async fn get_progress(State(st): State<AppState>, JobPath(id): JobPath) -> ApiRe
         progress_view(&f).unwrap_or((Value::Null, Value::Null, Value::Null, Value::Null));
     Ok(ok(json!(ProgressView {
         job_id: id.to_string(),
-        state: f.get("state").cloned(),
+        state: f.state.map(|s| s.as_str().to_string()),
         progress,
         message,
         data,

@@ -512,7 +512,7 @@ async fn delete_queue(State(st): State<AppState>, QueuePath(q): QueuePath) -> Ap
 mod tests {
     use super::*;
 
-    fn fields(kv: &[(&str, &str)]) -> ojs_store::JobFields {
+    fn fields(kv: &[(&str, &str)]) -> ojs_core::Fields {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 

@@ -506,22 +506,21 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<JobView>> {
 /// Records the claim metrics and renders the claimed jobs.
 fn claimed_view(claimed: &[ojs_store::Claimed]) -> Vec<JobView> {
     for c in claimed {
-        record_wait(&c.fields);
-        let g = |k: &str| c.fields.get(k).map(String::as_str).unwrap_or("");
-        crate::metrics::job_event("started", g("queue"), g("type"));
+        record_wait(&c.job);
+        let (queue, job_type) = (c.job.queue.as_deref(), c.job.job_type.as_deref());
+        crate::metrics::job_event("started", queue.unwrap_or(""), job_type.unwrap_or(""));
     }
-    claimed.iter().map(|c| job_view(&c.fields)).collect()
+    claimed.iter().map(|c| job_view(&c.job)).collect()
 }
 
 /// Time from becoming ready to being claimed, by queue and (bounded) priority.
-fn record_wait(f: &ojs_core::job::Fields) {
-    let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok());
-    if let (Some(ready), Some(started)) = (num("enqueued_at"), num("started_at")) {
-        let queue = f.get("queue").cloned().unwrap_or_default();
-        let priority = crate::metrics::priority_label(num("priority").unwrap_or(0));
+fn record_wait(f: &ojs_core::StoredJob) {
+    if let (Some(ready), Some(started)) = (f.enqueued_at, f.started_at) {
+        let queue = f.queue.clone().unwrap_or_default();
+        let priority = crate::metrics::priority_label(f.priority.unwrap_or(0));
         let waited = (started - ready).max(0) as f64 / 1000.0;
         metrics::histogram!("ojs_job_wait_duration_seconds", "queue" => queue, "priority" => priority).record(waited);
-        if let Some(key) = f.get("rl_key") {
+        if let Some(key) = &f.rl_key {
             // Ready-to-start time of a rate-limited job: includes the time its key held it back.
             metrics::histogram!("ojs_rate_limit_wait_duration_seconds", "key" => crate::metrics::key_label(key))
                 .record(waited);

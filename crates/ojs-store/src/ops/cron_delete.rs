@@ -3,7 +3,7 @@
 use super::args::CronDeleteArgs;
 
 use crate::reply::Reply;
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 impl Store {
     /// The script's arguments, in the order of its header.
@@ -16,7 +16,7 @@ impl Store {
     }
 
     /// Removes a cron entry; returns it as it was, or None when there was none.
-    pub async fn cron_delete(&self, name: &str) -> Result<Option<JobFields>> {
+    pub async fn cron_delete(&self, name: &str) -> Result<Option<Fields>> {
         let args = self.cron_delete_args(name);
         let items = self
             .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)

@@ -12,7 +12,7 @@ use redis::Value;
 use super::args::{EnqueueArgs, JobRecord};
 
 use crate::reply::{decode_job, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Result, Store, StoredJob};
 
 /// What one enqueue script call did, job by job (`lua/enqueue-1.lua`).
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct Enqueued {
     pub pressure: Vec<Pressure>,
     /// Per job: for a `conflict` or `ignored` one, the existing job it met: (id, its fields after the
     /// call).
-    pub existing: Vec<Option<(String, JobFields)>>,
+    pub existing: Vec<Option<(String, StoredJob)>>,
 }
 
 impl Enqueued {
@@ -39,7 +39,10 @@ impl Enqueued {
         let existing = (0..r.array(4)?.len())
             .map(|i| match found.array(i)? {
                 [] => Ok(None),
-                pair @ [_, record] => Ok(Some((r.part(pair).str(0)?, decode_job(record)))),
+                pair @ [_, record] => {
+                    let job = decode_job(record).ok_or_else(|| r.part(pair).error(1, "the existing job's record"))?;
+                    Ok(Some((r.part(pair).str(0)?, job)))
+                }
                 _ => Err(found.error(i, "{} or {existing id, its record}")),
             })
             .collect::<Result<_>>()?;
@@ -409,7 +412,7 @@ pub(super) mod tests {
             ["a", "q", "email", "-5"]
         );
         // The cold fields, a MessagePack map, as a record's `cold` field reads.
-        let cold = crate::reply::decode_record(at(0, "cold"));
+        let cold: crate::store::Fields = crate::reply::decode_record(at(0, "cold")).expect("a record");
         let mut cold: Vec<(String, String)> = cold.into_iter().collect();
         cold.sort();
         assert_eq!(
@@ -512,7 +515,7 @@ pub(super) mod tests {
         assert!(lua.contains(&"doc"), "REC_COLD as read from record.lua: {lua:?}");
         let mut j = job("a");
         j.retry.non_retryable_errors = vec!["Fatal".into()];
-        let packed = crate::reply::decode_record(&ColdFields::of(&j).packed());
+        let packed: crate::store::Fields = crate::reply::decode_record(&ColdFields::of(&j).packed()).expect("a record");
         let mut rust: Vec<&str> = packed.keys().map(String::as_str).collect();
         rust.sort_unstable();
         assert_eq!(rust, lua);

@@ -1,13 +1,11 @@
 //! The typed twin of `lua/fetch-1.lua`: the workers' group commit. One script call serves many
 //! requests, each an ACK, a FETCH, or both (ack-and-fetch-next); see the script's header.
 
-use redis::Value;
-
 use super::args::{FetchArgs, FetchQueueRecord, FetchReqRecord};
 
 use super::{acked, Acked, ClaimRef, Transition};
 use crate::reply::{decode_job, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Result, Store, StoredJob};
 
 /// The acknowledgement part of a [`WorkerRequest`].
 #[derive(Debug, Clone)]
@@ -88,13 +86,6 @@ impl WorkerRequest {
     }
 }
 
-/// A claimed job as the script returns it: its record (a MessagePack map of field name -> string
-/// value, lua/includes/record.lua), with its parents' results for a workflow job that has them
-/// ([`decode_job`]), decoded straight into the fields map.
-fn claimed_job(v: &Value) -> Claimed {
-    Claimed { fields: decode_job(v) }
-}
-
 impl WorkerReply {
     /// Request `i`'s reply, item `2 + i` of the call's: `{ack, cut, job_1, …}`, where ack is ack_job's
     /// reply when the request had an ACK.
@@ -109,7 +100,15 @@ impl WorkerReply {
         Ok(WorkerReply {
             acked,
             cut: r.flag(1)?,
-            claimed: r.rest(2).iter().map(claimed_job).collect(),
+            // Each claimed job as the script returns it: its record, with its parents' results for a
+            // workflow job that has them ([`decode_job`]), decoded straight into the typed job.
+            claimed: (2..items.len())
+                .map(|k| {
+                    decode_job(&items[k])
+                        .map(|job| Claimed { job })
+                        .ok_or_else(|| r.error(k, "a claimed job's record"))
+                })
+                .collect::<Result<_>>()?,
         })
     }
 }
@@ -228,7 +227,7 @@ pub(crate) fn wrr_key(queues: &[(String, u32)]) -> String {
 /// A job claimed by FETCH.
 #[derive(Debug)]
 pub struct Claimed {
-    pub fields: JobFields,
+    pub job: StoredJob,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use redis::Value;
 use super::args::JobExplainArgs;
 
 use crate::reply::{decode_record, flat_pairs, val_str, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store, StoredJob};
 
 /// One rule standing between a job and a worker now (the script's `gate_i`).
 #[derive(Debug, Clone, Default)]
@@ -26,7 +26,7 @@ pub struct ExplainGate {
     /// Slot holders (concurrency), or the chain step waited for (pending).
     pub holders: Vec<String>,
     /// The gate's other fields (see the script's header).
-    pub extra: JobFields,
+    pub extra: Fields,
 }
 
 /// A job and what holds it back.
@@ -34,7 +34,7 @@ pub struct ExplainGate {
 pub struct Explained {
     pub now_ms: i64,
     /// The job's record, as `get_job` reads it.
-    pub job: JobFields,
+    pub job: StoredJob,
     /// In FETCH's order; empty for a job that is not waiting.
     pub gates: Vec<ExplainGate>,
 }
@@ -61,7 +61,7 @@ impl Store {
             _ => return Err(r.unknown_tag()),
         }
         let job = match items.get(2) {
-            Some(Value::BulkString(b)) => decode_record(b),
+            Some(Value::BulkString(b)) => decode_record(b).ok_or_else(|| r.error(2, "the job's record"))?,
             _ => return Err(r.error(2, "the job's record")),
         };
         let mut gates = Vec::new();

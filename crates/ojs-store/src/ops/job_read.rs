@@ -6,7 +6,7 @@ use redis::Value;
 use super::args::JobReadArgs;
 
 use crate::reply::{at, decode_job, val_opt_str, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Result, Store, StoredJob};
 
 impl Store {
     /// The script's arguments, in the order of its header: `fields` empty reads whole jobs.
@@ -40,20 +40,14 @@ impl Store {
         Ok(items)
     }
 
-    /// One job's fields, or None when there is no such job.
-    pub async fn get_job(&self, id: &str) -> Result<Option<JobFields>> {
+    /// One job, or None when there is no such job.
+    pub async fn get_job(&self, id: &str) -> Result<Option<StoredJob>> {
         let one = [id.to_string()];
-        let m = self
-            .job_read(&[], &one)
-            .await?
-            .first()
-            .map(decode_job)
-            .unwrap_or_default();
-        Ok((!m.is_empty()).then_some(m))
+        Ok(self.job_read(&[], &one).await?.first().and_then(decode_job))
     }
 
-    /// The jobs' fields in one call (an empty map for a job that is gone).
-    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<JobFields>> {
+    /// The jobs in one call, in the order of `ids` (None for a job that is gone).
+    pub async fn jobs(&self, ids: &[String]) -> Result<Vec<Option<StoredJob>>> {
         Ok(self.job_read(&[], ids).await?.iter().map(decode_job).collect())
     }
 

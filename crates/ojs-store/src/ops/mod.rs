@@ -46,7 +46,7 @@ pub(crate) mod args {
 }
 
 use crate::reply::{flat_pairs, Reply};
-use crate::store::{JobFields, Result};
+use crate::store::{Fields, Result};
 
 #[derive(Debug)]
 pub enum Transition<T> {
@@ -93,7 +93,7 @@ pub(crate) fn transition<T>(r: &Reply, done: impl FnOnce(&Reply) -> Result<T>) -
 
 /// A removal's reply (cron-delete-1.lua, pool-delete-1.lua): `ok` with the hash as it was, or
 /// `not_found` (None).
-pub(crate) fn removed(r: &Reply) -> Result<Option<JobFields>> {
+pub(crate) fn removed(r: &Reply) -> Result<Option<Fields>> {
     match r.tag()? {
         "ok" => Ok(Some(flat_pairs(r.array(1)?))),
         "not_found" => Ok(None),

@@ -3,7 +3,7 @@
 use super::args::PoolDeleteArgs;
 
 use crate::reply::Reply;
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 impl Store {
     /// The script's arguments, in the order of its header.
@@ -16,7 +16,7 @@ impl Store {
     }
 
     /// Removes a pool (call it on shard 0); returns its hash as it was, or None when there was none.
-    pub async fn pool_delete(&self, name: &str) -> Result<Option<JobFields>> {
+    pub async fn pool_delete(&self, name: &str) -> Result<Option<Fields>> {
         let args = self.pool_delete_args(name);
         let items = self
             .run(&self.scripts.pool_delete, &[self.keys.pool(name)], args)

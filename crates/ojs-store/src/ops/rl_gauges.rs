@@ -4,7 +4,7 @@
 use super::args::RlGaugesArgs;
 
 use crate::reply::{flat_pairs, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 /// A rate-limit key's gauges for a metrics scrape (`lua/rl-gauges-1.lua`).
 #[derive(Debug, Default, Clone)]
@@ -13,7 +13,7 @@ pub struct RateLimitGauges {
     pub active: u64,
     pub waiting: u64,
     /// `exceeded_<strategy>` counters.
-    pub stats: JobFields,
+    pub stats: Fields,
     /// The concurrency and window limits FETCH applies now (the policy's under adaptation and any
     /// override), and the policy's own.
     pub concurrency: Option<u64>,

@@ -6,7 +6,7 @@ use ojs_core::ratelimit::Window;
 use super::args::RlInspectArgs;
 
 use crate::reply::{flat_pairs, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 /// A rate-limit key as FETCH sees it now (`lua/rl-inspect-1.lua`, which computes the limits with the
 /// same Lua functions as FETCH).
@@ -34,12 +34,12 @@ pub struct RateLimitState {
     /// A dynamic block (`rate_limit_until`) still in force.
     pub dynamic_until_ms: Option<i64>,
     pub waiting: u64,
-    pub override_fields: JobFields,
+    pub override_fields: Fields,
     pub override_ttl_ms: i64,
     /// The current blocking episode: `blocked_since`, `strategy`, `until`.
-    pub episode: JobFields,
+    pub episode: Fields,
     /// `exceeded_<strategy>` counters.
-    pub stats: JobFields,
+    pub stats: Fields,
     /// For an adaptive key (ours): its policy's own limits and where adaptation has them now.
     pub adaptive: Option<AdaptiveState>,
 }

@@ -4,7 +4,7 @@
 use super::args::WorkflowGetArgs;
 
 use crate::reply::{flat_pairs, val_str, Reply};
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 /// A workflow as lua/workflow-get-1.lua read it.
 #[derive(Debug)]
@@ -12,7 +12,7 @@ pub struct WorkflowRecord {
     /// Redis time of the read.
     pub now_ms: i64,
     /// The workflow hash (lua/includes/workflow.lua).
-    pub fields: JobFields,
+    pub fields: Fields,
     /// Its first steps or jobs, in order.
     pub jobs: Vec<WorkflowMember>,
     /// (callback name, job) for each callback a batch declared.

@@ -1,13 +1,13 @@
 //! The dead letter set.
 
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Result, Store, StoredJob};
 
 impl Store {
-    /// Dead-lettered jobs, newest first: (total, page of job hashes).
-    pub async fn dead_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<JobFields>)> {
+    /// Dead-lettered jobs, newest first: (total, page of jobs).
+    pub async fn dead_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<StoredJob>)> {
         let (total, ids) = self.page(&self.keys.dead(), offset, limit, true).await?;
         let jobs = self.jobs(&ids).await?;
-        Ok((total, jobs.into_iter().filter(|m| !m.is_empty()).collect()))
+        Ok((total, jobs.into_iter().flatten().collect()))
     }
 
     pub async fn is_dead(&self, id: &str) -> Result<bool> {

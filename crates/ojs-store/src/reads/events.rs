@@ -4,14 +4,14 @@ use ojs_core::event::data_json;
 use redis::Value;
 
 use crate::reply::val_str;
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 /// Stream entries per read of the event stream (see `Store::read_events`).
 const EVENT_PAGE: usize = 256;
 
 /// The events of stream entries (an XRANGE reply), in order (lua/includes/emit.lua): an entry holds one
 /// call's events; the k-th event of entry `<id>` has the event id `<id>` (k = 0) or `<id>.<k>`.
-pub fn stream_entries(v: &Value) -> Vec<(String, JobFields)> {
+pub fn stream_entries(v: &Value) -> Vec<(String, Fields)> {
     let mut out = Vec::new();
     each_event(v, |id, k, event| out.push((event_id(&val_str(id), k), event.fields())));
     out
@@ -46,8 +46,8 @@ impl<'a> RawEvent<'a> {
     }
 
     /// The event as the map every reader takes (`type`, `job_id`, `queue`, `job_type`, `time`, `data`).
-    fn fields(&self) -> JobFields {
-        let mut event = JobFields::default();
+    fn fields(&self) -> Fields {
+        let mut event = Fields::default();
         match self {
             RawEvent::Packed(t, v) => {
                 event.insert("type".into(), (*t).into());
@@ -154,14 +154,14 @@ impl EventsRead {
     }
 
     /// Every event read, with its id, oldest first.
-    pub fn events(&self) -> Vec<(String, JobFields)> {
+    pub fn events(&self) -> Vec<(String, Fields)> {
         stream_entries(&self.0)
     }
 }
 
 /// The newest `count` events of an XREVRANGE reply (entries newest first, each entry's events oldest
 /// first), newest first.
-fn newest_first(v: &Value, count: usize) -> Vec<(String, JobFields)> {
+fn newest_first(v: &Value, count: usize) -> Vec<(String, Fields)> {
     let mut events = stream_entries(v);
     // Entries come newest first; reverse the events within each entry.
     let mut out = Vec::with_capacity(events.len());
@@ -207,7 +207,7 @@ impl Store {
     /// Up to `count` events strictly after the event `cursor` (an event id, see [`event_position`];
     /// `0-0` for the beginning), oldest first. The entry holding the cursor is read again (it may hold
     /// later events of the same call), and what the cursor has seen is dropped.
-    pub async fn events_after(&self, cursor: &str, count: usize) -> Result<Vec<(String, JobFields)>> {
+    pub async fn events_after(&self, cursor: &str, count: usize) -> Result<Vec<(String, Fields)>> {
         let seen = event_position(cursor).unwrap_or_default();
         // The cursor's own entry gives back its events 0..=k again (k = seen.2), dropped below.
         let want = count.saturating_add(seen.2 as usize + 1);
@@ -220,12 +220,12 @@ impl Store {
     }
 
     /// The newest `count` events, newest first.
-    pub async fn events_latest(&self, count: usize) -> Result<Vec<(String, JobFields)>> {
+    pub async fn events_latest(&self, count: usize) -> Result<Vec<(String, Fields)>> {
         self.read_events(false, "+".into(), "-", count).await
     }
 
     /// Up to `count` of the newest events at or after `since_ms` (Redis time), newest first.
-    pub async fn events_since(&self, since_ms: i64, count: usize) -> Result<Vec<(String, JobFields)>> {
+    pub async fn events_since(&self, since_ms: i64, count: usize) -> Result<Vec<(String, Fields)>> {
         let start = since_ms.max(0).to_string();
         self.read_events(false, "+".into(), &start, count).await
     }
@@ -240,7 +240,7 @@ impl Store {
         mut from: String,
         to: &str,
         count: usize,
-    ) -> Result<Vec<(String, JobFields)>> {
+    ) -> Result<Vec<(String, Fields)>> {
         let mut conn = self.conn().await?;
         let mut out = Vec::new();
         while out.len() < count {

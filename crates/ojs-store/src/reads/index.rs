@@ -1,7 +1,7 @@
 //! Sorted indexes read by page (the admin listings) and hashes read in one pipeline.
 
 use super::rank_range;
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 /// ZRANGE of `count` members from rank `offset` (descending when `rev`). Ranks past i64::MAX are refused
 /// by Redis: they are clamped (such a page is empty).
@@ -52,7 +52,7 @@ impl Store {
 
     /// Workflows newest first (ids are UUIDv7): (total, page of (id, hash)), in two round trips; a
     /// workflow whose hash expired between the two reads is left out.
-    pub async fn workflows_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, JobFields)>)> {
+    pub async fn workflows_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, Fields)>)> {
         let (total, ids) = self.page(&self.keys.workflows(), offset, limit, true).await?;
         let hashes = self.hashes(ids.iter().map(|id| self.keys.workflow(id))).await?;
         Ok((
@@ -91,14 +91,14 @@ impl Store {
     }
 
     /// HGETALL of one hash, None when it does not exist (a cron entry, a worker's record).
-    pub(crate) async fn hash(&self, key: String) -> Result<Option<JobFields>> {
+    pub(crate) async fn hash(&self, key: String) -> Result<Option<Fields>> {
         let mut conn = self.conn().await?;
-        let m: JobFields = redis::cmd("HGETALL").arg(key).query_async(&mut conn).await?;
+        let m: Fields = redis::cmd("HGETALL").arg(key).query_async(&mut conn).await?;
         Ok((!m.is_empty()).then_some(m))
     }
 
     /// HGETALL of each key in one pipeline (an empty map for a missing key).
-    pub async fn hashes(&self, keys: impl IntoIterator<Item = String>) -> Result<Vec<JobFields>> {
+    pub async fn hashes(&self, keys: impl IntoIterator<Item = String>) -> Result<Vec<Fields>> {
         let mut pipe = redis::pipe();
         let mut n = 0;
         for k in keys {

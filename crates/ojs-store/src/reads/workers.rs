@@ -1,19 +1,19 @@
 //! Workers' records (written by heartbeat-1.lua) and the operator's signal to one.
 
-use crate::store::{JobFields, Result, Store};
+use crate::store::{Fields, Result, Store};
 
 /// How long a worker's record (and its entry in `P workers`) outlives its last heartbeat.
 pub const WORKER_TTL_MS: u64 = 24 * 3600 * 1000;
 
 impl Store {
     /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
-    pub async fn worker_record(&self, worker_id: &str) -> Result<Option<JobFields>> {
+    pub async fn worker_record(&self, worker_id: &str) -> Result<Option<Fields>> {
         self.hash(self.keys.worker(worker_id)).await
     }
 
     /// Workers that sent a heartbeat within [`WORKER_TTL_MS`], most recent first: (total, page of (id,
     /// record)). One ZCARD and ZRANGE, then one HGETALL per worker on the page (two round trips).
-    pub async fn workers_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, JobFields)>)> {
+    pub async fn workers_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, Fields)>)> {
         let key = self.keys.workers();
         let (total, ids) = self.page(&key, offset, limit, true).await?;
         let recs = self.hashes(ids.iter().map(|id| self.keys.worker(id))).await?;
