@@ -125,6 +125,61 @@ pub fn check_name(name: &str) -> Result<(), OjsError> {
     ojs_core::names::check_cron_name(name).map_err(OjsError::invalid)
 }
 
+/// Stores a registration on the shard of its template's queue: (created, the entry as stored). On a
+/// deployment of several shards a name has one home, and an entry found on another shard is a 422.
+pub async fn save(st: &AppState, reg: &Registration) -> Result<(bool, Fields), crate::error::ApiError> {
+    let def = serde_json::to_string(&reg.def).map_err(|e| OjsError::invalid(e.to_string()))?;
+    // The entry lives on the shard of its template's queue, so a tick's job and the entry's advance are
+    // one script call.
+    let store = st.shards.for_queue(&reg.queue).await?;
+    let shard = store.shard_index();
+    // On a deployment of several shards a name has one home: racing registrations for two shards are
+    // decided by the claim on shard 0, and an entry never moves (its run history and overlap check stay
+    // with it). `held` keeps the claim until the entry is written.
+    let held = st
+        .shards
+        .claim(vec![(format!("cron:{}", reg.name), shard)], |_, s| {
+            OjsError::new(
+                ojs_core::ErrorCode::Conflict,
+                format!(
+                    "cron entry {:?} is being registered for a queue on shard {s} by another request; try again",
+                    reg.name
+                ),
+            )
+        })
+        .await?;
+    for other in st.shards.all().iter().filter(|o| o.shard_index() != shard) {
+        if other.cron_exists(&reg.name).await? {
+            return Err(OjsError::unprocessable(format!(
+                "cron entry {:?} lives on shard {}, with the queue of its template; queue {:?} lives on shard {shard}. \
+                 An entry does not move between shards (its run count, last job and overlap check live there): \
+                 DELETE /ojs/v1/cron/{} and register it again (its history starts over), or pin the queue to \
+                 shard {} (--queue-shard {}={}) before its first job",
+                reg.name,
+                other.shard_index(),
+                reg.queue,
+                reg.name,
+                other.shard_index(),
+                reg.queue,
+                other.shard_index(),
+            ))
+            .with_details(json!({"cron": reg.name, "home_shard": other.shard_index(), "queue_shard": shard}))
+            .into());
+        }
+    }
+    let next = if reg.enabled {
+        // Computed on Redis' clock, like every time the server acts on.
+        let now = store.now_ms().await?;
+        reg.schedule.next_after_ms(now)
+    } else {
+        None
+    };
+    let saved = store.cron_set(&reg.name, &def, next).await?;
+    held.release().await;
+    let entry = store.cron_get(&reg.name).await?.unwrap_or_default();
+    Ok((saved.created, entry))
+}
+
 /// Validates a `POST /cron` body.
 pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Registration, OjsError> {
     let name = req.name;

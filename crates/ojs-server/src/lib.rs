@@ -14,6 +14,7 @@ pub mod config;
 pub mod cron;
 pub mod error;
 pub mod events_hub;
+pub mod job_ops;
 pub mod listing;
 pub mod media;
 pub mod metrics;
@@ -28,6 +29,7 @@ pub mod tenant;
 pub mod ui;
 pub mod wake;
 pub mod worker;
+pub mod worker_ops;
 pub mod workflow_ops;
 
 use std::future::Future;

@@ -226,6 +226,29 @@ impl Shards {
         Ok((total, page))
     }
 
+    /// A page of entries in name order over every shard: (total, entries).
+    pub async fn cron_page(
+        &self,
+        offset: u64,
+        count: u64,
+    ) -> Result<(u64, Vec<(String, ojs_core::Fields)>), ojs_store::StoreError> {
+        let shards = self.all();
+        if shards.len() == 1 {
+            return shards[0].cron_list(offset, count).await;
+        }
+        let (mut total, mut all) = (0, Vec::new());
+        for s in shards {
+            let (n, entries) = s.cron_list(0, offset.saturating_add(count)).await?;
+            total += n;
+            all.extend(entries);
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((
+            total,
+            all.into_iter().skip(offset as usize).take(count as usize).collect(),
+        ))
+    }
+
     /// A page of the workflows of every shard, newest first (ids are UUIDv7, so by id): (total, page of
     /// (id, hash)). One shard reads its page; more read their first `offset + limit` each and merge.
     pub async fn workflows_page(

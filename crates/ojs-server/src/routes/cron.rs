@@ -48,56 +48,7 @@ struct CronList {
 )]
 async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>) -> ApiResult<Response> {
     let reg = parse_registration(req, &st.rules)?;
-    let def = serde_json::to_string(&reg.def).map_err(|e| OjsError::invalid(e.to_string()))?;
-    // The entry lives on the shard of its template's queue, so a tick's job and the entry's advance are
-    // one script call.
-    let store = st.shards.for_queue(&reg.queue).await?;
-    let shard = store.shard_index();
-    // On a deployment of several shards a name has one home: racing registrations for two shards are
-    // decided by the claim on shard 0, and an entry never moves (its run history and overlap check stay
-    // with it). `held` keeps the claim until the entry is written.
-    let held = st
-        .shards
-        .claim(vec![(format!("cron:{}", reg.name), shard)], |_, s| {
-            OjsError::new(
-                ojs_core::ErrorCode::Conflict,
-                format!(
-                    "cron entry {:?} is being registered for a queue on shard {s} by another request; try again",
-                    reg.name
-                ),
-            )
-        })
-        .await?;
-    for other in st.shards.all().iter().filter(|o| o.shard_index() != shard) {
-        if other.cron_exists(&reg.name).await? {
-            return Err(OjsError::unprocessable(format!(
-                "cron entry {:?} lives on shard {}, with the queue of its template; queue {:?} lives on shard {shard}. \
-                 An entry does not move between shards (its run count, last job and overlap check live there): \
-                 DELETE /ojs/v1/cron/{} and register it again (its history starts over), or pin the queue to \
-                 shard {} (--queue-shard {}={}) before its first job",
-                reg.name,
-                other.shard_index(),
-                reg.queue,
-                reg.name,
-                other.shard_index(),
-                reg.queue,
-                other.shard_index(),
-            ))
-            .with_details(json!({"cron": reg.name, "home_shard": other.shard_index(), "queue_shard": shard}))
-            .into());
-        }
-    }
-    let next = if reg.enabled {
-        // Computed on Redis' clock, like every time the server acts on.
-        let now = store.now_ms().await?;
-        reg.schedule.next_after_ms(now)
-    } else {
-        None
-    };
-    let saved = store.cron_set(&reg.name, &def, next).await?;
-    held.release().await;
-    let created = saved.created;
-    let entry = store.cron_get(&reg.name).await?.unwrap_or_default();
+    let (created, entry) = crate::cron::save(&st, &reg).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok(ojs_json(
         status,
@@ -118,7 +69,7 @@ async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>
 async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     // The same pagination as the admin listings (page/per_page or limit/offset, OJS 400 on bad numbers).
     let p = PageQuery::from_params(&q)?.resolve(100, 1000)?;
-    let (total, entries) = cron_page(&st, p.offset, p.count).await?;
+    let (total, entries) = st.shards.cron_page(p.offset, p.count).await?;
     Ok(ok(json!(CronList {
         crons: entries.iter().map(|(n, f)| entry_view(n, f)).collect(),
         pagination: p.of(total),
@@ -173,27 +124,4 @@ async fn delete_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>
         }))),
         None => Err(OjsError::not_found("cron entry", &name).into()),
     }
-}
-
-/// A page of entries in name order over every shard: (total, entries).
-async fn cron_page(
-    st: &AppState,
-    offset: u64,
-    count: u64,
-) -> Result<(u64, Vec<(String, ojs_core::Fields)>), ojs_store::StoreError> {
-    let shards = st.shards.all();
-    if shards.len() == 1 {
-        return shards[0].cron_list(offset, count).await;
-    }
-    let (mut total, mut all) = (0, Vec::new());
-    for s in shards {
-        let (n, entries) = s.cron_list(0, offset.saturating_add(count)).await?;
-        total += n;
-        all.extend(entries);
-    }
-    all.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok((
-        total,
-        all.into_iter().skip(offset as usize).take(count as usize).collect(),
-    ))
 }

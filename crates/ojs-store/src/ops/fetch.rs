@@ -48,6 +48,19 @@ pub struct WorkerReply {
 }
 
 impl WorkerRequest {
+    /// A request that only acknowledges `ack` and claims nothing.
+    pub fn ack_only(ack: AckPart) -> Self {
+        WorkerRequest {
+            ack: Some(ack),
+            queues: Vec::new(),
+            strategy: Strategy::Strict,
+            worker_id: String::new(),
+            count: 0,
+            visibility_ms: None,
+            tenant: None,
+        }
+    }
+
     /// Appends this request's arguments in the order of the script's header: its REQ record, then
     /// one QUEUE record per queue.
     fn push_args(&self, default_visibility_ms: u64, args: &mut Vec<String>) {
@@ -174,20 +187,12 @@ impl Store {
     /// An active job succeeded.
     pub async fn ack(&self, id: &str, claim: &ClaimRef, result: Option<&str>) -> Result<Transition<Acked>> {
         let (_, reply) = self
-            .worker_request(WorkerRequest {
-                ack: Some(AckPart {
-                    job_id: id.to_string(),
-                    claim: claim.clone(),
-                    result: result.map(str::to_owned),
-                    used: None,
-                }),
-                queues: Vec::new(),
-                strategy: Strategy::Strict,
-                worker_id: String::new(),
-                count: 0,
-                visibility_ms: None,
-                tenant: None,
-            })
+            .worker_request(WorkerRequest::ack_only(AckPart {
+                job_id: id.to_string(),
+                claim: claim.clone(),
+                result: result.map(str::to_owned),
+                used: None,
+            }))
             .await?;
         Ok(reply.acked.unwrap_or(Transition::NotFound))
     }
