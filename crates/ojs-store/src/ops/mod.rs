@@ -164,8 +164,13 @@ mod tests {
             .map(|l| l.trim_start_matches('-').trim());
         let name = |l: &'a str| l.split_whitespace().nth(1);
         match record {
+            // A fixed argument's line starts `ARGV[<number>]`; the variable part's (`ARGV[k..]`) does not.
             None => lines
-                .filter(|l| l.starts_with("ARGV[") && !l.contains(".."))
+                .filter(|l| {
+                    let first = l.split_whitespace().next().unwrap_or("");
+                    let index = first.strip_prefix("ARGV[").and_then(|i| i.strip_suffix(']'));
+                    index.is_some_and(|i| i.parse::<usize>().is_ok())
+                })
                 .filter_map(name)
                 .collect(),
             Some(r) => lines
@@ -176,6 +181,13 @@ mod tests {
                 .filter_map(name)
                 .collect(),
         }
+    }
+
+    #[test]
+    fn the_reader_takes_each_fixed_argument_whatever_its_doc_says() {
+        let lua = "-- KEYS\n--   KEYS[1] P..'x'  a key\n-- ARGV\n--   ARGV[1] P      prefix, as in P..'job:'..id\n\
+                   --   ARGV[2] ids    a, b .. z\n--   ARGV[3..] rest  the jobs\nlocal x = 1\n";
+        assert_eq!(header_names(lua, None), ["P", "ids"]);
     }
 
     #[test]
