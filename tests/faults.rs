@@ -537,12 +537,12 @@ async fn run(shards: usize, drill: Drill) {
     let (mut completions, mut enqueue_events) = (HashMap::<String, usize>::new(), 0usize);
     let mut completed_at = HashMap::new();
     for (_, f) in &events {
-        let id = f.get("job_id").cloned().unwrap_or_default();
-        match f.get("type").map(String::as_str) {
-            Some("job.enqueued") => enqueue_events += 1,
-            Some("job.completed") => {
+        let id = f.job_id.clone();
+        match f.event_type.as_str() {
+            "job.enqueued" => enqueue_events += 1,
+            "job.completed" => {
                 *completions.entry(id.clone()).or_default() += 1;
-                completed_at.insert(id, f.get("time").and_then(|t| t.parse().ok()).unwrap_or(i64::MAX));
+                completed_at.insert(id, f.time_ms.unwrap_or(i64::MAX));
             }
             _ => {}
         }

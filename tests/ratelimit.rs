@@ -22,13 +22,7 @@ async fn events(s: &TestServer) -> Vec<(String, String, i64)> {
     let mut r = s.redis().await;
     let v = ojs_testkit::stream_events(&mut r, &s.keys().events()).await;
     v.into_iter()
-        .map(|(_, f)| {
-            (
-                f.get("type").cloned().unwrap_or_default(),
-                f.get("job_id").cloned().unwrap_or_default(),
-                f.get("time").and_then(|t| t.parse().ok()).unwrap_or(0),
-            )
-        })
+        .map(|(_, e)| (e.event_type, e.job_id, e.time_ms.unwrap_or(0)))
         .collect()
 }
 
@@ -469,8 +463,8 @@ async fn released(s: &TestServer) -> Vec<Value> {
     ojs_testkit::stream_events(&mut r, &s.keys().events())
         .await
         .into_iter()
-        .filter(|(_, f)| f.get("type").map(String::as_str) == Some("rate_limit.released"))
-        .map(|(_, f)| serde_json::from_str(f.get("data").map(String::as_str).unwrap_or("null")).unwrap_or(Value::Null))
+        .filter(|(_, e)| e.event_type == "rate_limit.released")
+        .map(|(_, e)| serde_json::from_str(&e.data).unwrap_or(Value::Null))
         .collect()
 }
 

@@ -32,6 +32,43 @@ impl EventType {
     }
 }
 
+/// One lifecycle event as the event stream holds it (lua/includes/emit.lua), read back: the one
+/// typed definition every reader takes (the events API and its SSE stream, history, the dashboard's
+/// counts, the wake-ups, the tests).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Event {
+    /// Its type's name (`job.started`): [`Event::kind`] reads it as an [`EventType`].
+    pub event_type: String,
+    pub job_id: String,
+    pub queue: String,
+    pub job_type: String,
+    /// When, ms since the epoch on Redis' clock (None when the stored time is not a number).
+    pub time_ms: Option<i64>,
+    /// Its `data` object, JSON text ([`data_json`]).
+    pub data: String,
+}
+
+impl Event {
+    /// Its type (None for a name no script writes).
+    pub fn kind(&self) -> Option<EventType> {
+        EventType::parse(&self.event_type)
+    }
+
+    /// Takes stored field `name` (the older format's pairs: `type`, `job_id`, `queue`, `job_type`,
+    /// `time`, `data`); any other is dropped.
+    pub fn put(&mut self, name: &str, value: String) {
+        match name {
+            "type" => self.event_type = value,
+            "job_id" => self.job_id = value,
+            "queue" => self.queue = value,
+            "job_type" => self.job_type = value,
+            "time" => self.time_ms = value.parse().ok(),
+            "data" => self.data = value,
+            _ => {}
+        }
+    }
+}
+
 use serde_json::value::RawValue;
 use std::fmt::Write as _;
 

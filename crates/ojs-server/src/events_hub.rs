@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ojs_store::{Fields, StoreError};
+use ojs_store::StoreError;
 use tokio::sync::{broadcast, watch};
 
 use crate::state::AppState;
@@ -103,7 +103,11 @@ impl Seen {
 
 /// Up to `count` events after `cursor` (an API event id; `0-0` for the beginning) from every shard,
 /// oldest first (by time, then shard).
-pub async fn events_after(st: &AppState, cursor: &str, count: usize) -> Result<Vec<(String, Fields)>, StoreError> {
+pub async fn events_after(
+    st: &AppState,
+    cursor: &str,
+    count: usize,
+) -> Result<Vec<(String, ojs_core::event::Event)>, StoreError> {
     let seen = Seen::after(cursor);
     let mut out = Vec::new();
     for store in st.shards.all() {
@@ -124,7 +128,7 @@ pub async fn events_latest(
     st: &AppState,
     count: usize,
     since_ms: Option<i64>,
-) -> Result<Vec<(String, Fields)>, StoreError> {
+) -> Result<Vec<(String, ojs_core::event::Event)>, StoreError> {
     let mut out = Vec::new();
     for store in st.shards.all() {
         let s = store.shard_index();

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 
 /// One event as the hub fans it out: (event id, fields).
-pub type Entry = Arc<(String, ojs_core::Fields)>;
+pub type Entry = Arc<(String, ojs_core::event::Event)>;
 
 #[derive(Clone)]
 pub struct AppState(pub Arc<Inner>);

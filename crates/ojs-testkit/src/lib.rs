@@ -17,7 +17,10 @@ pub use invariants::{check_invariants, job_fields};
 
 /// Every event of the stream at `key`, oldest first, as the server reads them (one entry holds one
 /// script call's events: `ojs_store::stream_entries`), read in pages so no one reply is large.
-pub async fn stream_events(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(String, ojs_core::Fields)> {
+pub async fn stream_events(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Vec<(String, ojs_core::event::Event)> {
     let mut out = Vec::new();
     let mut from = "-".to_string();
     loop {

@@ -50,7 +50,7 @@ async fn throughput(st: &AppState, now: i64) -> ApiResult<(f64, f64)> {
     let events = crate::events_hub::events_latest(st, SAMPLE, Some(now - 60_000)).await?;
     let (mut done, mut failed) = (0u64, 0u64);
     for (_, e) in &events {
-        match e.get("type").and_then(|t| EventType::parse(t)) {
+        match e.kind() {
             Some(EventType::JobCompleted) => done += 1,
             Some(EventType::JobFailed) => failed += 1,
             _ => {}

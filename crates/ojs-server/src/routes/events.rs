@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use ojs_core::event::Event;
 use ojs_core::{clock, OjsError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -137,34 +138,40 @@ struct EventList {
 impl LifecycleEvent {
     /// One event of the stream as the API shows it: its fields, and its data with the job's context (a
     /// member of the data by the same name wins).
-    pub fn of(id: &str, f: &ojs_core::Fields) -> Self {
-        let mut members: Map<String, Value> = f
-            .get("data")
-            .and_then(|d| serde_json::from_str::<Value>(d).ok())
-            .and_then(|v| if let Value::Object(m) = v { Some(m) } else { None })
-            .unwrap_or_default();
-        let get = |k: &str| f.get(k).cloned().unwrap_or_default();
-        let mut context = |k: &str| match members.remove(k) {
+    pub fn of(id: &str, e: &Event) -> Self {
+        let mut members: Map<String, Value> = match serde_json::from_str::<Value>(&e.data) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        let mut context = |k: &str, own: &str| match members.remove(k) {
             Some(Value::String(s)) => s,
             Some(other) => other.to_string(),
-            None => get(k),
+            None => own.to_string(),
         };
         let data = EventData {
-            job_id: context("job_id"),
-            queue: context("queue"),
-            job_type: context("job_type"),
+            job_id: context("job_id", &e.job_id),
+            queue: context("queue", &e.queue),
+            job_type: context("job_type", &e.job_type),
             members,
         };
         LifecycleEvent {
             id: id.to_string(),
             specversion: "1.0",
-            kind: get("type"),
+            kind: e.event_type.clone(),
             source: "/ojs/v1",
-            time: get("time").parse::<i64>().map(clock::format_ms).unwrap_or_default(),
-            subject: get("job_id"),
+            time: e.time_ms.map(clock::format_ms).unwrap_or_default(),
+            subject: e.job_id.clone(),
             data,
         }
     }
+}
+
+/// Whether an event passes a reader's filter: its type among `types`, its queue among `queues` (each
+/// empty: any), and its job `job` when one is named.
+fn kept(e: &Event, types: &[String], queues: &[String], job: Option<&str>) -> bool {
+    (types.is_empty() || types.contains(&e.event_type))
+        && (queues.is_empty() || queues.contains(&e.queue))
+        && job.is_none_or(|j| e.job_id == j)
 }
 
 #[utoipa::path(
@@ -188,11 +195,7 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiR
             .into());
         }
     }
-    let keep = |f: &ojs_core::Fields| {
-        (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
-            && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
-            && q.job_id.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
-    };
+    let keep = |e: &Event| kept(e, &types, &queues, q.job_id.as_deref());
     // Scan a bounded window of the stream and filter here: the stream is capped, so this is bounded too.
     const SCAN: usize = 10_000;
     let (events, cursor) = match &q.after {
@@ -297,7 +300,7 @@ async fn stream_job(
 }
 
 async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
-    use axum::response::sse::{Event, KeepAlive, Sse};
+    use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
     use futures::StreamExt;
 
     let q = q.resolve_channel()?;
@@ -305,11 +308,7 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);
     let job = q.job_id.clone();
-    let keep = move |f: &ojs_core::Fields| {
-        (types.is_empty() || f.get("type").is_some_and(|t| types.contains(t)))
-            && (queues.is_empty() || f.get("queue").is_some_and(|t| queues.contains(t)))
-            && job.as_ref().is_none_or(|j| f.get("job_id") == Some(j))
-    };
+    let keep = move |e: &Event| kept(e, &types, &queues, job.as_deref());
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -327,12 +326,9 @@ async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response>
             }
         }
     }
-    let to_event = |id: &str, f: &ojs_core::Fields| {
-        let body = serde_json::to_string(&LifecycleEvent::of(id, f)).unwrap_or_default();
-        Event::default()
-            .id(id)
-            .event(f.get("type").cloned().unwrap_or_default())
-            .data(body)
+    let to_event = |id: &str, e: &Event| {
+        let body = serde_json::to_string(&LifecycleEvent::of(id, e)).unwrap_or_default();
+        SseEvent::default().id(id).event(e.event_type.clone()).data(body)
     };
     let first = futures::stream::iter(
         backlog

@@ -242,17 +242,12 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
         if t < start {
             continue;
         }
-        let eq = f.get("queue").map(String::as_str).unwrap_or("");
-        if queue.as_deref().is_some_and(|want| want != eq) {
+        if queue.as_deref().is_some_and(|want| want != f.queue) {
             continue;
         }
-        let job_id = f.get("job_id").cloned().unwrap_or_default();
-        let data = || {
-            f.get("data")
-                .and_then(|d| serde_json::from_str::<Value>(d).ok())
-                .unwrap_or(Value::Null)
-        };
-        let Some(event) = f.get("type").and_then(|t| EventType::parse(t)) else {
+        let job_id = f.job_id.clone();
+        let data = || serde_json::from_str::<Value>(&f.data).unwrap_or(Value::Null);
+        let Some(event) = f.kind() else {
             continue;
         };
         let kind = match event {
@@ -291,7 +286,7 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
         };
         if let Some(k) = kind {
             series.at(k)[bucket(t)] += 1;
-            *by_queue.entry(eq.to_string()).or_default().at(k) += 1;
+            *by_queue.entry(f.queue.clone()).or_default().at(k) += 1;
         }
     }
 

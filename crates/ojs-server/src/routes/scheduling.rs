@@ -112,8 +112,8 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
         if at < from || at > now {
             continue;
         }
-        if e.get("type").and_then(|t| EventType::parse(t)) == Some(EventType::JobStarted) {
-            let q = e.get("queue").cloned().unwrap_or_default();
+        if e.kind() == Some(EventType::JobStarted) {
+            let q = e.queue.clone();
             *dispatched.entry(q).or_default() += 1;
         }
     }

@@ -1,19 +1,19 @@
 //! The event stream `P events` (lua/includes/emit.lua): paging, the blocking tail, and event ids.
 
-use ojs_core::event::data_json;
+use ojs_core::event::{data_json, Event};
 use redis::Value;
 
 use crate::reply::val_str;
-use crate::store::{Fields, Result, Store};
+use crate::store::{Result, Store};
 
 /// Stream entries per read of the event stream (see `Store::read_events`).
 const EVENT_PAGE: usize = 256;
 
 /// The events of stream entries (an XRANGE reply), in order (lua/includes/emit.lua): an entry holds one
 /// call's events; the k-th event of entry `<id>` has the event id `<id>` (k = 0) or `<id>.<k>`.
-pub fn stream_entries(v: &Value) -> Vec<(String, Fields)> {
+pub fn stream_entries(v: &Value) -> Vec<(String, Event)> {
     let mut out = Vec::new();
-    each_event(v, |id, k, event| out.push((event_id(&val_str(id), k), event.fields())));
+    each_event(v, |id, k, event| out.push((event_id(&val_str(id), k), event.event())));
     out
 }
 
@@ -45,12 +45,12 @@ impl<'a> RawEvent<'a> {
         }
     }
 
-    /// The event as the map every reader takes (`type`, `job_id`, `queue`, `job_type`, `time`, `data`).
-    fn fields(&self) -> Fields {
-        let mut event = Fields::default();
+    /// The event as every reader takes it.
+    fn event(&self) -> Event {
+        let mut event = Event::default();
         match self {
             RawEvent::Packed(t, v) => {
-                event.insert("type".into(), (*t).into());
+                event.event_type = (*t).into();
                 for (name, part) in PACKED_PARTS.iter().zip(v.splitn(PACKED_PARTS.len(), ' ')) {
                     // The data's parts (ojs_core::event): the event's data object is written here.
                     let part = if *name == "data" {
@@ -58,13 +58,13 @@ impl<'a> RawEvent<'a> {
                     } else {
                         part.into()
                     };
-                    event.insert((*name).into(), part);
+                    event.put(name, part);
                 }
             }
             RawEvent::Pairs(fields) => {
                 for kv in fields.chunks(2) {
                     if let [name, value] = kv {
-                        event.insert(val_str(name), val_str(value));
+                        event.put(field_text(name), val_str(value));
                     }
                 }
             }
@@ -154,14 +154,14 @@ impl EventsRead {
     }
 
     /// Every event read, with its id, oldest first.
-    pub fn events(&self) -> Vec<(String, Fields)> {
+    pub fn events(&self) -> Vec<(String, Event)> {
         stream_entries(&self.0)
     }
 }
 
 /// The newest `count` events of an XREVRANGE reply (entries newest first, each entry's events oldest
 /// first), newest first.
-fn newest_first(v: &Value, count: usize) -> Vec<(String, Fields)> {
+fn newest_first(v: &Value, count: usize) -> Vec<(String, Event)> {
     let mut events = stream_entries(v);
     // Entries come newest first; reverse the events within each entry.
     let mut out = Vec::with_capacity(events.len());
@@ -207,7 +207,7 @@ impl Store {
     /// Up to `count` events strictly after the event `cursor` (an event id, see [`event_position`];
     /// `0-0` for the beginning), oldest first. The entry holding the cursor is read again (it may hold
     /// later events of the same call), and what the cursor has seen is dropped.
-    pub async fn events_after(&self, cursor: &str, count: usize) -> Result<Vec<(String, Fields)>> {
+    pub async fn events_after(&self, cursor: &str, count: usize) -> Result<Vec<(String, Event)>> {
         let seen = event_position(cursor).unwrap_or_default();
         // The cursor's own entry gives back its events 0..=k again (k = seen.2), dropped below.
         let want = count.saturating_add(seen.2 as usize + 1);
@@ -220,12 +220,12 @@ impl Store {
     }
 
     /// The newest `count` events, newest first.
-    pub async fn events_latest(&self, count: usize) -> Result<Vec<(String, Fields)>> {
+    pub async fn events_latest(&self, count: usize) -> Result<Vec<(String, Event)>> {
         self.read_events(false, "+".into(), "-", count).await
     }
 
     /// Up to `count` of the newest events at or after `since_ms` (Redis time), newest first.
-    pub async fn events_since(&self, since_ms: i64, count: usize) -> Result<Vec<(String, Fields)>> {
+    pub async fn events_since(&self, since_ms: i64, count: usize) -> Result<Vec<(String, Event)>> {
         let start = since_ms.max(0).to_string();
         self.read_events(false, "+".into(), &start, count).await
     }
@@ -240,7 +240,7 @@ impl Store {
         mut from: String,
         to: &str,
         count: usize,
-    ) -> Result<Vec<(String, Fields)>> {
+    ) -> Result<Vec<(String, Event)>> {
         let mut conn = self.conn().await?;
         let mut out = Vec::new();
         while out.len() < count {
@@ -343,7 +343,7 @@ mod event_tests {
         let v = Value::Array(vec![entry("5-0", &one), entry("5-1", &three)]);
         let got: Vec<(String, String)> = stream_entries(&v)
             .into_iter()
-            .map(|(id, f)| (id, format!("{} {}", f["type"], f["job_id"])))
+            .map(|(id, e)| (id, format!("{} {}", e.event_type, e.job_id)))
             .collect();
         let want = [
             ("5-0", "job.enqueued a"),
@@ -377,19 +377,27 @@ mod event_tests {
         let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["6-0", "7-0", "7-0.1"]);
         let (_, first) = &got[0];
+        assert_eq!(
+            (first.event_type.as_str(), first.job_id.as_str(), first.queue.as_str()),
+            ("job.enqueued", "a", "q")
+        );
+        assert_eq!(
+            (first.job_type.as_str(), first.time_ms, first.data.as_str()),
+            ("x", Some(1), "{}")
+        );
         let (_, started) = &got[1];
-        for k in ["job_id", "queue", "job_type", "time", "data"] {
-            assert_eq!(started.contains_key(k), first.contains_key(k), "{k}");
-        }
-        assert_eq!(started["type"], "job.started");
-        assert_eq!(started["job_id"], "a");
-        assert_eq!(started["queue"], "q");
-        assert_eq!(started["job_type"], "x");
-        assert_eq!(started["time"], "1");
-        assert_eq!(started["data"], "{\"attempt\":1,\"worker_id\":\"w 1\"}");
+        let want = Event {
+            event_type: "job.started".into(),
+            job_id: "a".into(),
+            queue: "q".into(),
+            job_type: "x".into(),
+            time_ms: Some(1),
+            data: "{\"attempt\":1,\"worker_id\":\"w 1\"}".into(),
+        };
+        assert_eq!(started, &want);
         let (_, rejected) = &got[2];
-        assert_eq!((rejected["job_id"].as_str(), rejected["queue"].as_str()), ("", "q"));
-        assert_eq!((rejected["job_type"].as_str(), rejected["time"].as_str()), ("", "2"));
+        assert_eq!((rejected.job_id.as_str(), rejected.queue.as_str()), ("", "q"));
+        assert_eq!((rejected.job_type.as_str(), rejected.time_ms), ("", Some(2)));
         let mut seen = Vec::new();
         EventsRead(v.clone()).each_type_and_queue(|t, q| seen.push(format!("{t}@{q}")));
         assert_eq!(seen, ["job.enqueued@q", "job.started@q", "backpressure.rejected@q"]);
@@ -415,7 +423,7 @@ mod event_tests {
         let got = stream_entries(&v);
         let data: Vec<serde_json::Value> = got
             .iter()
-            .map(|(_, f)| serde_json::from_str(&f["data"]).expect("JSON"))
+            .map(|(_, e)| serde_json::from_str(&e.data).expect("JSON"))
             .collect();
         assert_eq!(data[0], serde_json::json!({"attempt": 2, "worker_id": "w-1"}));
         assert_eq!(
@@ -469,7 +477,7 @@ mod event_tests {
         let whole: Vec<String> = read
             .events()
             .iter()
-            .map(|(id, f)| format!("{id}:{}", f["type"]))
+            .map(|(id, e)| format!("{id}:{}", e.event_type))
             .collect();
         assert_eq!(whole, ["5-0:job.enqueued", "5-0.1:job.started", "6-0:job.available"]);
         assert_eq!(EventsRead(Value::Nil).last_entry(), None);
