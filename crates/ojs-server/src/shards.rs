@@ -65,6 +65,22 @@ impl Shards {
         &self.stores[0]
     }
 
+    /// Redis' clock (shard 0's TIME), in ms: the time every node acts on.
+    pub async fn now_ms(&self) -> Result<i64, StoreError> {
+        self.first().now_ms().await
+    }
+
+    /// Whether every shard answers: shard 0 a PING, the others a TIME (an error names the shard).
+    pub async fn ping_all(&self) -> Result<(), String> {
+        self.first().ping().await.map_err(|e| e.to_string())?;
+        for s in self.all().iter().skip(1) {
+            s.now_ms()
+                .await
+                .map_err(|e| format!("shard {}: {e}", s.shard_index()))?;
+        }
+        Ok(())
+    }
+
     pub fn count(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }

@@ -118,6 +118,32 @@ pub async fn recent(st: &AppState, limit: usize) -> Result<Vec<ojs_store::Tenant
     Ok(all)
 }
 
+/// A tenant's fair-share weight as set (None: never set, the default 1 applies): shard 0's copy, which
+/// [`set_weight`] writes first.
+pub async fn weight(st: &AppState, tenant: &str) -> Result<Option<u32>, ApiError> {
+    Ok(st.shards.first().tenant_weight(tenant).await?)
+}
+
+/// Sets (or, with None, clears) a tenant's fair-share weight on every shard: each shard's FETCH reads
+/// its own copy.
+pub async fn set_weight(st: &AppState, tenant: &str, weight: Option<u32>) -> Result<(), ApiError> {
+    for s in st.shards.all() {
+        s.set_tenant_weight(tenant, weight).await?;
+    }
+    Ok(())
+}
+
+/// A tenant's counters summed over every shard.
+pub async fn counts(st: &AppState, tenant: &str) -> Result<ojs_store::TenantCounts, ApiError> {
+    let mut sum = ojs_store::TenantCounts::default();
+    for s in st.shards.all() {
+        let c = s.tenant_counts(tenant).await?;
+        sum.enqueued += c.enqueued;
+        sum.dispatched += c.dispatched;
+    }
+    Ok(sum)
+}
+
 /// One tenant's claims over the last hour, over every shard, and its share of all tenants' claims.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LastHour {

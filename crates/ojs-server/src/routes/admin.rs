@@ -114,7 +114,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
     let counts = st.shards.queue_counts(&names).await?;
     let (dead, _, _) = st.shards.dead_summary().await?;
     let (workers, _) = st.shards.workers_page(0, 0).await?;
-    let now = st.shards.first().now_ms().await?;
+    let now = st.shards.now_ms().await?;
     let (processed, failed) = throughput(&st, now).await?;
     Ok(ok(json!(Stats {
         queues: names.len(),
@@ -235,7 +235,7 @@ async fn set_paused(st: &AppState, q: &str, paused: bool) -> ApiResult<Response>
         paused,
         ..AdminQueue::from(&one_queue(st, q).await?)
     };
-    let at = Some(clock::format_ms(st.shards.first().now_ms().await?));
+    let at = Some(clock::format_ms(st.shards.now_ms().await?));
     Ok(ok(json!(AdminQueueChange {
         queue,
         paused_at: at.clone().filter(|_| paused),
@@ -308,7 +308,7 @@ struct WorkerList {
 async fn workers(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     let p = PageQuery::from_params(&q)?.resolve(20, 1000)?;
     let (total, all) = st.shards.workers_page(0, MAX_WORKERS).await?;
-    let now = st.shards.first().now_ms().await?;
+    let now = st.shards.now_ms().await?;
     let views: Vec<WorkerView> = all
         .iter()
         .map(|(id, rec)| worker_view(id, rec, now, st.config.visibility_timeout_ms))
@@ -364,7 +364,7 @@ async fn worker_detail(State(st): State<AppState>, OjsPath(w): OjsPath<String>) 
         .worker_record(&w)
         .await?
         .ok_or_else(|| OjsError::not_found("worker", &w))?;
-    let now = st.shards.first().now_ms().await?;
+    let now = st.shards.now_ms().await?;
     let worker = worker_view(&w, &rec, now, st.config.visibility_timeout_ms);
     let jobs = views(&st, &worker.current_jobs).await?;
     Ok(ok(json!(WorkerDetail { worker, jobs })))

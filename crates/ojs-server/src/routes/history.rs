@@ -199,7 +199,7 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
     if let Some(name) = &queue {
         names::check_queue(name).map_err(|e| OjsError::invalid(format!("queue: {e}")))?;
     }
-    let now = st.shards.first().now_ms().await?;
+    let now = st.shards.now_ms().await?;
     // Buckets are clock minutes; the last one is the current, partial, minute.
     let start = (now / MINUTE - (minutes - 1)) * MINUTE;
     let n = minutes as usize;

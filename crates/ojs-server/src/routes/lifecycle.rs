@@ -40,7 +40,7 @@ async fn worker_health(State(st): State<AppState>, OjsPath(worker): OjsPath<Stri
         .worker_record(&worker)
         .await?
         .ok_or_else(|| OjsError::not_found("worker", &worker))?;
-    let now = st.shards.first().now_ms().await?;
+    let now = st.shards.now_ms().await?;
     let view = worker_view(&worker, &rec, now, st.config.visibility_timeout_ms);
     let status = match view.state {
         WorkerState::Running => StatusCode::OK,

@@ -102,7 +102,7 @@ fn ratio(n: u64, total: u64) -> f64 {
     responses((status = 200, description = "OK", body = SchedulingStats, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
-    let now = st.shards.first().now_ms().await?;
+    let now = st.shards.now_ms().await?;
     let from = now - WINDOW_MS;
     let events = crate::events_hub::events_latest(&st, MAX_EVENTS, Some(from)).await?;
     let complete = events.len() < MAX_EVENTS;

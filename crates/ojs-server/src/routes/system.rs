@@ -30,16 +30,7 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// several shards, the primary of every shard must answer.
 async fn probe(st: &AppState) -> (bool, f64, Option<String>) {
     let started = std::time::Instant::now();
-    let all = async {
-        st.shards.first().ping().await.map_err(|e| e.to_string())?;
-        for s in st.shards.all().iter().skip(1) {
-            s.now_ms()
-                .await
-                .map_err(|e| format!("shard {}: {e}", s.shard_index()))?;
-        }
-        Ok::<(), String>(())
-    };
-    let r = match tokio::time::timeout(PROBE_TIMEOUT, all).await {
+    let r = match tokio::time::timeout(PROBE_TIMEOUT, st.shards.ping_all()).await {
         Ok(r) => r,
         Err(_) => Err(format!("redis did not answer within {} ms", PROBE_TIMEOUT.as_millis())),
     };

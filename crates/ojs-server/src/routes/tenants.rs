@@ -99,7 +99,7 @@ struct TenantResponse {
 }
 
 async fn tenant_of(st: &AppState, id: &str) -> ApiResult<Tenant> {
-    let w = st.shards.first().tenant_weight(id).await?;
+    let w = crate::tenant::weight(st, id).await?;
     Ok(Tenant {
         tenant_id: id.to_string(),
         fairness_weight: w.unwrap_or(1),
@@ -156,10 +156,7 @@ async fn put_tenant(
             }
         },
     };
-    // Every shard's FETCH reads the weight from its own shard.
-    for s in st.shards.all() {
-        s.set_tenant_weight(&id, weight).await?;
-    }
+    crate::tenant::set_weight(&st, &id, weight).await?;
     Ok(ok(TenantResponse {
         tenant: tenant_of(&st, &id).await?,
     }))
@@ -204,12 +201,7 @@ struct TenantFairness {
 )]
 async fn stats(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     tenant_id(&id)?;
-    let (mut enqueued, mut dispatched) = (0, 0);
-    for s in st.shards.all() {
-        let c = s.tenant_counts(&id).await?;
-        enqueued += c.enqueued;
-        dispatched += c.dispatched;
-    }
+    let ojs_store::TenantCounts { enqueued, dispatched } = crate::tenant::counts(&st, &id).await?;
     let t = tenant_of(&st, &id).await?;
     let h = crate::tenant::last_hour(&st, std::iter::once(id.as_str()))
         .await?
