@@ -28,4 +28,4 @@ pub use job_info::JobInfo;
 pub use newtypes::{JobId, Priority, QueueName};
 pub use priority::PriorityModel;
 pub use state::JobState;
-pub use stored::{Fields, StoredJob};
+pub use stored::{Fields, JobCounts, StoredJob};

@@ -14,6 +14,41 @@ use crate::state::JobState;
 /// are the server's own, so a fast seeded hasher does (std's SipHash cost a tenth of a request).
 pub type Fields = HashMap<String, String, foldhash::fast::RandomState>;
 
+/// A queue's jobs by state, as its counters hold them: the store reads them, the API shows them (its
+/// OpenAPI schema is this type). `scheduled` counts scheduled and retryable jobs (they wait in one
+/// index); `completed`, `failed`, `discarded` and `cancelled` count since the queue was first used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct JobCounts {
+    pub available: u64,
+    pub active: u64,
+    pub scheduled: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub discarded: u64,
+    pub cancelled: u64,
+}
+
+impl JobCounts {
+    /// The jobs that wait to run: available (rate-limit lanes included) + scheduled + retryable. What a
+    /// backpressure bound counts (the enqueue script computes the same sum).
+    pub fn depth(&self) -> u64 {
+        self.available + self.scheduled
+    }
+
+    /// These counts and `o`'s, summed.
+    pub fn plus(self, o: &JobCounts) -> JobCounts {
+        JobCounts {
+            available: self.available + o.available,
+            active: self.active + o.active,
+            scheduled: self.scheduled + o.scheduled,
+            completed: self.completed + o.completed,
+            failed: self.failed + o.failed,
+            discarded: self.discarded + o.discarded,
+            cancelled: self.cancelled + o.cancelled,
+        }
+    }
+}
+
 /// The names of a job's lifecycle times ([`StoredJob::times`]), in the order the API shows them.
 pub const TIME_FIELDS: [&str; 7] = [
     "created_at",

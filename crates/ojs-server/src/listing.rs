@@ -414,6 +414,15 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
     Ok(w)
 }
 
+/// The job with this id as stored now, from whichever shard holds it, or a 404.
+pub async fn job(st: &AppState, id: &str) -> ApiResult<ojs_core::StoredJob> {
+    Ok(st
+        .shards
+        .get_job(id)
+        .await?
+        .ok_or_else(|| OjsError::not_found("job", id))?)
+}
+
 /// The jobs with these ids as the API shows them (jobs gone meanwhile are left out).
 pub async fn views(st: &AppState, ids: &[String]) -> ApiResult<Vec<JobView>> {
     Ok(st.shards.jobs(ids).await?.iter().flatten().map(job_view).collect())

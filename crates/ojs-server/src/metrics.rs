@@ -154,9 +154,9 @@ async fn scrape(State(st): State<AppState>, headers: axum::http::HeaderMap) -> A
         .await?;
     for c in counts {
         for (state, n) in [
-            ("available", c.available),
-            ("active", c.active),
-            ("scheduled", c.scheduled),
+            ("available", c.jobs.available),
+            ("active", c.jobs.active),
+            ("scheduled", c.jobs.scheduled),
         ] {
             depth.sample(&[("queue", c.name.as_str()), ("state", state)], n);
         }

@@ -415,7 +415,8 @@ pub async fn active_jobs(st: &AppState, pools: &[Pool]) -> ApiResult<Vec<u64>> {
     names.sort_unstable();
     names.dedup();
     let counts = st.shards.queue_counts(&names).await?;
-    let active: std::collections::HashMap<&str, u64> = counts.iter().map(|c| (c.name.as_str(), c.active)).collect();
+    let active: std::collections::HashMap<&str, u64> =
+        counts.iter().map(|c| (c.name.as_str(), c.jobs.active)).collect();
     Ok(pools
         .iter()
         .map(|p| {

@@ -244,47 +244,8 @@ impl QueueStatus {
     }
 }
 
-/// Jobs by state. `scheduled` counts scheduled and retryable jobs (they wait in one index); `completed`,
-/// `failed`, `discarded` and `cancelled` count since the queue was first used.
-#[derive(Serialize, ToSchema, Default)]
-pub struct JobCounts {
-    pub available: u64,
-    pub active: u64,
-    pub scheduled: u64,
-    pub completed: u64,
-    pub failed: u64,
-    pub discarded: u64,
-    pub cancelled: u64,
-}
-
-impl From<&ojs_store::QueueCounts> for JobCounts {
-    fn from(c: &ojs_store::QueueCounts) -> Self {
-        Self {
-            available: c.available,
-            active: c.active,
-            scheduled: c.scheduled,
-            completed: c.completed,
-            failed: c.failed,
-            discarded: c.discarded,
-            cancelled: c.cancelled,
-        }
-    }
-}
-
-impl JobCounts {
-    /// The counts of several queues summed.
-    pub fn sum<'a>(queues: impl IntoIterator<Item = &'a ojs_store::QueueCounts>) -> Self {
-        queues.into_iter().fold(Self::default(), |t, c| Self {
-            available: t.available + c.available,
-            active: t.active + c.active,
-            scheduled: t.scheduled + c.scheduled,
-            completed: t.completed + c.completed,
-            failed: t.failed + c.failed,
-            discarded: t.discarded + c.discarded,
-            cancelled: t.cancelled + c.cancelled,
-        })
-    }
-}
+/// Jobs by state: ojs-core's, which the store reads and the API shows.
+pub use ojs_core::JobCounts;
 
 /// `{"limit", "period"}`: `limit` starts per `period` (an ISO 8601 duration such as `PT1M`): an
 /// `ojs_core::ratelimit::Window` as requests give it and answers show it.

@@ -120,7 +120,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
         queues: names.len(),
         workers,
         jobs: StatsJobs {
-            counts: JobCounts::sum(&counts),
+            counts: counts.iter().fold(JobCounts::default(), |t, c| t.plus(&c.jobs)),
             dead_letter: dead,
         },
         counts_note: "available and active are current; scheduled counts scheduled and retryable jobs (one index); completed, failed, discarded and cancelled count since the queue was first used",
@@ -150,7 +150,7 @@ impl From<&ojs_store::QueueCounts> for AdminQueue {
             name: c.name.clone(),
             state: QueueStatus::of(c.paused),
             paused: c.paused,
-            counts: c.into(),
+            counts: c.jobs,
         }
     }
 }

@@ -116,11 +116,7 @@ async fn retry_impl(st: &AppState, id: &JobId) -> ApiResult<Response> {
     {
         return Err(e.into());
     }
-    let f = st
-        .shards
-        .get_job(id)
-        .await?
-        .ok_or_else(|| OjsError::not_found("job", id))?;
+    let f = crate::listing::job(&st, id).await?;
     Ok(ok(JobResponse::of(job_view(&f))))
 }
 

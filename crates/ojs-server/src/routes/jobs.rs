@@ -403,11 +403,7 @@ async fn cancel(State(st): State<AppState>, headers: HeaderMap, JobPath(id): Job
     crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
     match st.shards.on_id(id, |s| async move { s.cancel(id).await }).await? {
         Transition::Done(_) => {
-            let f = st
-                .shards
-                .get_job(id)
-                .await?
-                .ok_or_else(|| OjsError::not_found("job", id))?;
+            let f = crate::listing::job(&st, id).await?;
             Ok(ok(JobResponse::of(job_view(&f))))
         }
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),

@@ -243,11 +243,7 @@ async fn report(st: &AppState, id: &JobId, req: ProgressReq) -> ApiResult<Respon
 )]
 async fn get_progress(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
     let id = id.as_str();
-    let f = st
-        .shards
-        .get_job(id)
-        .await?
-        .ok_or_else(|| OjsError::not_found("job", id))?;
+    let f = crate::listing::job(&st, id).await?;
     let (progress, message, data, updated) =
         progress_view(&f).unwrap_or((Value::Null, Value::Null, Value::Null, Value::Null));
     Ok(ok(json!(ProgressView {

@@ -52,8 +52,8 @@ struct Counts {
 
 fn counts(c: &QueueCounts) -> Counts {
     Counts {
-        jobs: c.into(),
-        depth: c.depth(),
+        jobs: c.jobs,
+        depth: c.jobs.depth(),
     }
 }
 
@@ -120,7 +120,7 @@ async fn stats(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult
             counts: counts(c),
             queue: q,
             max_depth: bound,
-            pressure: bound.map(|m| c.depth() as f64 / m.max(1) as f64),
+            pressure: bound.map(|m| c.jobs.depth() as f64 / m.max(1) as f64),
         },
         queue: match st.config.queue_stats_queue {
             QueueStatsQueue::Object => QueueField::Counts(summary(c)),

@@ -126,7 +126,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
 
     let names = st.shards.queue_names().await?;
     let counts = st.shards.queue_counts(&names).await?;
-    let active: BTreeMap<&str, u64> = counts.iter().map(|c| (c.name.as_str(), c.active)).collect();
+    let active: BTreeMap<&str, u64> = counts.iter().map(|c| (c.name.as_str(), c.jobs.active)).collect();
     let mut listed: Vec<&str> = active
         .iter()
         .filter(|(_, a)| **a > 0)
@@ -172,7 +172,7 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Response> {
         window: "PT1M",
         stats: Totals {
             dispatch_count_1m: total,
-            active_jobs: counts.iter().map(|c| c.active).sum(),
+            active_jobs: counts.iter().map(|c| c.jobs.active).sum(),
             complete,
             counted_from: clock::format_ms(counted_from),
         },

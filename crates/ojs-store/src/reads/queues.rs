@@ -21,22 +21,8 @@ pub(crate) const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy"
 #[derive(Debug, Default, Clone)]
 pub struct QueueCounts {
     pub name: String,
-    pub available: u64,
-    pub active: u64,
-    pub scheduled: u64,
-    pub completed: u64,
-    pub failed: u64,
-    pub discarded: u64,
-    pub cancelled: u64,
+    pub jobs: ojs_core::JobCounts,
     pub paused: bool,
-}
-
-impl QueueCounts {
-    /// The jobs that wait to run: available (rate-limit lanes included) + scheduled + retryable. What a
-    /// backpressure bound counts (the enqueue script computes the same sum).
-    pub fn depth(&self) -> u64 {
-        self.available + self.scheduled
-    }
 }
 
 impl Store {
@@ -126,16 +112,18 @@ impl Store {
             let g = |k: &str| stats.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
             out.push(QueueCounts {
                 name: q.clone(),
-                available: match &c[0] {
-                    Value::Array(v) => v.iter().map(|n| val_i64(n).max(0) as u64).sum(),
-                    _ => 0,
+                jobs: ojs_core::JobCounts {
+                    available: match &c[0] {
+                        Value::Array(v) => v.iter().map(|n| val_i64(n).max(0) as u64).sum(),
+                        _ => 0,
+                    },
+                    active: g("active"),
+                    scheduled: g("scheduled"),
+                    completed: g("completed"),
+                    failed: g("failed"),
+                    discarded: g("discarded"),
+                    cancelled: g("cancelled"),
                 },
-                active: g("active"),
-                scheduled: g("scheduled"),
-                completed: g("completed"),
-                failed: g("failed"),
-                discarded: g("discarded"),
-                cancelled: g("cancelled"),
                 paused: val_i64(&c[2]) == 1,
             });
         }
