@@ -395,13 +395,13 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
             }
             pos += chunk.len() as u64;
             examined += chunk.len() as u64;
-            let fields = store.jobs_fields(&chunk, &["state", "queue", "type"]).await?;
-            for (id, f3) in chunk.into_iter().zip(fields) {
-                let get = |i: usize| f3.get(i).and_then(|v| v.as_deref());
-                let ok = get(0).is_some()
-                    && seg.state.is_none_or(|s| get(0) == Some(s.as_str()))
-                    && (seg.queue.is_some() || queue_ok(get(1)))
-                    && f.type_matches(get(2));
+            let jobs = store.jobs_partial(&chunk, &["state", "queue", "type"]).await?;
+            for (id, j) in chunk.into_iter().zip(jobs) {
+                let Some(j) = j else { continue };
+                let ok = j.state.is_some()
+                    && seg.state.is_none_or(|s| j.state == Some(s))
+                    && (seg.queue.is_some() || queue_ok(j.queue.as_deref()))
+                    && f.type_matches(j.job_type.as_deref());
                 if ok {
                     if w.total >= offset && w.total < end {
                         w.ids.push(id);

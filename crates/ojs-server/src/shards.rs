@@ -527,14 +527,19 @@ impl Shards {
         self.on_id(id, |s| async move { s.get_job(id).await }).await
     }
 
-    /// A few fields of each job, from whichever shard holds it (None where a job or field is missing).
-    pub async fn jobs_fields(&self, ids: &[String], fields: &[&str]) -> Result<Vec<Vec<Option<String>>>, StoreError> {
-        // A job has its queue, state…: all None means not on this shard.
+    /// A few fields of each job, from whichever shard holds it (see `Store::jobs_partial`; None where
+    /// a job is missing).
+    pub async fn jobs_partial(
+        &self,
+        ids: &[String],
+        fields: &[&str],
+    ) -> Result<Vec<Option<ojs_core::StoredJob>>, StoreError> {
+        // A job has its queue, state…: none of them means not on this shard.
         self.by_ids(
             ids,
-            |s, part| async move { s.jobs_fields(&part, fields).await },
-            |f| f.iter().any(Option::is_some),
-            || vec![None; fields.len()],
+            |s, part| async move { s.jobs_partial(&part, fields).await },
+            Option::is_some,
+            Default::default,
         )
         .await
     }

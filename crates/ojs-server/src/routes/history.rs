@@ -293,15 +293,15 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
     // Wait by priority: the newest starts, one HMGET each (pipelined).
     let sampled: Vec<&Start> = starts.iter().rev().take(MAX_WAIT_READS).collect();
     let ids: Vec<String> = sampled.iter().map(|s| s.job_id.clone()).collect();
-    let fields = st
+    let jobs = st
         .shards
-        .jobs_fields(&ids, &["priority", "enqueued_at", "scheduled_at"])
+        .jobs_partial(&ids, &["priority", "enqueued_at", "scheduled_at"])
         .await?;
     let mut waits: BTreeMap<i64, WaitAcc> = BTreeMap::new();
     let (mut from_events, mut from_job, mut unknown) = (0u64, 0u64, 0u64);
-    for (s, f) in sampled.iter().zip(fields) {
-        let num = |i: usize| f.get(i).cloned().flatten().and_then(|v| v.parse::<i64>().ok());
-        let Some(priority) = num(0) else {
+    for (s, j) in sampled.iter().zip(jobs) {
+        let j = j.unwrap_or_default();
+        let Some(priority) = j.priority else {
             unknown += 1;
             continue;
         };
@@ -310,10 +310,10 @@ async fn history(State(st): State<AppState>, OjsQuery(q): OjsQuery<HistoryQuery>
                 from_events += 1;
                 w
             }
-            None if s.attempt == 1 => match num(1) {
+            None if s.attempt == 1 => match j.enqueued_at {
                 Some(enq) => {
                     from_job += 1;
-                    (s.at - enq.max(num(2).unwrap_or(0))).max(0)
+                    (s.at - enq.max(j.scheduled_at.unwrap_or(0))).max(0)
                 }
                 None => {
                     unknown += 1;

@@ -51,14 +51,25 @@ impl Store {
         Ok(self.job_read(&[], ids).await?.iter().map(decode_job).collect())
     }
 
-    /// A few fields of each job in one call (None where a job or field is missing).
-    pub async fn jobs_fields(&self, ids: &[String], fields: &[&str]) -> Result<Vec<Vec<Option<String>>>> {
-        assert!(!fields.is_empty(), "jobs_fields reads named fields");
+    /// A few fields of each job in one call, read into a [`StoredJob`] that holds only those (None
+    /// for a job that is gone, or that has none of them).
+    pub async fn jobs_partial(&self, ids: &[String], fields: &[&str]) -> Result<Vec<Option<StoredJob>>> {
+        assert!(!fields.is_empty(), "jobs_partial reads named fields");
         let items = self.job_read(fields, ids).await?;
         Ok((0..ids.len())
             .map(|i| match at(&items, i) {
-                Value::Array(vs) => vs.iter().map(val_opt_str).collect(),
-                _ => vec![None; fields.len()],
+                Value::Array(vs) => {
+                    let mut job = StoredJob::default();
+                    let mut any = false;
+                    for (name, v) in fields.iter().zip(vs) {
+                        if let Some(v) = val_opt_str(v) {
+                            job.put(name, v);
+                            any = true;
+                        }
+                    }
+                    any.then_some(job)
+                }
+                _ => None,
             })
             .collect())
     }
