@@ -855,3 +855,54 @@ async fn a_blocking_queue_holds_the_producer_until_there_is_room() {
         .await;
     assert_eq!((st, b["backpressure"].is_null()), (200, true), "{b}");
 }
+
+// ---- configuration bounds (issue 40, item 3) ----------------------------------------------------------
+
+/// A retention of 10^14 s is 10^17 ms, which Lua writes as `1e+17` and PEXPIRE refuses after the index
+/// writes: every ACK answered 500 and lost its job. The binary now refuses it before it connects (the
+/// Redis named here does not exist), naming the flag.
+#[tokio::test]
+async fn an_out_of_range_retention_is_refused_at_start_naming_the_flag() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ojs-server"))
+        .env("OJS_RETENTION_SECS", "100000000000000")
+        .env("OJS_REDIS_URL", "redis://127.0.0.1:1")
+        .env_remove("OJS_REDIS_CLUSTER")
+        .env("OJS_LISTEN", "127.0.0.1:0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start ojs-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ojs-server started with OJS_RETENTION_SECS=100000000000000");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(!status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains("--retention-secs") && stderr.contains("0..=3153600000"),
+        "{stderr}"
+    );
+}
+
+/// An embedder's `Config` skips clap: `run` refuses it the same way, before it touches Redis.
+#[tokio::test]
+async fn run_refuses_an_out_of_range_config_built_in_code() {
+    let mut cfg = ojs_server::Config::for_redis("redis://127.0.0.1:1");
+    cfg.retention_secs = 100_000_000_000_000;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let run = ojs_server::run(listener, cfg, std::future::pending());
+    let err = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("refused at once")
+        .expect_err("refused");
+    assert!(err.to_string().contains("--retention-secs"), "{err}");
+}

@@ -14,7 +14,7 @@ const BATCH: u32 = 1_000;
 /// Runs every `tick_ms`, or sooner when a scheduled job or a parked rate-limit lane is due before the
 /// next tick (so a throttle's next start or a delayed job is not late by up to a tick).
 pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
-    let tick = Duration::from_millis(st.config.tick_ms.max(5));
+    let tick = Duration::from_millis(st.config.tick_ms.max(crate::config::bounds::TICK_MS.min));
     let mut failing = false;
     let mut sleep = tick;
     // An older keyspace (key schema v1 or v2) is upgraded once, before the first round (jobs are served

@@ -24,7 +24,8 @@ pub struct Config {
     /// Redis Cluster slot, which the cluster may put on its own primary). A queue is placed on first
     /// use, on its --queue-shard pin or on the hash of its name, and stays there; the number may be
     /// raised at any time (new queues spread over the new shards) and is never lowered (see README).
-    #[arg(long, env = "OJS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
+    /// 1..=64.
+    #[arg(long, env = "OJS_SHARDS", default_value_t = 1, value_parser = bounds::SHARDS.parser::<u16>())]
     pub shards: u16,
 
     /// Pin queues to shards, `name=shard[,name=shard…]` (shards count from 0), e.g. to keep the queues
@@ -46,37 +47,46 @@ pub struct Config {
     #[arg(long, env = "OJS_PRIORITY_MODEL", default_value = "seed", value_parser = parse_model)]
     pub priority_model: PriorityModel,
 
-    /// Lease length of a fetched job that sets no visibility_timeout_ms, in ms.
-    #[arg(long, env = "OJS_VISIBILITY_TIMEOUT_MS", default_value_t = 30_000)]
+    /// Lease length of a fetched job that sets no visibility_timeout_ms, in ms: 1..=315360000000 (ten
+    /// years, as a FETCH's own).
+    #[arg(long, env = "OJS_VISIBILITY_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = bounds::VISIBILITY_TIMEOUT_MS.parser::<u64>())]
     pub visibility_timeout_ms: u64,
 
     /// How long finished (completed, cancelled, discarded) jobs stay readable, in seconds; 0 = forever.
-    #[arg(long, env = "OJS_RETENTION_SECS", default_value_t = 86_400)]
+    /// 0..=3153600000 (100 years).
+    #[arg(long, env = "OJS_RETENTION_SECS", default_value_t = 86_400,
+          value_parser = bounds::RETENTION_SECS.parser::<u64>())]
     pub retention_secs: u64,
 
-    /// How often each node promotes due scheduled jobs and reclaims expired leases, in ms.
-    #[arg(long, env = "OJS_TICK_MS", default_value_t = 100)]
+    /// How often each node promotes due scheduled jobs and reclaims expired leases, in ms: 5..=3600000
+    /// (an hour).
+    #[arg(long, env = "OJS_TICK_MS", default_value_t = 100, value_parser = bounds::TICK_MS.parser::<u64>())]
     pub tick_ms: u64,
 
-    /// Redis connections per node.
-    #[arg(long, env = "OJS_REDIS_POOL", default_value_t = 32)]
+    /// Redis connections per node: 1..=1024.
+    #[arg(long, env = "OJS_REDIS_POOL", default_value_t = 32, value_parser = bounds::REDIS_POOL.parser::<usize>())]
     pub redis_pool: usize,
 
     /// Answer a state change only once this many replicas have it (`WAIT`, in the same round trip as
-    /// the script), so a failover cannot lose what the server acknowledged. 0 = do not wait.
-    #[arg(long, env = "OJS_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    /// the script), so a failover cannot lose what the server acknowledged. 0 = do not wait. 0..=100.
+    #[arg(long, env = "OJS_REDIS_WAIT_REPLICAS", default_value_t = 0,
+          value_parser = bounds::REDIS_WAIT_REPLICAS.parser::<u32>())]
     pub redis_wait_replicas: u32,
 
-    /// How long a state change waits for those replicas before it is answered 503, in ms.
-    #[arg(long, env = "OJS_REDIS_WAIT_TIMEOUT_MS", default_value_t = 1_000)]
+    /// How long a state change waits for those replicas before it is answered 503, in ms: 1..=60000 (a
+    /// minute; `WAIT` with 0 would block its connection forever).
+    #[arg(long, env = "OJS_REDIS_WAIT_TIMEOUT_MS", default_value_t = 1_000,
+          value_parser = bounds::REDIS_WAIT_TIMEOUT_MS.parser::<u64>())]
     pub redis_wait_timeout_ms: u64,
 
-    /// Largest request body, in bytes.
-    #[arg(long, env = "OJS_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
+    /// Largest request body, in bytes: 1024..=536870912 (1 KiB to 512 MiB, Redis' largest string).
+    #[arg(long, env = "OJS_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024,
+          value_parser = bounds::MAX_BODY_BYTES.parser::<usize>())]
     pub max_body_bytes: usize,
 
-    /// Most jobs in one batch enqueue.
-    #[arg(long, env = "OJS_MAX_BATCH", default_value_t = 10_000)]
+    /// Most jobs in one batch enqueue: 1..=10000 (as many as a workflow; a batch is one script call).
+    #[arg(long, env = "OJS_MAX_BATCH", default_value_t = 10_000, value_parser = bounds::MAX_BATCH.parser::<usize>())]
     pub max_batch: usize,
 
     /// How FETCH picks among several queues when the request names no `strategy`: `strict` (in the
@@ -100,11 +110,13 @@ pub struct Config {
     pub insecure_no_auth: bool,
 
     /// Longest a request may take before it is answered 504 (`timeout`); above the 30 s long-poll cap.
-    #[arg(long, env = "OJS_REQUEST_TIMEOUT_MS", default_value_t = 60_000)]
+    /// In ms: 1..=3600000 (an hour).
+    #[arg(long, env = "OJS_REQUEST_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = bounds::REQUEST_TIMEOUT_MS.parser::<u64>())]
     pub request_timeout_ms: u64,
 
-    /// Most jobs one FETCH may claim.
-    #[arg(long, env = "OJS_MAX_FETCH", default_value_t = 1_000)]
+    /// Most jobs one FETCH may claim: 1..=10000.
+    #[arg(long, env = "OJS_MAX_FETCH", default_value_t = 1_000, value_parser = bounds::MAX_FETCH.parser::<u32>())]
     pub max_fetch: u32,
 
     /// Content-Type of JSON responses: `application/openjobspec+json` (default, what the OJS HTTP
@@ -218,13 +230,179 @@ fn parse_pins(s: &str) -> Result<Pins, String> {
 /// Largest queue weight (keeps one weighted round a bounded number of claims).
 pub const MAX_WEIGHT: u32 = 1000;
 
+/// The allowed values of a numeric flag: clap refuses any other when it parses the flag, and
+/// [`Config::validate`] again in a `Config` built in code ([`bounds::ALL`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// The flag, `--name`.
+    pub flag: &'static str,
+    /// Least allowed value.
+    pub min: u64,
+    /// Greatest allowed value.
+    pub max: u64,
+    /// What the range means (unit, limits, special values), for the refusal.
+    pub means: &'static str,
+    /// The flag's value in a `Config`.
+    pub get: fn(&Config) -> u64,
+}
+
+impl Bounds {
+    /// Refuses a value out of the range: `<v> is not in <min>..=<max> (<means>)`.
+    pub fn check(&self, v: u64) -> Result<u64, String> {
+        if (self.min..=self.max).contains(&v) {
+            return Ok(v);
+        }
+        Err(format!("{v} is not in {}..={} ({})", self.min, self.max, self.means))
+    }
+
+    /// Clap's parser of the flag: a decimal integer in the range, as `T` (which holds the range).
+    pub fn parser<T: TryFrom<u64>>(self) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {
+        move |s: &str| {
+            let v = s.parse::<u64>().map_err(|_| {
+                format!(
+                    "{s:?} is not an integer in {}..={} ({})",
+                    self.min, self.max, self.means
+                )
+            })?;
+            T::try_from(self.check(v)?).map_err(|_| format!("{v} does not fit"))
+        }
+    }
+}
+
+/// The range of every numeric flag. A millisecond value, even added to the time now, stays below
+/// 10^14, so Lua writes it and what it computes from it in full (its `tostring` writes 10^14 as
+/// `1e+14`, and a number handed to Redis from 10^17 on as `1e+17`, which PEXPIRE refuses), and far
+/// below 2^53.
+pub mod bounds {
+    use super::{Bounds, MAX_SHARDS};
+
+    /// `--shards`: a server-made id names its shard in one byte.
+    pub const SHARDS: Bounds = Bounds {
+        flag: "--shards",
+        min: 1,
+        max: MAX_SHARDS as u64,
+        means: "shards",
+        get: |c| u64::from(c.shards),
+    };
+
+    /// `--visibility-timeout-ms`: what a FETCH may ask for itself.
+    pub const VISIBILITY_TIMEOUT_MS: Bounds = Bounds {
+        flag: "--visibility-timeout-ms",
+        min: 1,
+        max: ojs_core::envelope::MAX_VISIBILITY_MS,
+        means: "ms, up to ten years",
+        get: |c| c.visibility_timeout_ms,
+    };
+
+    /// `--retention-secs`: 100 years is 3.15e12 ms (10^14 s, 10^17 ms, made every ACK fail).
+    pub const RETENTION_SECS: Bounds = Bounds {
+        flag: "--retention-secs",
+        min: 0,
+        max: 100 * 365 * 24 * 3600,
+        means: "seconds, up to 100 years; 0 = forever",
+        get: |c| c.retention_secs,
+    };
+
+    /// `--tick-ms`: the timers sleep at least 5 ms; a longer tick than an hour leaves a lapsed lease
+    /// unreclaimed that long.
+    pub const TICK_MS: Bounds = Bounds {
+        flag: "--tick-ms",
+        min: 5,
+        max: 3_600_000,
+        means: "ms, up to an hour",
+        get: |c| c.tick_ms,
+    };
+
+    /// `--redis-pool`: connections per node.
+    pub const REDIS_POOL: Bounds = Bounds {
+        flag: "--redis-pool",
+        min: 1,
+        max: 1024,
+        means: "connections",
+        get: |c| c.redis_pool as u64,
+    };
+
+    /// `--redis-wait-replicas`: more than a primary has makes every write wait out the timeout.
+    pub const REDIS_WAIT_REPLICAS: Bounds = Bounds {
+        flag: "--redis-wait-replicas",
+        min: 0,
+        max: 100,
+        means: "replicas; 0 = do not wait",
+        get: |c| u64::from(c.redis_wait_replicas),
+    };
+
+    /// `--redis-wait-timeout-ms`: `WAIT … 0` blocks forever, and holds its connection while it waits.
+    pub const REDIS_WAIT_TIMEOUT_MS: Bounds = Bounds {
+        flag: "--redis-wait-timeout-ms",
+        min: 1,
+        max: 60_000,
+        means: "ms, up to a minute",
+        get: |c| c.redis_wait_timeout_ms,
+    };
+
+    /// `--max-body-bytes`: at most Redis' largest string (`proto-max-bulk-len`, 512 MiB).
+    pub const MAX_BODY_BYTES: Bounds = Bounds {
+        flag: "--max-body-bytes",
+        min: 1024,
+        max: 512 * 1024 * 1024,
+        means: "bytes, 1 KiB to 512 MiB",
+        get: |c| c.max_body_bytes as u64,
+    };
+
+    /// `--max-batch`: a batch is one all-or-nothing script call, as large as a workflow at most.
+    pub const MAX_BATCH: Bounds = Bounds {
+        flag: "--max-batch",
+        min: 1,
+        max: ojs_core::workflow::MAX_WORKFLOW_JOBS as u64,
+        means: "jobs",
+        get: |c| c.max_batch as u64,
+    };
+
+    /// `--request-timeout-ms`.
+    pub const REQUEST_TIMEOUT_MS: Bounds = Bounds {
+        flag: "--request-timeout-ms",
+        min: 1,
+        max: 3_600_000,
+        means: "ms, up to an hour",
+        get: |c| c.request_timeout_ms,
+    };
+
+    /// `--max-fetch`: a FETCH's claims are one script call (with up to 255 other requests').
+    pub const MAX_FETCH: Bounds = Bounds {
+        flag: "--max-fetch",
+        min: 1,
+        max: 10_000,
+        means: "jobs",
+        get: |c| u64::from(c.max_fetch),
+    };
+
+    /// Every bounded flag, for [`super::Config::validate`].
+    pub const ALL: [Bounds; 11] = [
+        SHARDS,
+        VISIBILITY_TIMEOUT_MS,
+        RETENTION_SECS,
+        TICK_MS,
+        REDIS_POOL,
+        REDIS_WAIT_REPLICAS,
+        REDIS_WAIT_TIMEOUT_MS,
+        MAX_BODY_BYTES,
+        MAX_BATCH,
+        REQUEST_TIMEOUT_MS,
+        MAX_FETCH,
+    ];
+}
+
 fn parse_model(s: &str) -> Result<PriorityModel, String> {
     PriorityModel::parse(s).ok_or_else(|| format!("priority model must be 'seed' or 'core'; got {s:?}"))
 }
 
 impl Config {
-    /// Refuses configurations that would expose an unauthenticated server to the network.
+    /// Refuses a numeric setting out of its range ([`bounds`]; a `Config` built in code skips clap's
+    /// check), and configurations that would expose an unauthenticated server to the network.
     pub fn validate(&self) -> Result<(), String> {
+        for b in bounds::ALL {
+            b.check((b.get)(self)).map_err(|e| format!("{}: {e}", b.flag))?;
+        }
         if self.api_keys.is_empty() && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
             return Err(format!(
                 "refusing to listen on {} without API keys: set OJS_API_KEYS (e.g. admin:<key>,worker:<key>), \
@@ -271,5 +449,77 @@ impl Config {
             nodes if nodes.is_empty() => self.redis_url.clone(),
             nodes => format!("cluster {}", nodes.join(",")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every numeric flag and its range, written out here rather than read from [`bounds`].
+    const RANGES: [(&str, u64, u64); 11] = [
+        ("--shards", 1, 64),
+        ("--visibility-timeout-ms", 1, 315_360_000_000),
+        ("--retention-secs", 0, 3_153_600_000),
+        ("--tick-ms", 5, 3_600_000),
+        ("--redis-pool", 1, 1024),
+        ("--redis-wait-replicas", 0, 100),
+        ("--redis-wait-timeout-ms", 1, 60_000),
+        ("--max-body-bytes", 1024, 536_870_912),
+        ("--max-batch", 1, 10_000),
+        ("--request-timeout-ms", 1, 3_600_000),
+        ("--max-fetch", 1, 10_000),
+    ];
+
+    fn parse(flag: &str, v: u64) -> Result<Config, String> {
+        Config::try_parse_from(["ojs-server", flag, &v.to_string()]).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_numeric_flag_takes_its_limits_and_refuses_one_past_naming_the_flag() {
+        let defaults = Config::try_parse_from(["ojs-server"]).expect("defaults parse");
+        assert_eq!(defaults.validate(), Ok(()), "every default is in range");
+        for (flag, min, max) in RANGES {
+            let bound = bounds::ALL.iter().find(|b| b.flag == flag).expect(flag);
+            for v in [min, max] {
+                let c = parse(flag, v).unwrap_or_else(|e| panic!("{flag} {v}: {e}"));
+                assert_eq!((bound.get)(&c), v, "{flag}");
+                assert_eq!(c.validate(), Ok(()), "{flag} {v}");
+            }
+            let past = [min.checked_sub(1), Some(max + 1)];
+            for v in past.into_iter().flatten() {
+                let e = parse(flag, v).err().unwrap_or_else(|| panic!("{flag} {v} accepted"));
+                assert!(e.contains(flag) && e.contains(&format!("{min}..={max}")), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_bounds_are_every_numeric_flag_of_config_each_in_its_help() {
+        let flags: Vec<&str> = bounds::ALL.iter().map(|b| b.flag).collect();
+        assert_eq!(flags, RANGES.map(|(f, _, _)| f));
+        let cmd = <Config as clap::CommandFactory>::command();
+        for b in bounds::ALL {
+            let arg = cmd.get_arguments().find(|a| a.get_long() == b.flag.strip_prefix("--"));
+            let help = arg
+                .and_then(|a| a.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(
+                help.contains(&format!("{}..={}", b.min, b.max)),
+                "{}'s help: {help}",
+                b.flag
+            );
+        }
+    }
+
+    #[test]
+    fn validate_refuses_a_retention_of_10_to_the_14_naming_the_flag() {
+        let mut c = Config::for_redis("redis://127.0.0.1:1");
+        c.retention_secs = 100_000_000_000_000;
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("--retention-secs") && e.contains("0..=3153600000"), "{e}");
+        c.retention_secs = 3_153_600_000;
+        assert_eq!(c.validate(), Ok(()));
     }
 }
