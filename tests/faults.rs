@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ojs_core::clock::{local_now_ms, parse_ms};
-use ojs_testkit::{AofRedis, TestServer};
+use ojs_testkit::{OwnRedis, TestServer};
 use serde_json::{json, Value};
 
 const QUEUE: &str = "faults";
@@ -431,7 +431,7 @@ async fn run(shards: usize, drill: Drill) {
     }
     let bin = env!("CARGO_BIN_EXE_ojs-server");
     let dir = std::env::temp_dir().join(format!("ojs-faults-{}", uuid::Uuid::now_v7().simple()));
-    let mut redis = AofRedis::start(&dir).await;
+    let mut redis = OwnRedis::aof(&dir).await;
     let url = redis.url();
     let ns = ojs_testkit::unique_namespace();
     let keys = ojs_store::Keys::new(&ns);

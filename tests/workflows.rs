@@ -320,7 +320,7 @@ async fn an_ack_costs_the_same_in_a_group_of_10_and_of_10_000() {
     // A Redis of this test's own (the shared one serves concurrent tests) and timers that stay idle, so
     // the command counts are this server's ACKs alone; the least of five ACKs per size is compared.
     let dir = std::env::temp_dir().join(format!("ojs-wf-cost-{}", ojs_testkit::unique_namespace()));
-    let redis = ojs_testkit::AofRedis::start(&dir).await;
+    let redis = ojs_testkit::OwnRedis::aof(&dir).await;
     let mut cfg = ojs_server::Config::for_redis(&redis.url());
     cfg.namespace = ojs_testkit::unique_namespace();
     cfg.tick_ms = 3_600_000;

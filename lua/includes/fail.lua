@@ -28,22 +28,37 @@ local function matches_non_retryable(list_json, match)
   return false
 end
 
-local function backoff_ms(spec, attempt, jitter_u)
+-- backoff_ms is total: every input is checked (a spec that does not parse, or a number that is not finite
+-- or out of range, takes the default policy's), and the delay is clamped to [0, max_ms] before it is
+-- multiplied, so no attempt, however late, makes it NaN or infinite (0 * 100^155 was NaN: issue 40).
+local function backoff_parts(spec)
   local strategy, initial, coef, maxms, jitter = string.match(spec or '', '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  initial, coef, maxms = tonumber(initial), tonumber(coef), tonumber(maxms)
+  if not (strategy and finite(initial) and initial >= 0 and finite(coef) and coef >= 0 and finite(maxms)
+      and maxms >= 0) then
+    return nil
+  end
+  return strategy, initial, coef, maxms, jitter
+end
+
+local function backoff_ms(spec, attempt, jitter_u)
+  local strategy, initial, coef, maxms, jitter = backoff_parts(spec)
   if not strategy then
     -- A record without its own: the default policy's (RETRY_BACKOFF, from ojs-core's retry_defaults.rs).
-    strategy, initial, coef, maxms, jitter = string.match(RETRY_BACKOFF, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+    strategy, initial, coef, maxms, jitter = backoff_parts(RETRY_BACKOFF)
   end
-  initial, coef, maxms = tonumber(initial), tonumber(coef), tonumber(maxms)
   local d
-  if strategy == 'linear' then
+  if initial == 0 then
+    d = 0
+  elseif strategy == 'linear' then
     d = initial * attempt
   elseif strategy == 'constant' then
     d = initial
   else
     d = initial * (coef ^ (attempt - 1))
   end
-  if d > maxms then d = maxms end
+  -- d is not NaN here (initial > 0, coef >= 0), but may be infinite: the cap takes it.
+  if not (d <= maxms) then d = maxms end
   if jitter == '1' then d = d * (0.5 + jitter_u) end
   return math.floor(d)
 end

@@ -186,24 +186,38 @@ pub fn redis_url() -> String {
         .clone()
 }
 
-/// A `redis-server` of one test's own, for tests that crash Redis: append-only file on with
-/// `appendfsync always` (an acknowledged write survives a SIGKILL), no RDB snapshots, data in `dir`.
-/// [`AofRedis::kill`] sends SIGKILL; [`AofRedis::restart`] starts it again on the same port and dir, so
-/// the AOF replays and clients reconnect to the same URL. Killed on drop, and by a watchdog shell if the
-/// test process dies first.
-pub struct AofRedis {
+/// A `redis-server` of one test's own (a test that crashes Redis, flushes it, or counts its commands
+/// must not share the binary's). [`OwnRedis::aof`]: append-only file on with `appendfsync always` (an
+/// acknowledged write survives a SIGKILL); [`OwnRedis::scratch`]: nothing kept on disk. No RDB
+/// snapshots either way; data in `dir`. [`OwnRedis::kill`] sends SIGKILL; [`OwnRedis::restart`] starts
+/// it again on the same port and dir, so the AOF replays and clients reconnect to the same URL. Killed on
+/// drop, and by a watchdog shell if the test process dies first.
+pub struct OwnRedis {
     pub port: u16,
     pub dir: std::path::PathBuf,
+    aof: bool,
     child: Option<std::process::Child>,
 }
 
-impl AofRedis {
-    /// Starts one on a free port with its data in `dir` (created if missing); waits until it answers.
-    pub async fn start(dir: &std::path::Path) -> Self {
+impl OwnRedis {
+    /// Starts one with an append-only file on a free port with its data in `dir` (created if missing);
+    /// waits until it answers.
+    pub async fn aof(dir: &std::path::Path) -> Self {
+        Self::start(dir, true).await
+    }
+
+    /// Starts one that keeps nothing on disk, on a free port; waits until it answers.
+    pub async fn scratch() -> Self {
+        let dir = std::env::temp_dir().join(format!("ojs-own-redis-{}", unique_namespace()));
+        Self::start(&dir, false).await
+    }
+
+    async fn start(dir: &std::path::Path, aof: bool) -> Self {
         std::fs::create_dir_all(dir).expect("create the redis dir");
         let mut r = Self {
             port: free_port(),
             dir: dir.to_path_buf(),
+            aof,
             child: None,
         };
         r.restart().await;
@@ -228,7 +242,12 @@ impl AofRedis {
         self.kill();
         let child = Command::new(redis_server_bin())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+            .args(if self.aof {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                ["--appendonly", "no", "--appendfsync", "no"]
+            })
+            .args(["--save", ""])
             .arg("--dir")
             .arg(&self.dir)
             .args(["--loglevel", "warning"])
@@ -256,7 +275,7 @@ impl AofRedis {
     }
 }
 
-impl Drop for AofRedis {
+impl Drop for OwnRedis {
     fn drop(&mut self) {
         self.kill();
     }
