@@ -5,7 +5,7 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id
---   ARGV[3] retention_ms  int    retention of the cancelled job's record; 0 = forever
+--   ARGV[3] retention_ms  ms    retention of the cancelled job's record; 0 = forever
 -- RETURNS
 --   {'ok', now_ms, previous_state}
 --   {'not_found'}

@@ -6,12 +6,12 @@
 --   KEYS[1] P..'queues'   set    every queue name ever enqueued to (GET /queues); routes the script
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] retention_ms  int    how long a job cancelled here (on_conflict replace, overlap
+--   ARGV[2] retention_ms  ms    how long a job cancelled here (on_conflict replace, overlap
 --                                cancel_previous) keeps its hash; 0 = forever
 --   ARGV[3] name          string the cron entry's name (its hash: see cron-set-1.lua)
---   ARGV[4] expected      int    its next_run_at as read (ms): the tick being fired
---   ARGV[5] next_run_at   int    its new next_run_at ('' = none: the entry fires no more)
---   ARGV[6] overlap       string overlap_policy: skip | allow | cancel_previous | enqueue
+--   ARGV[4] expected      ms    its next_run_at as read (ms): the tick being fired
+--   ARGV[5] next_run_at   ms?    its new next_run_at ('' = none: the entry fires no more)
+--   ARGV[6] overlap       'skip'|'allow'|'cancel_previous'|'enqueue' overlap_policy: skip | allow | cancel_previous | enqueue
 --   ARGV[7..] one JOB record: the tick's job
 --   record JOB = create   (includes/create.lua declares its fields)
 -- RETURNS
@@ -43,6 +43,8 @@
 
 local P = ARG.P
 local name = ARG.name
+arg_layout('cron_fire', #ARGV == ARG.REST - 1 + JOB.STRIDE, 'one JOB record')
+check_JOB(ARG.REST)
 local dup = create_duplicate(P, ARGV, ARG.REST, 1)
 if dup then return {'duplicate', dup} end
 local now = now_ms()
@@ -65,7 +67,7 @@ else
   redis.call('ZREM', key_cron_due(P), name)
 end
 redis.call('HSET', ck, 'last_run_at', now)
-redis.call('HINCRBY', ck, 'run_count', 1)
+incr(ck, 'run_count', 1)
 -- skip: the previous run has not ended (running, or still waiting to run: another run would only pile
 -- up behind it); cancel_previous: the previous run is running.
 local prev = cur[2]

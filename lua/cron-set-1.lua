@@ -8,7 +8,7 @@
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] name          string the entry's name
 --   ARGV[3] def           string the registration as JSON (expression, timezone, job template, …)
---   ARGV[4] next_run_at   int    ms, computed by the caller from the expression and Redis TIME; ''
+--   ARGV[4] next_run_at   ms?    ms, computed by the caller from the expression and Redis TIME; ''
 --                                when the entry is disabled (it stays registered and never fires)
 -- RETURNS
 --   {'ok', created, created_at, last_run_at, run_count}   created 1 for a new entry, 0 for an update;

@@ -7,10 +7,10 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'; every other key is built from it and shares
 --                                its cluster hash tag, so the script touches one slot
---   ARGV[2] n             int    number of jobs: n JOB records follow the fixed arguments
---   ARGV[3] mode          'all' (any duplicate id or unique 'reject' conflict: nothing is written) |
---                         'each' (per job)
---   ARGV[4] retention_ms  int    how long a job cancelled here by on_conflict replace keeps its hash;
+--   ARGV[2] n             int(1..10000) number of jobs: n JOB records follow the fixed arguments
+--   ARGV[3] mode          'all'|'each' all: any duplicate id or unique 'reject' conflict, and nothing
+--                         is written; each: per job
+--   ARGV[4] retention_ms  ms    how long a job cancelled here by on_conflict replace keeps its hash;
 --                                0 = forever
 --   ARGV[5..] the n JOB records
 --   record JOB = create   (includes/create.lua declares its fields, for every script that creates jobs)
@@ -70,6 +70,8 @@
 local P = ARG.P
 local n = tonumber(ARG.n)
 local each = ARG.mode == 'each'
+arg_layout('enqueue', #ARGV == ARG.REST - 1 + n * JOB.STRIDE, 'n JOB records')
+for i = 0, n - 1 do check_JOB(ARG.REST + i * JOB.STRIDE) end
 
 if not each then
   local dup = create_duplicate(P, ARGV, ARG.REST, n)

@@ -6,30 +6,31 @@
 --   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:' (see enqueue-1.lua)
---   ARGV[2] retention_ms  int    how long an ended (acked, discarded) job's record is kept; 0 = forever
+--   ARGV[2] retention_ms  ms    how long an ended (acked, discarded) job's record is kept; 0 = forever
 --   ARGV[3..] the requests, one after another: each a REQ record, then its nqueues QUEUE records
 --   record REQ
 --     +0  worker_id     string recorded on claimed jobs ('' when the worker gave none)
---     +1  count         int    most jobs to claim (0: an ACK that claims nothing)
---     +2  visibility_ms int    lease length for claimed jobs that set no visibility_timeout_ms
---     +3  strategy      'strict': queues in the order given, each drained before the next;
---                       'weighted': smooth weighted round-robin over the queues that have ready jobs
+--     +1  count         int(0..10000) most jobs to claim (0: an ACK that claims nothing)
+--     +2  visibility_ms int(1..315360000000) lease length for claimed jobs that set no visibility_timeout_ms
+--     +3  strategy      'strict'|'weighted' strict: queues in the order given, each drained before
+--                       the next; weighted: smooth weighted round-robin over the queues that have
+--                       ready jobs
 --     +4  wrr_key       string weighted only: suffix of the hash P..'wrr:'..wrr_key holding the
 --                              round-robin state shared by every node for this set of weights
 --     +5  ack_id        string acknowledge this active job first ('' = no ACK); nothing is claimed
 --                              for this request when the ACK is refused
 --     +6  ack_result    string the ACK's JSON result, or '' for none
 --     +7  ack_lease     string the claim the ACK acts for: lease id, attempt, worker id ('' = not
---     +8  ack_attempt   string   named; see includes/lease.lua): an ACK for a claim the job no longer
+--     +8  ack_attempt   int?   named; see includes/lease.lua): an ACK for a claim the job no longer
 --     +9  ack_worker    string   holds is refused ('lease_lost')
---     +10 nqueues       int    how many QUEUE records follow
+--     +10 nqueues       int(0..1000) how many QUEUE records follow
 --     +11 tenant        string claim only this tenant's jobs (X-OJS-Tenant; '' = every tenant's, by fair
 --                              share: includes/tenant.lua)
---     +12 ack_used      string the ACK's cost_used: the units the job really used ('' = its cost); its
+--     +12 ack_used      int(0..1000000000)? the ACK's cost_used: the units the job really used ('' = its cost); its
 --                              rate-limit window entry counts that instead (ratelimit.lua rl_used)
 --   record QUEUE
 --     +0  name          string the queue
---     +1  weight        int    ignored by strict; > 0 for weighted
+--     +1  weight        int(0..1000) ignored by strict; > 0 for weighted
 -- RETURNS
 --   {'ok', now_ms, reply_1, ..., reply_n}   one reply per request, in order; reply_i is
 --                                            {ack, cut, job_1, ..., job_k}: k <= count; cut is 1 when the
@@ -139,8 +140,6 @@ local P = ARG.P
 local retention = tonumber(ARG.retention_ms)
 local now = now_ms()
 local now_text = text(now)
--- The fields of a job whose record is missing (a ready member without its job): all absent.
-local NO_JOB = {}
 -- The request being served: its worker, lease length and reply (set by serve()).
 local worker, default_vt, reply
 -- The request's tenant ('' = none named).
@@ -254,122 +253,131 @@ local function claim_from(queue, tenant)
     local jk = key_job(P, id)
     -- The record's own map (includes/record.lua rec_map): no table built to read it. Its fields dedup,
     -- root, root_ts, root_self and created_at are what supersede.lua reads, so the map is passed as is.
-    local f = rec_map(jk) or NO_JOB
-    local jtype, key, priority, wf = f.type or '', f.rl_key, f.priority, f.wf
-    local superseded = nil
-    if f.dedup or f.root then superseded = superseded_by(P, id, f) end
-    -- A member of a workflow being cancelled whose sweep has not reached it yet never starts.
-    local wf_state = wf and redis.call('HGET', key_workflow(P, wf), 'state')
-    local e, limited = nil, nil
-    if key then
-      redis.call('HDEL', key_queue_heads(P, q), key)
-      e = rl_effective(P, key, rl_policy(P, key, f.rl))
-      rl_pool(P, e, q, qlimits[queue])
-    end
-    if f.expires_at and tonumber(f.expires_at) <= now then
+    local bad = rec_bad(jk)
+    if bad or not rec_map(jk) then
+      -- No usable job behind the member (its record is gone, or corrupt: set aside, rec_quarantine):
+      -- the member leaves and the loop goes on; a lane it headed opens again at its key's next job
+      -- (ratelimit.lua lane_rebalance).
       skips = skips + 1
-      not_available(P, queue, priority)
-      ev_job_expired(P, id, queue, jtype, now)
-      discard_now(jk, id, queue, 'expired', EXPIRED_ERROR)
-      if key then lane_open(P, q, key, true) end
-    elseif wf_state == 'cancelled' then
-      skips = skips + 1
-      not_available(P, queue, priority)
-      ev_job_cancelled(P, id, queue, jtype, now, 'available', 'workflow cancelled')
-      end_unclaimed(jk, id, queue, 'cancelled', {})
-      if key then lane_open(P, q, key, true) end
-    elseif superseded then
-      -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
-      skips = skips + 1
-      not_available(P, queue, priority)
-      local why = cjson.encode(superseded)
-      ev_job_superseded(P, id, queue, jtype, now, why)
-      end_unclaimed(jk, id, queue, 'completed', {'superseded', why})
-      if key then lane_open(P, q, key, true) end
+      if bad then rec_quarantine(P, id, bad, now) end
     else
-      local strategy, limit, current, wake
-      if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
-      if strategy then
-        skips = skips + 1
-        -- One rate_limit.exceeded per blocking episode, not one per skipped job.
-        if redis.call('HSETNX', key_rl_state(P, key), 'blocked_since', now) == 1 then
-          redis.call('HSET', key_rl_state(P, key), 'strategy', strategy, 'until', wake)
-          redis.call('HINCRBY', key_rl_stats(P, key), 'exceeded_' .. strategy, 1)
-          ev_rate_limit_exceeded(P, id, queue, jtype, now, key, strategy, limit, current)
-        end
-        if e.on_limit == 'drop' then
-          not_available(P, queue, priority)
-          ev_rate_limit_dropped(P, id, queue, jtype, now, key, strategy)
-          discard_now(jk, id, queue, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)')
-          -- A dropped job does not park its lane: the next job of the lane faces the limit under its
-          -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
-          lane_open(P, q, key, true)
-          if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, q .. '\n' .. key) end
-        elseif e.on_limit == 'reschedule' and wake > now then
-          not_available(P, queue, priority)
-          rec('HDEL', jk, 'member')
-          rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
-          redis.call('ZADD', key_scheduled(P), wake, id)
-          stat(P, queue, 'scheduled', 1)
-          ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
-          lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor, e.pool_queue)
-        else
-          lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor, e.pool_queue)
-        end
-      else
-        not_available(P, queue, priority)
-        local vt = tonumber(f.visibility_ms) or default_vt
-        local lease = lease_deadline(now, vt, now, tonumber(f.timeout_ms))
-        local attempt = (tonumber(f.attempt) or 0) + 1
-        local claim = (tonumber(f.claims) or 0) + 1
-        local lease_text = text(lease)
-        local w = rec_update(jk)
-        if w then
-          w.member, w.state, w.started_at, w.lease_until, w.worker_id = nil, 'active', now_text, lease_text, worker
-          w.attempt, w.claims, w.lease_ms = text(attempt), text(claim), text(vt)
-        end
-        redis.call('ZADD', KEYS[1], lease_text, id)
-        stat(P, queue, 'active', 1)
-        if f.dedup or f.root_self then record_start(P, id, f, now) end
-        if key then
-          local units = rl_take(P, key, e, id, claim, lease, now)
-          -- e.round: an adaptive key's round of decreases this start belongs to (ratelimit.lua).
-          if w then w.rl_units, w.rl_round = units, e.round end
-          lane_open(P, q, key, true)
-          -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
-          if e.floor then burst_sync_all(P, key, e, now, q, 1) end
-        end
-        if capped then
-          -- One of the tenant's slots, held as the job's lease is (its end gives it back: leave_active).
-          redis.call('ZADD', key_queue_rl_active(P, q), lease, id)
-          if w then w.tslot = q end
-        end
-        if tenant then
-          redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(queue, tenant), tenant)
-          if tenant ~= '' then tenant_dispatched(P, tenant, now) end
-        end
-        local ql = qlimits[queue]
-        if ql.conc or ql.rate_limit then
-          if ql.conc then redis.call('ZADD', key_queue_rl_active(P, queue), lease, id) end
-          if ql.rate_limit and ql.rate_period then
-            redis.call('ZADD', key_queue_rl_win(P, queue), now, id .. ':' .. claim)
-            redis.call('PEXPIRE', key_queue_rl_win(P, queue), ql.rate_period)
-          end
-          rec('HSET', jk, 'qrl', 1)
-        end
-        if wf_state then
-          redis.call('HSETNX', key_workflow(P, wf), 'started_at', now)
-        end
-        ev_job_started(P, id, queue, jtype, now, attempt, worker)
-        reply[#reply + 1] = wf_job_reply(P, jk)
-        -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a
-        -- request later in the call that still finds an emptied queue there pops nothing and drops it.
-        claimed_from[queue] = true
-        return true
+      local f = rec_map(jk)
+      local jtype, key, priority, wf = f.type or '', f.rl_key, f.priority, f.wf
+      local superseded = nil
+      if f.dedup or f.root then superseded = superseded_by(P, id, f) end
+      -- A member of a workflow being cancelled whose sweep has not reached it yet never starts.
+      local wf_state = wf and redis.call('HGET', key_workflow(P, wf), 'state')
+      local e, limited = nil, nil
+      if key then
+        redis.call('HDEL', key_queue_heads(P, q), key)
+        e = rl_effective(P, key, rl_policy(P, key, f.rl))
+        rl_pool(P, e, q, qlimits[queue])
       end
-    end
+      if f.expires_at and tonumber(f.expires_at) <= now then
+        skips = skips + 1
+        not_available(P, queue, priority)
+        ev_job_expired(P, id, queue, jtype, now)
+        discard_now(jk, id, queue, 'expired', EXPIRED_ERROR)
+        if key then lane_open(P, q, key, true) end
+      elseif wf_state == 'cancelled' then
+        skips = skips + 1
+        not_available(P, queue, priority)
+        ev_job_cancelled(P, id, queue, jtype, now, 'available', 'workflow cancelled')
+        end_unclaimed(jk, id, queue, 'cancelled', {})
+        if key then lane_open(P, q, key, true) end
+      elseif superseded then
+        -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
+        skips = skips + 1
+        not_available(P, queue, priority)
+        local why = cjson.encode(superseded)
+        ev_job_superseded(P, id, queue, jtype, now, why)
+        end_unclaimed(jk, id, queue, 'completed', {'superseded', why})
+        if key then lane_open(P, q, key, true) end
+      else
+        local strategy, limit, current, wake
+        if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
+        if strategy then
+          skips = skips + 1
+          -- One rate_limit.exceeded per blocking episode, not one per skipped job.
+          if redis.call('HSETNX', key_rl_state(P, key), 'blocked_since', now) == 1 then
+            redis.call('HSET', key_rl_state(P, key), 'strategy', strategy, 'until', wake)
+            incr(key_rl_stats(P, key), 'exceeded_' .. strategy, 1)
+            ev_rate_limit_exceeded(P, id, queue, jtype, now, key, strategy, limit, current)
+          end
+          if e.on_limit == 'drop' then
+            not_available(P, queue, priority)
+            ev_rate_limit_dropped(P, id, queue, jtype, now, key, strategy)
+            discard_now(jk, id, queue, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)')
+            -- A dropped job does not park its lane: the next job of the lane faces the limit under its
+            -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
+            lane_open(P, q, key, true)
+            if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, q .. '\n' .. key) end
+          elseif e.on_limit == 'reschedule' and wake > now then
+            not_available(P, queue, priority)
+            rec('HDEL', jk, 'member')
+            rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
+            redis.call('ZADD', key_scheduled(P), wake, id)
+            stat(P, queue, 'scheduled', 1)
+            ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
+            lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor, e.pool_queue)
+          else
+            lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor, e.pool_queue)
+          end
+        else
+          not_available(P, queue, priority)
+          local vt = tonumber(f.visibility_ms) or default_vt
+          local lease = lease_deadline(now, vt, now, tonumber(f.timeout_ms))
+          local attempt = (tonumber(f.attempt) or 0) + 1
+          local claim = (tonumber(f.claims) or 0) + 1
+          local lease_text = text(lease)
+          local w = rec_update(jk)
+          if w then
+            w.member, w.state, w.started_at, w.lease_until, w.worker_id = nil, 'active', now_text, lease_text, worker
+            w.attempt, w.claims, w.lease_ms = text(attempt), text(claim), text(vt)
+          end
+          redis.call('ZADD', KEYS[1], lease_text, id)
+          stat(P, queue, 'active', 1)
+          if f.dedup or f.root_self then record_start(P, id, f, now) end
+          if key then
+            local units = rl_take(P, key, e, id, claim, lease, now)
+            -- e.round: an adaptive key's round of decreases this start belongs to (ratelimit.lua).
+            if w then w.rl_units, w.rl_round = units, e.round end
+            lane_open(P, q, key, true)
+            -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
+            if e.floor then burst_sync_all(P, key, e, now, q, 1) end
+          end
+          if capped then
+            -- One of the tenant's slots, held as the job's lease is (its end gives it back: leave_active).
+            redis.call('ZADD', key_queue_rl_active(P, q), lease, id)
+            if w then w.tslot = q end
+          end
+          if tenant then
+            redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(queue, tenant), tenant)
+            if tenant ~= '' then tenant_dispatched(P, tenant, now) end
+          end
+          local ql = qlimits[queue]
+          if ql.conc or ql.rate_limit then
+            if ql.conc then redis.call('ZADD', key_queue_rl_active(P, queue), lease, id) end
+            if ql.rate_limit and ql.rate_period then
+              redis.call('ZADD', key_queue_rl_win(P, queue), now, id .. ':' .. claim)
+              redis.call('PEXPIRE', key_queue_rl_win(P, queue), ql.rate_period)
+            end
+            rec('HSET', jk, 'qrl', 1)
+          end
+          if wf_state then
+            redis.call('HSETNX', key_workflow(P, wf), 'started_at', now)
+          end
+          ev_job_started(P, id, queue, jtype, now, attempt, worker)
+          reply[#reply + 1] = wf_job_reply(P, jk)
+          -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a
+          -- request later in the call that still finds an emptied queue there pops nothing and drops it.
+          claimed_from[queue] = true
+          return true
+        end
+      end
     -- The popped job did not start: its key's lane opened again or parked.
     if e and e.pool_size then burst_sync(P, q, key, e.floor, now, nil, 0, e.pool_queue) end
+    end
   end
 end
 
@@ -500,6 +508,16 @@ local function serve(a)
   reply[2] = cut
   return reply, next_a
 end
+
+-- Every request is checked before the first is served: a call refused for its arguments writes nothing.
+local b = ARG.REST
+while b <= #ARGV do
+  check_REQ(b)
+  local nq = tonumber(ARGV[b + REQ.nqueues])
+  for i = 1, nq do check_QUEUE(b + REQ.STRIDE + (i - 1) * QUEUE.STRIDE) end
+  b = b + REQ.STRIDE + nq * QUEUE.STRIDE
+end
+arg_layout('fetch', b == #ARGV + 1, 'REQ records, each followed by its nqueues QUEUE records')
 
 local out = {'ok', now}
 local a = ARG.REST

@@ -6,11 +6,11 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] worker_id     string the worker ('' when anonymous: no worker record is kept)
---   ARGV[3] extend_ms     int    lease extension the heartbeat asks for; 0 = the lease length chosen
+--   ARGV[3] extend_ms     ms    lease extension the heartbeat asks for; 0 = the lease length chosen
 --                                when the job was claimed (its 'lease_ms')
---   ARGV[4] default_ms    int    extension for a job claimed before claims recorded 'lease_ms'
---   ARGV[5] worker_ttl_ms int    how long the worker record outlives its last heartbeat
---   ARGV[6] worker_state  string what the worker reports ('running', 'quiet', 'drain', 'terminate';
+--   ARGV[4] default_ms    ms    extension for a job claimed before claims recorded 'lease_ms'
+--   ARGV[5] worker_ttl_ms ms    how long the worker record outlives its last heartbeat
+--   ARGV[6] worker_state  ''|'running'|'quiet'|'drain'|'terminate' what the worker reports ('running', 'quiet', 'drain', 'terminate';
 --                                '' = unchanged)
 --   ARGV[7..] the jobs the worker says it is running, one JOB record each
 --   record JOB
@@ -41,6 +41,8 @@
 
 local P, worker = ARG.P, ARG.worker_id
 local extend_ms, default_ms = tonumber(ARG.extend_ms), tonumber(ARG.default_ms)
+arg_layout('heartbeat', (#ARGV - ARG.REST + 1) % JOB.STRIDE == 0, 'JOB records')
+for i = ARG.REST, #ARGV, JOB.STRIDE do check_JOB(i) end
 local now = now_ms()
 local signal = ''
 local wk = key_worker(P, worker)
@@ -52,7 +54,8 @@ local held_ids = {}
 for i = ARG.REST, #ARGV, JOB.STRIDE do
   local id, lease_id = ARGV[i + JOB.id], ARGV[i + JOB.lease_id]
   local jk = key_job(P, id)
-  local f = rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
+  -- A job whose record is corrupt is no longer this worker's to run (includes/record.lua rec_bad).
+  local f = rec_bad(jk) and {} or rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
     'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms', 'tslot')
   local lease = -1
   local held = f[1] == 'active' and tonumber(f[9] or '0') > now

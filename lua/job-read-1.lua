@@ -5,7 +5,7 @@
 --   KEYS[1] P..'job:'..id  string the first job's record (gives the call its slot)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] nfields       int    0: each job comes back whole, as its record (the MessagePack map of
+--   ARGV[2] nfields       int(0..100) 0: each job comes back whole, as its record (the MessagePack map of
 --                                includes/record.lua); n > 0: as the values of the n field names that follow
 --   ARGV[3..2+nfields] the field names; then the job ids, at least one
 -- RETURNS

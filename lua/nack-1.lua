@@ -7,15 +7,15 @@
 --   ARGV[2] id            string job id
 --   ARGV[3] error         string JSON object of the error as the worker reported it (non-empty object)
 --   ARGV[4] match_key     string the error's type (or code), matched against non_retryable_errors
---   ARGV[5] retryable     '1' or '0' (the worker's verdict)
---   ARGV[6] requeue       '1': release the job back to available at once, keeping its attempt unspent
---   ARGV[7] jitter_u      number in [0,1) for backoff jitter
---   ARGV[8] retention_ms  int    retention of a discarded job's record; 0 = forever
---   ARGV[9] rate_limit_until int  ms; when > now the worker reports the downstream is rate-limiting
+--   ARGV[5] retryable     flag   the worker's verdict
+--   ARGV[6] requeue       flag   1: release the job back to available at once, keeping its attempt unspent
+--   ARGV[7] jitter_u      number(0..1) in [0,1) for backoff jitter
+--   ARGV[8] retention_ms  ms    retention of a discarded job's record; 0 = forever
+--   ARGV[9] rate_limit_until ms  ms; when > now the worker reports the downstream is rate-limiting
 --                                (error.rate_limit_until): the job's key is blocked until then and the
 --                                job goes back to waiting without spending the attempt
 --   ARGV[10] lease_id     string the claim the worker acts for ('' = not named; see includes/lease.lua)
---   ARGV[11] attempt      string the attempt the worker was given ('' = not named)
+--   ARGV[11] attempt      int? the attempt the worker was given ('' = not named)
 --   ARGV[12] worker_id    string the worker ('' = not named)
 --   (an adaptive key, includes/ratelimit.lua "Adaptive": a NACK with rate_limit_until, or whose
 --   match_key is an error type its policy names, halves the key's limits; the latter also gives the

@@ -8,14 +8,14 @@
 --   KEYS[1] P..'wrr:'..weights   hash   queue -> current weight (the round-robin's state), on shard 0
 -- ARGV
 --   ARGV[1] P       string  key prefix of shard 0 'ojs:{ns}:'
---   ARGV[2] want    int     how many claims to pick
---   ARGV[3] nqueues int     how many QUEUE records follow
+--   ARGV[2] want    int(0..10000) how many claims to pick
+--   ARGV[3] nqueues int(1..1000) how many QUEUE records follow
 --   ARGV[4..] the QUEUE records, then the refunds
 --   record QUEUE
 --     +0  name     string  the queue
---     +1  weight   int     > 0
---     +2  was_live '1' when the queue was eligible for the picks being refunded ('0' otherwise)
---     +3  live     '1' when it is eligible for the new picks (it had ready jobs on its shard and is
+--     +1  weight   int(1..1000) > 0
+--     +2  was_live flag    1 when the queue was eligible for the picks being refunded ('0' otherwise)
+--     +3  live     flag    1 when it is eligible for the new picks (it had ready jobs on its shard and is
 --                  not paused)
 --   then the refunds: 1-based indexes of queues, one per earlier pick that claimed nothing (the queue
 --           ran dry): each such round is undone as if the queue had not been eligible
@@ -34,6 +34,11 @@
 local WRR_KEEP_MS = 86400000
 local want, n = tonumber(ARG.want), tonumber(ARG.nqueues)
 local names, weights, was, live = {}, {}, {}, {}
+arg_layout('pick', #ARGV >= ARG.REST - 1 + n * QUEUE.STRIDE, 'nqueues QUEUE records, then refunds')
+for i = 1, n do check_QUEUE(ARG.REST + (i - 1) * QUEUE.STRIDE) end
+for a = ARG.REST + n * QUEUE.STRIDE, #ARGV do
+  if not arg_int(ARGV[a], 1, n) then arg_refuse('pick', 'refund', ARGV[a], 'a queue index in 1..nqueues') end
+end
 for i = 1, n do
   local b = ARG.REST + (i - 1) * QUEUE.STRIDE
   names[i], weights[i] = ARGV[b + QUEUE.name], tonumber(ARGV[b + QUEUE.weight])

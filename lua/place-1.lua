@@ -6,8 +6,8 @@
 --   KEYS[1] P..'placement'  hash  queue -> shard, written once per queue
 -- ARGV
 --   ARGV[1] P       string  key prefix of shard 0 'ojs:{ns}:'
---   ARGV[2] shards  int     the number of shards the calling pod is configured with
---   ARGV[3] kind    string  'queue', 'key' (a rate-limit key), 'type' (a job type whose unique or dedup
+--   ARGV[2] shards  int(1..64) the number of shards the calling pod is configured with
+--   ARGV[3] kind    'queue'|'key'|'type'|'root'|'find'|'claim'|'release' 'queue', 'key' (a rate-limit key), 'type' (a job type whose unique or dedup
 --                           policies leave `queue` out of their key), 'root' (a root-job signature
 --                           hash); 'find' reads where queues live without placing any (-1: never used,
 --                           so no data anywhere); 'claim' takes, and 'release' gives back, a lease on a
@@ -15,7 +15,7 @@
 --   ARGV[4..] one NAME record per name
 --   record NAME
 --     +0  name  string  the queue, key, type, root or claimed name
---     +1  shard int     for a queue, the operator's pin (--queue-shard) or -1; for a key, a type or a
+--     +1  shard int(-1..63) for a queue, the operator's pin (--queue-shard) or -1; for a key, a type or a
 --                       root, the shard of the queue of the job that carries it; for a claim or a
 --                       release, the shard that writes the name
 -- RETURNS
@@ -48,6 +48,8 @@ local CLAIM_MS = 600000
 local ROOT_KEEP_MS = 864000000
 
 local P = ARG.P
+arg_layout('place', (#ARGV - ARG.REST + 1) % NAME.STRIDE == 0, 'NAME records')
+for i = ARG.REST, #ARGV, NAME.STRIDE do check_NAME(i) end
 local count = tonumber(redis.call('GET', key_shard_count(P)) or '1')
 if tonumber(ARG.shards) > count then
   count = tonumber(ARG.shards)
@@ -77,14 +79,14 @@ for i = ARG.REST, #ARGV, NAME.STRIDE do
     local held = tonumber(redis.call('HGET', k, 'shard'))
     if not held or held == want then
       redis.call('HSET', k, 'shard', want)
-      redis.call('HINCRBY', k, 'holders', 1)
+      incr(k, 'holders', 1)
       redis.call('PEXPIRE', k, CLAIM_MS)
       held = want
     end
     out[#out + 1] = held
   elseif ARG.kind == 'release' then
     local k = key_claim(P, name)
-    if tonumber(redis.call('HGET', k, 'shard')) == want and redis.call('HINCRBY', k, 'holders', -1) <= 0 then
+    if tonumber(redis.call('HGET', k, 'shard')) == want and incr(k, 'holders', -1) <= 0 then
       redis.call('DEL', k)
     end
     out[#out + 1] = want

@@ -8,7 +8,7 @@
 --   ARGV[1] P             string key prefix 'ojs:{ns}:' (shard 0's)
 --   ARGV[2] name          string the pool's name (checked by the server like a queue name)
 --   ARGV[3] def           string the pool's definition as JSON, validated by the server
---   ARGV[4] max_pools     int    how many pools a deployment may hold; a new pool past it is refused
+--   ARGV[4] max_pools     int(1..1000000) how many pools a deployment may hold; a new pool past it is refused
 -- RETURNS
 --   {'ok', created, created_at, updated_at}   created 1 for a new pool, 0 for an update
 --   {'full', count}                           no such pool yet and max_pools already exist; nothing written

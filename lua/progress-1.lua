@@ -5,12 +5,12 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] id            string job id
---   ARGV[3] progress      string a number in [0, 1] (clamped by the caller), or '' to keep the last one
+--   ARGV[3] progress      number(0..1)? a number in [0, 1] (clamped by the caller), or '' to keep the last one
 --   ARGV[4] message       string a short text, or '' for none
 --   ARGV[5] data          string structured progress as JSON, or '' for none
---   ARGV[6] default_ms    int    lease extension for a job claimed before claims recorded 'lease_ms'
+--   ARGV[6] default_ms    ms    lease extension for a job claimed before claims recorded 'lease_ms'
 --   ARGV[7] lease_id      string the claim the worker acts for ('' = not named; see includes/lease.lua)
---   ARGV[8] attempt       string the attempt the worker was given ('' = not named)
+--   ARGV[8] attempt       int? the attempt the worker was given ('' = not named)
 --   ARGV[9] worker_id     string the worker ('' = not named)
 -- RETURNS
 --   {'ok', now_ms, progress, lease}   progress as stored ('' when none yet); lease the new deadline, or

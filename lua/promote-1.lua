@@ -6,8 +6,8 @@
 --   KEYS[1] P..'scheduled'  zset  scheduled and retryable job ids scored by run-at time (ms)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] limit         int    most jobs to move in this call (bounds the script's run time)
---   ARGV[3] retention_ms  int    retention of a job discarded because its expires_at passed
+--   ARGV[2] limit         int(1..100000) most jobs to move in this call (bounds the script's run time)
+--   ARGV[3] retention_ms  ms    retention of a job discarded because its expires_at passed
 -- RETURNS
 --   {'ok', moved, next_due_ms, now_ms}   next_due_ms is the earliest remaining run-at or lane wake
 --                                         time, or -1; now_ms is Redis TIME, so a caller can tell how

@@ -7,7 +7,7 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] queue         string the queue
---   ARGV[3] n             int    how many field names follow: the group being replaced
+--   ARGV[3] n             int(0..100) how many field names follow: the group being replaced
 --   ARGV[4..3+n] fields   string the group's fields, all removed first
 --   ARGV[4+n..] pairs     field, value: the group's new values (none = the group is cleared)
 -- RETURNS
@@ -28,6 +28,8 @@
 local UNPARK_MAX = 1000
 local conf = KEYS[1]
 local n = tonumber(ARG.n)
+arg_layout('queue_conf', #ARGV >= ARG.REST - 1 + n and (#ARGV - ARG.REST + 1 - n) % 2 == 0,
+  'n field names, then field, value pairs')
 local fields, pairs_ = {}, {}
 for i = ARG.REST, ARG.REST - 1 + n do fields[#fields + 1] = ARGV[i] end
 for i = ARG.REST + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end

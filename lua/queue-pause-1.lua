@@ -6,7 +6,7 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] queue         string the queue
---   ARGV[3] paused        '1' pauses the queue, '0' resumes it
+--   ARGV[3] paused        flag   1 pauses the queue, 0 resumes it
 -- RETURNS
 --   {'ok', now_ms}
 -- COST   O(1)

@@ -4,9 +4,9 @@
 --   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] limit         int    most jobs to take back in this call
---   ARGV[3] jitter_u      number in [0,1) for backoff jitter
---   ARGV[4] retention_ms  int    retention of a discarded job's record; 0 = forever
+--   ARGV[2] limit         int(1..100000) most jobs to take back in this call
+--   ARGV[3] jitter_u      number(0..1) in [0,1) for backoff jitter
+--   ARGV[4] retention_ms  ms    retention of a discarded job's record; 0 = forever
 -- RETURNS
 --   {'ok', requeued, timed_out}
 -- COST   O(k log n) for k expired leases

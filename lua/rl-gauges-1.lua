@@ -4,7 +4,7 @@
 --   KEYS[1] P..'rl:keys'   zset   every rate-limit key, lexicographic (member = key, score 0)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] limit         int    how many keys, from the first in lexicographic order
+--   ARGV[2] limit         int(1..100000) how many keys, from the first in lexicographic order
 -- RETURNS
 --   {'ok', now_ms, key_1, active_1, waiting_1, stats_1, limits_1, ...}   stats_i is the flat
 --        field/value array of P..'rl:'..key..':stats'; limits_i is {concurrency, rate_limit,

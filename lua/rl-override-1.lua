@@ -6,7 +6,7 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] key           string the rate-limit key
---   ARGV[3] expires_at    int    ms when the override lapses (0 = never); '-1' clears the override
+--   ARGV[3] expires_at    int(-1..99999999999999) ms when the override lapses (0 = never); '-1' clears the override
 --   ARGV[4..] field, value pairs to set
 -- RETURNS
 --   {'ok', now_ms}
@@ -28,6 +28,7 @@
 --@include ratelimit
 
 local P, key = ARG.P, ARG.key
+arg_layout('rl_override', (#ARGV - ARG.REST + 1) % 2 == 0, 'field, value pairs')
 local now = now_ms()
 local expires = tonumber(ARG.expires_at)
 if expires > 0 and expires <= now then return {'past', now} end

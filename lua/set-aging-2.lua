@@ -8,9 +8,9 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] queue         string the queue
---   ARGV[3] mode          string 'set': change the setting to aging_s and take the first step; 'step':
+--   ARGV[3] mode          'set'|'step' set: change the setting to aging_s and take the first step; 'step':
 --                                take the next step of a re-scoring under way (aging_s ignored)
---   ARGV[4] aging_s       int    the new interval in seconds; '' turns aging off
+--   ARGV[4] aging_s       int(1..315360000)? the new interval in seconds; '' turns aging off
 -- RETURNS
 --   {'ok', rescored, done}   rescored: waiting jobs given a new score by this call; done: 1 when every
 --                            waiting job has the setting's score and FETCH serves the queue again, 0 when

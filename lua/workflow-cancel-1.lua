@@ -6,8 +6,8 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] W             string workflow id
---   ARGV[3] retention_ms  int    retention of the cancelled jobs' hashes and of the workflow; 0 = forever
---   ARGV[4] mode          string 'cancel': the workflow becomes cancelled and the first step of ending
+--   ARGV[3] retention_ms  ms    retention of the cancelled jobs' hashes and of the workflow; 0 = forever
+--   ARGV[4] mode          'cancel'|'step' cancel: the workflow becomes cancelled and the first step of ending
 --                                its members runs; 'step': the next step of that (the caller calls
 --                                again while done is 0)
 -- RETURNS

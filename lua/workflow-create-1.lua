@@ -6,11 +6,11 @@
 --   KEYS[1] P..'queues'   set    every queue name ever enqueued to (GET /queues); routes the script
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] n             int    number of jobs: the m members, then the callbacks
+--   ARGV[2] n             int(1..10003) number of jobs: the m members, then the callbacks
 --   ARGV[3] id            string the workflow's id
---   ARGV[4] kind          string chain | group | batch
+--   ARGV[4] kind          'chain'|'group'|'batch'
 --   ARGV[5] name          string
---   ARGV[6] m             int    the number of steps/jobs (the first m jobs)
+--   ARGV[6] m             int(1..10000) the number of steps/jobs (the first m jobs)
 --   ARGV[7..] the n JOB records (its jobs carry no unique policy, dedup or root info), then one
 --           callback name (on_complete | on_success | on_failure) for each of the n - m jobs after
 --           the first m
@@ -43,6 +43,9 @@ local n = tonumber(ARG.n)
 local W = ARG.id
 local kind = ARG.kind
 local m = tonumber(ARG.m)
+arg_layout('workflow_create', m <= n and #ARGV == ARG.REST - 1 + n * JOB.STRIDE + n - m,
+  'n JOB records and a callback name for each after the m-th')
+for i = 0, n - 1 do check_JOB(ARG.REST + i * JOB.STRIDE) end
 local TAIL = ARG.REST + n * JOB.STRIDE
 local cb = {}
 for i = m, n - 1 do cb[i] = ARGV[TAIL + i - m] end

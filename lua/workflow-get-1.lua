@@ -5,7 +5,7 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] W             string workflow id
---   ARGV[3] limit         int    most member jobs to describe (the first ones, in order)
+--   ARGV[3] limit         int(0..100000) most member jobs to describe (the first ones, in order)
 -- RETURNS
 --   {'ok', now_ms, fields, jobs, callbacks}
 --      fields     the workflow hash as a flat field/value array

@@ -1033,7 +1033,6 @@ async fn stored_mutations(c: &mut MultiplexedConnection, call: &Call, saved: &Ke
     for k in related_keys(call, saved) {
         let kind = saved[&k].kind.as_str();
         out.push(Stored::Delete(k.clone()));
-        out.push(Stored::Replace(k.clone(), b"x".to_vec()));
         match kind {
             "string" => {
                 let fields: Vec<String> = redis::cmd("EVAL")
@@ -1043,10 +1042,15 @@ async fn stored_mutations(c: &mut MultiplexedConnection, call: &Call, saved: &Ke
                     .query_async(c)
                     .await
                     .unwrap_or_default();
-                if fields.is_empty() {
-                    for v in ["", "nan", "-1", "1e400"] {
-                        out.push(Stored::Replace(k.clone(), v.as_bytes().to_vec()));
-                    }
+                // A plain string (a counter, a policy, a lock) is given garbage of its own type; a job
+                // record is replaced whole by garbage, and each of its fields too.
+                let garbage: &[&str] = if fields.is_empty() {
+                    &["", "nan", "-1", "1e400"]
+                } else {
+                    &["x", "\u{81}\u{a1}"]
+                };
+                for v in garbage {
+                    out.push(Stored::Replace(k.clone(), v.as_bytes().to_vec()));
                 }
                 for f in fields {
                     out.push(Stored::RecordField(k.clone(), f.clone(), None));
@@ -1369,7 +1373,13 @@ async fn fuzz(shards: u16) {
         for a in &cmd[1..] {
             replay.arg(a);
         }
-        let _: redis::RedisResult<redis::Value> = replay.query_async(&mut c).await;
+        if let Err(e) = replay.query_async::<redis::Value>(&mut c).await {
+            // What the server sent must pass the library's argument checks.
+            assert!(
+                !e.to_string().contains("argument"),
+                "a call the server made is refused for its arguments: {e}"
+            );
+        }
         if i % 500 == 499 {
             eprintln!(
                 "atomicity ({shards} shard(s)): {}/{total} commands replayed, {:?}",
@@ -1509,4 +1519,108 @@ async fn a_retry_policy_from_zero_ms_never_loses_its_job() {
         assert_eq!(b["retry_delay_ms"], 0, "{b}");
     }
     s.assert_invariants().await;
+}
+
+/// A ready member without a record (issue 40) made the group commit that popped it fail: `count()` of a
+/// nil priority, after the pop and any claim before it. It must leave its set, and every request of the
+/// call be served.
+#[tokio::test]
+async fn a_ready_member_without_a_record_leaves_and_the_group_commit_goes_on() {
+    let s = TestServer::start().await;
+    let q = "ghost";
+    let a = s.enqueue(json!({"type": "t", "args": [1], "queue": q})).await;
+    let b = s.enqueue(json!({"type": "t", "args": [2], "queue": q})).await;
+    let mut r = s.redis().await;
+    let ghost = format!("{:0>16}0199aaaa-0000-7000-8000-00000000dead", 1);
+    let _: () = redis::cmd("ZADD")
+        .arg(s.keys().queue_ready(q))
+        .arg(-1)
+        .arg(&ghost)
+        .query_async(&mut r)
+        .await
+        .expect("ZADD");
+    let (_, replies) = s
+        .store()
+        .worker_requests(&[ojs_testkit::claim_request(q, 1), ojs_testkit::claim_request(q, 1)])
+        .await
+        .expect("the group commit is served");
+    let claimed: Vec<usize> = replies.iter().map(|r| r.claimed.len()).collect();
+    assert_eq!(claimed, vec![1, 1], "each request claims a real job");
+    for id in [a, b] {
+        let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(job["job"]["state"], "active", "{job}");
+    }
+    let left: Option<f64> = redis::cmd("ZSCORE")
+        .arg(s.keys().queue_ready(q))
+        .arg(&ghost)
+        .query_async(&mut r)
+        .await
+        .expect("ZSCORE");
+    assert_eq!(left, None, "the member without a job left its set");
+    s.assert_invariants().await;
+}
+
+/// A bad later request of a group commit (issue 40) failed the call after the earlier requests had
+/// claimed: their jobs were active, and their workers never heard of them. Every request is checked
+/// before the first is served: the call is refused and nothing changes.
+#[tokio::test]
+async fn a_bad_later_request_of_a_group_commit_changes_nothing() {
+    let s = TestServer::start().await;
+    let q = "bad-later";
+    let id = s.enqueue(json!({"type": "t", "args": [], "queue": q})).await;
+    let k = s.keys();
+    let request = |count: &str| -> Vec<String> {
+        [
+            "w", count, "30000", "strict", "", "", "", "", "", "", "1", "", "", q, "1",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let mut args = vec![k.prefix().to_string(), "0".to_string()];
+    args.extend(request("1"));
+    args.extend(request("x"));
+    let mut r = s.redis().await;
+    let err = redis::cmd("FCALL")
+        .arg(format!("fetch_{}", ojs_store::scripts::LIBRARY_VERSION))
+        .arg(1)
+        .arg(k.active())
+        .arg(&args)
+        .query_async::<redis::Value>(&mut r)
+        .await
+        .expect_err("the call is refused");
+    assert!(err.to_string().contains("count"), "{err}");
+    let (_, job) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(
+        job["job"]["state"], "available",
+        "the first request claimed nothing: {job}"
+    );
+    s.assert_invariants().await;
+}
+
+/// An aging interval that is not a number (issue 40) made every promote tick move due jobs and then
+/// fail (a NaN score): the scheduled job was never promoted. It now counts as aging off.
+#[tokio::test]
+async fn an_aging_interval_that_is_no_number_does_not_stop_the_promoter() {
+    let s = TestServer::start().await;
+    let q = "nan-aging";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/priority-aging"),
+            json!({"interval": "PT1M"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let mut r = s.redis().await;
+    let _: () = redis::cmd("HSET")
+        .arg(s.keys().queue_conf(q))
+        .arg("aging_s")
+        .arg("nan")
+        .query_async(&mut r)
+        .await
+        .expect("HSET");
+    let id = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q, "options": {"delay_ms": 50}}))
+        .await;
+    s.wait_state(&id, "available", Duration::from_secs(10)).await;
+    assert_eq!(s.fetch(&[q], 1).await.len(), 1);
 }

@@ -2,7 +2,6 @@
 //! and the rest goes on in the next call or on the timer; every key named after a user value expires
 //! or leaves with its last job.
 
-use ojs_store::{Strategy, WorkerRequest};
 use ojs_testkit::TestServer;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -12,19 +11,6 @@ async fn enqueue_all(s: &TestServer, jobs: Vec<Value>) {
     for chunk in jobs.chunks(1_000) {
         let (st, b) = s.post("/ojs/v1/jobs/batch", json!({ "jobs": chunk })).await;
         assert_eq!(st, 201, "{b}");
-    }
-}
-
-/// One FETCH script call, as the server's coalescer sends it.
-fn fetch_request(queue: &str, count: u32) -> WorkerRequest {
-    WorkerRequest {
-        ack: None,
-        queues: vec![(queue.to_string(), 1)],
-        strategy: Strategy::Strict,
-        worker_id: "w".into(),
-        count,
-        visibility_ms: None,
-        tenant: None,
     }
 }
 
@@ -45,7 +31,10 @@ async fn one_fetch_call_parks_at_most_a_hundred_lanes_and_the_request_goes_on() 
     enqueue_all(&s, jobs).await;
 
     let store = s.store();
-    let (_, reply) = store.worker_request(fetch_request(q, 1)).await.expect("fetch");
+    let (_, reply) = store
+        .worker_request(ojs_testkit::claim_request(q, 1))
+        .await
+        .expect("fetch");
     let mut r = s.redis().await;
     let parked: u64 = r.hlen(s.keys().queue_parked(q)).await.expect("hlen");
     assert!(
@@ -311,7 +300,11 @@ async fn an_aging_change_re_scores_a_big_queue_in_bounded_calls_and_holds_it_unt
         (1..=1_100).contains(&rescored),
         "one call re-scores about 1,000 ({rescored})"
     );
-    let (_, reply) = s.store().worker_request(fetch_request(q, 1)).await.expect("fetch");
+    let (_, reply) = s
+        .store()
+        .worker_request(ojs_testkit::claim_request(q, 1))
+        .await
+        .expect("fetch");
     assert!(
         reply.claimed.is_empty(),
         "the queue is held while its jobs are re-scored"

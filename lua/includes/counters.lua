@@ -32,12 +32,26 @@ local function count_pending(key, field)
   return sum
 end
 
--- count_flush(): writes every counter that moved in this call.
+-- incr(key, field, n): HINCRBY of a hash's counter that cannot fail (issue 40: it may come after other
+-- writes of the transition): a field something other than this library left as no integer restarts at n,
+-- logged, instead of failing the transition half done. Returns the new value.
+local function incr(key, field, n)
+  local v = redis.pcall('HINCRBY', key, field, n)
+  if type(v) ~= 'number' then
+    redis.log(redis.LOG_WARNING, 'ojs: counter ' .. key .. ' ' .. field .. ' was no integer; it restarts at ' .. n)
+    redis.call('HSET', key, field, n)
+    v = tonumber(n)
+  end
+  return v
+end
+
+-- count_flush(): writes every counter that moved in this call (through incr: it runs after the call's
+-- other writes and cannot fail).
 local function count_flush()
   for key, c in pairs(CNT) do
     for field, d in pairs(c) do
       if d ~= 0 then
-        local v = redis.call('HINCRBY', key, field, text(d))
+        local v = incr(key, field, text(d))
         if CNT_DROP[key] and v <= 0 then redis.call('HDEL', key, field) end
       end
     end

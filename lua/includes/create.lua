@@ -26,23 +26,23 @@
 --                                 JSON without system fields, max_attempts, backoff spec,
 --                                 on_exhaustion, non_retryable when not empty), a MessagePack map the
 --                                 server packed (ops/enqueue.rs ColdFields), stored as it is
---     +5  timeout_ms       int    0 none
---     +6  visibility_ms    int    0 server default
---     +7  expires_at       int    ms; 0 none
---     +8  scheduled_at     int    ms; 0 none
---     +9  delay_ms         int    0 none
+--     +5  timeout_ms       ms    0 none
+--     +6  visibility_ms    ms    0 server default
+--     +7  expires_at       ms    ms; 0 none
+--     +8  scheduled_at     ms    ms; 0 none
+--     +9  delay_ms         ms    0 none
 --     +10 priority         int    as the client gave it
 --     +11 rl_key           string rate-limit key ('' none)
 --     +12 rl_policy        string rate-limit policy (see includes/ratelimit.lua; '' none)
---     +13 expires_in_ms    int    0 none: a relative expiry, resolved here as now + expires_in_ms
+--     +13 expires_in_ms    ms    0 none: a relative expiry, resolved here as now + expires_in_ms
 --     +14 unique_key       string '' none: no options.unique
 --     +15 unique_states    string comma-separated
---     +16 unique_period_ms int    0 none
---     +17 on_conflict      string reject | ignore | replace | replace_except_schedule | raise_priority
+--     +16 unique_period_ms ms    0 none
+--     +17 on_conflict      ''|'reject'|'ignore'|'replace'|'replace_except_schedule'|'raise_priority'
 --     +18 dedup            string dedup fingerprint ('' none)
 --     +19 root             string root-job signature hash ('' none)
 --     +20 root_ts          int    root timestamp ms (0: the job's creation time)
---     +21 root_self        '1' when the job is the root itself
+--     +21 root_self        flag   1 when the job is the root itself
 --     +22 tenant           string the job's tenant, its meta.tenant_id ('' none): it waits in its
 --                                 tenant's sub-queue (includes/tenant.lua), and P..'tenant:'..tenant..
 --                                 ':stats' counts it ('enqueued'; kept TENANT_STATS_MS past its last move,
@@ -117,13 +117,13 @@ local function create_queue(X, queue)
     local P = X.P
     local conf = redis.call('HMGET', key_queue_conf(P, queue), 'aging_s', 'bp_max_depth', 'bp_warn',
       'bp_strategy', 'tenancy')
-    c = { aging = conf[1] and tonumber(conf[1]), ready = {}, pri = {}, sched = 0, bound = tonumber(conf[2]),
+    c = { aging = aging_setting(conf[1]), ready = {}, pri = {}, sched = 0, bound = whole(conf[2]),
       warn = conf[3] or '0.8', strategy = conf[4] or 'reject', tenancy = conf[5] or '' }
     if c.bound then
       local sk, pk = key_queue_stats(P, queue), key_queue_pri(P, queue)
-      local depth = tonumber(redis.call('HGET', sk, 'scheduled') or '0') + count_pending(sk, 'scheduled')
+      local depth = (whole(redis.call('HGET', sk, 'scheduled')) or 0) + count_pending(sk, 'scheduled')
         + count_pending(pk)
-      for _, v in ipairs(redis.call('HVALS', pk)) do depth = depth + tonumber(v) end
+      for _, v in ipairs(redis.call('HVALS', pk)) do depth = depth + (whole(v) or 0) end
       c.depth = depth
     end
     X.qs[queue] = c
@@ -219,7 +219,7 @@ local function create_flush(X)
       redis.call('SADD', key_ready_index(P), queue)
       local pk = key_queue_pri(P, queue)
       for priority, count in pairs(c.pri) do
-        redis.call('HINCRBY', pk, priority, count)
+        incr(pk, priority, count)
       end
     end
     if c.sched > 0 then stat(P, queue, 'scheduled', c.sched) end

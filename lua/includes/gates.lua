@@ -12,6 +12,12 @@
 --@include ratelimit
 --@include tenant
 
+-- conf_count(v): a setting's count: nil when absent, false when it is no whole number (text.lua whole).
+local function conf_count(v)
+  if not v then return nil end
+  return whole(v) or false
+end
+
 -- queue_paused(P, queue): the queue is paused (POST /queues/{q}/pause).
 local function queue_paused(P, queue)
   return redis.call('SISMEMBER', key_paused(P), queue) == 1
@@ -23,7 +29,14 @@ end
 local function queue_settings(P, queue)
   local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
     'rs_phase', 'tenants', 'tenancy')
-  return { conc = tonumber(c[1]), rate_limit = tonumber(c[2]), rate_period = tonumber(c[3]), rescoring = c[4],
+  local conc, rate_limit, rate_period = conf_count(c[1]), conf_count(c[2]), conf_count(c[3])
+  if conc == false or rate_limit == false or rate_period == false then
+    -- A limit something other than this library wrote as no count: the queue is held (a limit of 0)
+    -- rather than served past a limit it may have had (issue 40).
+    redis.log(redis.LOG_WARNING, 'ojs: queue ' .. queue .. ' has a rate limit setting that is no count; held')
+    conc, rate_limit, rate_period = 0, nil, nil
+  end
+  return { conc = conc, rate_limit = rate_limit, rate_period = rate_period, rescoring = c[4],
     tenants = c[5], tenancy = tenancy_decode(c[6]) }
 end
 

@@ -215,7 +215,7 @@ local function rl_pool(P, e, q, l)
   if not pool then return end
   e.floor = math.min(e.floor, e.conc)
   e.pool_size, e.pool_queue = size, pool
-  e.pool_want = tonumber(redis.call('HGET', key_queue_conf(P, pool), 'want') or '0')
+  e.pool_want = whole(redis.call('HGET', key_queue_conf(P, pool), 'want')) or 0
 end
 
 -- Throttle state P..'rl:'..K..':tat' = "<next allowed ms> <interval ms> <last start ms>" (GCRA with no
@@ -501,11 +501,11 @@ end
 -- 0); a part that shrinks re-opens lanes the pool holds back.
 local function burst_part(P, pool, lane, part, now)
   local wk = key_queue_want(P, pool)
-  local old = tonumber(redis.call('HGET', wk, lane) or '0')
+  local old = whole(redis.call('HGET', wk, lane)) or 0
   if part == old then return end
   if part == 0 then redis.call('HDEL', wk, lane) else redis.call('HSET', wk, lane, part) end
   local ck = key_queue_conf(P, pool)
-  if redis.call('HINCRBY', ck, 'want', part - old) == 0 then redis.call('HDEL', ck, 'want') end
+  if incr(ck, 'want', part - old) == 0 then redis.call('HDEL', ck, 'want') end
   if part < old then pool_wake(P, pool, now) end
 end
 
@@ -584,7 +584,15 @@ local function lane_rebalance(P, queue, key)
   local best = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
   if #best == 0 then return end
   local rk = key_queue_ready(P, queue)
-  local hs = moved_score(P, queue, head, tonumber(redis.call('ZSCORE', rk, head)))
+  local held = tonumber(redis.call('ZSCORE', rk, head))
+  if not held then
+    -- A head no longer in the ready set (its job left it by other means: its record vanished or was
+    -- corrupt, FETCH dropped the member): the lane opens anew (issue 40).
+    redis.call('HDEL', hk, key)
+    lane_open(P, queue, key)
+    return
+  end
+  local hs = moved_score(P, queue, head, held)
   local bs = moved_score(P, queue, best[1], tonumber(best[2]))
   if bs < hs or (bs == hs and best[1] < head) then
     redis.call('ZREM', rk, head)
@@ -714,7 +722,7 @@ local function rl_adapt_up(P, key, pol, now, id, queue, jtype)
   -- Only a success at the limit says the limit could be higher: a key using fewer slots than it has
   -- learns nothing about the upstream (the job itself still holds its slot here).
   if a[1] and not a[2] and rl_active(P, key, now) < tonumber(a[1]) then return end
-  if redis.call('HINCRBY', ak, 'ok', 1) < pol.adapt.after then return end
+  if incr(ak, 'ok', 1) < pol.adapt.after then return end
   -- Two limits: the concurrency and the window.
   local steps = { { 'concurrency', 'concurrency', a[1], pol.conc, 1 },
     { 'rate_limit', 'rate', a[2], pol.rate_limit, pol.rate_limit and math.max(1, math.floor(pol.rate_limit / 10)) } }

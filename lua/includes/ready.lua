@@ -21,16 +21,29 @@ local function seq_member(hi, lo, id)
   return string.len(hs) .. hs .. string.format('%015d', lo) .. id
 end
 
-local function next_member(P, id)
+-- seq_take(P, n): reserves n sequence numbers: the hash's new lo, and its hi. A sequence something other
+-- than this library left as no integer cannot fail the transition that needs it (issue 40): a new epoch
+-- starts (hi + 1, or 0 when hi is no integer either), logged; jobs keep their order within it.
+local function seq_take(P, n)
   local seq = key_seq(P)
-  local lo = redis.call('HINCRBY', seq, 'lo', 1)
-  local hi
+  local lo = redis.pcall('HINCRBY', seq, 'lo', n)
+  local hi = redis.call('HGET', seq, 'hi')
+  if type(lo) ~= 'number' then
+    redis.log(redis.LOG_WARNING, 'ojs: sequence ' .. seq .. ' is not an integer; a new epoch starts')
+    hi = string.find(hi or '', '^%d+$') and tonumber(hi) + 1 or 0
+    lo = n
+    redis.call('HSET', seq, 'hi', hi, 'lo', lo)
+  end
+  return lo, tonumber(hi or '0') or 0
+end
+
+local function next_member(P, id)
+  local lo, hi = seq_take(P, 1)
   if lo >= SEQ_LO_LIMIT then
-    hi = redis.call('HINCRBY', seq, 'hi', 1)
-    redis.call('HSET', seq, 'lo', 0)
+    local seq = key_seq(P)
+    hi = hi + 1
+    redis.call('HSET', seq, 'hi', hi, 'lo', 0)
     lo = 0
-  else
-    hi = tonumber(redis.call('HGET', seq, 'hi') or '0')
   end
   return seq_member(hi, lo, id)
 end
@@ -39,13 +52,12 @@ end
 -- first lo, or nil when the block would reach the carry (the caller then takes next_member per job,
 -- which carries). seq_member(hi, lo, id) spells the member exactly as next_member does.
 local function seq_block(P, n)
-  local seq = key_seq(P)
-  local lo = redis.call('HINCRBY', seq, 'lo', n)
+  local lo, hi = seq_take(P, n)
   if lo >= SEQ_LO_LIMIT then
-    redis.call('HINCRBY', seq, 'lo', -n)
+    redis.call('HINCRBY', key_seq(P), 'lo', -n)
     return nil
   end
-  return tonumber(redis.call('HGET', seq, 'hi') or '0'), lo - n + 1
+  return hi, lo - n + 1
 end
 
 -- make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key): make a job available with a fresh

@@ -38,12 +38,35 @@ local REC_COLD = {'doc', 'max_attempts', 'backoff', 'on_exhaustion', 'non_retrya
 local REC_IS_COLD = {}
 for i = 1, #REC_COLD do REC_IS_COLD[REC_COLD[i]] = true end
 
--- rec_open(f): moves the fields packed in f.cold into f itself (nothing when there are none).
+-- rec_cold_check(c): nil when the cold fields c can be used, else what is wrong (see rec_check below).
+local function rec_cold_check(c)
+  if type(c) ~= 'table' then return 'cold is not a map of fields' end
+  local m = c.max_attempts
+  if m ~= nil and not (type(m) == 'string' and #m <= 17 and string.find(m, '^%-?%d+$')) then
+    return 'max_attempts is not an integer'
+  end
+  if c.backoff ~= nil and type(c.backoff) ~= 'string' then return 'backoff is not text' end
+  if c.non_retryable ~= nil then
+    local ok, list = pcall(cjson.decode, c.non_retryable)
+    if not ok or type(list) ~= 'table' then return 'non_retryable is not a JSON list' end
+    for _, pat in ipairs(list) do
+      if type(pat) ~= 'string' then return 'non_retryable holds a pattern that is not text' end
+    end
+  end
+  return nil
+end
+
+-- rec_open(f): moves the fields packed in f.cold into f itself (nothing when there are none). Cold fields
+-- that cannot be used raise an error: the first read of one comes before a transition's first write.
 local function rec_open(f)
   local c = f.cold
   if c == nil then return end
+  local ok, fields = pcall(cmsgpack.unpack, c)
+  local bad = 'cold does not unpack'
+  if ok then bad = rec_cold_check(fields) end
+  if bad then error('ERR job record is corrupt: ' .. bad, 0) end
   f.cold = nil
-  for k, v in pairs(cmsgpack.unpack(c)) do f[k] = v end
+  for k, v in pairs(fields) do f[k] = v end
 end
 
 -- rec_pack(f): the record as stored. The cold fields found in f itself (a record whose `cold` was
@@ -77,6 +100,46 @@ end
 -- Record values are strings, as a hash's were (includes/text.lua).
 local rec_str = text
 
+-- What a record must hold to be used (issue 40: stored state is not trusted blindly). A record that does
+-- not, or a value that does not unpack to one, is corrupt: written by something other than this library
+-- (an operator's edit, a bug of an older build). rec_load marks it (e.bad, the reason) and every read of
+-- it (rec, rec_map, rec_update, rec_packed) then raises an error, which a script meets before its first
+-- write for the job it was called for; a script that meets other jobs after writing (FETCH's pops, the
+-- timers' due jobs and leases, a group commit's later ACKs) asks rec_bad(key) first and sets the job
+-- aside (rec_quarantine, includes/active.lua) instead.
+local REC_STATES = {scheduled = true, available = true, pending = true, active = true, completed = true,
+  retryable = true, cancelled = true, discarded = true}
+local REC_TEXT = {'queue', 'type'}
+-- Integers every record holds, and those a script computes with when present (a decimal integer's text).
+local REC_INT_NEEDED = {'rank', 'priority', 'attempt', 'enqueued_at'}
+local REC_INT = {'created_at', 'claims', 'lease_until', 'lease_ms', 'started_at', 'timeout_ms',
+  'visibility_ms', 'scheduled_at', 'expires_at', 'root_ts', 'retry_delay_ms', 'unique_until',
+  'hold_delay_ms', 'rl_round', 'max_attempts'}
+
+-- rec_check(f): nil when the fields f are a record scripts can use, else what is wrong.
+local function rec_check(f)
+  if type(f) ~= 'table' then return 'not a map of fields' end
+  if not REC_STATES[f.state] then return 'state ' .. tostring(f.state) .. ' is no job state' end
+  for i = 1, #REC_TEXT do
+    local v = f[REC_TEXT[i]]
+    if type(v) ~= 'string' or v == '' then return REC_TEXT[i] .. ' is missing' end
+  end
+  for i = 1, #REC_INT_NEEDED do
+    local v = f[REC_INT_NEEDED[i]]
+    if not (type(v) == 'string' and #v <= 17 and string.find(v, '^%-?%d+$')) then
+      return REC_INT_NEEDED[i] .. ' is not an integer'
+    end
+  end
+  for i = 1, #REC_INT do
+    local v = f[REC_INT[i]]
+    if v ~= nil and not (type(v) == 'string' and #v <= 17 and string.find(v, '^%-?%d+$')) then
+      return REC_INT[i] .. ' is not an integer'
+    end
+  end
+  if f.cold ~= nil and type(f.cold) ~= 'string' then return 'cold is not packed' end
+  return nil
+end
+
 local function rec_load(key)
   local e = REC[key]
   if e then return e end
@@ -88,11 +151,36 @@ local function rec_load(key)
     for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
     e = {f = f, dirty = true}
   elseif v then
-    e = {f = cmsgpack.unpack(v)}
+    local ok, f = pcall(cmsgpack.unpack, v)
+    e = {f = ok and f}
   else
     e = {f = false, fresh = true}
   end
+  if e.f ~= false then
+    e.bad = rec_check(e.f)
+    if e.bad then e.f = false end
+  end
   REC[key] = e
+  return e
+end
+
+-- rec_bad(key): why the job at key is corrupt, or nil (none, or a usable record).
+local function rec_bad(key)
+  return rec_load(key).bad
+end
+
+-- rec_quarantine(P, id, why, now): the job id, whose record is corrupt (rec_bad: why), was met by a script
+-- after a write and is set aside, its record untouched: P..'corrupt' lists it (scored by when), which
+-- nothing serves; the server's log and redis-cli show it to an operator, who mends or deletes it.
+local function rec_quarantine(P, id, why, now)
+  redis.call('ZADD', key_corrupt(P), now, id)
+  redis.log(redis.LOG_WARNING, 'ojs: job ' .. id .. ' set aside in ' .. key_corrupt(P) .. ': its record ' .. why)
+end
+
+-- rec_use(key): the cache entry of a record a script is about to use: a corrupt one raises an error.
+local function rec_use(key)
+  local e = rec_load(key)
+  if e.bad then error('ERR job record ' .. key .. ' is corrupt: ' .. e.bad, 0) end
   return e
 end
 
@@ -104,7 +192,7 @@ local REC_NAMES = {HGET = {1, 1}, HMGET = {-1, 1}, HSET = {-1, 2}, HDEL = {-1, 1
 
 -- rec(cmd, key, ...): the hash command cmd on the job record at key (see above).
 local function rec(cmd, key, ...)
-  local e = rec_load(key)
+  local e = rec_use(key)
   local f = e.f
   local a = {...}
   if not REC_READS[cmd] then e.packed = nil end
@@ -197,7 +285,7 @@ end
 -- per read as rec('HMGET', ...) builds two. Read it only; change a record with rec_update or rec().
 -- It shows the outer map as stored: read no field of REC_COLD through it (rec() opens `cold` for them).
 local function rec_map(key)
-  return rec_load(key).f
+  return rec_use(key).f
 end
 
 -- rec_update(key): the cached map of an existing job, to change in place (values must be strings: use
@@ -205,7 +293,7 @@ end
 -- after rec('HSET', ...). False when there is no job (nothing is created). Like rec_map, for fields
 -- outside REC_COLD only.
 local function rec_update(key)
-  local e = rec_load(key)
+  local e = rec_use(key)
   if not e.f then return false end
   e.dirty = true
   e.packed = nil
@@ -216,6 +304,7 @@ end
 -- enqueue script's fast path (it has already checked that key holds no job).
 local function rec_put(key, f)
   local e = rec_load(key)
+  e.bad = nil
   e.f = f
   e.dirty = true
   e.fresh = true
@@ -226,7 +315,7 @@ end
 -- rec_packed(key): the record as it stands, packed (false for no job); when nothing changes it
 -- afterwards, rec_end writes this very string, so a script that returns a job it wrote packs it once.
 local function rec_packed(key)
-  local e = rec_load(key)
+  local e = rec_use(key)
   if not e.f then return false end
   e.packed = e.packed or rec_pack(e.f)
   return e.packed

@@ -60,7 +60,7 @@ local function rescore_step(P, queue)
   local st = redis.call('HMGET', ck, 'rs_phase', 'rs_hcur', 'rs_zcur', 'rs_lanes', 'aging_s', 'rs_sub', 'rs_scur',
     'rs_subs')
   local phase, hcur, zcur, lanes = st[1], st[2] or '', st[3] or '0', st[4] or ''
-  local aging = tonumber(st[5])
+  local aging = aging_setting(st[5])
   local sub, scur, subs = st[6] or '', st[7] or '', st[8] or ''
   -- The queue or the tenant's sub-queue being done.
   local q = sub_queue(queue, sub)

@@ -13,6 +13,15 @@ local function member_id(member)
   return string.sub(member, -36)
 end
 
+-- aging_setting(v): the conf field aging_s as the interval in seconds, or nil for aging off; a value that
+-- is no whole number of seconds in range (something other than this library wrote it) is taken as off,
+-- so that no score is ever NaN or infinite (issue 40).
+local function aging_setting(v)
+  local s = v and string.find(v, '^%d+$') and #v <= 10 and tonumber(v)
+  if s and s >= 1 then return s end
+  return nil
+end
+
 -- aging_score(aging_s, rank, since_ms): THE score formula. aging_s nil (aging off): the rank; else
 -- rank * aging_s + ready-since in whole seconds, which orders like rank - age / aging_s.
 local function aging_score(aging_s, rank, since_ms)
@@ -24,8 +33,7 @@ end
 
 -- ready_score(P, queue, rank, since_ms): the score a job of this rank, ready since since_ms, gets.
 local function ready_score(P, queue, rank, since_ms)
-  local aging = redis.call('HGET', key_queue_conf(P, queue), 'aging_s')
-  return aging_score(aging and tonumber(aging), rank, since_ms)
+  return aging_score(aging_setting(redis.call('HGET', key_queue_conf(P, queue), 'aging_s')), rank, since_ms)
 end
 
 -- moved_score(P, q, member, score): the score a waiting job keeps when it moves between a lane and

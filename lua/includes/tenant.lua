@@ -63,7 +63,7 @@ local tenant_minute_expiring = nil
 -- tenant_count(P, tenant, field, now): one more of `field` for the tenant (see above).
 local function tenant_count(P, tenant, field, now)
   local k = key_tenant_stats(P, tenant)
-  redis.call('HINCRBY', k, field, 1)
+  incr(k, field, 1)
   redis.call('PEXPIRE', k, TENANT_STATS_MS)
   local tk = key_tenants(P)
   redis.call('ZADD', tk, now, tenant)
@@ -76,20 +76,28 @@ local function tenant_dispatched(P, tenant, now)
   tenant_count(P, tenant, 'dispatched', now)
   local minute = math.floor(now / 60000)
   local mk = key_tenants_minute(P, minute)
-  redis.call('HINCRBY', mk, tenant, 1)
-  redis.call('HINCRBY', mk, '', 1)
+  incr(mk, tenant, 1)
+  incr(mk, '', 1)
   if tenant_minute_expiring ~= minute then
     tenant_minute_expiring = minute
     redis.call('PEXPIREAT', mk, (minute + TENANT_MINUTES_KEEP) * 60000)
   end
 end
 
+-- tenant_weight_ok(v): a weight as a number when it is one a fair share can use (finite, > 0), else nil
+-- (something other than this library wrote it: the default weight is used, so no pass is NaN: issue 40).
+local function tenant_weight_ok(v)
+  local w = tonumber(v)
+  if w and w > 0 and w < 1e9 then return w end
+  return nil
+end
+
 -- tenant_queue_weight(tq, tenant): the weight a queue's tenancy setting tq (decoded; nil for none)
 -- gives the tenant ('' = the queue's jobs without a tenant: its default_weight); nil when it gives none.
 local function tenant_queue_weight(tq, tenant)
   if not tq then return nil end
-  if tenant == '' then return tonumber(tq.default_weight) end
-  return type(tq.weights) == 'table' and tonumber(tq.weights[tenant]) or nil
+  if tenant == '' then return tenant_weight_ok(tq.default_weight) end
+  return type(tq.weights) == 'table' and tenant_weight_ok(tq.weights[tenant]) or nil
 end
 
 -- tenant_part(tenant): how a tenant is spelled in a sub-queue's name (see above).
@@ -121,7 +129,7 @@ end
 -- tenant_weight_read(P, tenant): the tenant's fair-share weight ('' = the jobs without a tenant, whose
 -- weight is _default's); 1 when unset.
 local function tenant_weight_read(P, tenant)
-  return tonumber(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
+  return tenant_weight_ok(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
 end
 
 -- tenant_cap(tq, tenant): the tenant's concurrency in a queue whose tenancy setting is tq (decoded; nil

@@ -6,6 +6,13 @@
 -- which costs several times string.format('%d') (benches/layout: 9% of a plain job's FETCH + ACK).
 local INT_LIMIT = 2 ^ 53
 
+-- whole(v): the whole number (0 to 10^15 - 1) whose decimal text v is, or nil (v absent, or other text:
+-- a stored count something other than this library wrote).
+local function whole(v)
+  if type(v) == 'string' and #v <= 15 and string.find(v, '^%d+$') then return tonumber(v) end
+  return nil
+end
+
 -- finite(v): v is a number and neither NaN nor infinite (what every number a script writes must be).
 local function finite(v)
   return type(v) == 'number' and v == v and v > -math.huge and v < math.huge

@@ -209,7 +209,7 @@ local function wf_callback_ended(P, W, wk, slot, outcome, now, retention_ms)
   if outcome ~= 'completed' then
     redis.call('HSET', wk, 'failed_callback', slot)
     wf_close(P, W, wk, 'failed', now, retention_ms)
-  elseif redis.call('HINCRBY', wk, 'cb_done', 1) >= tonumber(fired) then
+  elseif incr(wk, 'cb_done', 1) >= tonumber(fired) then
     wf_close(P, W, wk, 'completed', now, retention_ms)
   end
 end
@@ -229,7 +229,7 @@ local function wf_job_ended(P, W, slot, outcome, result, now, retention_ms)
   local value = (ok and result and result ~= '') and result or 'null'
   if redis.call('HSETNX', key_workflow_results(P, W), idx, value) == 0 then return end
   local total = tonumber(w[3])
-  redis.call('HINCRBY', wk, ok and 'completed' or 'failed', 1)
+  incr(wk, ok and 'completed' or 'failed', 1)
   if w[1] == 'chain' then
     if not ok then
       -- The chain stops: its steps after the one released last (cursor) are still pending and will

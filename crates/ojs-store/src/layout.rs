@@ -33,6 +33,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("scheduled", "scheduled"),
     k("active", "active"),
     k("dead", "dead"),
+    k("corrupt", "corrupt"),
     k("events", "events"),
     k("seq", "seq"),
     k("workers", "workers"),

@@ -281,6 +281,20 @@ impl Drop for OwnRedis {
     }
 }
 
+/// One strict FETCH request of up to `count` jobs from `queue` by worker `w`, as the server's coalescer
+/// sends it (for tests that call the store's `worker_request(s)` directly).
+pub fn claim_request(queue: &str, count: u32) -> ojs_store::WorkerRequest {
+    ojs_store::WorkerRequest {
+        ack: None,
+        queues: vec![(queue.to_string(), 1)],
+        strategy: ojs_store::Strategy::Strict,
+        worker_id: "w".into(),
+        count,
+        visibility_ms: None,
+        tenant: None,
+    }
+}
+
 /// A fresh namespace name, so each test has a keyspace of its own on the shared Redis.
 pub fn unique_namespace() -> String {
     format!("t{}", uuid::Uuid::now_v7().simple())
