@@ -207,6 +207,9 @@ fn main() {
     if !problems.is_empty() {
         panic!("Lua script checks failed:\n  {}", problems.join("\n  "));
     }
+    if let Err(e) = check_call_state(&lib_includes) {
+        panic!("Lua library: {e}");
+    }
     let mut body = lib_includes;
     body.push_str(&record_checkers);
     for (f, checks, own) in &lib_functions {
@@ -1109,4 +1112,92 @@ fn inline_record_checks(code: &str, op: &str, spec: &ArgSpec) -> Result<String, 
         };
         Ok(format!("ARG_RECORDS['{name}'](ARGV, {})", args[0]))
     })
+}
+
+/// The functions every call runs first (includes/record.lua rec_begin and what it calls): what they assign
+/// is reset per call.
+const CALL_BEGINS: &[&str] = &["rec_begin", "count_begin", "emit_begin"];
+
+/// No mutable state outlives a call: the library's top level runs once, at load, so a top-level local that
+/// a function assigns (`name = …`, `name[…] = …`, `name.f = …`, on a line inside a function) keeps its
+/// value from one call to the next, across namespaces and shards sharing the Redis (issue 37 item 11: a
+/// "once per call" memo there skipped another namespace's key expiry). Each such name must be assigned
+/// whole by one of [`CALL_BEGINS`]. A forward declaration assigned at the top level (`burst_sync =
+/// function …`, at column 0) is not a call's state.
+fn check_call_state(includes: &str) -> Result<(), String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut top: BTreeSet<String> = BTreeSet::new();
+    for line in includes.lines() {
+        if let Some(rest) = line.strip_prefix("local ") {
+            if rest.starts_with("function ") {
+                continue;
+            }
+            let names = rest.split('=').next().unwrap_or_default();
+            top.extend(names.split(',').map(|n| ident(n.trim())).filter(|n| !n.is_empty()));
+        }
+    }
+    // The targets assigned on each line inside a function, and those the call's begins assign whole.
+    let targets = |line: &str| -> Vec<(String, bool)> {
+        let code = line.split("--").next().unwrap_or_default().trim();
+        let Some(eq) = code.find(" = ").filter(|&i| !code[..i].contains(['(', '"', '\''])) else {
+            return Vec::new();
+        };
+        if code.starts_with("local ") || code.starts_with("if ") || code.starts_with("for ") {
+            return Vec::new();
+        }
+        code[..eq]
+            .split(',')
+            .map(str::trim)
+            .map(|t| {
+                let name = ident(t);
+                let whole = name.len() == t.len();
+                (name, whole)
+            })
+            .filter(|(n, _)| !n.is_empty())
+            .collect()
+    };
+    let mut reset = BTreeSet::new();
+    let mut mutated: Vec<(String, String)> = Vec::new();
+    let mut in_begin = false;
+    for line in includes.lines() {
+        if let Some(name) = line.strip_prefix("local function ") {
+            in_begin = CALL_BEGINS.iter().any(|b| name.starts_with(&format!("{b}(")));
+            continue;
+        }
+        if line == "end" {
+            in_begin = false;
+            continue;
+        }
+        if !line.starts_with([' ', '\t']) {
+            continue;
+        }
+        for (name, whole) in targets(line) {
+            if !top.contains(&name) {
+                continue;
+            }
+            if in_begin && whole {
+                reset.insert(name);
+            } else {
+                mutated.push((name, line.trim().to_string()));
+            }
+        }
+    }
+    let kept: Vec<String> = mutated
+        .into_iter()
+        .filter(|(n, _)| !reset.contains(n))
+        .map(|(n, l)| format!("{n} ({l:?})"))
+        .collect();
+    if kept.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "state that outlives a call: these top-level locals are assigned inside a function but not reset \
+             by {CALL_BEGINS:?}: {}",
+            kept.join(", ")
+        ))
+    }
 }

@@ -6,10 +6,19 @@
 -- count_pending(key) (see includes/create.lua's depth).
 --@include text
 -- CAPS: its loops visit the counters this call moved (a few per queue the call touched).
-local CNT, CNT_DROP = {}, {}
+local CNT, CNT_DROP, CNT_ONCE = {}, {}, {}
 
 local function count_begin()
-  CNT, CNT_DROP = {}, {}
+  CNT, CNT_DROP, CNT_ONCE = {}, {}, {}
+end
+
+-- first_in_call(name): true the first time this call asks about `name`, false after (a per-call memo:
+-- e.g. a key whose expiry the call sets once; the library's top level outlives calls, so such a memo
+-- lives here, where every call starts afresh).
+local function first_in_call(name)
+  if CNT_ONCE[name] then return false end
+  CNT_ONCE[name] = true
+  return true
 end
 
 local function count(key, field, delta, drop_at_zero)

@@ -24,7 +24,7 @@ local EV, EV_KEY = {}, nil
 local EV_NOW, EV_NOW_TEXT = nil, nil
 
 local function emit_begin()
-  EV, EV_KEY = {}, nil
+  EV, EV_KEY, EV_NOW, EV_NOW_TEXT = {}, nil, nil, nil
 end
 
 -- part_opt(v): an optional part's text: empty for nil or false (ev_<kind> calls use it).

@@ -719,9 +719,14 @@ local function rl_adapt_up(P, key, pol, now, id, queue, jtype)
   local ak = key_rl_adapt(P, key)
   local a = redis.call('HMGET', ak, 'concurrency', 'rate_limit')
   if not a[1] and not a[2] then return end
-  -- Only a success at the limit says the limit could be higher: a key using fewer slots than it has
-  -- learns nothing about the upstream (the job itself still holds its slot here).
-  if a[1] and not a[2] and rl_active(P, key, now) < tonumber(a[1]) then return end
+  -- Only a success at the limit says the limit could be higher: a key with room for one more job of
+  -- this one's cost learns nothing about the upstream (the job itself still holds its slot here). The
+  -- limit counts units: a key whose jobs cost 2 is at a limit of 4 with two jobs (issue 37 item 9).
+  if a[1] and not a[2] then
+    local conc = tonumber(a[1])
+    local held = rl_held_units(P, key, now, redis.call('GET', key_rl_active_units(P, key)))
+    if held + rl_units(pol.cost or 1, conc) <= conc then return end
+  end
   if incr(ak, 'ok', 1) < pol.adapt.after then return end
   -- Two limits: the concurrency and the window.
   local steps = { { 'concurrency', 'concurrency', a[1], pol.conc, 1 },

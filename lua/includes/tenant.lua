@@ -40,7 +40,8 @@
 -- hash tenant -> claims in that minute, and field '' -> every tenant's claims in it: the share of the
 -- last hour (GET /admin/tenants, the dashboard, ojs_tenant_share_last_hour) reads the last 60 of them.
 -- Each expires TENANT_MINUTES_KEEP minutes after its minute began (set once per script call: a call has
--- one `now`); the key is named after the time, not the tenant, and holds the tenants claimed in it.
+-- one `now`; counters.lua first_in_call); the key is named after the time, not the tenant, and holds
+-- the tenants claimed in it.
 -- A tenant's concurrency in a queue (ours): the queue's tenancy setting may cap how many of a tenant's
 -- jobs of the queue are active at once ('concurrency': tenant -> cap, 'default_concurrency' for the
 -- tenants it does not name; the queue's jobs without a tenant are never capped). Its holders are the
@@ -57,8 +58,6 @@
 -- CAPS: no loop.
 local TENANT_STATS_MS = 30 * 86400000
 local TENANT_MINUTES_KEEP = 62
--- The minute whose hash this script call has already given its expiry (nil: none yet).
-local tenant_minute_expiring = nil
 
 -- tenant_count(P, tenant, field, now): one more of `field` for the tenant (see above).
 local function tenant_count(P, tenant, field, now)
@@ -78,10 +77,9 @@ local function tenant_dispatched(P, tenant, now)
   local mk = key_tenants_minute(P, minute)
   incr(mk, tenant, 1)
   incr(mk, '', 1)
-  if tenant_minute_expiring ~= minute then
-    tenant_minute_expiring = minute
-    redis.call('PEXPIREAT', mk, (minute + TENANT_MINUTES_KEEP) * 60000)
-  end
+  -- Once per call and key (a memo on the library's top level outlived the call: a second namespace or
+  -- shard on the same Redis then never set its minute's expiry, issue 37 item 11).
+  if first_in_call(mk) then redis.call('PEXPIREAT', mk, (minute + TENANT_MINUTES_KEEP) * 60000) end
 end
 
 -- tenant_weight_ok(v): a weight as a number when it is one a fair share can use (finite, > 0), else nil

@@ -1,0 +1,99 @@
+//! Flow control holds through every change of its settings (issue 37, items 6 to 11): what an operator
+//! changes while jobs run, and what a tenant does at scale, keeps every limit and every invariant. Each
+//! case runs on one shard and on three (`--shards 3`, on one Redis).
+
+use std::time::Duration;
+
+use ojs_testkit::TestServer;
+use serde_json::{json, Value};
+
+async fn server(shards: u16) -> TestServer {
+    TestServer::start_with(|c| c.shards = shards).await
+}
+
+fn id(j: &Value) -> String {
+    j["id"].as_str().unwrap_or_default().to_string()
+}
+
+/// Item 9: an adaptive key whose jobs cost 2 never stepped back up after a halving: `rl_adapt_up` took
+/// a success "at the limit" by comparing the key's holders (jobs) with its limit (units), so two jobs
+/// of cost 2 at a limit of 4 looked like half of it. After a halving to 4 units, a success with the key
+/// full must raise the limit one step.
+async fn an_adaptive_key_of_costly_jobs_steps_back_up(shards: u16) {
+    let s = server(shards).await;
+    let q = "adapt-cost";
+    let job = json!({"type": "call", "args": [], "queue": q,
+        "rate_limit": {"key": "costly", "concurrency": 8, "cost": 2,
+            "adaptive": {"increase_after": 1, "errors": ["TooManyRequests"]}}});
+    for _ in 0..6 {
+        s.enqueue(job.clone()).await;
+    }
+    // Four jobs hold all 8 units; one meets a 429: the limit halves to 4.
+    let held: Vec<Value> = s.fetch(&[q], 4).await;
+    assert_eq!(held.len(), 4);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id(&held[0]), "error": {"type": "TooManyRequests", "message": "429"}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (_, state) = s.get("/ojs/v1/rate-limits/costly").await;
+    assert_eq!(state["adaptive"]["concurrency"]["effective"], 4, "{state}");
+    // Three still run: 6 units over a limit of 4. Each success while no further job of cost 2 fits is
+    // one at the limit: 6 + 2 > 4 steps to 5, then 4 + 2 > 5 steps to 6, then 2 + 2 <= 6 does not.
+    for j in &held[1..] {
+        assert_eq!(s.ack(&id(j)).await.0, 200);
+    }
+    let (_, state) = s.get("/ojs/v1/rate-limits/costly").await;
+    assert_eq!(state["adaptive"]["concurrency"]["effective"], 6, "{state}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn an_adaptive_key_of_costly_jobs_steps_back_up_one_shard() {
+    an_adaptive_key_of_costly_jobs_steps_back_up(1).await;
+}
+
+#[tokio::test]
+async fn an_adaptive_key_of_costly_jobs_steps_back_up_three_shards() {
+    an_adaptive_key_of_costly_jobs_steps_back_up(3).await;
+}
+
+/// Item 11: each minute's hash of tenants' claims (`P tenants:m:<minute>`) expires 62 minutes after its
+/// minute began, set once per call. "Once" was a variable on the library's top level, which outlives
+/// calls: a second namespace (or shard) on the same Redis claiming in the same minute skipped its own
+/// key's expiry, and that key never expired. Both namespaces' keys must now expire.
+#[tokio::test]
+async fn a_tenants_minute_expires_in_every_namespace_sharing_the_redis() {
+    let a = TestServer::start().await;
+    let b = TestServer::start().await;
+    for s in [&a, &b] {
+        let (st, body) = s
+            .send_as(
+                reqwest::Method::POST,
+                "/ojs/v1/jobs",
+                "acme",
+                Some(json!({"type": "t", "args": [], "queue": "minute"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{body}");
+    }
+    for s in [&a, &b] {
+        assert_eq!(s.fetch(&["minute"], 1).await.len(), 1);
+    }
+    for s in [&a, &b] {
+        let mut r = s.redis().await;
+        let pattern = format!("{}tenants:m:*", s.keys().prefix());
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query_async(&mut r)
+            .await
+            .expect("KEYS");
+        assert!(!keys.is_empty(), "{pattern}");
+        for k in keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query_async(&mut r).await.expect("PTTL");
+            assert!(ttl > 0, "{k} has no expiry ({ttl})");
+        }
+    }
+}
