@@ -97,3 +97,52 @@ async fn a_tenants_minute_expires_in_every_namespace_sharing_the_redis() {
         }
     }
 }
+
+/// Item 6: explain said "fair share, 1 tenant ahead" counting a tenant with nothing ready (its only job
+/// cancelled), and the next FETCH claimed the job at once. Explain and FETCH must agree: no tenant with
+/// nothing ready is ahead.
+async fn explain_counts_no_tenant_with_nothing_ready_as_ahead(shards: u16) {
+    let s = server(shards).await;
+    let q = "turns";
+    let enqueue_as = |tenant: &'static str| {
+        let s = &s;
+        async move {
+            let (st, b) = s
+                .send_as(
+                    reqwest::Method::POST,
+                    "/ojs/v1/jobs",
+                    tenant,
+                    Some(json!({"type": "t", "args": [], "queue": q})),
+                )
+                .await;
+            assert_eq!(st, 201, "{b}");
+            b["job"]["id"].as_str().unwrap_or_default().to_string()
+        }
+    };
+    // Both join the share at pass 0; "a-first" sorts first, so its turn comes first.
+    let first = enqueue_as("a-first").await;
+    let second = enqueue_as("b-second").await;
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{first}")).await;
+    assert_eq!(st, 200, "{b}");
+    let (st, why) = s.get(&format!("/ojs/v1/jobs/{second}/explain")).await;
+    assert_eq!(st, 200, "{why}");
+    let gates: Vec<&str> = why["gates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["gate"].as_str())
+        .collect();
+    assert!(!gates.contains(&"fair_share"), "nothing ready is ahead of it: {why}");
+    let got = s.fetch(&[q], 1).await;
+    assert_eq!(got[0]["id"], second.as_str(), "and FETCH claims it at once");
+}
+
+#[tokio::test]
+async fn explain_counts_no_tenant_with_nothing_ready_as_ahead_one_shard() {
+    explain_counts_no_tenant_with_nothing_ready_as_ahead(1).await;
+}
+
+#[tokio::test]
+async fn explain_counts_no_tenant_with_nothing_ready_as_ahead_three_shards() {
+    explain_counts_no_tenant_with_nothing_ready_as_ahead(3).await;
+}

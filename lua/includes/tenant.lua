@@ -55,9 +55,11 @@
 -- (tenant_unpark) when one of its slots comes back, or when the queue's settings change
 -- (queue-conf-1.lua). A parked tenant always holds a slot (it parked at a cap of at least 1, and every
 -- end of a holder unparks it), so none stays parked with nothing to wake it.
--- CAPS: no loop.
+-- CAPS: tenant_turn (explain) looks at the first TURN_LOOK = 100 tenants ahead of one.
 local TENANT_STATS_MS = 30 * 86400000
 local TENANT_MINUTES_KEEP = 62
+-- Tenants ahead in the fair share that tenant_turn looks at one by one (explain).
+local TURN_LOOK = 100
 
 -- tenant_count(P, tenant, field, now): one more of `field` for the tenant (see above).
 local function tenant_count(P, tenant, field, now)
@@ -191,8 +193,16 @@ local function tenant_turn(P, queue, tenant)
   local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   local lowest = tonumber(low[2] or 0)
   local pass = redis.call('ZSCORE', tk, tenant)
-  if pass then return redis.call('ZRANK', tk, tenant), tonumber(pass), lowest, n end
-  return tenant == '' and 0 or nil, lowest, lowest, n
+  if not pass then return tenant == '' and 0 or nil, lowest, lowest, n end
+  local rank = redis.call('ZRANK', tk, tenant)
+  -- A tenant ahead with nothing ready is not ahead: FETCH drops it from the share when its turn comes and
+  -- serves the next at once (issue 37 item 6: explain counted it). The first TURN_LOOK ahead are looked
+  -- at; past them every tenant counts, as FETCH may yet find work there.
+  local ahead = 0
+  for _, t in ipairs(redis.call('ZRANGE', tk, 0, math.min(rank, TURN_LOOK) - 1)) do
+    if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, t))) == 1 then ahead = ahead + 1 end
+  end
+  return ahead + math.max(rank - TURN_LOOK, 0), tonumber(pass), lowest, n
 end
 
 -- ready_put(P, q, score, member): member joins the ready set of q (a queue or a sub-queue); its queue is
