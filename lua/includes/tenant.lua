@@ -199,8 +199,10 @@ local function tenant_turn(P, queue, tenant)
   -- serves the next at once (issue 37 item 6: explain counted it). The first TURN_LOOK ahead are looked
   -- at; past them every tenant counts, as FETCH may yet find work there.
   local ahead = 0
-  for _, t in ipairs(redis.call('ZRANGE', tk, 0, math.min(rank, TURN_LOOK) - 1)) do
-    if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, t))) == 1 then ahead = ahead + 1 end
+  if rank > 0 then
+    for _, t in ipairs(redis.call('ZRANGE', tk, 0, math.min(rank, TURN_LOOK) - 1)) do
+      if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, t))) == 1 then ahead = ahead + 1 end
+    end
   end
   return ahead + math.max(rank - TURN_LOOK, 0), tonumber(pass), lowest, n
 end
