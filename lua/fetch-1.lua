@@ -346,8 +346,10 @@ local function claim_from(queue, tenant)
             -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
             if e.floor then burst_sync_all(P, key, e, now, q, 1) end
           end
-          if capped then
-            -- One of the tenant's slots, held as the job's lease is (its end gives it back: leave_active).
+          if tenant and tenant ~= '' then
+            -- One of the tenant's slots in the queue, held as the job's lease is (its end gives it back:
+            -- leave_active), whether or not the tenant has a cap now: a cap set later counts the jobs
+            -- already running (issue 37 item 7).
             redis.call('ZADD', key_queue_rl_active(P, q), lease, id)
             if w then w.tslot = q end
           end

@@ -146,3 +146,37 @@ async fn explain_counts_no_tenant_with_nothing_ready_as_ahead_one_shard() {
 async fn explain_counts_no_tenant_with_nothing_ready_as_ahead_three_shards() {
     explain_counts_no_tenant_with_nothing_ready_as_ahead(3).await;
 }
+
+/// Item 7: a cap set while a tenant runs 3 jobs still let a 4th start: jobs claimed before the cap held
+/// no slot. The README says a changed setting takes effect at once: the cap counts them.
+async fn a_cap_set_while_a_tenant_runs_counts_its_running_jobs(shards: u16) {
+    let s = server(shards).await;
+    let q = "late-cap";
+    let tenancy = format!("/ojs/v1/admin/queues/{q}/tenancy");
+    let (st, b) = s.put(&tenancy, json!({"source": "meta", "field": "customer"})).await;
+    assert_eq!(st, 200, "{b}");
+    for i in 0..5 {
+        s.enqueue(json!({"type": "t", "args": [i], "queue": q, "meta": {"customer": "acme"}}))
+            .await;
+    }
+    assert_eq!(s.fetch(&[q], 3).await.len(), 3, "no cap yet");
+    let (st, b) = s
+        .put(
+            &tenancy,
+            json!({"source": "meta", "field": "customer", "concurrency": {"acme": 3}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert!(s.fetch(&[q], 1).await.is_empty(), "acme runs 3 of its cap of 3");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_cap_set_while_a_tenant_runs_counts_its_running_jobs_one_shard() {
+    a_cap_set_while_a_tenant_runs_counts_its_running_jobs(1).await;
+}
+
+#[tokio::test]
+async fn a_cap_set_while_a_tenant_runs_counts_its_running_jobs_three_shards() {
+    a_cap_set_while_a_tenant_runs_counts_its_running_jobs(3).await;
+}

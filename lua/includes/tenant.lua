@@ -48,7 +48,8 @@
 -- zset P..'q:'..Q..'@'..T..':rl:active' (the queue-level family under the sub-queue's name: job id ->
 -- lease deadline, moved by heartbeats as the job's lease is; a holder whose lease lapsed stops
 -- counting), and a claimed job keeps its sub-queue in its record's 'tslot', so its end (active.lua
--- leave_active) gives the slot back. FETCH checks the cap when the tenant's turn comes
+-- leave_active) gives the slot back. Every claimed job of a tenant holds one, capped or not, so a cap
+-- set while the tenant runs jobs counts them from that moment. FETCH checks the cap when the tenant's turn comes
 -- (gates.lua tenant_gate): a tenant at its cap leaves the fair share for P..'q:'..Q..':tenants:full'
 -- (tenant_park), so the next claims pass it by in O(log t) and it stops costing anything; a parked
 -- tenant does not join the share with a new ready job (tenant_join), and re-joins at the lowest pass
