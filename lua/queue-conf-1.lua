@@ -15,14 +15,17 @@
 -- COST   O(fields), and O(1) per tenant re-opened (below)
 -- CAPS   the fields given (one settings group: a handful); the tenants parked at their concurrency that
 --        re-join the fair share: at most UNPARK_MAX = 1000 (each other one re-joins when one of its
---        slots comes back: includes/tenant.lua)
+--        slots comes back: includes/tenant.lua); the tenants' pools whose floors owed are dropped at once
+--        when the pools change: at most UNPARK_MAX (the others' at their next sync)
 -- CLOCK  none
 -- INVARIANTS
 --   the old values of the group are replaced by the new ones in one script, so no FETCH or enqueue
 --   runs between the removal and the write and sees the queue without its settings
 --   (P..'q:'..queue..':rl:active' and ':rl:win' are counters, not settings: they stay); a change may
 --   move a tenant's concurrency (the tenancy setting), so the tenants parked at theirs re-join the
---   fair share and FETCH parks again those still at their cap
+--   fair share and FETCH parks again those still at their cap; a pool that comes or goes (the
+--   concurrency set or removed) or tenants' caps that move bump the queue's pool_gen, so the floors owed
+--   in its pools are owed no more (ratelimit.lua "Burstable concurrency")
 --@include tenant
 
 local UNPARK_MAX = 1000
@@ -33,8 +36,25 @@ arg_layout('queue_conf', #ARGV >= ARG.REST - 1 + n and (#ARGV - ARG.REST + 1 - n
 local fields, pairs_ = {}, {}
 for i = ARG.REST, ARG.REST - 1 + n do fields[#fields + 1] = ARGV[i] end
 for i = ARG.REST + n, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+-- The fields that make the queue's pools (its concurrency, its tenants' caps), before and after.
+local before = redis.call('HMGET', conf, 'rl_concurrency', 'tenancy')
 if #fields > 0 then redis.call('HDEL', conf, unpack(fields)) end
 if #pairs_ > 0 then redis.call('HSET', conf, unpack(pairs_)) end
+local after = redis.call('HMGET', conf, 'rl_concurrency', 'tenancy')
+-- A pool that came or went, or tenants' caps that moved: the floors owed in the queue's pools leave
+-- with the pools they were owed in (ratelimit.lua "Burstable concurrency", pool_gen; issue 37 item 8).
+if (before[1] == false) ~= (after[1] == false) or before[2] ~= after[2] then
+  incr(conf, 'pool_gen', 1)
+  -- Left at once where it is cheap: the queue's own pool and its first UNPARK_MAX tenants'; the others'
+  -- leave at their pool's next sync (ratelimit.lua burst_part), and count for nothing meanwhile.
+  local pools = redis.call('SRANDMEMBER', key_queue_subs(ARG.P, ARG.queue), UNPARK_MAX)
+  for i = 1, #pools do pools[i] = sub_queue(ARG.queue, pools[i]) end
+  pools[#pools + 1] = ARG.queue
+  for _, pool in ipairs(pools) do
+    redis.call('DEL', key_queue_want(ARG.P, pool))
+    redis.call('HDEL', key_queue_conf(ARG.P, pool), 'want', 'want_gen')
+  end
+end
 redis.call('SADD', key_queues(ARG.P), ARG.queue)
 for _, t in ipairs(redis.call('SRANDMEMBER', key_queue_tenants_full(ARG.P, ARG.queue), UNPARK_MAX)) do
   tenant_unpark(ARG.P, ARG.queue, t)

@@ -180,3 +180,88 @@ async fn a_cap_set_while_a_tenant_runs_counts_its_running_jobs_one_shard() {
 async fn a_cap_set_while_a_tenant_runs_counts_its_running_jobs_three_shards() {
     a_cap_set_while_a_tenant_runs_counts_its_running_jobs(3).await;
 }
+
+/// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
+/// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
+/// floors owed leave with their pool.
+async fn floors_owed_leave_with_their_pool(shards: u16) {
+    let s = server(shards).await;
+    let q = "pool-again";
+    let limit = format!("/ojs/v1/admin/queues/{q}/rate-limit");
+    let (st, b) = s.put(&limit, json!({"concurrency": 1})).await;
+    assert_eq!(st, 200, "{b}");
+    s.enqueue(json!({"type": "t", "args": [], "queue": q,
+        "rate_limit": {"key": "floored", "concurrency": 1, "floor": 1}}))
+        .await;
+    let (_, l) = s.get(&limit).await;
+    assert_eq!(
+        l["concurrency"]["floors_owed"], 1,
+        "its floor is owed while it waits: {l}"
+    );
+    // The pool goes; the floored job runs and ends without it; the pool comes back.
+    let (st, _) = s.delete(&limit).await;
+    assert_eq!(st, 200);
+    let got = s.fetch(&[q], 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(s.ack(got[0]["id"].as_str().unwrap_or_default()).await.0, 200);
+    let (st, b) = s.put(&limit, json!({"concurrency": 1})).await;
+    assert_eq!(st, 200, "{b}");
+    let (_, l) = s.get(&limit).await;
+    assert_eq!(
+        l["concurrency"]["floors_owed"].as_u64().unwrap_or(0),
+        0,
+        "nothing is owed in the new pool: {l}"
+    );
+    // A key of floor 0 borrows the free slot.
+    s.enqueue(json!({"type": "t", "args": [], "queue": q,
+        "rate_limit": {"key": "borrower", "concurrency": 1, "floor": 0}}))
+        .await;
+    assert_eq!(s.fetch(&[q], 1).await.len(), 1, "every slot is free");
+    s.assert_invariants().await;
+}
+
+/// Item 8, inside a tenant: the pool is the tenant's concurrency in the queue; its cap removed while a
+/// floor was owed there, then set again.
+async fn floors_owed_leave_with_a_tenants_pool(shards: u16) {
+    let s = server(shards).await;
+    let q = "tenant-pool-again";
+    let tenancy = format!("/ojs/v1/admin/queues/{q}/tenancy");
+    let capped = json!({"source": "meta", "field": "customer", "concurrency": {"acme": 1}});
+    let (st, b) = s.put(&tenancy, capped.clone()).await;
+    assert_eq!(st, 200, "{b}");
+    let job = |key: &str, floor: u32| {
+        json!({"type": "t", "args": [], "queue": q, "meta": {"customer": "acme"},
+            "rate_limit": {"key": key, "concurrency": 1, "floor": floor}})
+    };
+    s.enqueue(job("acme-floored", 1)).await;
+    let (st, b) = s.put(&tenancy, json!({"source": "meta", "field": "customer"})).await;
+    assert_eq!(st, 200, "{b}");
+    let got = s.fetch(&[q], 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(s.ack(got[0]["id"].as_str().unwrap_or_default()).await.0, 200);
+    let (st, b) = s.put(&tenancy, capped).await;
+    assert_eq!(st, 200, "{b}");
+    s.enqueue(job("acme-borrower", 0)).await;
+    assert_eq!(s.fetch(&[q], 1).await.len(), 1, "acme's only slot is free");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn floors_owed_leave_with_a_tenants_pool_one_shard() {
+    floors_owed_leave_with_a_tenants_pool(1).await;
+}
+
+#[tokio::test]
+async fn floors_owed_leave_with_a_tenants_pool_three_shards() {
+    floors_owed_leave_with_a_tenants_pool(3).await;
+}
+
+#[tokio::test]
+async fn floors_owed_leave_with_their_pool_one_shard() {
+    floors_owed_leave_with_their_pool(1).await;
+}
+
+#[tokio::test]
+async fn floors_owed_leave_with_their_pool_three_shards() {
+    floors_owed_leave_with_their_pool(3).await;
+}

@@ -28,7 +28,7 @@ end
 -- tenant's job; `tenancy` is the queue's tenancy setting, decoded (its own weights; includes/tenant.lua).
 local function queue_settings(P, queue)
   local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
-    'rs_phase', 'tenants', 'tenancy')
+    'rs_phase', 'tenants', 'tenancy', 'pool_gen')
   local conc, rate_limit, rate_period = conf_count(c[1]), conf_count(c[2]), conf_count(c[3])
   if conc == false or rate_limit == false or rate_period == false then
     -- A limit something other than this library wrote as no count: the queue is held (a limit of 0)
@@ -37,7 +37,7 @@ local function queue_settings(P, queue)
     conc, rate_limit, rate_period = 0, nil, nil
   end
   return { conc = conc, rate_limit = rate_limit, rate_period = rate_period, rescoring = c[4],
-    tenants = c[5], tenancy = tenancy_decode(c[6]) }
+    tenants = c[5], tenancy = tenancy_decode(c[6]), pool_gen = c[7] or '' }
 end
 
 -- slots_full(ak, conc, now, wake_too): the holders of zset ak (job id -> lease deadline; a lapsed one no

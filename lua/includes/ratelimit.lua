@@ -206,6 +206,13 @@ local function pool_of(P, q)
   return pool_pick(q, tonumber(c[1]), tenancy_decode(c[2]))
 end
 
+-- pool_owed(w, gen): the floors owed in a pool whose conf fields want and want_gen are w, in a queue whose
+-- pool generation is gen: none when they were owed in an earlier pool (burst_part resets them).
+local function pool_owed(w, gen)
+  if (w[2] or '') ~= gen then return 0 end
+  return whole(w[1]) or 0
+end
+
 -- rl_pool(P, e, q, l): limits e (rl_effective) of a key with a floor learn the pool of its lane in q
 -- (pool_pick, from l: gates.lua queue_settings of q's queue), and the floors owed there now (one HGET).
 -- Nothing for a key without a floor or a lane without a pool. The floor never exceeds the key's ceiling.
@@ -215,7 +222,7 @@ local function rl_pool(P, e, q, l)
   if not pool then return end
   e.floor = math.min(e.floor, e.conc)
   e.pool_size, e.pool_queue = size, pool
-  e.pool_want = whole(redis.call('HGET', key_queue_conf(P, pool), 'want')) or 0
+  e.pool_want = pool_owed(redis.call('HMGET', key_queue_conf(P, pool), 'want', 'want_gen'), l.pool_gen)
 end
 
 -- Throttle state P..'rl:'..K..':tat' = "<next allowed ms> <interval ms> <last start ms>" (GCRA with no
@@ -501,11 +508,22 @@ end
 -- 0); a part that shrinks re-opens lanes the pool holds back.
 local function burst_part(P, pool, lane, part, now)
   local wk = key_queue_want(P, pool)
+  local ck = key_queue_conf(P, pool)
+  -- Parts owed in an earlier pool (the queue's pool_gen moved since: the pool came or went) leave first.
+  local gen = redis.call('HGET', key_queue_conf(P, (base_queue(pool))), 'pool_gen') or ''
+  -- (want_gen is kept only while something is owed, so a pool's conf leaves with its last part.)
+  if (redis.call('HGET', ck, 'want_gen') or '') ~= gen then
+    redis.call('DEL', wk)
+    redis.call('HDEL', ck, 'want', 'want_gen')
+  end
   local old = whole(redis.call('HGET', wk, lane)) or 0
   if part == old then return end
   if part == 0 then redis.call('HDEL', wk, lane) else redis.call('HSET', wk, lane, part) end
-  local ck = key_queue_conf(P, pool)
-  if incr(ck, 'want', part - old) == 0 then redis.call('HDEL', ck, 'want') end
+  if incr(ck, 'want', part - old) == 0 then
+    redis.call('HDEL', ck, 'want', 'want_gen')
+  elseif gen ~= '' then
+    redis.call('HSET', ck, 'want_gen', gen)
+  end
   if part < old then pool_wake(P, pool, now) end
 end
 

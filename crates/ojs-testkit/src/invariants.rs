@@ -551,12 +551,23 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
     // Burstable concurrency (lua/includes/ratelimit.lua): the floors a queue's pool owes sum to its
     // conf's 'want', and only an open lane (its head in the ready set), or one parked by its key's own
     // concurrency, owes anything.
+    // Parts owed in an earlier pool of the queue (the pool's want_gen is not its queue's pool_gen) count
+    // for nothing and leave at the pool's next sync.
+    let stale = |pool: &str| -> bool {
+        let base = pool.split('@').next().unwrap_or(pool);
+        let gen: Option<String> = snap.hget(keys.queue_conf(base), "pool_gen");
+        let want_gen: Option<String> = snap.hget(keys.queue_conf(pool), "want_gen");
+        gen.unwrap_or_default() != want_gen.unwrap_or_default()
+    };
     let mut owed: HashMap<String, i64> = HashMap::new();
     for key in snap.scan(keys.pattern("queue_want")) {
         if keys.parts("queue_lane", &key).is_some() {
             continue;
         }
         let queue = first_part(&keys, "queue_want", &key);
+        if stale(&queue) {
+            continue;
+        }
         let parts: HashMap<String, i64> = snap.hgetall(&key);
         for (lane, part) in &parts {
             let (q, k) = lane.split_once('\n').unwrap_or((lane.as_str(), ""));
@@ -573,7 +584,11 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
     }
     for key in snap.scan(keys.pattern("queue_conf")) {
         let queue = first_part(&keys, "queue_conf", &key);
-        let want: i64 = snap.hget(&key, "want").unwrap_or(0);
+        let want: i64 = if stale(&queue) {
+            0
+        } else {
+            snap.hget(&key, "want").unwrap_or(0)
+        };
         let sum = owed.remove(&queue).unwrap_or(0);
         if want != sum {
             problems.push(format!("queue {queue}: conf want {want} but its lanes owe {sum}"));

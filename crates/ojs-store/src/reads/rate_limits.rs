@@ -27,8 +27,13 @@ impl Store {
             .arg("rl_rate_limit")
             .arg("rl_rate_period")
             .arg("want")
+            .arg("want_gen")
+            .arg("pool_gen")
             .query_async(&mut conn)
             .await?;
+        // Floors owed in an earlier pool of the queue are owed no more (lua/includes/ratelimit.lua
+        // pool_owed: their generation is not the queue's pool_gen).
+        let stale = f.get(4).cloned().flatten().unwrap_or_default() != f.get(5).cloned().flatten().unwrap_or_default();
         // Limits are u64 (up to the largest the PUT accepts); `want` is a counter (HINCRBY), never
         // below 0 once every part is synced.
         let f: Vec<Option<u64>> = f
@@ -69,7 +74,11 @@ impl Store {
             rate,
             active,
             in_window,
-            owed: f.get(3).copied().flatten().unwrap_or(0),
+            owed: if stale {
+                0
+            } else {
+                f.get(3).copied().flatten().unwrap_or(0)
+            },
         })
     }
 }
