@@ -319,9 +319,9 @@ local function claim_from(queue, tenant)
             redis.call('ZADD', key_scheduled(P), wake, id)
             stat(P, queue, 'scheduled', 1)
             ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
-            lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor, e.pool_queue)
+            lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor, e.pool_queue, now)
           else
-            lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor, e.pool_queue)
+            lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor, e.pool_queue, now)
           end
         else
           not_available(P, queue, priority)

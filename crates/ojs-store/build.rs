@@ -243,6 +243,15 @@ fn main() {
         "local RETRY_MAX_ATTEMPTS = {}\nlocal RETRY_BACKOFF = '{retry_backoff}'\n{body}",
         retry_defaults::MAX_ATTEMPTS
     );
+    // Named constants cost nothing at run time, and no top-level local (Lua allows 200 in the library's
+    // main function).
+    let body = match inline_constants(&body) {
+        Ok(b) => b,
+        Err(e) => panic!("Lua constants: {e}"),
+    };
+    if let Err(e) = check_top_level_locals(&body) {
+        panic!("Lua library: {e}");
+    }
     let version = format!("{:016x}", fnv::fnv1a([body.as_bytes()]));
     let library = format!("#!lua name=ojs_{version}\nlocal V = '{version}'\n{body}");
     writeln!(
@@ -1200,4 +1209,107 @@ fn check_call_state(includes: &str) -> Result<(), String> {
             kept.join(", ")
         ))
     }
+}
+
+/// The library's top-level `local NAME = <literal>` lines (NAME in capitals; the literal a number, a quoted
+/// text, or arithmetic of numbers), taken out, with every use of NAME replaced by the literal: a constant is
+/// written once, by name, and costs neither a top-level local nor an upvalue read. A name assigned anywhere
+/// else is not a constant (the build fails, so a constant cannot be changed by mistake).
+fn inline_constants(body: &str) -> Result<String, String> {
+    let mut consts: Vec<(String, String)> = Vec::new();
+    let mut kept = String::with_capacity(body.len());
+    for line in body.lines() {
+        let def = line.strip_prefix("local ").and_then(|rest| {
+            let (name, value) = rest.split_once(" = ")?;
+            let value = value.trim();
+            let is_name = name.starts_with(|c: char| c.is_ascii_uppercase())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            let quoted = value.len() >= 2
+                && value.starts_with('\'')
+                && value.ends_with('\'')
+                && !value[1..value.len() - 1].contains(['\'', '\\']);
+            let arithmetic = value.chars().any(|c| c.is_ascii_digit())
+                && value.chars().all(|c| c.is_ascii_digit() || " .*+-/^()".contains(c));
+            (is_name && (quoted || arithmetic)).then(|| {
+                let v = if quoted || value.chars().all(|c| c.is_ascii_digit()) {
+                    value.to_string()
+                } else {
+                    format!("({value})")
+                };
+                (name.to_string(), v)
+            })
+        });
+        match def {
+            Some((name, value)) => {
+                if let Some((_, v)) = consts.iter().find(|(n, _)| *n == name) {
+                    if *v != value {
+                        return Err(format!("{name} is defined twice, as {v} and as {value}"));
+                    }
+                    continue;
+                }
+                consts.push((name, value));
+            }
+            None => {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+    }
+    let mut out = kept;
+    for (name, value) in &consts {
+        let b = out.as_bytes();
+        let assigned = out.match_indices(name.as_str()).any(|(i, _)| {
+            let starts = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+            let after = &out[i + name.len()..];
+            starts && after.starts_with(" = ")
+        });
+        if assigned {
+            return Err(format!(
+                "{name} is assigned besides its definition: it cannot be a constant"
+            ));
+        }
+        out = rewrite_words(&out, |i, o| {
+            let word_end = i + out[i..]
+                .bytes()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                .count();
+            if &out[i..word_end] == name {
+                o.push_str(value);
+                Ok(Some(word_end))
+            } else {
+                Ok(None)
+            }
+        })?;
+    }
+    Ok(out)
+}
+
+/// The most top-level locals the library may declare. Lua allows 200 in one function, and the library's
+/// top level is one function: past this margin the next include would not load (the limit is met at
+/// FUNCTION LOAD, on every pod, not at build time).
+const TOP_LEVEL_LOCALS_MAX: usize = 190;
+
+/// Counts the library's top-level locals (`local function f`, and each name of a `local a, b = …` at
+/// column 0) and fails past [`TOP_LEVEL_LOCALS_MAX`].
+fn check_top_level_locals(body: &str) -> Result<(), String> {
+    let top = body.split("redis.register_function(").next().unwrap_or(body);
+    let n: usize = top
+        .lines()
+        .filter_map(|l| l.strip_prefix("local "))
+        .map(|rest| {
+            if rest.starts_with("function ") {
+                1
+            } else {
+                rest.split('=').next().unwrap_or_default().split(',').count()
+            }
+        })
+        .sum();
+    if n > TOP_LEVEL_LOCALS_MAX {
+        return Err(format!(
+            "{n} top-level locals, past {TOP_LEVEL_LOCALS_MAX} (Lua's limit is 200): fold an include's functions into a table"
+        ));
+    }
+    Ok(())
 }

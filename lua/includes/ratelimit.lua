@@ -105,7 +105,8 @@
 -- the expired window entries or lapsed slot holders of one key looked at per check (RL_PRUNE_MAX = 100:
 -- more are pruned by the next checks, and until then they count, so a limit is never exceeded); a
 -- spec's optional tokens (at most 3: the cost, the adaptive policy, the floor); an adaptive step's
--- limits (2); the waiting lanes a pool re-opens at once (pool_wake: at most POOL_WAKE_MAX = 10).
+-- limits (2); the waiting lanes a pool re-opens at once (pool_wake: at most POOL_WAKE_MAX = 10); the
+-- parked lanes of a key a call re-opens (lane_wake: at most LANE_WAKE_MAX = 10).
 --@include emit
 --@include clock
 --@include score
@@ -114,6 +115,8 @@ local RL_IDLE_MS = 86400000
 local RL_PRUNE_MAX = 100
 local POOL_RECHECK_MS = 1000
 local POOL_WAKE_MAX = 10
+-- Parked lanes of one key one call re-opens (lane_wake).
+local LANE_WAKE_MAX = 10
 
 local function rl_parse(spec)
   if not spec then return nil end
@@ -408,7 +411,9 @@ end
 local function lane_open(P, queue, key, settled)
   local hk = key_queue_heads(P, queue)
   if redis.call('HEXISTS', hk, key) == 1 then return nil end
-  redis.call('HDEL', key_queue_parked(P, queue), key)
+  if redis.call('HDEL', key_queue_parked(P, queue), key) == 1 then
+    redis.call('ZREM', key_rl_parked(P, key), queue)
+  end
   local best = redis.call('ZPOPMIN', key_queue_lane(P, queue, key))
   if #best == 0 then
     -- The lane is empty (its last job was claimed, ended or moved): the queue no longer has one for K.
@@ -423,16 +428,18 @@ local function lane_open(P, queue, key, settled)
   return string.sub(best[1], -36)
 end
 
--- lane_park(P, queue, key, member, score, wake, strategy, floor, pool): the lane's popped head could not
--- start because of `strategy` (concurrency, rate, throttle, dynamic, pool); keep it (when member is
+-- lane_park(P, queue, key, member, score, wake, strategy, floor, pool, now): the lane's popped head could
+-- not start because of `strategy` (concurrency, rate, throttle, dynamic, pool); keep it (when member is
 -- given) with the lane's other jobs, out of the ready set, until `wake` (ms; -1 = until a slot of the
 -- key is released). The parked hash holds '<wake> <strategy>[ f<floor>]', so the lane's release can
 -- say what held it and, for a key with a floor in a pool (see "Burstable concurrency"), what it owes
 -- once open again. A lane its pool (named `pool`) holds back also waits in the pool's FIFO
--- P..'q:'..pool..':pool:wait'.
-local function lane_park(P, queue, key, member, score, wake, strategy, floor, pool)
+-- P..'q:'..pool..':pool:wait'. Every parked lane of K is listed in P..'rl:'..K..':parked' by when it
+-- parked (last), which a release wakes in that order, a few at a time (lane_wake).
+local function lane_park(P, queue, key, member, score, wake, strategy, floor, pool, now)
   if member then redis.call('ZADD', key_queue_lane(P, queue, key), score, member) end
   redis.call('HSET', key_queue_parked(P, queue), key, wake .. ' ' .. strategy .. (floor and ' f' .. floor or ''))
+  redis.call('ZADD', key_rl_parked(P, key), now, queue)
   if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, queue .. '\n' .. key) end
   if strategy == 'pool' then
     local pk = key_queue_pool_wait(P, pool)
@@ -621,20 +628,37 @@ local function lane_rebalance(P, queue, key)
   end
 end
 
--- lane_wake_all(P, key): re-open every parked lane of key K (a slot was released or a block ended).
--- Returns the first head it opened (or nil) and how many queues have a lane for K.
-local function lane_wake_all(P, key, now)
+-- lane_wake(P, key, now, upto): re-open the parked lanes of key K that parked first, LANE_WAKE_MAX at
+-- most, and only those that parked at `upto` or before (ms; nil: any); FETCH parks again those still
+-- held. Bounded work whatever the number of lanes (issue 37 item 10: one release re-opened every lane,
+-- O(tenants) per job with 10,000 tenants on one key). Returns the first head it opened (or nil) and
+-- whether parked lanes it could not take remain.
+local function lane_wake(P, key, now, upto)
+  local pk = key_rl_parked(P, key)
+  local lanes = redis.call('ZRANGE', pk, '-inf', upto or '+inf', 'BYSCORE', 'LIMIT', 0, LANE_WAKE_MAX + 1)
+  local more = #lanes > LANE_WAKE_MAX
   local opened = nil
-  local queues = redis.call('SMEMBERS', key_rl_queues(P, key))
-  for _, queue in ipairs(queues) do
+  for i = 1, math.min(#lanes, LANE_WAKE_MAX) do
+    local queue = lanes[i]
     local head = lane_release(P, queue, key, now)
+    -- A lane that was not parked after all (an older build's index) leaves the index.
+    redis.call('ZREM', pk, queue)
     if head then
       opened = opened or head
       redis.call('ZREM', key_rl_wake(P), queue .. '\n' .. key)
     end
   end
   redis.call('DEL', key_rl_state(P, key))
-  return opened, #queues
+  return opened, more
+end
+
+-- lane_wake_all(P, key, now): K's limits changed (its policy, an override, an adaptive step, units
+-- given back): every lane parked until now is to be judged again. lane_wake takes the first; the promote
+-- timer the rest (P..'rl:rewake': key -> when its limits changed; promote-1.lua), a few per tick.
+local function lane_wake_all(P, key, now)
+  local opened, more = lane_wake(P, key, now, now)
+  if more then redis.call('ZADD', key_rl_rewake(P), now, key) end
+  return opened
 end
 
 -- rl_release(P, key, id, now, units, spec): job id (policy `spec`) gives back its concurrency slot of
@@ -650,9 +674,10 @@ local function rl_release(P, key, id, now, units, spec)
         redis.call('DEL', key_rl_active_units(P, key))
       end
     end
-    -- A key with a lane that holds jobs is not idle: only a key with none asks.
-    local _, lanes = lane_wake_all(P, key, now)
-    if lanes == 0 then rl_maybe_idle(P, key) end
+    -- A slot came back: the lanes that parked first may take it (a few; the others at the next
+    -- releases, in their order). A key with a lane that holds jobs is not idle: only a key with none asks.
+    lane_wake(P, key, now, nil)
+    if redis.call('EXISTS', key_rl_queues(P, key)) == 0 then rl_maybe_idle(P, key) end
   end
 end
 

@@ -45,6 +45,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("pools", "pools"),
     k("rl_keys", "rl:keys"),
     k("rl_wake", "rl:wake"),
+    k("rl_rewake", "rl:rewake"),
     k("rl_idle", "rl:idle"),
     k("rescoring", "rescoring"),
     // Shard 0 only: the number of shards, and where each queue and rate-limit key lives.
@@ -96,6 +97,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     // One rate-limit key.
     k("rl_policy", "rl:{key}:policy"),
     k("rl_queues", "rl:{key}:queues"),
+    k("rl_parked", "rl:{key}:parked"),
     k("rl_state", "rl:{key}:state"),
     k("rl_stats", "rl:{key}:stats"),
     k("rl_active", "rl:{key}:active"),

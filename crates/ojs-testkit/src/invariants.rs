@@ -382,6 +382,27 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
             problems.push(format!("lane {q}/{k} holds jobs but {q} is not in the key's queues"));
         }
     }
+    // Every parked lane is in its key's index of parked lanes, which a release wakes a few at a time
+    // (lua/includes/ratelimit.lua lane_wake), and the index names no lane that is not parked.
+    let mut parked_lanes: HashSet<(String, String)> = HashSet::new();
+    for key in snap.scan(keys.pattern("queue_parked")) {
+        let queue = first_part(&keys, "queue_parked", &key);
+        let m: HashMap<String, String> = snap.hgetall(&key);
+        for k in m.into_keys() {
+            if !snap.zset(keys.rl_parked(&k)).contains_key(&queue) {
+                problems.push(format!("lane {queue}/{k} is parked but not in the key's parked lanes"));
+            }
+            parked_lanes.insert((queue.clone(), k));
+        }
+    }
+    for key in snap.scan(keys.pattern("rl_parked")) {
+        let k = first_part(&keys, "rl_parked", &key);
+        for q in snap.zset(&key).into_keys() {
+            if !parked_lanes.contains(&(q.clone(), k.clone())) {
+                problems.push(format!("{k}'s parked lanes name {q}, whose lane is not parked"));
+            }
+        }
+    }
 
     let mut gauges: HashMap<String, (i64, i64)> = HashMap::new(); // queue -> (active, scheduled)
     let mut ready_by_priority: HashMap<(String, String), i64> = HashMap::new();

@@ -54,6 +54,11 @@ impl Store {
                 .await?;
             tracing::warn!(key = %self.keys.cron_due(), "removed a hash left at the cron due index by a refused cron entry named 'due'");
         }
+        // Rate-limit lanes parked by a build before the index of each key's parked lanes (which a release
+        // now wakes a few at a time) are indexed, first in line: without it no release would wake them.
+        for shard in shards {
+            shard.as_ref().index_parked_lanes().await?;
+        }
         let version: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
         let Some(from) = version.filter(|v| crate::store::SCHEMA_VERSIONS_UPGRADED.contains(v)) else {
             return Ok(0);
@@ -70,6 +75,50 @@ impl Store {
             .await?;
         tracing::info!(converted, "key schema v{to}: every job is a v{to} record");
         Ok(converted)
+    }
+
+    /// Indexes this shard's parked rate-limit lanes in `P rl:<key>:parked` (lua/includes/ratelimit.lua
+    /// lane_park), those parked by an older build at score 0 so they are woken first; a lane already
+    /// indexed keeps its place (NX). Idempotent; returns how many lanes it found.
+    async fn index_parked_lanes(&self) -> Result<u64> {
+        let mut conn = self.conn().await?;
+        let pattern = self.keys.pattern("queue_parked");
+        let (mut cursor, mut found) = (0u64, 0u64);
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(BATCH);
+            let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys.schema()).await?;
+            for key in keys {
+                // A queue name holds no ':' (a lane of a key named "parked" matches the pattern too).
+                let Some(queue) = self
+                    .keys
+                    .parts("queue_parked", &key)
+                    .and_then(|p| p.first().copied())
+                    .filter(|q| !q.contains(':'))
+                else {
+                    continue;
+                };
+                let lanes: Vec<String> = conn.on_tag(redis::cmd("HKEYS").arg(&key), &self.keys.schema()).await?;
+                for k in lanes {
+                    let mut add = redis::cmd("ZADD");
+                    add.arg(self.keys.rl_parked(&k)).arg("NX").arg(0).arg(queue);
+                    let _: i64 = conn.on_tag(&add, &self.keys.schema()).await?;
+                    found += 1;
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        if found > 0 {
+            tracing::info!(
+                found,
+                prefix = self.keys.prefix(),
+                "indexed the parked rate-limit lanes"
+            );
+        }
+        Ok(found)
     }
 
     /// Converts every job of this shard from key schema `from` to this one's; returns how many.
