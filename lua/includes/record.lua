@@ -137,6 +137,12 @@ local function rec_check(f)
     end
   end
   if f.cold ~= nil and type(f.cold) ~= 'string' then return 'cold is not packed' end
+  -- A workflow member's place: its index, or a callback's name (includes/workflow.lua).
+  local wi = f.wf_i
+  if wi ~= nil and not (type(wi) == 'string' and (string.find(wi, '^%d+$') and #wi <= 6
+      or wi == 'on_complete' or wi == 'on_success' or wi == 'on_failure')) then
+    return 'wf_i is no member index and no callback'
+  end
   return nil
 end
 
