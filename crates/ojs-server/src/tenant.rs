@@ -1,9 +1,12 @@
-//! Tenants at the HTTP edge (the OJS multi-tenancy extension): the `X-OJS-Tenant` header (stamped into
-//! a job's or a workflow's envelopes), the check that a request naming a tenant only sees that tenant's
-//! jobs, and the tenants of every shard merged (for the listing and the metrics). A job's tenant is its
-//! `meta.tenant_id` (checked by `ojs_core::envelope`); the store keeps each tenant's waiting jobs apart
-//! and shares FETCH fairly among tenants (lua/includes/tenant.lua).
+//! Tenants at the HTTP edge (the OJS multi-tenancy extension): [`ActingTenant`], the one notion of the
+//! tenant a request acts as (its `X-OJS-Tenant` header), which every handler that serves jobs takes: it
+//! stamps what the request creates (a job's or a workflow's envelopes), and narrows what it sees and acts
+//! on to that tenant's jobs; and the tenants of every shard merged (for the listing and the metrics). A
+//! job's tenant is its `meta.tenant_id` (checked by `ojs_core::envelope`); the store keeps each tenant's
+//! waiting jobs apart and shares FETCH fairly among tenants (lua/includes/tenant.lua).
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use ojs_core::names::{self, TENANT_HEADER};
 use ojs_core::OjsError;
@@ -13,8 +16,26 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The tenant a request acts as: the one its `X-OJS-Tenant` header names (checked: 400 when it is no
+/// tenant id), else none, and the request sees every tenant. An axum extractor: a handler that creates,
+/// reads or acts on jobs, workflows or cron entries takes it, and asks it rather than the header.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActingTenant {
+    name: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ActingTenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self {
+            name: header_tenant(&parts.headers)?,
+        })
+    }
+}
+
 /// The tenant a request's `X-OJS-Tenant` header names, checked; `None` without the header.
-pub fn header_tenant(headers: &HeaderMap) -> Result<Option<String>, OjsError> {
+fn header_tenant(headers: &HeaderMap) -> Result<Option<String>, OjsError> {
     let Some(v) = headers.get(TENANT_HEADER) else {
         return Ok(None);
     };
@@ -25,11 +46,55 @@ pub fn header_tenant(headers: &HeaderMap) -> Result<Option<String>, OjsError> {
     Ok(Some(t.to_string()))
 }
 
-/// Puts the header's tenant into a job envelope's `meta.tenant_id` (400 when the body names another).
-pub fn stamp(doc: &mut Value, tenant: Option<&str>) -> Result<(), OjsError> {
-    match tenant {
-        Some(t) => names::apply_tenant_header(doc, t).map_err(OjsError::invalid),
-        None => Ok(()),
+impl ActingTenant {
+    /// The tenant, when the request acts as one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Whether the jobs the request creates keep its tenant whatever their queue's tenancy setting
+    /// derives (the header wins over it).
+    pub fn pins(&self) -> bool {
+        self.name.is_some()
+    }
+
+    /// Puts the tenant into a job envelope's `meta.tenant_id` (400 when the body names another).
+    pub fn stamp(&self, doc: &mut Value) -> Result<(), OjsError> {
+        match self.name() {
+            Some(t) => names::apply_tenant_header(doc, t).map_err(OjsError::invalid),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the request sees a thing of `owner` (a job's, a workflow's or a cron entry's tenant):
+    /// always when it acts as no tenant, else only its own tenant's.
+    pub fn sees_owner(&self, owner: Option<&str>) -> bool {
+        self.name().is_none_or(|t| owner == Some(t))
+    }
+
+    /// Whether the request sees a job: any other is answered as not found (it is not revealed that it
+    /// exists). `job` is the stored job (its record's `tenant` field).
+    pub fn sees(&self, job: &StoredJob) -> bool {
+        self.sees_owner(job.tenant.as_deref())
+    }
+
+    /// For a request acting as a tenant, reads the job first and answers 404 when it is another
+    /// tenant's (or missing); a job's tenant never changes, so the check holds for the operation that
+    /// follows. Costs nothing for a request acting as no tenant.
+    pub async fn check_job(&self, st: &AppState, id: &str) -> Result<(), ApiError> {
+        if self.name.is_none() {
+            return Ok(());
+        }
+        match st.shards.get_job(id).await? {
+            Some(f) if self.sees(&f) => Ok(()),
+            _ => Err(OjsError::not_found("job", id).into()),
+        }
+    }
+
+    /// One tenant per workflow (multi-tenancy §15.2): every job of a workflow body takes the request's
+    /// tenant, or else the one tenant its jobs name; jobs naming two tenants are refused (400).
+    pub fn stamp_workflow(&self, body: &mut Value) -> Result<(), OjsError> {
+        stamp_workflow(body, self.name())
     }
 }
 
@@ -59,9 +124,8 @@ fn named_tenant(doc: &Value) -> Option<&str> {
     doc.get("meta").and_then(|m| m.get("tenant_id")).and_then(Value::as_str)
 }
 
-/// One tenant per workflow (multi-tenancy §15.2): every job of a workflow body takes the header's
-/// tenant, or else the one tenant its jobs name; jobs naming two tenants are refused (400).
-pub fn stamp_workflow(body: &mut Value, tenant: Option<&str>) -> Result<(), OjsError> {
+/// [`ActingTenant::stamp_workflow`], for the tenant `tenant`.
+fn stamp_workflow(body: &mut Value, tenant: Option<&str>) -> Result<(), OjsError> {
     let job_form = body.get("workflow").is_some_and(Value::is_object);
     let mut named: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     if job_form {
@@ -179,24 +243,4 @@ pub async fn last_hour<'a>(st: &AppState, tenants: impl Iterator<Item = &'a str>
             },
         })
         .collect())
-}
-
-/// A request that names a tenant sees only that tenant's jobs: any other job is answered as not found
-/// (it is not revealed that it exists). A request without the header sees every job. `job` is the
-/// stored job (its record's `tenant` field).
-pub fn visible(job: &StoredJob, tenant: Option<&str>) -> bool {
-    tenant.is_none_or(|t| job.tenant.as_deref() == Some(t))
-}
-
-/// For a request that names a tenant, reads the job first and answers 404 when it is another tenant's
-/// (or missing); a job's tenant never changes, so the check holds for the operation that follows.
-/// Costs nothing without the header.
-pub async fn check_owner(st: &AppState, id: &str, tenant: Option<&str>) -> Result<(), ApiError> {
-    if tenant.is_none() {
-        return Ok(());
-    }
-    match st.shards.get_job(id).await? {
-        Some(f) if visible(&f, tenant) => Ok(()),
-        _ => Err(OjsError::not_found("job", id).into()),
-    }
 }

@@ -4,7 +4,6 @@
 //! read-only call; this module only puts the answer into words and times.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::explain::{Gate, GateKind, JobExplanation};
 use ojs_core::{clock, OjsError};
@@ -15,6 +14,7 @@ use crate::error::ApiResult;
 use crate::respond::{ok, JobPath};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -220,11 +220,10 @@ fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobExplanation, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn explain(State(st): State<AppState>, headers: HeaderMap, JobPath(job): JobPath) -> ApiResult<Response> {
+async fn explain(State(st): State<AppState>, tenant: ActingTenant, JobPath(job): JobPath) -> ApiResult<Response> {
     let id = job.as_str();
-    let tenant = crate::tenant::header_tenant(&headers)?;
     match st.shards.on_id(id, |s| async move { s.explain_job(id).await }).await? {
-        Some(e) if crate::tenant::visible(&e.job, tenant.as_deref()) => Ok(ok(explanation(job.clone(), &e)?)),
+        Some(e) if tenant.sees(&e.job) => Ok(ok(explanation(job.clone(), &e)?)),
         _ => Err(OjsError::not_found("job", id).into()),
     }
 }

@@ -16,6 +16,7 @@ use crate::respond::JobPath;
 use crate::respond::{ojs_json, ok, OjsJson};
 use crate::schemas::{Job, JobRequest, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -102,23 +103,23 @@ fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
 )]
 async fn enqueue(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     headers: HeaderMap,
     OjsJson(mut body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    let tenant = crate::tenant::header_tenant(&headers)?;
-    crate::tenant::stamp(&mut body, tenant.as_deref())?;
+    tenant.stamp(&mut body)?;
     if body.get("workflow").is_some() {
-        crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
+        tenant.stamp_workflow(&mut body)?;
     }
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
         let mut wf = wf?;
         for j in &mut wf.jobs {
-            j.tenant_pinned = tenant.is_some();
+            j.tenant_pinned = tenant.pins();
         }
         return enqueue_chain(&st, &mut wf).await;
     }
     let mut job = envelope::parse(body, &st.rules)?;
-    job.tenant_pinned = tenant.is_some();
+    job.tenant_pinned = tenant.pins();
     let block = block_deadline(&headers)?;
     let out = crate::job_ops::store_one(&st, &mut job, block).await?;
     match (out.state.as_str(), &out.existing) {
@@ -226,6 +227,7 @@ struct DeduplicatedJob {
 )]
 async fn enqueue_batch(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     headers: HeaderMap,
     OjsJson(body): OjsJson<Batch>,
 ) -> ApiResult<Response> {
@@ -244,16 +246,16 @@ async fn enqueue_batch(
         )
         .into());
     }
-    let tenant = crate::tenant::header_tenant(&headers)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (i, mut v) in body.jobs.into_iter().enumerate() {
-        let mut j = crate::tenant::stamp(&mut v, tenant.as_deref())
+        let mut j = tenant
+            .stamp(&mut v)
             .and_then(|_| envelope::parse(v, &st.rules))
             .map_err(|e| {
                 let msg = format!("jobs[{i}]: {}", e.message);
                 OjsError { message: msg, ..e }.with_details(json!({ "index": i }))
             })?;
-        j.tenant_pinned = tenant.is_some();
+        j.tenant_pinned = tenant.pins();
         jobs.push(j);
     }
     let mut seen = std::collections::HashSet::new();
@@ -305,11 +307,10 @@ async fn enqueue_batch(
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_job(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
+async fn get_job(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
     let id = id.as_str();
-    let tenant = crate::tenant::header_tenant(&headers)?;
     match st.shards.get_job(id).await? {
-        Some(f) if crate::tenant::visible(&f, tenant.as_deref()) => Ok(ok(JobResponse::of(job_view(&f)))),
+        Some(f) if tenant.sees(&f) => Ok(ok(JobResponse::of(job_view(&f)))),
         _ => Err(OjsError::not_found("job", id).into()),
     }
 }
@@ -340,12 +341,12 @@ struct PriorityChanged {
 )]
 async fn update(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    tenant: ActingTenant,
     JobPath(id): JobPath,
     OjsJson(body): OjsJson<Update>,
 ) -> ApiResult<Response> {
     let id = id.as_str();
-    crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
+    tenant.check_job(&st, id).await?;
     let model = st.rules.priority_model;
     let p = body
         .priority
@@ -398,9 +399,9 @@ async fn admin_job(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResul
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job has finished (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
+async fn cancel(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
     let id = id.as_str();
-    crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
+    tenant.check_job(&st, id).await?;
     match st.shards.on_id(id, |s| async move { s.cancel(id).await }).await? {
         Transition::Done(_) => {
             let f = crate::listing::job(&st, id).await?;

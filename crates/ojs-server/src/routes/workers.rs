@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, names, OjsError};
@@ -19,6 +18,7 @@ use crate::respond::job_id;
 use crate::respond::{ok, OjsJson, OjsPath};
 use crate::schemas::{variant, variant_name, Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use crate::worker::{check_worker_id, lease_id, ClaimFields};
 use crate::worker_ops::FetchParams;
 use utoipa_axum::router::OpenApiRouter;
@@ -178,14 +178,18 @@ struct FetchResponse {
     request_body = FetchReq,
     responses((status = 200, description = "OK", body = FetchResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such pool (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn fetch(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
-    let p = fetch_params(&st, req.with_pool(&st).await?, crate::tenant::header_tenant(&headers)?)?;
+async fn fetch(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsJson(req): OjsJson<FetchReq>,
+) -> ApiResult<Response> {
+    let p = fetch_params(&st, req.with_pool(&st).await?, &tenant)?;
     let jobs = claim_loop(&st, &p).await?;
     Ok(ok(FetchResponse { jobs }))
 }
 
 /// A FETCH request, validated.
-fn fetch_params(st: &AppState, req: FetchReq, tenant: Option<String>) -> Result<FetchParams, OjsError> {
+fn fetch_params(st: &AppState, req: FetchReq, tenant: &ActingTenant) -> Result<FetchParams, OjsError> {
     let strategy = match req.strategy.as_deref() {
         None => st.config.fetch_strategy,
         Some(s) => variant::<FetchStrategy>(s)
@@ -218,7 +222,7 @@ fn fetch_params(st: &AppState, req: FetchReq, tenant: Option<String>) -> Result<
         count,
         visibility_ms: req.visibility_timeout_ms,
         wait,
-        tenant,
+        tenant: tenant.name().map(str::to_owned),
     })
 }
 
@@ -370,7 +374,7 @@ struct AckResponse {
     request_body = AckReq,
     responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
+async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
     let id = id.as_str();
     let result = match req.result {
@@ -391,9 +395,8 @@ async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJs
         ),
     };
     let claim = req.claim.into_ref()?;
-    let tenant = crate::tenant::header_tenant(&headers)?;
     let next = match req.fetch {
-        Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, tenant)?),
+        Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, &tenant)?),
         None => None,
     };
     let ack = AckPart {

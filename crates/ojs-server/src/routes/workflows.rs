@@ -19,6 +19,7 @@ use crate::listing::{PageQuery, Pagination, Params};
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::schemas::{OjsErrorBody, WorkflowView, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use crate::workflow_ops::{store_workflow, view, VIEW_JOBS};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -91,14 +92,13 @@ struct WorkflowList {
 )]
 async fn create(
     State(st): State<AppState>,
-    headers: axum::http::HeaderMap,
+    tenant: ActingTenant,
     OjsJson(mut body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    let tenant = crate::tenant::header_tenant(&headers)?;
-    crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
+    tenant.stamp_workflow(&mut body)?;
     let mut wf = workflow::parse(body, &st.rules)?;
     for j in &mut wf.jobs {
-        j.tenant_pinned = tenant.is_some();
+        j.tenant_pinned = tenant.pins();
     }
     let (_, _, v) = store_workflow(&st, &mut wf).await?;
     let mut res = ojs_json(StatusCode::CREATED, json!(WorkflowResponse { workflow: v }));
