@@ -829,3 +829,56 @@ async fn a_tenants_keys_with_floors_draw_from_the_tenants_concurrency() {
     s.assert_invariants().await;
     drop((b, g));
 }
+
+// The isolation a request naming a tenant gets (issue 37): each test below reproduces a leak the
+// header let through, on one shard and on three.
+
+/// A server of `shards` shards.
+async fn server(shards: u16) -> TestServer {
+    TestServer::start_with(|c| c.shards = shards).await
+}
+
+fn id_of(b: &Value, at: &str) -> String {
+    b.pointer(at)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {at} in {b}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn another_tenants_workflow_is_not_found_and_not_cancelled() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let body = json!({"type": "chain", "steps": [job("wf-iso", 0), job("wf-iso", 1)]});
+        let (st, b) = s
+            .send_as(Method::POST, "/ojs/v1/workflows", "tenant-a", Some(body))
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let path = format!("/ojs/v1/workflows/{}", id_of(&b, "/workflow/id"));
+        let (st, got) = s.send_as(Method::GET, &path, "tenant-b", None).await;
+        assert_eq!(st, 404, "B does not see A's workflow: {got}");
+        let (st, got) = s.send_as(Method::DELETE, &path, "tenant-b", None).await;
+        assert_eq!(st, 404, "nor cancels it: {got}");
+        let (st, got) = s.send_as(Method::GET, &path, "tenant-a", None).await;
+        assert_eq!(st, 200, "{got}");
+        assert_eq!(got["workflow"]["state"], "running", "{got}");
+        assert_eq!(got["workflow"]["jobs"][0]["state"], "available", "{got}");
+        if shards == 1 {
+            // A workflow created before its hash kept its tenant is its first job's.
+            let id = path.rsplit('/').next().unwrap_or_default();
+            let _: i64 = redis::cmd("HDEL")
+                .arg(s.keys().workflow(id))
+                .arg("tenant")
+                .query_async(&mut s.redis().await)
+                .await
+                .expect("HDEL");
+            assert_eq!(s.send_as(Method::GET, &path, "tenant-b", None).await.0, 404);
+            assert_eq!(s.send_as(Method::GET, &path, "tenant-a", None).await.0, 200);
+        }
+        // A request naming no tenant sees every workflow, and A cancels its own.
+        assert_eq!(s.get(&path).await.0, 200);
+        let (st, got) = s.send_as(Method::DELETE, &path, "tenant-a", None).await;
+        assert_eq!((st, &got["workflow"]["state"]), (200, &json!("cancelled")), "{got}");
+        s.assert_invariants().await;
+    }
+}

@@ -114,18 +114,24 @@ fn path_id(id: &str) -> Result<&str, OjsError> {
         .map_err(|_| OjsError::not_found("workflow", id))
 }
 
-async fn read(st: &AppState, id: &str) -> ApiResult<WorkflowView> {
+/// A workflow with its first `limit` jobs, when the request sees it: another tenant's is answered as
+/// not found (lua/workflow-get-1.lua gives the workflow's tenant).
+async fn read(st: &AppState, tenant: &ActingTenant, id: &str, limit: u64) -> ApiResult<WorkflowRecord> {
+    st.shards
+        .on_id(id, |s| async move { s.workflow(id, limit).await })
+        .await?
+        .filter(|w| tenant.sees_owner(w.fields.get("tenant").map(String::as_str)))
+        .ok_or_else(|| OjsError::not_found("workflow", id).into())
+}
+
+fn view_of(id: &str, w: WorkflowRecord) -> WorkflowView {
     let WorkflowRecord {
         fields,
         jobs,
         callbacks,
         ..
-    } = st
-        .shards
-        .on_id(id, |s| async move { s.workflow(id, VIEW_JOBS).await })
-        .await?
-        .ok_or_else(|| OjsError::not_found("workflow", id))?;
-    Ok(view(id, &fields, jobs, callbacks))
+    } = w;
+    view(id, &fields, jobs, callbacks)
 }
 
 #[utoipa::path(
@@ -136,10 +142,14 @@ async fn read(st: &AppState, id: &str) -> ApiResult<WorkflowView> {
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_workflow(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn get_workflow(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsPath(id): OjsPath<String>,
+) -> ApiResult<Response> {
     let id = path_id(&id)?;
     Ok(ok(json!(WorkflowResponse {
-        workflow: read(&st, id).await?
+        workflow: view_of(id, read(&st, &tenant, id, VIEW_JOBS).await?)
     })))
 }
 
@@ -151,15 +161,20 @@ async fn get_workflow(State(st): State<AppState>, OjsPath(id): OjsPath<String>) 
     params(("id" = String, Path)),
     responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The workflow already ended (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn cancel(State(st): State<AppState>, tenant: ActingTenant, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_id(&id)?;
+    // A workflow's tenant never changes: a request acting as a tenant reads it first (one member), and
+    // another tenant's is answered as absent, untouched.
+    if tenant.name().is_some() {
+        read(&st, &tenant, id, 1).await?;
+    }
     match st
         .shards
         .on_id(id, |s| async move { s.cancel_workflow(id).await })
         .await?
     {
         Transition::Done(_) => Ok(ok(json!(WorkflowResponse {
-            workflow: read(&st, id).await?
+            workflow: view_of(id, read(&st, &tenant, id, VIEW_JOBS).await?)
         }))),
         Transition::NotFound => Err(OjsError::not_found("workflow", id).into()),
         Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::new(
