@@ -882,3 +882,72 @@ async fn another_tenants_workflow_is_not_found_and_not_cancelled() {
         s.assert_invariants().await;
     }
 }
+
+#[tokio::test]
+async fn another_tenants_worker_cannot_ack_nack_extend_or_report_progress_on_an_active_job() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let (st, b) = s
+            .send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(job("act", 0)))
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let id = id_of(&b, "/job/id");
+        let claim = json!({"queues": ["act"], "worker_id": "w-a", "visibility_timeout_ms": 60000});
+        let (_, f) = s
+            .send_as(Method::POST, "/ojs/v1/workers/fetch", "tenant-a", Some(claim))
+            .await;
+        let held = f["jobs"][0].clone();
+        assert_eq!(held["id"], id.as_str(), "{f}");
+        // B names no lease (as the SDKs do): each is answered as for a job that does not exist.
+        for (path, body) in [
+            ("/ojs/v1/workers/ack", json!({"job_id": id})),
+            (
+                "/ojs/v1/workers/ack",
+                json!({"job_id": id, "fetch": {"queues": ["act"]}}),
+            ),
+            (
+                "/ojs/v1/workers/nack",
+                json!({"job_id": id, "error": {"message": "not mine"}}),
+            ),
+            ("/ojs/v1/workers/progress", json!({"job_id": id, "percentage": 50})),
+        ] {
+            let (st, got) = s.send_as(Method::POST, path, "tenant-b", Some(body)).await;
+            assert_eq!(st, 404, "{path}: {got}");
+        }
+        let progress = format!("/ojs/v1/jobs/{id}/progress");
+        let (st, got) = s
+            .send_as(Method::PUT, &progress, "tenant-b", Some(json!({"progress": 0.5})))
+            .await;
+        assert_eq!(st, 404, "{got}");
+        let (st, got) = s.send_as(Method::GET, &progress, "tenant-b", None).await;
+        assert_eq!(st, 404, "{got}");
+        // A heartbeat without a worker id, asking for an hour: the job is not B's to keep.
+        let beat = json!({"active_job_ids": [id], "visibility_timeout_ms": 3_600_000});
+        let (st, hb) = s
+            .send_as(Method::POST, "/ojs/v1/workers/heartbeat", "tenant-b", Some(beat))
+            .await;
+        assert_eq!(st, 200, "{hb}");
+        assert_eq!(
+            (&hb["jobs"][0]["state"], &hb["jobs"][0]["extended"]),
+            (&json!("missing"), &json!(false)),
+            "{hb}"
+        );
+        // Nothing changed: still A's worker's, with its lease, its attempt, no progress.
+        let (_, got) = s
+            .send_as(Method::GET, &format!("/ojs/v1/jobs/{id}"), "tenant-a", None)
+            .await;
+        let j = &got["job"];
+        assert_eq!(
+            (&j["state"], &j["attempt"], &j["visibility_deadline"], &j["progress"]),
+            (&json!("active"), &json!(1), &held["visibility_deadline"], &Value::Null),
+            "{got}"
+        );
+        // A's worker finishes it: one delivery.
+        let ack = json!({"job_id": id, "lease_id": held["lease_id"]});
+        let (st, got) = s
+            .send_as(Method::POST, "/ojs/v1/workers/ack", "tenant-a", Some(ack))
+            .await;
+        assert_eq!(st, 200, "{got}");
+        s.assert_invariants().await;
+    }
+}

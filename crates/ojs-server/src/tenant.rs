@@ -78,16 +78,21 @@ impl ActingTenant {
         self.sees_owner(job.tenant.as_deref())
     }
 
+    /// The job as stored, when the request sees it; else a 404, as for a job that does not exist.
+    pub async fn job(&self, st: &AppState, id: &str) -> Result<StoredJob, ApiError> {
+        match st.shards.get_job(id).await? {
+            Some(f) if self.sees(&f) => Ok(f),
+            _ => Err(OjsError::not_found("job", id).into()),
+        }
+    }
+
     /// For a request acting as a tenant, reads the job first and answers 404 when it is another
     /// tenant's (or missing); a job's tenant never changes, so the check holds for the operation that
     /// follows. Costs nothing for a request acting as no tenant.
     pub async fn check_job(&self, st: &AppState, id: &str) -> Result<(), ApiError> {
-        if self.name.is_none() {
-            return Ok(());
-        }
-        match st.shards.get_job(id).await? {
-            Some(f) if self.sees(&f) => Ok(()),
-            _ => Err(OjsError::not_found("job", id).into()),
+        match self.name {
+            Some(_) => self.job(st, id).await.map(drop),
+            None => Ok(()),
         }
     }
 

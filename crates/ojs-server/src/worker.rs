@@ -40,7 +40,9 @@ pub(crate) struct ClaimFields {
 }
 
 impl ClaimFields {
-    pub(crate) fn into_ref(self) -> Result<ClaimRef, OjsError> {
+    /// The claim, for a request acting as `tenant` (`tenant::ActingTenant::name`): a job of another
+    /// tenant is not its to act on.
+    pub(crate) fn into_ref(self, tenant: Option<&str>) -> Result<ClaimRef, OjsError> {
         if let Some(w) = &self.worker_id {
             check_worker_id(w)?;
         }
@@ -56,6 +58,7 @@ impl ClaimFields {
             lease_id: lease_id(self.lease_id, "lease_id")?,
             attempt,
             worker_id: self.worker_id.filter(|w| !w.is_empty()),
+            tenant: tenant.map(str::to_owned),
         })
     }
 }

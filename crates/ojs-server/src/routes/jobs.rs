@@ -308,11 +308,7 @@ async fn enqueue_batch(
     responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn get_job(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
-    let id = id.as_str();
-    match st.shards.get_job(id).await? {
-        Some(f) if tenant.sees(&f) => Ok(ok(JobResponse::of(job_view(&f)))),
-        _ => Err(OjsError::not_found("job", id).into()),
-    }
+    Ok(ok(JobResponse::of(job_view(&tenant.job(&st, id.as_str()).await?))))
 }
 
 #[derive(Deserialize, ToSchema)]

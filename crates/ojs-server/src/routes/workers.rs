@@ -394,7 +394,7 @@ async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Ojs
                 })?,
         ),
     };
-    let claim = req.claim.into_ref()?;
+    let claim = req.claim.into_ref(tenant.name())?;
     let next = match req.fetch {
         Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, &tenant)?),
         None => None,
@@ -563,11 +563,11 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
     request_body = NackReq,
     responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
+async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
     let id = id.as_str();
     let (err, match_key, retryable, until) = error_record(req.error)?;
-    let claim = req.claim.into_ref()?;
+    let claim = req.claim.into_ref(tenant.name())?;
     let requeue = req.requeue.unwrap_or(false);
     let (claim, err, match_key) = (&claim, &err, &match_key);
     match st
@@ -832,13 +832,17 @@ fn first_of_each<K: Eq + std::hash::Hash, V>(pairs: Vec<(K, V)>) -> Vec<(K, V)> 
     request_body = HeartbeatReq,
     responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+async fn heartbeat(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsJson(req): OjsJson<HeartbeatReq>,
+) -> ApiResult<Response> {
     let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
     let reported = reported_state(req.state.as_deref(), &worker)?;
     let extend = lease_ms(req.visibility_timeout_ms)?;
     let jobs = req.jobs()?;
-    let hb = crate::worker_ops::heartbeat(&st, &worker, &jobs, extend, reported).await?;
+    let hb = crate::worker_ops::heartbeat(&st, &worker, &jobs, extend, reported, tenant.name()).await?;
     // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to
     // running when told so); what the worker reported of itself is echoed as `worker_state`.
     let state = hb.signal.as_deref().unwrap_or("running").to_string();
@@ -889,8 +893,8 @@ async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatRe
     request_body = HeartbeatReq,
     responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn beat(st: State<AppState>, req: OjsJson<HeartbeatReq>) -> ApiResult<Response> {
-    heartbeat(st, req).await
+async fn beat(st: State<AppState>, tenant: ActingTenant, req: OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+    heartbeat(st, tenant, req).await
 }
 
 #[derive(Deserialize, ToSchema)]
