@@ -951,3 +951,83 @@ async fn another_tenants_worker_cannot_ack_nack_extend_or_report_progress_on_an_
         s.assert_invariants().await;
     }
 }
+
+#[tokio::test]
+async fn a_uniqueness_key_or_dedup_fingerprint_never_spans_tenants() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        for policy in ["ignore", "replace", "reject"] {
+            let q = format!("uq-{policy}");
+            let body = json!({"type": "report.build", "args": [1], "options": {"queue": q,
+                "unique": {"keys": ["type", "queue", "args"], "on_conflict": policy}}});
+            let (st, a) = s
+                .send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(body.clone()))
+                .await;
+            assert_eq!(st, 201, "{a}");
+            let a_id = id_of(&a, "/job/id");
+            // B's identical job is B's own: neither answered with A's job, nor refused, nor replacing it.
+            let (st, b) = s
+                .send_as(Method::POST, "/ojs/v1/jobs", "tenant-b", Some(body.clone()))
+                .await;
+            assert_eq!(st, 201, "{policy}: {b}");
+            assert_ne!(b["job"]["id"], a_id.as_str(), "{policy}: {b}");
+            assert_eq!(b["job"]["meta"]["tenant_id"], "tenant-b", "{b}");
+            let (_, got) = s
+                .send_as(Method::GET, &format!("/ojs/v1/jobs/{a_id}"), "tenant-a", None)
+                .await;
+            assert_eq!(got["job"]["state"], "available", "{policy}: {got}");
+            // Inside a tenant the key holds as before.
+            let (st, again) = s.send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(body)).await;
+            let expected = match policy {
+                "ignore" => 200,
+                "replace" => 201,
+                _ => 409,
+            };
+            assert_eq!(st, expected, "{policy}: {again}");
+            if policy == "reject" {
+                assert_eq!(again["error"]["details"]["existing_job_id"], a_id.as_str(), "{again}");
+            }
+        }
+        // dedup: A's twin starting does not make B's job pointless.
+        let body = json!({"type": "page.render", "args": [7], "options": {"queue": "dq", "dedup": true}});
+        for t in ["tenant-b", "tenant-a"] {
+            let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(body.clone())).await;
+            assert_eq!(st, 201, "{b}");
+        }
+        for t in ["tenant-a", "tenant-b"] {
+            let (_, f) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    t,
+                    Some(json!({"queues": ["dq"]})),
+                )
+                .await;
+            assert_eq!(f["jobs"][0]["meta"]["tenant_id"], t, "{t}'s job runs: {f}");
+        }
+        // root_job: B's root of a newer run starting does not make A's leaf of the same signature old.
+        let root_job = |t: &str, ts: &str, root: bool| {
+            json!({"type": format!("links.{t}"), "args": [], "options": {"queue": "rq",
+                "root_job": {"signature": "links:Main_Page", "timestamp": ts, "is_root": root}}})
+        };
+        for (t, body) in [
+            ("tenant-a", root_job("leaf", "2026-02-13T12:00:00Z", false)),
+            ("tenant-b", root_job("root", "2026-02-13T12:05:00Z", true)),
+        ] {
+            let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(body)).await;
+            assert_eq!(st, 201, "{b}");
+        }
+        for (t, kind) in [("tenant-b", "links.root"), ("tenant-a", "links.leaf")] {
+            let (_, f) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    t,
+                    Some(json!({"queues": ["rq"]})),
+                )
+                .await;
+            assert_eq!(f["jobs"][0]["type"], kind, "{t}'s job runs: {f}");
+        }
+        s.assert_invariants().await;
+    }
+}

@@ -126,8 +126,8 @@ async fn enqueue(
         ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
         ("conflict", Some((id, f))) => {
             let state = f.state_name();
-            let key = job.unique.as_ref().map(|u| u.key.as_str()).unwrap_or_default();
-            return Err(OjsError::unique_conflict(id, state, key).into());
+            let key = job.unique.as_ref().map(|u| job.scoped(&u.key)).unwrap_or_default();
+            return Err(OjsError::unique_conflict(id, state, &key).into());
         }
         // ojs-unique-jobs §5.4: 200 (not 201) with the existing job.
         ("ignored", Some((_, f))) => {
