@@ -25,6 +25,15 @@ async fn batch_as(s: &TestServer, tenant: &str, queue: &str, n: usize) {
     assert_eq!(st, 201, "{b}");
 }
 
+/// An OJS error answer of `status` whose message says `says`.
+fn assert_refused(st: u16, b: &Value, status: u16, says: &str) {
+    assert_eq!(st, status, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains(says),
+        "not {says:?}: {b}"
+    );
+}
+
 async fn set_weight(s: &TestServer, tenant: &str, w: u32) {
     let (st, b) = s
         .put(
@@ -64,14 +73,7 @@ async fn the_header_names_the_jobs_tenant_and_a_conflicting_or_bad_one_is_refuse
     let mut body = job("t", 1);
     body["meta"] = json!({"tenant_id": "other"});
     let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", "acme-corp", Some(body)).await;
-    assert_eq!(st, 400, "{b}");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("different tenants"),
-        "{b}"
-    );
+    assert_refused(st, &b, 400, "different tenants");
     let (st, b) = s
         .send_as(Method::POST, "/ojs/v1/jobs", "no spaces", Some(job("t", 2)))
         .await;
@@ -1028,6 +1030,97 @@ async fn a_uniqueness_key_or_dedup_fingerprint_never_spans_tenants() {
                 .await;
             assert_eq!(f["jobs"][0]["type"], kind, "{t}'s job runs: {f}");
         }
+        s.assert_invariants().await;
+    }
+}
+
+#[tokio::test]
+async fn a_cron_entry_belongs_to_the_tenant_that_registered_it() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let q = "cron-t";
+        let template = |meta: Value| json!({"type": "cron.t", "args": [], "options": {"queue": q}, "meta": meta});
+        let entry = |name: &str, meta: Value| json!({"name": name, "expression": "* * * * * *", "job_template": template(meta)});
+        // B's header with a template naming A: refused as POST /jobs refuses the same body.
+        let (st, job) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/jobs",
+                "tenant-b",
+                Some(template(json!({"tenant_id": "tenant-a"}))),
+            )
+            .await;
+        assert_eq!(st, 400, "{job}");
+        let (st, b) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/cron",
+                "tenant-b",
+                Some(entry("t.foreign", json!({"tenant_id": "tenant-a"}))),
+            )
+            .await;
+        assert_refused(st, &b, 400, "different tenants");
+        assert_eq!(s.get("/ojs/v1/cron/t.foreign").await.0, 404, "nothing written");
+        // With no tenant in the template, the entry is B's: stamped into its template, and its ticks
+        // are B's jobs, though the queue would take their tenant from meta.customer_id (B's header wins
+        // there too).
+        set_tenancy(&s, q, json!({"source": "meta", "field": "customer_id"})).await;
+        let own = entry("t.own", json!({"customer_id": "tenant-a"}));
+        let (st, b) = s.send_as(Method::POST, "/ojs/v1/cron", "tenant-b", Some(own)).await;
+        assert_eq!(st, 201, "{b}");
+        assert_eq!(b["cron"]["job_template"]["meta"]["tenant_id"], "tenant-b", "{b}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let ticked = loop {
+            let (_, f) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    "tenant-b",
+                    Some(json!({"queues": [q]})),
+                )
+                .await;
+            let got = f["jobs"].as_array().cloned().unwrap_or_default();
+            if let Some(j) = got.first() {
+                break j.clone();
+            }
+            assert!(std::time::Instant::now() < deadline, "no tick within 5 s");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert_eq!(ticked["meta"]["tenant_id"], "tenant-b", "{ticked}");
+        // A neither sees nor removes it, nor lists it; B and a request naming no tenant do.
+        let path = "/ojs/v1/cron/t.own";
+        assert_eq!(s.send_as(Method::GET, path, "tenant-a", None).await.0, 404);
+        assert_eq!(s.send_as(Method::DELETE, path, "tenant-a", None).await.0, 404);
+        let names = |l: &Value| -> Vec<String> {
+            l["crons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let (_, l) = s.send_as(Method::GET, "/ojs/v1/cron", "tenant-a", None).await;
+        assert_eq!((names(&l), &l["pagination"]["total"]), (vec![], &json!(0)), "{l}");
+        let (_, l) = s.send_as(Method::GET, "/ojs/v1/cron", "tenant-b", None).await;
+        assert_eq!(names(&l), ["t.own"], "{l}");
+        assert_eq!(names(&s.get("/ojs/v1/cron").await.1), ["t.own"]);
+        // Nor may A take its name over.
+        let (st, b) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/cron",
+                "tenant-a",
+                Some(entry("t.own", json!({}))),
+            )
+            .await;
+        assert_eq!(st, 409, "{b}");
+        let (st, b) = s.send_as(Method::GET, path, "tenant-b", None).await;
+        assert_eq!(
+            (st, &b["cron"]["job_template"]["meta"]["tenant_id"]),
+            (200, &json!("tenant-b")),
+            "{b}"
+        );
+        assert_eq!(s.send_as(Method::DELETE, path, "tenant-b", None).await.0, 200);
         s.assert_invariants().await;
     }
 }
