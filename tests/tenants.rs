@@ -1124,3 +1124,115 @@ async fn a_cron_entry_belongs_to_the_tenant_that_registered_it() {
         s.assert_invariants().await;
     }
 }
+
+/// `GET /jobs/{id}/explain` as `tenant`.
+async fn explain_as(s: &TestServer, id: &str, tenant: &str) -> Value {
+    let (st, e) = s
+        .send_as(Method::GET, &format!("/ojs/v1/jobs/{id}/explain"), tenant, None)
+        .await;
+    assert_eq!(st, 200, "{e}");
+    e
+}
+
+/// The gate `name` of an explain answer.
+fn gate_of<'a>(e: &'a Value, name: &str) -> &'a Value {
+    e["gates"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["gate"] == name))
+        .unwrap_or_else(|| panic!("no {name} gate in {e}"))
+}
+
+#[tokio::test]
+async fn explain_counts_other_tenants_slot_holders_and_their_jobs_events_are_not_found() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        // A key's slot, a queue's slot and a pool's slots held by A's job, with B's job waiting.
+        let keyed =
+            json!({"type": "t", "args": [], "queue": "ex-t", "rate_limit": {"key": "ex-t-key", "concurrency": 1}});
+        let (st, b) = s
+            .put("/ojs/v1/admin/queues/ex-tq/rate-limit", json!({"concurrency": 1}))
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let mut held = Vec::new();
+        let mut waiting = Vec::new();
+        for (q, body) in [("ex-t", keyed), ("ex-tq", job("ex-tq", 0))] {
+            for t in ["tenant-a", "tenant-b"] {
+                let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(body.clone())).await;
+                assert_eq!(st, 201, "{b}");
+                if t == "tenant-b" {
+                    waiting.push(id_of(&b, "/job/id"));
+                }
+            }
+            let got = s.fetch(&[q], 1).await;
+            assert_eq!(got[0]["meta"]["tenant_id"], "tenant-a", "{got:?}");
+            held.push(got[0]["id"].as_str().unwrap_or_default().to_string());
+        }
+        // The pool of queue ex-tp (3 slots): B's job of key kb holds one, A's of ka another, and key kc
+        // is owed its floor: A's second job of ka, past its floor, waits for the pool.
+        let (st, b) = s
+            .put("/ojs/v1/admin/queues/ex-tp/rate-limit", json!({"concurrency": 3}))
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let floored = |key: &str| json!({"type": "t", "args": [], "queue": "ex-tp", "rate_limit": {"key": key, "concurrency": 3, "floor": 1}});
+        let mut pool_ids = Vec::new();
+        for (t, key, claim) in [
+            ("tenant-b", "kb", true),
+            ("tenant-a", "ka", true),
+            ("tenant-a", "ka", false),
+            ("tenant-a", "kc", false),
+        ] {
+            let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(floored(key))).await;
+            assert_eq!(st, 201, "{b}");
+            pool_ids.push(id_of(&b, "/job/id"));
+            if claim {
+                assert_eq!(s.fetch(&["ex-tp"], 1).await.len(), 1);
+            }
+        }
+        let e = explain_as(&s, &waiting[0], "tenant-b").await;
+        let g = gate_of(&e, "concurrency");
+        assert_eq!((&g["holders"], &g["other_holders"]), (&Value::Null, &json!(1)), "{e}");
+        let e = explain_as(&s, &waiting[1], "tenant-b").await;
+        let g = gate_of(&e, "queue_concurrency");
+        assert_eq!((&g["holders"], &g["other_holders"]), (&Value::Null, &json!(1)), "{e}");
+        let e = explain_as(&s, &pool_ids[2], "tenant-a").await;
+        let g = gate_of(&e, "pool");
+        assert_eq!(
+            (&g["holders"], &g["other_holders"]),
+            (&json!([pool_ids[1]]), &json!(1)),
+            "{e}"
+        );
+        // A request naming no tenant sees every holder.
+        let (_, e) = s.get(&format!("/ojs/v1/jobs/{}/explain", waiting[0])).await;
+        let g = gate_of(&e, "concurrency");
+        assert_eq!(
+            (&g["holders"], &g["other_holders"]),
+            (&json!([held[0]]), &Value::Null),
+            "{e}"
+        );
+
+        // A's job's events are not B's to read, live or past.
+        let a_job = &held[0];
+        for path in [
+            format!("/ojs/v1/events?job_id={a_job}"),
+            format!("/ojs/v1/events?channel=job:{a_job}"),
+        ] {
+            let (st, got) = s.send_as(Method::GET, &path, "tenant-b", None).await;
+            assert_eq!(st, 404, "{path}: {got}");
+            let (st, got) = s.send_as(Method::GET, &path, "tenant-a", None).await;
+            assert_eq!(st, 200, "{path}: {got}");
+            assert!(
+                got["events"].as_array().is_some_and(|e| !e.is_empty()),
+                "A reads its job's events: {got}"
+            );
+        }
+        let stream = |t: &str| {
+            s.http
+                .get(s.url(&format!("/ojs/v1/jobs/{a_job}/events/stream")))
+                .header("X-OJS-Tenant", t)
+                .send()
+        };
+        assert_eq!(stream("tenant-b").await.expect("request").status(), 404);
+        assert_eq!(stream("tenant-a").await.expect("request").status(), 200);
+        s.assert_invariants().await;
+    }
+}

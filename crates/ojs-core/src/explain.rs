@@ -120,6 +120,11 @@ pub struct Gate {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub holders: Option<Vec<String>>,
+    /// For a request acting as a tenant: how many of the holders are other tenants' jobs (or gone),
+    /// whose ids it is not shown (`holders` lists its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub other_holders: Option<u64>,
     /// `fair_share`, `tenant_concurrency`: the job's tenant (`""` for the jobs without one); `pool`: the
     /// tenant whose concurrency in the queue is the pool (absent: the queue's).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -22,8 +22,9 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(explain))
 }
 
-/// One gate of job-explain's answer, in words and times.
-fn gate(g: &ExplainGate, queue: &str) -> Result<Gate, OjsError> {
+/// One gate of job-explain's answer, in words and times; `others`: how many holders were left out of
+/// `g.holders` as other tenants' (`seen_holders`).
+fn gate(g: &ExplainGate, queue: &str, others: Option<u64>) -> Result<Gate, OjsError> {
     let kind: GateKind = serde_json::from_value(serde_json::Value::String(g.name.clone())).map_err(|_| {
         OjsError::new(
             ojs_core::ErrorCode::Internal,
@@ -141,6 +142,7 @@ fn gate(g: &ExplainGate, queue: &str) -> Result<Gate, OjsError> {
         limit: g.limit,
         current: g.current,
         holders: (!g.holders.is_empty()).then(|| g.holders.clone()),
+        other_holders: others,
         tenant: x("tenant"),
         pass: num("pass"),
         lowest_pass: num("lowest_pass"),
@@ -162,8 +164,8 @@ fn at_latest(until: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-/// job-explain's answer, in words and times.
-fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
+/// job-explain's answer, in words and times; `others` as [`gate`]'s, per gate (empty: none left out).
+fn explanation(id: JobId, e: &Explained, others: &[u64]) -> Result<JobExplanation, OjsError> {
     let job = &e.job;
     let state: JobState = job.state.ok_or_else(|| {
         OjsError::new(
@@ -172,7 +174,12 @@ fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
         )
     })?;
     let queue = job.queue.clone().unwrap_or_default();
-    let gates = e.gates.iter().map(|g| gate(g, &queue)).collect::<Result<Vec<_>, _>>()?;
+    let gates = e
+        .gates
+        .iter()
+        .enumerate()
+        .map(|(i, g)| gate(g, &queue, others.get(i).copied()))
+        .collect::<Result<Vec<_>, _>>()?;
     let waiting = JobExplanation::waits_in(state);
     let runnable_at_ms = (waiting && gates.iter().all(Gate::timed))
         .then(|| gates.iter().filter_map(|g| g.until_ms).fold(e.now_ms, i64::max));
@@ -223,7 +230,35 @@ fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
 async fn explain(State(st): State<AppState>, tenant: ActingTenant, JobPath(job): JobPath) -> ApiResult<Response> {
     let id = job.as_str();
     match st.shards.on_id(id, |s| async move { s.explain_job(id).await }).await? {
-        Some(e) if tenant.sees(&e.job) => Ok(ok(explanation(job.clone(), &e)?)),
+        Some(mut e) if tenant.sees(&e.job) => {
+            let others = seen_holders(&st, &tenant, &mut e).await?;
+            Ok(ok(explanation(job.clone(), &e, &others)?))
+        }
         _ => Err(OjsError::not_found("job", id).into()),
     }
+}
+
+/// For a request acting as a tenant, keeps in each gate's holders only the tenant's own jobs and
+/// answers, per gate, how many were left out (other tenants' jobs are counted, never named). One read
+/// of the holders' tenants (at most 100 a gate); nothing for a request acting as no tenant.
+async fn seen_holders(st: &AppState, tenant: &ActingTenant, e: &mut Explained) -> ApiResult<Vec<u64>> {
+    let ids: Vec<String> = e.gates.iter().flat_map(|g| g.holders.iter().cloned()).collect();
+    if tenant.name().is_none() || ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let read = st.shards.jobs_partial(&ids, &["state", "tenant"]).await?;
+    let own: std::collections::HashSet<&str> = ids
+        .iter()
+        .zip(&read)
+        .filter(|(_, j)| j.as_ref().is_some_and(|j| tenant.sees(j)))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    Ok(e.gates
+        .iter_mut()
+        .map(|g| {
+            let all = g.holders.len();
+            g.holders.retain(|h| own.contains(h.as_str()));
+            (all - g.holders.len()) as u64
+        })
+        .collect())
 }
