@@ -193,9 +193,9 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 
 /// What every request goes through, outermost first: `X-Request-Id` echoed (or minted) and
 /// `OJS-Version` on the response, the request's duration recorded, the Content-Type the deployment
-/// asked for (`respond::fix_content_type`); the API-key check (`auth::refusal`); and the request
+/// asked for (`respond::fix_content_type`); the API-key check (`auth::admit`, which also marks a request whose key is bound to a tenant); and the request
 /// timeout (SSE streams are bounded only until their headers are sent).
-async fn edge(axum::extract::State(st): axum::extract::State<AppState>, req: Request, next: Next) -> Response {
+async fn edge(axum::extract::State(st): axum::extract::State<AppState>, mut req: Request, next: Next) -> Response {
     let rid = req
         .headers()
         .get("x-request-id")
@@ -205,9 +205,9 @@ async fn edge(axum::extract::State(st): axum::extract::State<AppState>, req: Req
     let debug = tracing::enabled!(tracing::Level::DEBUG);
     let seen = debug.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let started = Instant::now();
-    let mut res = match auth::refusal(&st, &req) {
-        Some(refused) => refused,
-        None => {
+    let mut res = match auth::admit(&st, &mut req) {
+        Err(refused) => refused,
+        Ok(()) => {
             let limit = Duration::from_millis(st.config.request_timeout_ms.max(1));
             match tokio::time::timeout(limit, next.run(req)).await {
                 Ok(res) => res,

@@ -130,6 +130,14 @@ pub(crate) struct WorkerView {
     last_heartbeat_at: Option<String>,
 }
 
+impl WorkerView {
+    /// Keeps only the jobs `keep` says (a request acting as a tenant sees only its own tenant's).
+    pub(crate) fn keep_jobs(&mut self, keep: impl Fn(&str) -> bool) {
+        self.current_jobs.retain(|j| keep(j));
+        self.active_jobs = self.current_jobs.len();
+    }
+}
+
 /// A worker record as the API shows it. `state` is the operator's signal when one is set, else what the
 /// worker last reported, else `running`; `stale` when the worker has been silent for longer than
 /// `stale_after_ms` (the default lease: its jobs' leases have lapsed by then).

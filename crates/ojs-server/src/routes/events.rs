@@ -50,11 +50,13 @@ struct Filter {
 impl Filter {
     /// The filter as a request acting as `tenant` may read it: `channel` folded in
     /// ([`Filter::resolve_channel`]), and a job it names the request's to see (another tenant's job is
-    /// a 404, as if absent; its events are not shown).
+    /// a 404, as if absent; its events are not shown). Without a job, a key bound to a tenant is refused
+    /// (403: the stream's events carry no tenant, so every job's cannot be narrowed to one tenant's).
     async fn resolve(self, st: &AppState, tenant: &ActingTenant) -> ApiResult<Self> {
         let f = self.resolve_channel()?;
-        if let Some(id) = &f.job_id {
-            tenant.check_job(st, id).await?;
+        match &f.job_id {
+            Some(id) => tenant.check_job(st, id).await?,
+            None => tenant.spanning("the events of every job")?,
         }
         Ok(f)
     }

@@ -242,22 +242,16 @@ async fn explain(State(st): State<AppState>, tenant: ActingTenant, JobPath(job):
 /// answers, per gate, how many were left out (other tenants' jobs are counted, never named). One read
 /// of the holders' tenants (at most 100 a gate); nothing for a request acting as no tenant.
 async fn seen_holders(st: &AppState, tenant: &ActingTenant, e: &mut Explained) -> ApiResult<Vec<u64>> {
-    let ids: Vec<String> = e.gates.iter().flat_map(|g| g.holders.iter().cloned()).collect();
-    if tenant.name().is_none() || ids.is_empty() {
+    if tenant.name().is_none() {
         return Ok(Vec::new());
     }
-    let read = st.shards.jobs_partial(&ids, &["state", "tenant"]).await?;
-    let own: std::collections::HashSet<&str> = ids
-        .iter()
-        .zip(&read)
-        .filter(|(_, j)| j.as_ref().is_some_and(|j| tenant.sees(j)))
-        .map(|(id, _)| id.as_str())
-        .collect();
+    let ids: Vec<String> = e.gates.iter().flat_map(|g| g.holders.iter().cloned()).collect();
+    let own = tenant.seen_ids(st, &ids).await?;
     Ok(e.gates
         .iter_mut()
         .map(|g| {
             let all = g.holders.len();
-            g.holders.retain(|h| own.contains(h.as_str()));
+            g.holders.retain(|h| own.contains(h));
             (all - g.holders.len()) as u64
         })
         .collect())
