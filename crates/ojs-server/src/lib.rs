@@ -119,13 +119,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     with_default_errors(api_router().split_for_parts().1)
 }
 
-/// Every operation may also answer statuses it does not list (the API-key check's 401 and 403, 413,
+/// Every operation may also answer statuses it does not list (the API-key check's 401 and 403, a tenant
+/// key's 403 for a header naming another tenant or a route that spans tenants, 413,
 /// 415, the request timeout's 504, a panic's 500, 503 while Redis is unreachable): all in the OJS
 /// error shape, which each operation's `default` response says.
 fn with_default_errors(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
     let error = ResponseBuilder::new()
-        .description("Any other status: an OJS error (401/403 without a valid API key, 413, 415, 500, 503 while Redis is unreachable, 504)")
+        .description("Any other status: an OJS error (401/403 without a valid API key; 403 for a key bound to a tenant whose request names another tenant, or on a route that spans tenants; 413, 415, 500, 503 while Redis is unreachable, 504)")
         .content(
             respond::OJS_MEDIA_TYPE,
             ContentBuilder::new()

@@ -47,7 +47,7 @@ struct CronList {
     tag = "cron",
     summary = "Register (or update) a cron entry: `{name, expression, timezone?, overlap_policy?, enabled?, job_template}`",
     request_body = CronRequest,
-    responses((status = 201, description = "Created", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "Updated", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "An entry of this name exists and the request's tenant does not own it (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A template this server cannot run (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "Updated", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "An entry of this name exists and the request's tenant does not own it (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A template this server cannot run (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn register(
     State(st): State<AppState>,

@@ -194,7 +194,7 @@ fn kept(e: &Event, types: &[String], queues: &[String], job: Option<&str>) -> bo
     tag = "events",
     summary = "Lifecycle events (types, queues, job_id, channel=job:<id>|queue:<name>, after cursor, limit)",
     params(Filter),
-    responses((status = 200, description = "OK", body = EventList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = EventList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, without a job filter: every job's events span tenants (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn list(State(st): State<AppState>, tenant: ActingTenant, OjsQuery(q): OjsQuery<Filter>) -> ApiResult<Response> {
     let q = q.resolve(&st, &tenant).await?;
@@ -267,7 +267,7 @@ pub fn stream_router() -> OpenApiRouter<AppState> {
     tag = "events",
     summary = "Live events (Server-Sent Events; Last-Event-ID resumes; the filters of /events, channel included)",
     params(Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, without a job filter: every job's events span tenants (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_all(
     State(st): State<AppState>,

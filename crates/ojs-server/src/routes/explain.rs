@@ -225,7 +225,7 @@ fn explanation(id: JobId, e: &Explained, others: &[u64]) -> Result<JobExplanatio
     tag = "jobs",
     summary = "Why a job is waiting: what holds it back and until when (ours, beyond the OJS spec)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = JobExplanation, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = JobExplanation, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn explain(State(st): State<AppState>, tenant: ActingTenant, JobPath(job): JobPath) -> ApiResult<Response> {
     let id = job.as_str();

@@ -167,7 +167,7 @@ fn parse(req: &ProgressReq) -> Result<Report, OjsError> {
     summary = "Report an active job's progress: `{progress?: 0..1, message?, data?: {}, lease_id?}` (also a heartbeat)",
     params(("id" = String, Path)),
     request_body = ProgressReq,
-    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_progress(
     State(st): State<AppState>,
@@ -194,7 +194,7 @@ struct WorkerProgressReq {
     tag = "workers",
     summary = "Report progress as the SDKs do: `{job_id, percentage: 0..100 | progress: 0..1, message?, data?, lease_id?}`",
     request_body = WorkerProgressReq,
-    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn worker_progress(
     State(st): State<AppState>,
@@ -247,7 +247,7 @@ async fn report(st: &AppState, tenant: &ActingTenant, id: &JobId, req: ProgressR
     tag = "jobs",
     summary = "A job's last progress report (nulls when none)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = ProgressView, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = ProgressView, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn get_progress(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
     let id = id.as_str();

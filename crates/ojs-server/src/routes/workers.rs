@@ -372,7 +372,7 @@ struct AckResponse {
     tag = "workers",
     summary = "An active job succeeded: `{job_id, result?, fetch?}`; with `fetch` (a FETCH request) the next jobs come back in `jobs`",
     request_body = AckReq,
-    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or another tenant's (a request acting as a tenant), or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
@@ -561,7 +561,7 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
     tag = "workers",
     summary = "An active job failed: `{job_id, error, requeue?}`; `error.rate_limit_until` blocks its key",
     request_body = NackReq,
-    responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;

@@ -88,7 +88,7 @@ struct WorkflowList {
     tag = "workflows",
     summary = "Create a chain (`steps`), group (`jobs`) or batch (`jobs` + `callbacks`); members without a priority inherit the workflow's",
     request_body = WorkflowRequest,
-    responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn create(
     State(st): State<AppState>,
@@ -140,7 +140,7 @@ fn view_of(id: &str, w: WorkflowRecord) -> WorkflowView {
     tag = "workflows",
     summary = "A workflow: state, counters, its jobs' states",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn get_workflow(
     State(st): State<AppState>,
@@ -159,7 +159,7 @@ async fn get_workflow(
     tag = "workflows",
     summary = "Cancel a running workflow and every job of it that has not ended",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The workflow already ended (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The workflow already ended (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn cancel(State(st): State<AppState>, tenant: ActingTenant, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_id(&id)?;
