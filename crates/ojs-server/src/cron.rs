@@ -227,16 +227,20 @@ pub async fn page(
     if tenant.name().is_none() {
         return st.shards.cron_page(offset, count).await;
     }
+    const CHUNK: u64 = 1_000;
     let mut own = Vec::new();
-    let mut at = 0;
-    loop {
-        let (total, part) = st.shards.cron_page(at, 1_000).await?;
-        at += part.len() as u64;
-        own.extend(part.into_iter().filter(|(_, f)| tenant.sees_owner(owner(f))));
-        if at >= total || at == 0 {
-            break;
+    for s in st.shards.all() {
+        let mut at = 0;
+        loop {
+            let (total, part) = s.cron_list(at, CHUNK).await?;
+            own.extend(part.into_iter().filter(|(_, f)| tenant.sees_owner(owner(f))));
+            at += CHUNK;
+            if at >= total {
+                break;
+            }
         }
     }
+    own.sort_by(|a, b| a.0.cmp(&b.0));
     let total = own.len() as u64;
     Ok((
         total,
