@@ -208,6 +208,7 @@ mod tests {
                 limit: Some(1),
                 current: Some(1),
                 holders: Some(vec!["h".into()]),
+                other_holders: Some(2),
                 tenant: None,
                 pass: None,
                 lowest_pass: None,
@@ -227,6 +228,7 @@ mod tests {
         let json = serde_json::to_value(&e).expect("json");
         assert_eq!(json["state"], "available");
         assert_eq!(json["gates"][0]["gate"], "concurrency");
+        assert_eq!(json["gates"][0]["other_holders"], 2);
         assert!(
             json["gates"][0].get("tenant").is_none(),
             "absent members are left out: {json}"

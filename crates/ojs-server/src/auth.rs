@@ -63,18 +63,16 @@ fn serves_one_tenant(method: &Method, path: &str) -> bool {
     }
 }
 
-/// Lets a request through, or answers its refusal: an API key missing, unknown, or of too low a scope,
+/// The refusal of a request (None lets it through): an API key missing, unknown, or of too low a scope,
 /// or bound to a tenant while its `X-OJS-Tenant` names another (403). A key bound to a tenant puts the
 /// [`ActingTenant`] it acts as into the request's extensions, which the handlers' extractor reads. Every request passes when no keys are configured. `lib.rs`'s edge
 /// middleware asks it first.
-pub fn admit(st: &AppState, req: &mut Request) -> Result<(), Response> {
+pub fn admit(st: &AppState, req: &mut Request) -> Option<Response> {
     let keys = &st.config.api_keys;
     if keys.is_empty() {
-        return Ok(());
+        return None;
     }
-    let Some(needed) = required_scope(req.method(), req.uri().path()) else {
-        return Ok(());
-    };
+    let needed = required_scope(req.method(), req.uri().path())?;
     let presented = req
         .headers()
         .get("authorization")
@@ -88,12 +86,12 @@ pub fn admit(st: &AppState, req: &mut Request) -> Result<(), Response> {
         ),
         Some(None) => OjsError::new(ErrorCode::Unauthorized, "the API key is not valid"),
         Some(Some(key)) if key.scope >= needed => match &key.tenant {
-            None => return Ok(()),
+            None => return None,
             // A key bound to a tenant acts as it on every path; a header naming another is refused here.
             Some(t) => match ActingTenant::resolve(Some(t), req.headers()) {
                 Ok(acting) => {
                     req.extensions_mut().insert(acting);
-                    return Ok(());
+                    return None;
                 }
                 Err(e) => e,
             },
@@ -111,7 +109,7 @@ pub fn admit(st: &AppState, req: &mut Request) -> Result<(), Response> {
             )
         }
     };
-    Err(ApiError(err).into_response())
+    Some(ApiError(err).into_response())
 }
 
 #[cfg(test)]

@@ -207,8 +207,8 @@ async fn edge(axum::extract::State(st): axum::extract::State<AppState>, mut req:
     let seen = debug.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let started = Instant::now();
     let mut res = match auth::admit(&st, &mut req) {
-        Err(refused) => refused,
-        Ok(()) => {
+        Some(refused) => refused,
+        None => {
             let limit = Duration::from_millis(st.config.request_timeout_ms.max(1));
             match tokio::time::timeout(limit, next.run(req)).await {
                 Ok(res) => res,
