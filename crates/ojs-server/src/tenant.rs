@@ -6,6 +6,8 @@
 //! `ojs_core::envelope`); the store keeps each tenant's waiting jobs apart and shares FETCH fairly among
 //! tenants (lua/includes/tenant.lua).
 
+use std::collections::HashSet;
+
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
@@ -13,7 +15,6 @@ use ojs_core::names::{self, TENANT_HEADER};
 use ojs_core::StoredJob;
 use ojs_core::{ErrorCode, OjsError};
 use serde_json::Value;
-use std::collections::HashSet;
 
 use crate::api_keys::KeyTenant;
 use crate::error::ApiError;
@@ -85,11 +86,6 @@ impl ActingTenant {
     /// The tenant, when the request acts as one.
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
-    }
-
-    /// Whether the tenant is the request's API key's (authenticated), not just a header's.
-    pub fn bound(&self) -> bool {
-        self.bound
     }
 
     /// Whether the jobs the request creates keep its tenant whatever their queue's tenancy setting
