@@ -5,6 +5,8 @@
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
 --   ARGV[2] name          string the entry's name
+--   ARGV[3] tenant        string the tenant the request acts as ('' = none): an entry that is not its
+--                                own (another tenant's, or one without an owner) is 'not_found', and stays
 -- RETURNS
 --   {'ok', entry}         entry is the removed hash as a flat field/value array
 --   {'not_found'}
@@ -18,6 +20,7 @@
 local P, name = ARG.P, ARG.name
 local entry = redis.call('HGETALL', KEYS[1])
 if #entry == 0 then return {'not_found'} end
+if ARG.tenant ~= '' and redis.call('HGET', KEYS[1], 'tenant') ~= ARG.tenant then return {'not_found'} end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', key_crons(P), name)
 redis.call('ZREM', key_cron_due(P), name)

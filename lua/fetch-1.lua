@@ -24,8 +24,9 @@
 --     +8  ack_attempt   int?   named; see includes/lease.lua): an ACK for a claim the job no longer
 --     +9  ack_worker    string   holds is refused ('lease_lost')
 --     +10 nqueues       int(0..1000) how many QUEUE records follow
---     +11 tenant        string claim only this tenant's jobs (X-OJS-Tenant; '' = every tenant's, by fair
---                              share: includes/tenant.lua)
+--     +11 tenant        string the tenant the request acts as ('' = none): it claims only this tenant's
+--                              jobs ('' = every tenant's, by fair share: includes/tenant.lua), and its
+--                              ACK of another tenant's job is 'not_found' (includes/ack.lua)
 --     +12 ack_used      int(0..1000000000)? the ACK's cost_used: the units the job really used ('' = its cost); its
 --                              rate-limit window entry counts that instead (ratelimit.lua rl_used)
 --   record QUEUE
@@ -424,7 +425,7 @@ local function serve(a)
   if ack_id ~= '' then
     local acked = ack_job(P, key_job(P, ack_id), ack_id, ARGV[a + REQ.ack_result], retention, now,
       { lease = ARGV[a + REQ.ack_lease], attempt = ARGV[a + REQ.ack_attempt],
-        worker = ARGV[a + REQ.ack_worker], used = ARGV[a + REQ.ack_used] })
+        worker = ARGV[a + REQ.ack_worker], used = ARGV[a + REQ.ack_used], tenant = req_tenant })
     reply[1] = acked
     if acked[1] ~= 'ok' then return reply, next_a end
   end

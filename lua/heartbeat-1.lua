@@ -12,7 +12,9 @@
 --   ARGV[5] worker_ttl_ms ms    how long the worker record outlives its last heartbeat
 --   ARGV[6] worker_state  ''|'running'|'quiet'|'drain'|'terminate' what the worker reports ('running', 'quiet', 'drain', 'terminate';
 --                                '' = unchanged)
---   ARGV[7..] the jobs the worker says it is running, one JOB record each
+--   ARGV[7] tenant        string the tenant the request acts as ('' = none): another tenant's job is
+--                                'missing', as if it did not exist, and its lease is left alone
+--   ARGV[8..] the jobs the worker says it is running, one JOB record each
 --   record JOB
 --     +0  id              string job id
 --     +1  lease_id        string the lease the worker holds it by ('' = not named)
@@ -31,7 +33,8 @@
 --   key's, its queue's, its tenant's in the queue; includes/active.lua slots_follow): the named
 --   lease must be the job's current one (includes/lease.lua), and a heartbeat naming no lease must
 --   come from the job's worker (or either side anonymous); a lease that already lapsed is never
---   revived (its slots were already counted free; the reaper takes the job back); a lease never
+--   revived (its slots were already counted free; the reaper takes the job back); a request acting as a
+--   tenant extends none of another tenant's jobs (each is 'missing' to it); a lease never
 --   outlives the job's execution timeout (started_at + timeout_ms); a worker is in P..'workers' (zset
 --   scored by last_seen) while its record P..'worker:'..id lives, and the record's 'jobs' lists the
 --   jobs it held at its last heartbeat
@@ -54,9 +57,11 @@ local held_ids = {}
 for i = ARG.REST, #ARGV, JOB.STRIDE do
   local id, lease_id = ARGV[i + JOB.id], ARGV[i + JOB.lease_id]
   local jk = key_job(P, id)
-  -- A job whose record is corrupt is no longer this worker's to run (includes/record.lua rec_bad).
+  -- A job whose record is corrupt is no longer this worker's to run (includes/record.lua rec_bad); nor is
+  -- another tenant's.
   local f = rec_bad(jk) and {} or rec('HMGET', jk, 'state', 'worker_id', 'lease_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl',
-    'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms', 'tslot')
+    'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms', 'tslot', 'tenant')
+  if ARG.tenant ~= '' and f[14] ~= ARG.tenant then f = {} end
   local lease = -1
   local held = f[1] == 'active' and tonumber(f[9] or '0') > now
     and not lease_refusal({ state = f[1], claims = f[10], attempt = f[11], worker_id = f[2] },

@@ -17,6 +17,8 @@
 --   ARGV[10] lease_id     string the claim the worker acts for ('' = not named; see includes/lease.lua)
 --   ARGV[11] attempt      int? the attempt the worker was given ('' = not named)
 --   ARGV[12] worker_id    string the worker ('' = not named)
+--   ARGV[13] tenant       string the tenant the request acts as ('' = none): another tenant's job is
+--                                'not_found', as if it did not exist, and nothing changes
 --   (an adaptive key, includes/ratelimit.lua "Adaptive": a NACK with rate_limit_until, or whose
 --   match_key is an error type its policy names, halves the key's limits; the latter also gives the
 --   attempt back and the job waits again, state available)
@@ -51,8 +53,9 @@ local P, id, err, match = ARG.P, ARG.id, ARG.error, ARG.match_key
 local jk = KEYS[1]
 local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
   'on_exhaustion', 'non_retryable', 'rank', 'priority', 'enqueued_at', 'rl_key', 'claims', 'worker_id', 'rl',
-  'rl_round')
+  'rl_round', 'tenant')
 if not r[1] then return {'not_found'} end
+if ARG.tenant ~= '' and r[17] ~= ARG.tenant then return {'not_found'} end
 local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], worker_id = r[14] },
   { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
 if refused then return refused end

@@ -12,6 +12,8 @@
 --   ARGV[7] lease_id      string the claim the worker acts for ('' = not named; see includes/lease.lua)
 --   ARGV[8] attempt       int? the attempt the worker was given ('' = not named)
 --   ARGV[9] worker_id     string the worker ('' = not named)
+--   ARGV[10] tenant       string the tenant the request acts as ('' = none): another tenant's job is
+--                                'not_found', as if it did not exist, and nothing changes
 -- RETURNS
 --   {'ok', now_ms, progress, lease}   progress as stored ('' when none yet); lease the new deadline, or
 --                                     -1 when the lease had already lapsed (not revived)
@@ -37,8 +39,9 @@ local P, id = ARG.P, ARG.id
 local jk = KEYS[1]
 local f = rec('HMGET', jk, 'state', 'claims', 'attempt', 'worker_id', 'lease_until', 'lease_ms',
   'visibility_ms', 'started_at', 'timeout_ms', 'rl_key', 'qrl', 'queue', 'type', 'progress', 'progress_claim',
-  'progress_at', 'tslot')
+  'progress_at', 'tslot', 'tenant')
 if not f[1] then return {'not_found'} end
+if ARG.tenant ~= '' and f[18] ~= ARG.tenant then return {'not_found'} end
 local refusal = lease_refusal({ state = f[1], claims = f[2], attempt = f[3], worker_id = f[4] },
   { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
 if refusal then return refusal end

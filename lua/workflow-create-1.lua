@@ -35,7 +35,10 @@
 --   all or nothing; each ready job is in exactly one index (its queue's ready set, its rate-limit lane
 --   or P..'scheduled'), each pending one in none (the workflow's list or callback fields hold it); every
 --   job's record names its workflow (wf) and its index or callback name (wf_i); the workflow's hash,
---   its list and its P..'workflows' entry are written with its jobs (see includes/workflow.lua)
+--   its list and its P..'workflows' entry are written with its jobs (see includes/workflow.lua); the
+--   hash's 'tenant' is its first job's tenant (absent when it has none): the tenant the workflow belongs
+--   to (the server gives every job of a workflow one tenant, unless its queues' tenancy settings derive
+--   others)
 --@include create
 
 local P = ARG.P
@@ -68,6 +71,11 @@ local h = {'type', kind, 'name', ARG.name, 'state', 'running', 'total', m, 'comp
 if kind == 'chain' then
   h[#h + 1] = 'cursor'
   h[#h + 1] = 0
+end
+local tenant = ARGV[ARG.REST + JOB.tenant]
+if tenant ~= '' then
+  h[#h + 1] = 'tenant'
+  h[#h + 1] = tenant
 end
 local ids = {}
 for i = 0, n - 1 do

@@ -58,6 +58,28 @@ impl Contract {
         self.answer(method, template, &path, req).await
     }
 
+    /// [`expect`] for a request acting as `tenant` (`X-OJS-Tenant`).
+    async fn expect_as(
+        &mut self,
+        tenant: &str,
+        status: u16,
+        method: Method,
+        template: &str,
+        body: Option<Value>,
+    ) -> Value {
+        let mut req = self
+            .s
+            .http
+            .request(method.clone(), self.s.url(template))
+            .header("X-OJS-Tenant", tenant);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let (st, b) = self.answer(method.clone(), template, template, req).await;
+        assert_eq!(st, status, "{method} {template} as {tenant}: {b}");
+        b
+    }
+
     /// [`call`], asserting the status.
     async fn expect(
         &mut self,
@@ -731,6 +753,15 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         .await;
     c.expect(400, Method::GET, &format!("{events}?after=soon"), &[], None)
         .await;
+    // Another tenant's job (here one without a tenant) is absent to a request acting as a tenant.
+    c.expect_as(
+        "contract-t",
+        404,
+        Method::GET,
+        &format!("{events}?job_id={first}"),
+        None,
+    )
+    .await;
     let (st, _) = c.call(Method::GET, &format!("{events}?limit=-1"), &[], None).await;
     assert_eq!(st, 400, "a query that does not parse");
     c.expect(
@@ -1072,6 +1103,15 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     assert_eq!(b["crons"][0]["name"], "contract.daily", "{b}");
     c.expect(400, Method::GET, &format!("{cron}?page=0"), &[], None).await;
     c.expect(200, Method::GET, entry, &["contract.daily"], None).await;
+    // A tenant replaces only its own entry (this one has no owner).
+    c.expect_as(
+        "contract-t",
+        409,
+        Method::POST,
+        cron,
+        Some(json!({"name": "contract.daily", "expression": "0 9 * * *", "job_template": {"type": "t"}})),
+    )
+    .await;
     c.expect(404, Method::GET, entry, &["contract.none"], None).await;
     c.expect(200, Method::DELETE, entry, &["contract.daily"], None).await;
     c.expect(404, Method::DELETE, entry, &["contract.daily"], None).await;

@@ -25,6 +25,15 @@ async fn batch_as(s: &TestServer, tenant: &str, queue: &str, n: usize) {
     assert_eq!(st, 201, "{b}");
 }
 
+/// An OJS error answer of `status` whose message says `says`.
+fn assert_refused(st: u16, b: &Value, status: u16, says: &str) {
+    assert_eq!(st, status, "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains(says),
+        "not {says:?}: {b}"
+    );
+}
+
 async fn set_weight(s: &TestServer, tenant: &str, w: u32) {
     let (st, b) = s
         .put(
@@ -64,14 +73,7 @@ async fn the_header_names_the_jobs_tenant_and_a_conflicting_or_bad_one_is_refuse
     let mut body = job("t", 1);
     body["meta"] = json!({"tenant_id": "other"});
     let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", "acme-corp", Some(body)).await;
-    assert_eq!(st, 400, "{b}");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("different tenants"),
-        "{b}"
-    );
+    assert_refused(st, &b, 400, "different tenants");
     let (st, b) = s
         .send_as(Method::POST, "/ojs/v1/jobs", "no spaces", Some(job("t", 2)))
         .await;
@@ -828,4 +830,409 @@ async fn a_tenants_keys_with_floors_draw_from_the_tenants_concurrency() {
     );
     s.assert_invariants().await;
     drop((b, g));
+}
+
+// The isolation a request naming a tenant gets (issue 37): each test below reproduces a leak the
+// header let through, on one shard and on three.
+
+/// A server of `shards` shards.
+async fn server(shards: u16) -> TestServer {
+    TestServer::start_with(|c| c.shards = shards).await
+}
+
+fn id_of(b: &Value, at: &str) -> String {
+    b.pointer(at)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {at} in {b}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn another_tenants_workflow_is_not_found_and_not_cancelled() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let body = json!({"type": "chain", "steps": [job("wf-iso", 0), job("wf-iso", 1)]});
+        let (st, b) = s
+            .send_as(Method::POST, "/ojs/v1/workflows", "tenant-a", Some(body))
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let path = format!("/ojs/v1/workflows/{}", id_of(&b, "/workflow/id"));
+        let (st, got) = s.send_as(Method::GET, &path, "tenant-b", None).await;
+        assert_eq!(st, 404, "B does not see A's workflow: {got}");
+        let (st, got) = s.send_as(Method::DELETE, &path, "tenant-b", None).await;
+        assert_eq!(st, 404, "nor cancels it: {got}");
+        let (st, got) = s.send_as(Method::GET, &path, "tenant-a", None).await;
+        assert_eq!(st, 200, "{got}");
+        assert_eq!(got["workflow"]["state"], "running", "{got}");
+        assert_eq!(got["workflow"]["jobs"][0]["state"], "available", "{got}");
+        if shards == 1 {
+            // A workflow created before its hash kept its tenant is its first job's.
+            let id = path.rsplit('/').next().unwrap_or_default();
+            let _: i64 = redis::cmd("HDEL")
+                .arg(s.keys().workflow(id))
+                .arg("tenant")
+                .query_async(&mut s.redis().await)
+                .await
+                .expect("HDEL");
+            assert_eq!(s.send_as(Method::GET, &path, "tenant-b", None).await.0, 404);
+            assert_eq!(s.send_as(Method::GET, &path, "tenant-a", None).await.0, 200);
+        }
+        // A request naming no tenant sees every workflow, and A cancels its own.
+        assert_eq!(s.get(&path).await.0, 200);
+        let (st, got) = s.send_as(Method::DELETE, &path, "tenant-a", None).await;
+        assert_eq!((st, &got["workflow"]["state"]), (200, &json!("cancelled")), "{got}");
+        s.assert_invariants().await;
+    }
+}
+
+#[tokio::test]
+async fn another_tenants_worker_cannot_ack_nack_extend_or_report_progress_on_an_active_job() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let (st, b) = s
+            .send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(job("act", 0)))
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let id = id_of(&b, "/job/id");
+        let claim = json!({"queues": ["act"], "worker_id": "w-a", "visibility_timeout_ms": 60000});
+        let (_, f) = s
+            .send_as(Method::POST, "/ojs/v1/workers/fetch", "tenant-a", Some(claim))
+            .await;
+        let held = f["jobs"][0].clone();
+        assert_eq!(held["id"], id.as_str(), "{f}");
+        // B names no lease (as the SDKs do): each is answered as for a job that does not exist.
+        for (path, body) in [
+            ("/ojs/v1/workers/ack", json!({"job_id": id})),
+            (
+                "/ojs/v1/workers/ack",
+                json!({"job_id": id, "fetch": {"queues": ["act"]}}),
+            ),
+            (
+                "/ojs/v1/workers/nack",
+                json!({"job_id": id, "error": {"message": "not mine"}}),
+            ),
+            ("/ojs/v1/workers/progress", json!({"job_id": id, "percentage": 50})),
+        ] {
+            let (st, got) = s.send_as(Method::POST, path, "tenant-b", Some(body)).await;
+            assert_eq!(st, 404, "{path}: {got}");
+        }
+        let progress = format!("/ojs/v1/jobs/{id}/progress");
+        let (st, got) = s
+            .send_as(Method::PUT, &progress, "tenant-b", Some(json!({"progress": 0.5})))
+            .await;
+        assert_eq!(st, 404, "{got}");
+        let (st, got) = s.send_as(Method::GET, &progress, "tenant-b", None).await;
+        assert_eq!(st, 404, "{got}");
+        // A heartbeat without a worker id, asking for an hour: the job is not B's to keep.
+        let beat = json!({"active_job_ids": [id], "visibility_timeout_ms": 3_600_000});
+        let (st, hb) = s
+            .send_as(Method::POST, "/ojs/v1/workers/heartbeat", "tenant-b", Some(beat))
+            .await;
+        assert_eq!(st, 200, "{hb}");
+        assert_eq!(
+            (&hb["jobs"][0]["state"], &hb["jobs"][0]["extended"]),
+            (&json!("missing"), &json!(false)),
+            "{hb}"
+        );
+        // Nothing changed: still A's worker's, with its lease, its attempt, no progress.
+        let (_, got) = s
+            .send_as(Method::GET, &format!("/ojs/v1/jobs/{id}"), "tenant-a", None)
+            .await;
+        let j = &got["job"];
+        assert_eq!(
+            (&j["state"], &j["attempt"], &j["visibility_deadline"], &j["progress"]),
+            (&json!("active"), &json!(1), &held["visibility_deadline"], &Value::Null),
+            "{got}"
+        );
+        // A's worker finishes it: one delivery.
+        let ack = json!({"job_id": id, "lease_id": held["lease_id"]});
+        let (st, got) = s
+            .send_as(Method::POST, "/ojs/v1/workers/ack", "tenant-a", Some(ack))
+            .await;
+        assert_eq!(st, 200, "{got}");
+        s.assert_invariants().await;
+    }
+}
+
+#[tokio::test]
+async fn a_uniqueness_key_or_dedup_fingerprint_never_spans_tenants() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        for policy in ["ignore", "replace", "reject"] {
+            let q = format!("uq-{policy}");
+            let body = json!({"type": "report.build", "args": [1], "options": {"queue": q,
+                "unique": {"keys": ["type", "queue", "args"], "on_conflict": policy}}});
+            let (st, a) = s
+                .send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(body.clone()))
+                .await;
+            assert_eq!(st, 201, "{a}");
+            let a_id = id_of(&a, "/job/id");
+            // B's identical job is B's own: neither answered with A's job, nor refused, nor replacing it.
+            let (st, b) = s
+                .send_as(Method::POST, "/ojs/v1/jobs", "tenant-b", Some(body.clone()))
+                .await;
+            assert_eq!(st, 201, "{policy}: {b}");
+            assert_ne!(b["job"]["id"], a_id.as_str(), "{policy}: {b}");
+            assert_eq!(b["job"]["meta"]["tenant_id"], "tenant-b", "{b}");
+            let (_, got) = s
+                .send_as(Method::GET, &format!("/ojs/v1/jobs/{a_id}"), "tenant-a", None)
+                .await;
+            assert_eq!(got["job"]["state"], "available", "{policy}: {got}");
+            // Inside a tenant the key holds as before.
+            let (st, again) = s.send_as(Method::POST, "/ojs/v1/jobs", "tenant-a", Some(body)).await;
+            let expected = match policy {
+                "ignore" => 200,
+                "replace" => 201,
+                _ => 409,
+            };
+            assert_eq!(st, expected, "{policy}: {again}");
+            if policy == "reject" {
+                assert_eq!(again["error"]["details"]["existing_job_id"], a_id.as_str(), "{again}");
+            }
+        }
+        // dedup: A's twin starting does not make B's job pointless.
+        let body = json!({"type": "page.render", "args": [7], "options": {"queue": "dq", "dedup": true}});
+        for t in ["tenant-b", "tenant-a"] {
+            let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(body.clone())).await;
+            assert_eq!(st, 201, "{b}");
+        }
+        for t in ["tenant-a", "tenant-b"] {
+            let (_, f) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    t,
+                    Some(json!({"queues": ["dq"]})),
+                )
+                .await;
+            assert_eq!(f["jobs"][0]["meta"]["tenant_id"], t, "{t}'s job runs: {f}");
+        }
+        // root_job: B's root of a newer run starting does not make A's leaf of the same signature old.
+        let root_job = |t: &str, ts: &str, root: bool| {
+            json!({"type": format!("links.{t}"), "args": [], "options": {"queue": "rq",
+                "root_job": {"signature": "links:Main_Page", "timestamp": ts, "is_root": root}}})
+        };
+        for (t, body) in [
+            ("tenant-a", root_job("leaf", "2026-02-13T12:00:00Z", false)),
+            ("tenant-b", root_job("root", "2026-02-13T12:05:00Z", true)),
+        ] {
+            let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(body)).await;
+            assert_eq!(st, 201, "{b}");
+        }
+        for (t, kind) in [("tenant-b", "links.root"), ("tenant-a", "links.leaf")] {
+            let (_, f) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    t,
+                    Some(json!({"queues": ["rq"]})),
+                )
+                .await;
+            assert_eq!(f["jobs"][0]["type"], kind, "{t}'s job runs: {f}");
+        }
+        s.assert_invariants().await;
+    }
+}
+
+#[tokio::test]
+async fn a_cron_entry_belongs_to_the_tenant_that_registered_it() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let q = "cron-t";
+        let template = |meta: Value| json!({"type": "cron.t", "args": [], "options": {"queue": q}, "meta": meta});
+        let entry = |name: &str, meta: Value| json!({"name": name, "expression": "* * * * * *", "job_template": template(meta)});
+        // B's header with a template naming A: refused as POST /jobs refuses the same body.
+        let (st, job) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/jobs",
+                "tenant-b",
+                Some(template(json!({"tenant_id": "tenant-a"}))),
+            )
+            .await;
+        assert_eq!(st, 400, "{job}");
+        let (st, b) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/cron",
+                "tenant-b",
+                Some(entry("t.foreign", json!({"tenant_id": "tenant-a"}))),
+            )
+            .await;
+        assert_refused(st, &b, 400, "different tenants");
+        assert_eq!(s.get("/ojs/v1/cron/t.foreign").await.0, 404, "nothing written");
+        // With no tenant in the template, the entry is B's: stamped into its template, and its ticks
+        // are B's jobs, though the queue would take their tenant from meta.customer_id (B's header wins
+        // there too).
+        set_tenancy(&s, q, json!({"source": "meta", "field": "customer_id"})).await;
+        let own = entry("t.own", json!({"customer_id": "tenant-a"}));
+        let (st, b) = s.send_as(Method::POST, "/ojs/v1/cron", "tenant-b", Some(own)).await;
+        assert_eq!(st, 201, "{b}");
+        assert_eq!(b["cron"]["job_template"]["meta"]["tenant_id"], "tenant-b", "{b}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let ticked = loop {
+            let (_, f) = s
+                .send_as(
+                    Method::POST,
+                    "/ojs/v1/workers/fetch",
+                    "tenant-b",
+                    Some(json!({"queues": [q]})),
+                )
+                .await;
+            let got = f["jobs"].as_array().cloned().unwrap_or_default();
+            if let Some(j) = got.first() {
+                break j.clone();
+            }
+            assert!(std::time::Instant::now() < deadline, "no tick within 5 s");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert_eq!(ticked["meta"]["tenant_id"], "tenant-b", "{ticked}");
+        // A neither sees nor removes it, nor lists it; B and a request naming no tenant do.
+        let path = "/ojs/v1/cron/t.own";
+        assert_eq!(s.send_as(Method::GET, path, "tenant-a", None).await.0, 404);
+        assert_eq!(s.send_as(Method::DELETE, path, "tenant-a", None).await.0, 404);
+        let names = |l: &Value| -> Vec<String> {
+            l["crons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let (_, l) = s.send_as(Method::GET, "/ojs/v1/cron", "tenant-a", None).await;
+        assert_eq!((names(&l), &l["pagination"]["total"]), (vec![], &json!(0)), "{l}");
+        let (_, l) = s.send_as(Method::GET, "/ojs/v1/cron", "tenant-b", None).await;
+        assert_eq!(names(&l), ["t.own"], "{l}");
+        assert_eq!(names(&s.get("/ojs/v1/cron").await.1), ["t.own"]);
+        // Nor may A take its name over.
+        let (st, b) = s
+            .send_as(
+                Method::POST,
+                "/ojs/v1/cron",
+                "tenant-a",
+                Some(entry("t.own", json!({}))),
+            )
+            .await;
+        assert_eq!(st, 409, "{b}");
+        let (st, b) = s.send_as(Method::GET, path, "tenant-b", None).await;
+        assert_eq!(
+            (st, &b["cron"]["job_template"]["meta"]["tenant_id"]),
+            (200, &json!("tenant-b")),
+            "{b}"
+        );
+        assert_eq!(s.send_as(Method::DELETE, path, "tenant-b", None).await.0, 200);
+        s.assert_invariants().await;
+    }
+}
+
+/// `GET /jobs/{id}/explain` as `tenant`.
+async fn explain_as(s: &TestServer, id: &str, tenant: &str) -> Value {
+    let (st, e) = s
+        .send_as(Method::GET, &format!("/ojs/v1/jobs/{id}/explain"), tenant, None)
+        .await;
+    assert_eq!(st, 200, "{e}");
+    e
+}
+
+/// The gate `name` of an explain answer.
+fn gate_of<'a>(e: &'a Value, name: &str) -> &'a Value {
+    e["gates"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["gate"] == name))
+        .unwrap_or_else(|| panic!("no {name} gate in {e}"))
+}
+
+#[tokio::test]
+async fn explain_counts_other_tenants_slot_holders_and_their_jobs_events_are_not_found() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        // A key's slot, a queue's slot and a pool's slots held by A's job, with B's job waiting.
+        let keyed =
+            json!({"type": "t", "args": [], "queue": "ex-t", "rate_limit": {"key": "ex-t-key", "concurrency": 1}});
+        let (st, b) = s
+            .put("/ojs/v1/admin/queues/ex-tq/rate-limit", json!({"concurrency": 1}))
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let mut held = Vec::new();
+        let mut waiting = Vec::new();
+        for (q, body) in [("ex-t", keyed), ("ex-tq", job("ex-tq", 0))] {
+            for t in ["tenant-a", "tenant-b"] {
+                let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(body.clone())).await;
+                assert_eq!(st, 201, "{b}");
+                if t == "tenant-b" {
+                    waiting.push(id_of(&b, "/job/id"));
+                }
+            }
+            let got = s.fetch(&[q], 1).await;
+            assert_eq!(got[0]["meta"]["tenant_id"], "tenant-a", "{got:?}");
+            held.push(got[0]["id"].as_str().unwrap_or_default().to_string());
+        }
+        // The pool of queue ex-tp (3 slots): B's job of key kb holds one, A's of ka another, and key kc
+        // is owed its floor: A's second job of ka, past its floor, waits for the pool.
+        let (st, b) = s
+            .put("/ojs/v1/admin/queues/ex-tp/rate-limit", json!({"concurrency": 3}))
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let floored = |key: &str| json!({"type": "t", "args": [], "queue": "ex-tp", "rate_limit": {"key": key, "concurrency": 3, "floor": 1}});
+        let mut pool_ids = Vec::new();
+        for (t, key, claim) in [
+            ("tenant-b", "kb", true),
+            ("tenant-a", "ka", true),
+            ("tenant-a", "ka", false),
+            ("tenant-a", "kc", false),
+        ] {
+            let (st, b) = s.send_as(Method::POST, "/ojs/v1/jobs", t, Some(floored(key))).await;
+            assert_eq!(st, 201, "{b}");
+            pool_ids.push(id_of(&b, "/job/id"));
+            if claim {
+                assert_eq!(s.fetch(&["ex-tp"], 1).await.len(), 1);
+            }
+        }
+        let e = explain_as(&s, &waiting[0], "tenant-b").await;
+        let g = gate_of(&e, "concurrency");
+        assert_eq!((&g["holders"], &g["other_holders"]), (&Value::Null, &json!(1)), "{e}");
+        let e = explain_as(&s, &waiting[1], "tenant-b").await;
+        let g = gate_of(&e, "queue_concurrency");
+        assert_eq!((&g["holders"], &g["other_holders"]), (&Value::Null, &json!(1)), "{e}");
+        let e = explain_as(&s, &pool_ids[2], "tenant-a").await;
+        let g = gate_of(&e, "pool");
+        assert_eq!(
+            (&g["holders"], &g["other_holders"]),
+            (&json!([pool_ids[1]]), &json!(1)),
+            "{e}"
+        );
+        // A request naming no tenant sees every holder.
+        let (_, e) = s.get(&format!("/ojs/v1/jobs/{}/explain", waiting[0])).await;
+        let g = gate_of(&e, "concurrency");
+        assert_eq!(
+            (&g["holders"], &g["other_holders"]),
+            (&json!([held[0]]), &Value::Null),
+            "{e}"
+        );
+
+        // A's job's events are not B's to read, live or past.
+        let a_job = &held[0];
+        for path in [
+            format!("/ojs/v1/events?job_id={a_job}"),
+            format!("/ojs/v1/events?channel=job:{a_job}"),
+        ] {
+            let (st, got) = s.send_as(Method::GET, &path, "tenant-b", None).await;
+            assert_eq!(st, 404, "{path}: {got}");
+            let (st, got) = s.send_as(Method::GET, &path, "tenant-a", None).await;
+            assert_eq!(st, 200, "{path}: {got}");
+            assert!(
+                got["events"].as_array().is_some_and(|e| !e.is_empty()),
+                "A reads its job's events: {got}"
+            );
+        }
+        let stream = |t: &str| {
+            s.http
+                .get(s.url(&format!("/ojs/v1/jobs/{a_job}/events/stream")))
+                .header("X-OJS-Tenant", t)
+                .send()
+        };
+        assert_eq!(stream("tenant-b").await.expect("request").status(), 404);
+        assert_eq!(stream("tenant-a").await.expect("request").status(), 200);
+        s.assert_invariants().await;
+    }
 }

@@ -2,7 +2,9 @@
 -- when a worker acks its last job and asks for the next one in the same call). Returns the script reply:
 --   {'ok', now_ms, attempt, queue, type} | {'not_found'} | {'state', state} | {'lease_lost', state}
 -- want names the claim the worker acts for (see lease.lua: lease, attempt, worker; '' = not named);
--- a claim the job no longer holds is refused with 'lease_lost' and nothing changes. want.used: the
+-- a claim the job no longer holds is refused with 'lease_lost' and nothing changes. want.tenant: the
+-- tenant the request acts as ('' = none); another tenant's job is 'not_found', as if it did not exist
+-- (the record is already loaded here: the check costs the ACK nothing). want.used: the
 -- units the job really used ('' = its cost), which correct its rate-limit window entry (rl_used). The
 -- success of a job whose own and key's policies are adaptive counts toward the key's step up
 -- (rl_adapt_up). Its release re-computes what a key with a floor owes its pools, and a slot of a queue
@@ -23,6 +25,7 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   -- changes (queue, type, attempt, started_at, wf, wf_i).
   local f = rec_map(jk)
   if not (f and f.state) then return {'not_found'} end
+  if want.tenant ~= '' and f.tenant ~= want.tenant then return {'not_found'} end
   local refused = lease_refusal(f, want)
   if refused then return refused end
   if f.state ~= 'active' then return {'state', f.state} end

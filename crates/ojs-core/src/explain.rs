@@ -120,6 +120,11 @@ pub struct Gate {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub holders: Option<Vec<String>>,
+    /// For a request acting as a tenant: how many of the holders are other tenants' jobs (or gone),
+    /// whose ids it is not shown (`holders` lists its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub other_holders: Option<u64>,
     /// `fair_share`, `tenant_concurrency`: the job's tenant (`""` for the jobs without one); `pool`: the
     /// tenant whose concurrency in the queue is the pool (absent: the queue's).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -203,6 +208,7 @@ mod tests {
                 limit: Some(1),
                 current: Some(1),
                 holders: Some(vec!["h".into()]),
+                other_holders: Some(2),
                 tenant: None,
                 pass: None,
                 lowest_pass: None,
@@ -222,6 +228,7 @@ mod tests {
         let json = serde_json::to_value(&e).expect("json");
         assert_eq!(json["state"], "available");
         assert_eq!(json["gates"][0]["gate"], "concurrency");
+        assert_eq!(json["gates"][0]["other_holders"], 2);
         assert!(
             json["gates"][0].get("tenant").is_none(),
             "absent members are left out: {json}"

@@ -143,6 +143,12 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// One of the job's fingerprints (`unique.key`, `dedup.key`, `root_job.key`) as it is stored: scoped
+    /// to the job's tenant ([`crate::unique::tenant_scoped`]), unchanged for a job without one.
+    pub fn scoped(&self, fp: &str) -> String {
+        crate::unique::tenant_scoped(fp, self.tenant.as_deref())
+    }
+
     /// Makes a server-made id name `shard` (see [`crate::names::id_on_shard`]), in `id` and in the stored
     /// envelope; a client's own id is left as it is.
     pub fn place_on(&mut self, shard: usize) {

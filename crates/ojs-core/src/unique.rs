@@ -4,7 +4,8 @@
 //! text ([`fingerprint`]); the store turns a fingerprint into a Redis key, so any content is key-safe.
 //!
 //! The dimensions of a fingerprint (`keys`, `args_keys`, `meta_keys`) mean the same in `unique` and in
-//! `dedup`: [`Dimensions`] parses them for both.
+//! `dedup`: [`Dimensions`] parses them for both. A job of a tenant stores each of its fingerprints
+//! scoped to its tenant ([`tenant_scoped`]): one tenant's jobs never meet another's.
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -331,6 +332,22 @@ pub fn parse_root_job(v: &Value, field: &str) -> Result<RootJob, OjsError> {
     })
 }
 
+/// The fingerprint a job of `tenant` stores for `fp` (its uniqueness key, dedup fingerprint or root
+/// signature): `fp` itself for a job without a tenant (so theirs, and the locks Redis holds for them,
+/// never change), else the [`fingerprint`] of `{"fingerprint": fp, "tenant": tenant}`: two tenants'
+/// identical jobs never share a key, so neither can see, answer with, replace or supersede the other's.
+pub fn tenant_scoped(fp: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        None => fp.to_string(),
+        Some(t) => {
+            let mut scope = Map::new();
+            scope.insert("fingerprint".into(), Value::String(fp.to_string()));
+            scope.insert("tenant".into(), Value::String(t.to_string()));
+            fingerprint(&Value::Object(scope))
+        }
+    }
+}
+
 /// The lowercase hex SHA-256 of `v`'s canonical JSON text ([`canonical_json`]).
 pub fn fingerprint(v: &Value) -> String {
     let digest = Sha256::digest(canonical_json(v).as_bytes());
@@ -530,5 +547,28 @@ mod tests {
         ] {
             assert!(parse_root_job(&bad, "r").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_tenants_fingerprints_are_its_own_and_those_without_a_tenant_unchanged() {
+        let fp = fingerprint(&json!({"type": "email.send", "args": [1]}));
+        assert_eq!(
+            tenant_scoped(&fp, None),
+            fp,
+            "a job without a tenant keeps its fingerprint"
+        );
+        let (a, b) = (tenant_scoped(&fp, Some("acme")), tenant_scoped(&fp, Some("globex")));
+        assert_ne!(a, fp);
+        assert_ne!(a, b);
+        assert_eq!(a, tenant_scoped(&fp, Some("acme")));
+        // A stored key: the scoped form must not change between versions (SHA-256 of
+        // {"fingerprint":"<fp>","tenant":"acme"}).
+        assert_eq!(
+            tenant_scoped(
+                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                Some("acme")
+            ),
+            "10462a841b0fe1c21bb472575fd372815c6a69c1b5b028f72f13fb159fc5d9fd"
+        );
     }
 }

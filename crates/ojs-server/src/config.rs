@@ -99,8 +99,9 @@ pub struct Config {
     #[arg(long, env = "OJS_QUEUE_WEIGHTS", default_value = "", value_parser = parse_weights)]
     pub queue_weights: Weights,
 
-    /// API keys, `admin:<key>,worker:<key>,…` (each at least 16 characters). Without any, the server
-    /// only listens on loopback unless --insecure-no-auth is given.
+    /// API keys, `admin:<key>,worker:<key>,worker@<tenant>:<key>,…` (each at least 16 characters; a
+    /// `worker@<tenant>` key acts as that tenant on every request). Without any, the server only listens
+    /// on loopback unless --insecure-no-auth is given.
     #[arg(long, env = "OJS_API_KEYS", default_value = "", value_parser = crate::api_keys::parse_keys, hide_env_values = true)]
     pub api_keys: crate::api_keys::ApiKeys,
 

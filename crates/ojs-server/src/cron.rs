@@ -11,17 +11,21 @@
 use ojs_core::cron::Schedule;
 use ojs_core::envelope::{self, EnvelopeRules};
 use ojs_core::{clock, OjsError};
-use ojs_store::{CronFired, Fields};
+use ojs_store::{CronFired, Fields, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::schemas::{enum_names, variant, variant_name};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 
 /// What a registration says, validated.
 pub struct Registration {
     pub name: String,
+    /// The tenant the registering request acts as: the entry's owner (its template stamped with it, its
+    /// ticks' jobs pinned to it, as `POST /jobs` stamps and pins a job).
+    pub tenant: Option<String>,
     pub schedule: Schedule,
     /// The stored definition.
     pub def: CronDef,
@@ -126,7 +130,8 @@ pub fn check_name(name: &str) -> Result<(), OjsError> {
 }
 
 /// Stores a registration on the shard of its template's queue: (created, the entry as stored). On a
-/// deployment of several shards a name has one home, and an entry found on another shard is a 422.
+/// deployment of several shards a name has one home, and an entry found on another shard is a 422. A
+/// request acting as a tenant replaces only an entry of its own (409 otherwise, nothing written).
 pub async fn save(st: &AppState, reg: &Registration) -> Result<(bool, Fields), crate::error::ApiError> {
     let def = serde_json::to_string(&reg.def).map_err(|e| OjsError::invalid(e.to_string()))?;
     // The entry lives on the shard of its template's queue, so a tick's job and the entry's advance are
@@ -174,14 +179,83 @@ pub async fn save(st: &AppState, reg: &Registration) -> Result<(bool, Fields), c
     } else {
         None
     };
-    let saved = store.cron_set(&reg.name, &def, next).await?;
+    let saved = store.cron_set(&reg.name, &def, next, reg.tenant.as_deref()).await?;
     held.release().await;
+    let Some(saved) = saved else {
+        return Err(OjsError::new(
+            ojs_core::ErrorCode::Conflict,
+            format!(
+                "cron entry {:?} exists and is not this tenant's: a tenant replaces only its own entries; choose another name",
+                reg.name
+            ),
+        )
+        .with_details(json!({"cron": reg.name}))
+        .into());
+    };
     let entry = store.cron_get(&reg.name).await?.unwrap_or_default();
     Ok((saved.created, entry))
 }
 
-/// Validates a `POST /cron` body.
-pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Registration, OjsError> {
+/// An entry's owner (the hash's `tenant`, lua/cron-set-1.lua).
+fn owner(f: &Fields) -> Option<&str> {
+    f.get("tenant").map(String::as_str)
+}
+
+/// The entry named `name`, when the request sees it (another tenant's is answered as absent: None).
+pub async fn entry(st: &AppState, tenant: &ActingTenant, name: &str) -> Result<Option<Fields>, StoreError> {
+    let found = st.shards.on_any(|s| async move { s.cron_get(name).await }).await?;
+    Ok(found.filter(|f| tenant.sees_owner(owner(f))))
+}
+
+/// Removes the entry named `name` when the request sees it: the entry as it was, or None (a request
+/// acting as a tenant removes only its own: lua/cron-delete-1.lua checks the owner in the same step).
+pub async fn remove(st: &AppState, tenant: &ActingTenant, name: &str) -> Result<Option<Fields>, StoreError> {
+    st.shards
+        .on_any(|s| async move { s.cron_delete(name, tenant.name()).await })
+        .await
+}
+
+/// A page of the entries the request sees, in name order: (total, page). A request acting as a tenant
+/// reads every entry and keeps its own (O(entries), one pipeline per shard and 1,000 entries); one
+/// acting as none reads just the page.
+pub async fn page(
+    st: &AppState,
+    tenant: &ActingTenant,
+    offset: u64,
+    count: u64,
+) -> Result<(u64, Vec<(String, Fields)>), StoreError> {
+    if tenant.name().is_none() {
+        return st.shards.cron_page(offset, count).await;
+    }
+    const CHUNK: u64 = 1_000;
+    let mut own = Vec::new();
+    for s in st.shards.all() {
+        let mut at = 0;
+        loop {
+            let (total, part) = s.cron_list(at, CHUNK).await?;
+            own.extend(part.into_iter().filter(|(_, f)| tenant.sees_owner(owner(f))));
+            at += CHUNK;
+            if at >= total {
+                break;
+            }
+        }
+    }
+    own.sort_by(|a, b| a.0.cmp(&b.0));
+    let total = own.len() as u64;
+    Ok((
+        total,
+        own.into_iter().skip(offset as usize).take(count as usize).collect(),
+    ))
+}
+
+/// Validates a `POST /cron` body, for a request acting as `tenant`: the template is stamped with the
+/// tenant by the rule `POST /jobs` applies to its body (`ActingTenant::stamp`: a template naming another
+/// tenant is refused the same way).
+pub fn parse_registration(
+    req: CronRequest,
+    rules: &EnvelopeRules,
+    tenant: &ActingTenant,
+) -> Result<Registration, OjsError> {
     let name = req.name;
     check_name(&name)?;
     let expression = match (req.expression, req.cron) {
@@ -246,6 +320,7 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
     if let Some(t) = template.as_object_mut() {
         t.entry("args").or_insert_with(|| json!([]));
     }
+    tenant.stamp(&mut template)?;
     // Fail fast: the template must be a job this server accepts, as every tick will create it.
     let queue = job_for_tick(&template, &name, overlap, 0, rules)
         .map_err(|e| OjsError {
@@ -263,6 +338,7 @@ pub fn parse_registration(req: CronRequest, rules: &EnvelopeRules) -> Result<Reg
     };
     Ok(Registration {
         name,
+        tenant: tenant.name().map(str::to_owned),
         schedule,
         def,
         enabled,
@@ -354,9 +430,15 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
             .ok()
             .and_then(|s| s.next_after_ms(now.max(tick)));
         let overlap = def.overlap_policy;
+        let owner = f.get("tenant").map(String::as_str);
         let job = match job_for_tick(&def.job_template, &name, overlap, tick, &st.rules) {
             Ok(mut j) => match st.shards.place_jobs(std::slice::from_mut(&mut j)).await {
-                Ok(at) if at[0] == store.shard_index() => Ok(j),
+                Ok(at) if at[0] == store.shard_index() => {
+                    // An entry of a tenant makes that tenant's jobs, whatever the queue's tenancy
+                    // setting derives (as the header pins a POST /jobs).
+                    j.tenant_pinned = owner.is_some();
+                    Ok(j)
+                }
                 Ok(at) => Err(OjsError::unprocessable(format!(
                     "the entry is on shard {} but its queue {} lives on shard {}; register it again",
                     store.shard_index(),
@@ -377,7 +459,7 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
                 // entry without a job rather than retry the same tick forever.
                 tracing::warn!(cron = %name, error = %e.message, "cron template no longer valid; tick skipped");
                 let _ = store
-                    .cron_set(&name, f.get("def").map(String::as_str).unwrap_or("{}"), next)
+                    .cron_set(&name, f.get("def").map(String::as_str).unwrap_or("{}"), next, owner)
                     .await;
                 continue;
             }

@@ -147,10 +147,9 @@ async fn store_part(
             } => {
                 let key = jobs
                     .get(index)
-                    .and_then(|j| j.unique.as_ref())
-                    .map(|u| u.key.as_str())
+                    .and_then(|j| j.unique.as_ref().map(|u| j.scoped(&u.key)))
                     .unwrap_or_default();
-                let e = OjsError::unique_conflict(&existing_id, &existing_state, key);
+                let e = OjsError::unique_conflict(&existing_id, &existing_state, &key);
                 let mut details = e.details.clone().unwrap_or_default();
                 details["index"] = json!(index);
                 if let Some(i) = existing_index {

@@ -119,13 +119,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     with_default_errors(api_router().split_for_parts().1)
 }
 
-/// Every operation may also answer statuses it does not list (the API-key check's 401 and 403, 413,
+/// Every operation may also answer statuses it does not list (the API-key check's 401 and 403, a tenant
+/// key's 403 for a header naming another tenant or a route that spans tenants, 413,
 /// 415, the request timeout's 504, a panic's 500, 503 while Redis is unreachable): all in the OJS
 /// error shape, which each operation's `default` response says.
 fn with_default_errors(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
     let error = ResponseBuilder::new()
-        .description("Any other status: an OJS error (401/403 without a valid API key, 413, 415, 500, 503 while Redis is unreachable, 504)")
+        .description("Any other status: an OJS error (401/403 without a valid API key; 403 for a key bound to a tenant whose request names another tenant, or on a route that spans tenants; 413, 415, 500, 503 while Redis is unreachable, 504)")
         .content(
             respond::OJS_MEDIA_TYPE,
             ContentBuilder::new()
@@ -193,9 +194,9 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 
 /// What every request goes through, outermost first: `X-Request-Id` echoed (or minted) and
 /// `OJS-Version` on the response, the request's duration recorded, the Content-Type the deployment
-/// asked for (`respond::fix_content_type`); the API-key check (`auth::refusal`); and the request
+/// asked for (`respond::fix_content_type`); the API-key check (`auth::admit`, which also marks a request whose key is bound to a tenant); and the request
 /// timeout (SSE streams are bounded only until their headers are sent).
-async fn edge(axum::extract::State(st): axum::extract::State<AppState>, req: Request, next: Next) -> Response {
+async fn edge(axum::extract::State(st): axum::extract::State<AppState>, mut req: Request, next: Next) -> Response {
     let rid = req
         .headers()
         .get("x-request-id")
@@ -205,7 +206,7 @@ async fn edge(axum::extract::State(st): axum::extract::State<AppState>, req: Req
     let debug = tracing::enabled!(tracing::Level::DEBUG);
     let seen = debug.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let started = Instant::now();
-    let mut res = match auth::refusal(&st, &req) {
+    let mut res = match auth::admit(&st, &mut req) {
         Some(refused) => refused,
         None => {
             let limit = Duration::from_millis(st.config.request_timeout_ms.max(1));

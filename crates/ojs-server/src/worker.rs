@@ -40,7 +40,9 @@ pub(crate) struct ClaimFields {
 }
 
 impl ClaimFields {
-    pub(crate) fn into_ref(self) -> Result<ClaimRef, OjsError> {
+    /// The claim, for a request acting as `tenant` (`tenant::ActingTenant::name`): a job of another
+    /// tenant is not its to act on.
+    pub(crate) fn into_ref(self, tenant: Option<&str>) -> Result<ClaimRef, OjsError> {
         if let Some(w) = &self.worker_id {
             check_worker_id(w)?;
         }
@@ -56,6 +58,7 @@ impl ClaimFields {
             lease_id: lease_id(self.lease_id, "lease_id")?,
             attempt,
             worker_id: self.worker_id.filter(|w| !w.is_empty()),
+            tenant: tenant.map(str::to_owned),
         })
     }
 }
@@ -125,6 +128,14 @@ pub(crate) struct WorkerView {
     pub(crate) current_jobs: Vec<String>,
     #[schema(format = DateTime)]
     last_heartbeat_at: Option<String>,
+}
+
+impl WorkerView {
+    /// Keeps only the jobs `keep` says (a request acting as a tenant sees only its own tenant's).
+    pub(crate) fn keep_jobs(&mut self, keep: impl Fn(&str) -> bool) {
+        self.current_jobs.retain(|j| keep(j));
+        self.active_jobs = self.current_jobs.len();
+    }
 }
 
 /// A worker record as the API shows it. `state` is the operator's signal when one is set, else what the

@@ -241,17 +241,19 @@ async fn claim_weighted_across(
 
 /// A heartbeat: on one shard, there; on a deployment of several shards: each shard that holds some of the jobs (by their ids;
 /// a job a shard does not know is looked for on the others), and shard 0 in any case: it keeps the
-/// worker registry and the operator's signal.
+/// worker registry and the operator's signal. A heartbeat acting as `tenant` extends none of another
+/// tenant's jobs.
 pub(crate) async fn heartbeat(
     st: &AppState,
     worker: &str,
     jobs: &[(String, Option<String>)],
     extend: Option<u64>,
     reported: Option<&str>,
+    tenant: Option<&str>,
 ) -> ApiResult<ojs_store::Heartbeat> {
     let first = st.shards.first();
     if st.shards.count() == 1 {
-        return Ok(first.heartbeat(worker, jobs, extend, reported).await?);
+        return Ok(first.heartbeat(worker, jobs, extend, reported, tenant).await?);
     }
     let leases: std::collections::HashMap<&str, &Option<String>> =
         jobs.iter().map(|(id, l)| (id.as_str(), l)).collect();
@@ -267,7 +269,7 @@ pub(crate) async fn heartbeat(
                     .into_iter()
                     .map(|id| (id.clone(), leases.get(id.as_str()).and_then(|l| (*l).clone())))
                     .collect();
-                let mut hb = s.heartbeat(worker, &part, extend, reported).await?;
+                let mut hb = s.heartbeat(worker, &part, extend, reported, tenant).await?;
                 let items = std::mem::take(&mut hb.jobs);
                 if s.shard_index() == 0 {
                     *zero_ref.lock().unwrap_or_else(|e| e.into_inner()) = Some(hb);
@@ -280,7 +282,7 @@ pub(crate) async fn heartbeat(
         .await?;
     let mut hb = match zero.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(hb) => hb,
-        None => first.heartbeat(worker, &[], extend, reported).await?,
+        None => first.heartbeat(worker, &[], extend, reported, tenant).await?,
     };
     hb.jobs = ids
         .into_iter()

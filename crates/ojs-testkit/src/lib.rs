@@ -449,7 +449,22 @@ impl TestServer {
         tenant: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut r = self.http.request(method, self.url(path)).header("X-OJS-Tenant", tenant);
+        self.send_with(method, path, &[("X-OJS-Tenant", tenant)], body).await
+    }
+
+    /// A request with these headers (an API key's `Authorization`, a tenant…) and an optional JSON
+    /// body.
+    pub async fn send_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = self.http.request(method, self.url(path));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
         if let Some(b) = body {
             r = r.json(&b);
         }

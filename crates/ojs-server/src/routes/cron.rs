@@ -1,4 +1,6 @@
-//! Cron entries: `POST /cron` (register or update), `GET /cron`, `GET|DELETE /cron/{name}`.
+//! Cron entries: `POST /cron` (register or update), `GET /cron`, `GET|DELETE /cron/{name}`. An entry
+//! belongs to the tenant whose request registered it: a request acting as a tenant sees, lists and
+//! removes only its own (`cron.rs`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,6 +16,7 @@ use crate::listing::{PageQuery, Pagination, Params};
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -44,10 +47,14 @@ struct CronList {
     tag = "cron",
     summary = "Register (or update) a cron entry: `{name, expression, timezone?, overlap_policy?, enabled?, job_template}`",
     request_body = CronRequest,
-    responses((status = 201, description = "Created", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "Updated", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A template this server cannot run (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "Updated", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "An entry of this name exists and the request's tenant does not own it (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A template this server cannot run (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>) -> ApiResult<Response> {
-    let reg = parse_registration(req, &st.rules)?;
+async fn register(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsJson(req): OjsJson<CronRequest>,
+) -> ApiResult<Response> {
+    let reg = parse_registration(req, &st.rules, &tenant)?;
     let (created, entry) = crate::cron::save(&st, &reg).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok(ojs_json(
@@ -66,10 +73,10 @@ async fn register(State(st): State<AppState>, OjsJson(req): OjsJson<CronRequest>
     params(PageQuery),
     responses((status = 200, description = "OK", body = CronList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid query (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
+async fn list(State(st): State<AppState>, tenant: ActingTenant, OjsQuery(q): OjsQuery<Params>) -> ApiResult<Response> {
     // The same pagination as the admin listings (page/per_page or limit/offset, OJS 400 on bad numbers).
     let p = PageQuery::from_params(&q)?.resolve(100, 1000)?;
-    let (total, entries) = st.shards.cron_page(p.offset, p.count).await?;
+    let (total, entries) = crate::cron::page(&st, &tenant, p.offset, p.count).await?;
     Ok(ok(json!(CronList {
         crons: entries.iter().map(|(n, f)| entry_view(n, f)).collect(),
         pagination: p.of(total),
@@ -82,18 +89,15 @@ async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Params>) -> ApiR
     tag = "cron",
     summary = "One cron entry with next_run_at, last_run_at and run_count",
     params(("name" = String, Path)),
-    responses((status = 200, description = "OK", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found, or another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -> ApiResult<Response> {
+async fn get_entry(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsPath(name): OjsPath<String>,
+) -> ApiResult<Response> {
     check_name(&name).map_err(|_| OjsError::not_found("cron entry", &name))?;
-    match st
-        .shards
-        .on_any(|s| {
-            let name = name.clone();
-            async move { s.cron_get(&name).await }
-        })
-        .await?
-    {
+    match crate::cron::entry(&st, &tenant, &name).await? {
         Some(f) => Ok(ok(json!(CronResponse {
             cron: entry_view(&name, &f)
         }))),
@@ -107,18 +111,15 @@ async fn get_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -
     tag = "cron",
     summary = "Remove a cron entry (jobs it already created stay)",
     params(("name" = String, Path)),
-    responses((status = 200, description = "The entry as it was", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "The entry as it was", body = CronResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found, or another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn delete_entry(State(st): State<AppState>, OjsPath(name): OjsPath<String>) -> ApiResult<Response> {
+async fn delete_entry(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsPath(name): OjsPath<String>,
+) -> ApiResult<Response> {
     check_name(&name).map_err(|_| OjsError::not_found("cron entry", &name))?;
-    match st
-        .shards
-        .on_any(|s| {
-            let name = name.clone();
-            async move { s.cron_delete(&name).await }
-        })
-        .await?
-    {
+    match crate::cron::remove(&st, &tenant, &name).await? {
         Some(f) => Ok(ok(json!(CronResponse {
             cron: entry_view(&name, &f)
         }))),

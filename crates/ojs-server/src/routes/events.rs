@@ -14,6 +14,7 @@ use crate::error::ApiResult;
 use crate::respond::{ok, OjsQuery};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -47,6 +48,19 @@ struct Filter {
 }
 
 impl Filter {
+    /// The filter as a request acting as `tenant` may read it: `channel` folded in
+    /// ([`Filter::resolve_channel`]), and a job it names the request's to see (another tenant's job is
+    /// a 404, as if absent; its events are not shown). Without a job, a key bound to a tenant is refused
+    /// (403: the stream's events carry no tenant, so every job's cannot be narrowed to one tenant's).
+    async fn resolve(self, st: &AppState, tenant: &ActingTenant) -> ApiResult<Self> {
+        let f = self.resolve_channel()?;
+        match &f.job_id {
+            Some(id) => tenant.check_job(st, id).await?,
+            None => tenant.spanning("the events of every job")?,
+        }
+        Ok(f)
+    }
+
     /// Folds `channel` into the `job_id` / `queues` filters; a malformed channel, or one that
     /// contradicts the other filters, is a 400 naming the fields.
     fn resolve_channel(mut self) -> Result<Self, OjsError> {
@@ -180,10 +194,10 @@ fn kept(e: &Event, types: &[String], queues: &[String], job: Option<&str>) -> bo
     tag = "events",
     summary = "Lifecycle events (types, queues, job_id, channel=job:<id>|queue:<name>, after cursor, limit)",
     params(Filter),
-    responses((status = 200, description = "OK", body = EventList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = EventList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, without a job filter: every job's events span tenants (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn list(State(st): State<AppState>, OjsQuery(q): OjsQuery<Filter>) -> ApiResult<Response> {
-    let q = q.resolve_channel()?;
+async fn list(State(st): State<AppState>, tenant: ActingTenant, OjsQuery(q): OjsQuery<Filter>) -> ApiResult<Response> {
+    let q = q.resolve(&st, &tenant).await?;
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
@@ -253,14 +267,15 @@ pub fn stream_router() -> OpenApiRouter<AppState> {
     tag = "events",
     summary = "Live events (Server-Sent Events; Last-Event-ID resumes; the filters of /events, channel included)",
     params(Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, without a job filter: every job's events span tenants (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_all(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     headers: HeaderMap,
     OjsQuery(q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
-    sse(st, headers, q).await
+    sse(st, &tenant, headers, q).await
 }
 
 #[utoipa::path(
@@ -269,16 +284,17 @@ async fn stream_all(
     tag = "events",
     summary = "Live events of one queue (SSE)",
     params(("queue" = String, Path), Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "The job the filter names does not exist or is another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_queue(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     crate::respond::QueuePath(queue): crate::respond::QueuePath,
     headers: HeaderMap,
     OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
     q.queues = Some(queue.into_string());
-    sse(st, headers, q).await
+    sse(st, &tenant, headers, q).await
 }
 
 #[utoipa::path(
@@ -287,23 +303,24 @@ async fn stream_queue(
     tag = "events",
     summary = "Live events of one job (SSE)",
     params(("id" = String, Path), Filter),
-    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not a job id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "Server-Sent Events: each `data` is an Event (JSON), `id` its cursor, `event` its type", body = String, content_type = "text/event-stream"), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not a job id, or (for a request acting as a tenant) no job of its own (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn stream_job(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     crate::respond::JobPath(id): crate::respond::JobPath,
     headers: HeaderMap,
     OjsQuery(mut q): OjsQuery<Filter>,
 ) -> ApiResult<Response> {
     q.job_id = Some(id.into_string());
-    sse(st, headers, q).await
+    sse(st, &tenant, headers, q).await
 }
 
-async fn sse(st: AppState, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
+async fn sse(st: AppState, tenant: &ActingTenant, headers: HeaderMap, q: Filter) -> ApiResult<Response> {
     use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
     use futures::StreamExt;
 
-    let q = q.resolve_channel()?;
+    let q = q.resolve(&st, tenant).await?;
 
     let types = csv(&q.types, &q.type_);
     let queues = csv(&q.queues, &q.queue);

@@ -4,7 +4,6 @@
 //! read-only call; this module only puts the answer into words and times.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::explain::{Gate, GateKind, JobExplanation};
 use ojs_core::{clock, OjsError};
@@ -15,6 +14,7 @@ use crate::error::ApiResult;
 use crate::respond::{ok, JobPath};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -22,8 +22,9 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(explain))
 }
 
-/// One gate of job-explain's answer, in words and times.
-fn gate(g: &ExplainGate, queue: &str) -> Result<Gate, OjsError> {
+/// One gate of job-explain's answer, in words and times; `others`: how many holders were left out of
+/// `g.holders` as other tenants' (`seen_holders`).
+fn gate(g: &ExplainGate, queue: &str, others: Option<u64>) -> Result<Gate, OjsError> {
     let kind: GateKind = serde_json::from_value(serde_json::Value::String(g.name.clone())).map_err(|_| {
         OjsError::new(
             ojs_core::ErrorCode::Internal,
@@ -141,6 +142,7 @@ fn gate(g: &ExplainGate, queue: &str) -> Result<Gate, OjsError> {
         limit: g.limit,
         current: g.current,
         holders: (!g.holders.is_empty()).then(|| g.holders.clone()),
+        other_holders: others,
         tenant: x("tenant"),
         pass: num("pass"),
         lowest_pass: num("lowest_pass"),
@@ -162,8 +164,8 @@ fn at_latest(until: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-/// job-explain's answer, in words and times.
-fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
+/// job-explain's answer, in words and times; `others` as [`gate`]'s, per gate (empty: none left out).
+fn explanation(id: JobId, e: &Explained, others: &[u64]) -> Result<JobExplanation, OjsError> {
     let job = &e.job;
     let state: JobState = job.state.ok_or_else(|| {
         OjsError::new(
@@ -172,7 +174,12 @@ fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
         )
     })?;
     let queue = job.queue.clone().unwrap_or_default();
-    let gates = e.gates.iter().map(|g| gate(g, &queue)).collect::<Result<Vec<_>, _>>()?;
+    let gates = e
+        .gates
+        .iter()
+        .enumerate()
+        .map(|(i, g)| gate(g, &queue, others.get(i).copied()))
+        .collect::<Result<Vec<_>, _>>()?;
     let waiting = JobExplanation::waits_in(state);
     let runnable_at_ms = (waiting && gates.iter().all(Gate::timed))
         .then(|| gates.iter().filter_map(|g| g.until_ms).fold(e.now_ms, i64::max));
@@ -218,13 +225,34 @@ fn explanation(id: JobId, e: &Explained) -> Result<JobExplanation, OjsError> {
     tag = "jobs",
     summary = "Why a job is waiting: what holds it back and until when (ours, beyond the OJS spec)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = JobExplanation, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = JobExplanation, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn explain(State(st): State<AppState>, headers: HeaderMap, JobPath(job): JobPath) -> ApiResult<Response> {
+async fn explain(State(st): State<AppState>, tenant: ActingTenant, JobPath(job): JobPath) -> ApiResult<Response> {
     let id = job.as_str();
-    let tenant = crate::tenant::header_tenant(&headers)?;
     match st.shards.on_id(id, |s| async move { s.explain_job(id).await }).await? {
-        Some(e) if crate::tenant::visible(&e.job, tenant.as_deref()) => Ok(ok(explanation(job.clone(), &e)?)),
+        Some(mut e) if tenant.sees(&e.job) => {
+            let others = seen_holders(&st, &tenant, &mut e).await?;
+            Ok(ok(explanation(job.clone(), &e, &others)?))
+        }
         _ => Err(OjsError::not_found("job", id).into()),
     }
+}
+
+/// For a request acting as a tenant, keeps in each gate's holders only the tenant's own jobs and
+/// answers, per gate, how many were left out (other tenants' jobs are counted, never named). One read
+/// of the holders' tenants (at most 100 a gate); nothing for a request acting as no tenant.
+async fn seen_holders(st: &AppState, tenant: &ActingTenant, e: &mut Explained) -> ApiResult<Vec<u64>> {
+    if tenant.name().is_none() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<String> = e.gates.iter().flat_map(|g| g.holders.iter().cloned()).collect();
+    let own = tenant.seen_ids(st, &ids).await?;
+    Ok(e.gates
+        .iter_mut()
+        .map(|g| {
+            let all = g.holders.len();
+            g.holders.retain(|h| own.contains(h));
+            (all - g.holders.len()) as u64
+        })
+        .collect())
 }

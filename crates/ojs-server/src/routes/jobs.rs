@@ -16,6 +16,7 @@ use crate::respond::JobPath;
 use crate::respond::{ojs_json, ok, OjsJson};
 use crate::schemas::{Job, JobRequest, JobResponse, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -98,35 +99,35 @@ fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
     tag = "jobs",
     summary = "Enqueue one job (the OJS envelope; seed priority model: top-level `priority`, lower first)",
     request_body = JobRequest,
-    responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "A unique duplicate (on_conflict ignore or raise_priority): the existing job, not written again", body = DeduplicatedJob, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "A unique duplicate (on_conflict ignore or raise_priority): the existing job, not written again", body = DeduplicatedJob, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     headers: HeaderMap,
     OjsJson(mut body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    let tenant = crate::tenant::header_tenant(&headers)?;
-    crate::tenant::stamp(&mut body, tenant.as_deref())?;
+    tenant.stamp(&mut body)?;
     if body.get("workflow").is_some() {
-        crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
+        tenant.stamp_workflow(&mut body)?;
     }
     if let Some(wf) = ojs_core::workflow::parse_job_form(&body, &st.rules) {
         let mut wf = wf?;
         for j in &mut wf.jobs {
-            j.tenant_pinned = tenant.is_some();
+            j.tenant_pinned = tenant.pins();
         }
         return enqueue_chain(&st, &mut wf).await;
     }
     let mut job = envelope::parse(body, &st.rules)?;
-    job.tenant_pinned = tenant.is_some();
+    job.tenant_pinned = tenant.pins();
     let block = block_deadline(&headers)?;
     let out = crate::job_ops::store_one(&st, &mut job, block).await?;
     match (out.state.as_str(), &out.existing) {
         ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
         ("conflict", Some((id, f))) => {
             let state = f.state_name();
-            let key = job.unique.as_ref().map(|u| u.key.as_str()).unwrap_or_default();
-            return Err(OjsError::unique_conflict(id, state, key).into());
+            let key = job.unique.as_ref().map(|u| job.scoped(&u.key)).unwrap_or_default();
+            return Err(OjsError::unique_conflict(id, state, &key).into());
         }
         // ojs-unique-jobs §5.4: 200 (not 201) with the existing job.
         ("ignored", Some((_, f))) => {
@@ -222,10 +223,11 @@ struct DeduplicatedJob {
     tag = "jobs",
     summary = "Enqueue `{\"jobs\": [...]}`, all or nothing",
     request_body = Batch,
-    responses((status = 201, description = "Created", body = BatchCreated, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = BatchCreated, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn enqueue_batch(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     headers: HeaderMap,
     OjsJson(body): OjsJson<Batch>,
 ) -> ApiResult<Response> {
@@ -244,16 +246,16 @@ async fn enqueue_batch(
         )
         .into());
     }
-    let tenant = crate::tenant::header_tenant(&headers)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (i, mut v) in body.jobs.into_iter().enumerate() {
-        let mut j = crate::tenant::stamp(&mut v, tenant.as_deref())
+        let mut j = tenant
+            .stamp(&mut v)
             .and_then(|_| envelope::parse(v, &st.rules))
             .map_err(|e| {
                 let msg = format!("jobs[{i}]: {}", e.message);
                 OjsError { message: msg, ..e }.with_details(json!({ "index": i }))
             })?;
-        j.tenant_pinned = tenant.is_some();
+        j.tenant_pinned = tenant.pins();
         jobs.push(j);
     }
     let mut seen = std::collections::HashSet::new();
@@ -303,15 +305,10 @@ async fn enqueue_batch(
     tag = "jobs",
     summary = "A job with its system fields and error history",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_job(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
-    let id = id.as_str();
-    let tenant = crate::tenant::header_tenant(&headers)?;
-    match st.shards.get_job(id).await? {
-        Some(f) if crate::tenant::visible(&f, tenant.as_deref()) => Ok(ok(JobResponse::of(job_view(&f)))),
-        _ => Err(OjsError::not_found("job", id).into()),
-    }
+async fn get_job(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
+    Ok(ok(JobResponse::of(job_view(&tenant.job(&st, id.as_str()).await?))))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -336,16 +333,16 @@ struct PriorityChanged {
     summary = "Change the priority of an available or scheduled job: `{\"priority\": n}`",
     params(("id" = String, Path)),
     request_body = Update,
-    responses((status = 200, description = "OK", body = PriorityChanged, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not available or scheduled (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = PriorityChanged, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not available or scheduled (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn update(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    tenant: ActingTenant,
     JobPath(id): JobPath,
     OjsJson(body): OjsJson<Update>,
 ) -> ApiResult<Response> {
     let id = id.as_str();
-    crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
+    tenant.check_job(&st, id).await?;
     let model = st.rules.priority_model;
     let p = body
         .priority
@@ -396,11 +393,11 @@ async fn admin_job(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResul
     tag = "jobs",
     summary = "Cancel a scheduled, available, retryable or active job",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job has finished (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job has finished (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, headers: HeaderMap, JobPath(id): JobPath) -> ApiResult<Response> {
+async fn cancel(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
     let id = id.as_str();
-    crate::tenant::check_owner(&st, id, crate::tenant::header_tenant(&headers)?.as_deref()).await?;
+    tenant.check_job(&st, id).await?;
     match st.shards.on_id(id, |s| async move { s.cancel(id).await }).await? {
         Transition::Done(_) => {
             let f = crate::listing::job(&st, id).await?;

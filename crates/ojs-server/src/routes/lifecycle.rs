@@ -13,6 +13,7 @@ use crate::error::ApiResult;
 use crate::respond::{ojs_json, OjsPath};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use crate::worker::{check_worker_id, worker_view, WorkerState, WorkerView};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -24,7 +25,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// A worker's health as the server knows it: 200 while it runs, 503 once it reported `quiet`, `drain`
 /// or `terminate` or the operator signalled it to (a readiness probe that stops routing to it), or when
 /// it has been silent for longer than a lease (its leases lapsed: `stale`). 404 for a worker that never
-/// sent a heartbeat, or whose record expired (a day after its last one).
+/// sent a heartbeat, or whose record expired (a day after its last one). A request acting as a tenant is
+/// shown only its own tenant's jobs among those the worker holds.
 #[utoipa::path(
     get,
     path = "/ojs/v1/workers/{worker_id}/health",
@@ -33,7 +35,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     params(("worker_id" = String, Path)),
     responses((status = 200, description = "Running", body = WorkerView, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Shutting down or stale", body = WorkerView, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a worker id (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Unknown worker (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn worker_health(State(st): State<AppState>, OjsPath(worker): OjsPath<String>) -> ApiResult<Response> {
+async fn worker_health(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsPath(worker): OjsPath<String>,
+) -> ApiResult<Response> {
     check_worker_id(&worker)?;
     let rec = st
         .shards
@@ -41,7 +47,10 @@ async fn worker_health(State(st): State<AppState>, OjsPath(worker): OjsPath<Stri
         .await?
         .ok_or_else(|| OjsError::not_found("worker", &worker))?;
     let now = st.shards.now_ms().await?;
-    let view = worker_view(&worker, &rec, now, st.config.visibility_timeout_ms);
+    let mut view = worker_view(&worker, &rec, now, st.config.visibility_timeout_ms);
+    // A request acting as a tenant sees only its own tenant's jobs of the worker.
+    let own = tenant.seen_ids(&st, &view.current_jobs).await?;
+    view.keep_jobs(|j| own.contains(j));
     let status = match view.state {
         WorkerState::Running => StatusCode::OK,
         _ => StatusCode::SERVICE_UNAVAILABLE,

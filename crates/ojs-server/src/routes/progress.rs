@@ -14,6 +14,7 @@ use crate::respond::{job_id, JobPath};
 use crate::respond::{ok, OjsJson};
 use crate::schemas::{JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use crate::worker::ClaimFields;
 use ojs_core::JobId;
 use utoipa_axum::router::OpenApiRouter;
@@ -166,14 +167,15 @@ fn parse(req: &ProgressReq) -> Result<Report, OjsError> {
     summary = "Report an active job's progress: `{progress?: 0..1, message?, data?: {}, lease_id?}` (also a heartbeat)",
     params(("id" = String, Path)),
     request_body = ProgressReq,
-    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn put_progress(
     State(st): State<AppState>,
+    tenant: ActingTenant,
     JobPath(id): JobPath,
     OjsJson(req): OjsJson<ProgressReq>,
 ) -> ApiResult<Response> {
-    report(&st, &id, req).await
+    report(&st, &tenant, &id, req).await
 }
 
 /// A progress report naming its job.
@@ -192,16 +194,22 @@ struct WorkerProgressReq {
     tag = "workers",
     summary = "Report progress as the SDKs do: `{job_id, percentage: 0..100 | progress: 0..1, message?, data?, lease_id?}`",
     request_body = WorkerProgressReq,
-    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK (accepted: false when the job is not active)", body = ProgressAnswer, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "Lease lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn worker_progress(State(st): State<AppState>, OjsJson(req): OjsJson<WorkerProgressReq>) -> ApiResult<Response> {
-    report(&st, &job_id(&req.job_id)?, req.report).await
+async fn worker_progress(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsJson(req): OjsJson<WorkerProgressReq>,
+) -> ApiResult<Response> {
+    report(&st, &tenant, &job_id(&req.job_id)?, req.report).await
 }
 
-async fn report(st: &AppState, id: &JobId, req: ProgressReq) -> ApiResult<Response> {
+/// A progress report for a request acting as `tenant`: another tenant's job is answered as absent, and
+/// its report dropped (lua/progress-1.lua).
+async fn report(st: &AppState, tenant: &ActingTenant, id: &JobId, req: ProgressReq) -> ApiResult<Response> {
     let id = id.as_str();
     let (progress, message, data) = parse(&req)?;
-    let claim = req.claim.into_ref()?;
+    let claim = req.claim.into_ref(tenant.name())?;
     let (claim, message_ref, data_ref) = (&claim, message.as_deref(), data.as_deref());
     match st
         .shards
@@ -232,18 +240,18 @@ async fn report(st: &AppState, id: &JobId, req: ProgressReq) -> ApiResult<Respon
 }
 
 /// `GET /jobs/{id}/progress`: the last report (`progress`, `message`, `data`, `updated_at`), nulls when
-/// there is none for the current attempt; 404 only when the job does not exist.
+/// there is none for the current attempt; 404 when the job does not exist or is another tenant's.
 #[utoipa::path(
     get,
     path = "/ojs/v1/jobs/{id}/progress",
     tag = "jobs",
     summary = "A job's last progress report (nulls when none)",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = ProgressView, content_type = OJS_MEDIA_TYPE), (status = 404, description = "Not found (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = ProgressView, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_progress(State(st): State<AppState>, JobPath(id): JobPath) -> ApiResult<Response> {
+async fn get_progress(State(st): State<AppState>, tenant: ActingTenant, JobPath(id): JobPath) -> ApiResult<Response> {
     let id = id.as_str();
-    let f = crate::listing::job(&st, id).await?;
+    let f = tenant.job(&st, id).await?;
     let (progress, message, data, updated) =
         progress_view(&f).unwrap_or((Value::Null, Value::Null, Value::Null, Value::Null));
     Ok(ok(json!(ProgressView {

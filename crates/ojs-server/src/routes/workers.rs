@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::job::{job_view, JobView};
 use ojs_core::{clock, names, OjsError};
@@ -19,6 +18,7 @@ use crate::respond::job_id;
 use crate::respond::{ok, OjsJson, OjsPath};
 use crate::schemas::{variant, variant_name, Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use crate::worker::{check_worker_id, lease_id, ClaimFields};
 use crate::worker_ops::FetchParams;
 use utoipa_axum::router::OpenApiRouter;
@@ -178,14 +178,18 @@ struct FetchResponse {
     request_body = FetchReq,
     responses((status = 200, description = "OK", body = FetchResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such pool (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn fetch(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<FetchReq>) -> ApiResult<Response> {
-    let p = fetch_params(&st, req.with_pool(&st).await?, crate::tenant::header_tenant(&headers)?)?;
+async fn fetch(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsJson(req): OjsJson<FetchReq>,
+) -> ApiResult<Response> {
+    let p = fetch_params(&st, req.with_pool(&st).await?, &tenant)?;
     let jobs = claim_loop(&st, &p).await?;
     Ok(ok(FetchResponse { jobs }))
 }
 
 /// A FETCH request, validated.
-fn fetch_params(st: &AppState, req: FetchReq, tenant: Option<String>) -> Result<FetchParams, OjsError> {
+fn fetch_params(st: &AppState, req: FetchReq, tenant: &ActingTenant) -> Result<FetchParams, OjsError> {
     let strategy = match req.strategy.as_deref() {
         None => st.config.fetch_strategy,
         Some(s) => variant::<FetchStrategy>(s)
@@ -218,7 +222,7 @@ fn fetch_params(st: &AppState, req: FetchReq, tenant: Option<String>) -> Result<
         count,
         visibility_ms: req.visibility_timeout_ms,
         wait,
-        tenant,
+        tenant: tenant.name().map(str::to_owned),
     })
 }
 
@@ -368,9 +372,9 @@ struct AckResponse {
     tag = "workers",
     summary = "An active job succeeded: `{job_id, result?, fetch?}`; with `fetch` (a FETCH request) the next jobs come back in `jobs`",
     request_body = AckReq,
-    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or another tenant's (a request acting as a tenant), or no such pool named by `fetch` (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
+async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
     let id = id.as_str();
     let result = match req.result {
@@ -390,10 +394,9 @@ async fn ack(State(st): State<AppState>, headers: HeaderMap, OjsJson(req): OjsJs
                 })?,
         ),
     };
-    let claim = req.claim.into_ref()?;
-    let tenant = crate::tenant::header_tenant(&headers)?;
+    let claim = req.claim.into_ref(tenant.name())?;
     let next = match req.fetch {
-        Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, tenant)?),
+        Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, &tenant)?),
         None => None,
     };
     let ack = AckPart {
@@ -558,13 +561,13 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
     tag = "workers",
     summary = "An active job failed: `{job_id, error, requeue?}`; `error.rate_limit_until` blocks its key",
     request_body = NackReq,
-    responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn nack(State(st): State<AppState>, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
+async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
     let id = id.as_str();
     let (err, match_key, retryable, until) = error_record(req.error)?;
-    let claim = req.claim.into_ref()?;
+    let claim = req.claim.into_ref(tenant.name())?;
     let requeue = req.requeue.unwrap_or(false);
     let (claim, err, match_key) = (&claim, &err, &match_key);
     match st
@@ -829,13 +832,17 @@ fn first_of_each<K: Eq + std::hash::Hash, V>(pairs: Vec<(K, V)>) -> Vec<(K, V)> 
     request_body = HeartbeatReq,
     responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+async fn heartbeat(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsJson(req): OjsJson<HeartbeatReq>,
+) -> ApiResult<Response> {
     let worker = req.worker_id.clone().unwrap_or_default();
     check_worker_id(&worker)?;
     let reported = reported_state(req.state.as_deref(), &worker)?;
     let extend = lease_ms(req.visibility_timeout_ms)?;
     let jobs = req.jobs()?;
-    let hb = crate::worker_ops::heartbeat(&st, &worker, &jobs, extend, reported).await?;
+    let hb = crate::worker_ops::heartbeat(&st, &worker, &jobs, extend, reported, tenant.name()).await?;
     // `state` stays the operator's directive (the SDKs act on it: Go moves a quiet worker back to
     // running when told so); what the worker reported of itself is echoed as `worker_state`.
     let state = hb.signal.as_deref().unwrap_or("running").to_string();
@@ -886,8 +893,8 @@ async fn heartbeat(State(st): State<AppState>, OjsJson(req): OjsJson<HeartbeatRe
     request_body = HeartbeatReq,
     responses((status = 200, description = "OK", body = HeartbeatResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn beat(st: State<AppState>, req: OjsJson<HeartbeatReq>) -> ApiResult<Response> {
-    heartbeat(st, req).await
+async fn beat(st: State<AppState>, tenant: ActingTenant, req: OjsJson<HeartbeatReq>) -> ApiResult<Response> {
+    heartbeat(st, tenant, req).await
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -19,6 +19,7 @@ use crate::listing::{PageQuery, Pagination, Params};
 use crate::respond::{ojs_json, ok, OjsJson, OjsPath, OjsQuery};
 use crate::schemas::{OjsErrorBody, WorkflowView, OJS_MEDIA_TYPE};
 use crate::state::AppState;
+use crate::tenant::ActingTenant;
 use crate::workflow_ops::{store_workflow, view, VIEW_JOBS};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -87,18 +88,17 @@ struct WorkflowList {
     tag = "workflows",
     summary = "Create a chain (`steps`), group (`jobs`) or batch (`jobs` + `callbacks`); members without a priority inherit the workflow's",
     request_body = WorkflowRequest,
-    responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 201, description = "Created", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job or workflow with this id exists (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too many jobs (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A definition that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "A queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn create(
     State(st): State<AppState>,
-    headers: axum::http::HeaderMap,
+    tenant: ActingTenant,
     OjsJson(mut body): OjsJson<Value>,
 ) -> ApiResult<Response> {
-    let tenant = crate::tenant::header_tenant(&headers)?;
-    crate::tenant::stamp_workflow(&mut body, tenant.as_deref())?;
+    tenant.stamp_workflow(&mut body)?;
     let mut wf = workflow::parse(body, &st.rules)?;
     for j in &mut wf.jobs {
-        j.tenant_pinned = tenant.is_some();
+        j.tenant_pinned = tenant.pins();
     }
     let (_, _, v) = store_workflow(&st, &mut wf).await?;
     let mut res = ojs_json(StatusCode::CREATED, json!(WorkflowResponse { workflow: v }));
@@ -114,18 +114,24 @@ fn path_id(id: &str) -> Result<&str, OjsError> {
         .map_err(|_| OjsError::not_found("workflow", id))
 }
 
-async fn read(st: &AppState, id: &str) -> ApiResult<WorkflowView> {
+/// A workflow with its first `limit` jobs, when the request sees it: another tenant's is answered as
+/// not found (lua/workflow-get-1.lua gives the workflow's tenant).
+async fn read(st: &AppState, tenant: &ActingTenant, id: &str, limit: u64) -> ApiResult<WorkflowRecord> {
+    st.shards
+        .on_id(id, |s| async move { s.workflow(id, limit).await })
+        .await?
+        .filter(|w| tenant.sees_owner(w.fields.get("tenant").map(String::as_str)))
+        .ok_or_else(|| OjsError::not_found("workflow", id).into())
+}
+
+fn view_of(id: &str, w: WorkflowRecord) -> WorkflowView {
     let WorkflowRecord {
         fields,
         jobs,
         callbacks,
         ..
-    } = st
-        .shards
-        .on_id(id, |s| async move { s.workflow(id, VIEW_JOBS).await })
-        .await?
-        .ok_or_else(|| OjsError::not_found("workflow", id))?;
-    Ok(view(id, &fields, jobs, callbacks))
+    } = w;
+    view(id, &fields, jobs, callbacks)
 }
 
 #[utoipa::path(
@@ -134,12 +140,16 @@ async fn read(st: &AppState, id: &str) -> ApiResult<WorkflowView> {
     tag = "workflows",
     summary = "A workflow: state, counters, its jobs' states",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn get_workflow(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn get_workflow(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    OjsPath(id): OjsPath<String>,
+) -> ApiResult<Response> {
     let id = path_id(&id)?;
     Ok(ok(json!(WorkflowResponse {
-        workflow: read(&st, id).await?
+        workflow: view_of(id, read(&st, &tenant, id, VIEW_JOBS).await?)
     })))
 }
 
@@ -149,17 +159,22 @@ async fn get_workflow(State(st): State<AppState>, OjsPath(id): OjsPath<String>) 
     tag = "workflows",
     summary = "Cancel a running workflow and every job of it that has not ended",
     params(("id" = String, Path)),
-    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The workflow already ended (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+    responses((status = 200, description = "OK", body = WorkflowResponse, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such workflow, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The workflow already ended (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
-async fn cancel(State(st): State<AppState>, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
+async fn cancel(State(st): State<AppState>, tenant: ActingTenant, OjsPath(id): OjsPath<String>) -> ApiResult<Response> {
     let id = path_id(&id)?;
+    // A workflow's tenant never changes: a request acting as a tenant reads it first (one member), and
+    // another tenant's is answered as absent, untouched.
+    if tenant.name().is_some() {
+        read(&st, &tenant, id, 1).await?;
+    }
     match st
         .shards
         .on_id(id, |s| async move { s.cancel_workflow(id).await })
         .await?
     {
         Transition::Done(_) => Ok(ok(json!(WorkflowResponse {
-            workflow: read(&st, id).await?
+            workflow: view_of(id, read(&st, &tenant, id, VIEW_JOBS).await?)
         }))),
         Transition::NotFound => Err(OjsError::not_found("workflow", id).into()),
         Transition::WrongState(s) | Transition::LeaseLost(s) => Err(OjsError::new(

@@ -32,7 +32,9 @@ pub struct WorkerRequest {
     pub count: u32,
     /// Lease length for claimed jobs that set none (the server's default when `None`).
     pub visibility_ms: Option<u64>,
-    /// Claim only this tenant's jobs (`X-OJS-Tenant`); `None`: every tenant's, by fair share.
+    /// The tenant the request acts as: it claims only this tenant's jobs (`None`: every tenant's, by
+    /// fair share), and its ACK of another tenant's job is not found. A request's ACK and claims act as
+    /// one tenant: its `ack`'s claim names the same.
     pub tenant: Option<String>,
 }
 
@@ -48,8 +50,9 @@ pub struct WorkerReply {
 }
 
 impl WorkerRequest {
-    /// A request that only acknowledges `ack` and claims nothing.
+    /// A request that only acknowledges `ack` (acting as the tenant its claim names) and claims nothing.
     pub fn ack_only(ack: AckPart) -> Self {
+        let tenant = ack.claim.tenant.clone();
         WorkerRequest {
             ack: Some(ack),
             queues: Vec::new(),
@@ -57,7 +60,7 @@ impl WorkerRequest {
             worker_id: String::new(),
             count: 0,
             visibility_ms: None,
-            tenant: None,
+            tenant,
         }
     }
 
@@ -255,6 +258,7 @@ mod tests {
                     lease_id: Some("7".into()),
                     attempt: Some(2),
                     worker_id: Some("w".into()),
+                    tenant: Some("acme".into()),
                 },
                 result: Some("{}".into()),
                 used: Some(50),
@@ -272,5 +276,8 @@ mod tests {
         assert_eq!(&args[..3], ["w", "5", "30000"]);
         assert_eq!(&args[5..13], ["j", "{}", "7", "2", "w", "2", "acme", "50"]);
         assert_eq!(&args[13..], ["a", "3", "b", "1"]);
+        // An ACK alone acts as the tenant its claim names.
+        let only = WorkerRequest::ack_only(r.ack.clone().expect("an ACK"));
+        assert_eq!(only.tenant.as_deref(), Some("acme"));
     }
 }

@@ -23,6 +23,7 @@ impl Store {
         jobs: &[(String, Option<String>)],
         extend_ms: Option<u64>,
         worker_state: Option<&str>,
+        tenant: Option<&str>,
     ) -> Vec<String> {
         let mut args = Vec::with_capacity(HeartbeatArgs::LEN + HeartbeatJobRecord::LEN * jobs.len());
         HeartbeatArgs {
@@ -32,6 +33,7 @@ impl Store {
             default_ms: self.cfg.default_visibility_ms.to_string(),
             worker_ttl_ms: WORKER_TTL_MS.to_string(),
             worker_state: worker_state.unwrap_or("").into(),
+            tenant: tenant.unwrap_or("").into(),
         }
         .push(&mut args);
         for (id, lease) in jobs {
@@ -48,15 +50,17 @@ impl Store {
     /// `extend_ms` or else by the lease length chosen when each was claimed. A lapsed lease is never
     /// revived: such a job comes back with no new deadline (the worker lost it). `reported` is the state
     /// the worker reports of itself (`running`, `quiet`, `drain`, `terminate`), kept in its record for
-    /// the operator (`None` leaves it as it was).
+    /// the operator (`None` leaves it as it was). A request acting as `tenant` extends none of another
+    /// tenant's jobs: each comes back `missing`.
     pub async fn heartbeat(
         &self,
         worker_id: &str,
         jobs: &[(String, Option<String>)],
         extend_ms: Option<u64>,
         worker_state: Option<&str>,
+        tenant: Option<&str>,
     ) -> Result<Heartbeat> {
-        let args = self.heartbeat_args(worker_id, jobs, extend_ms, worker_state);
+        let args = self.heartbeat_args(worker_id, jobs, extend_ms, worker_state, tenant);
         let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
         let r = Reply::new(self.scripts.heartbeat.name, &items);
         let signal = r.str(2)?;
@@ -84,11 +88,11 @@ mod tests {
     fn a_heartbeat_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
         let jobs = [("a".to_string(), Some("7".to_string())), ("b".to_string(), None)];
-        let args = s.heartbeat_args("w", &jobs, None, Some("quiet"));
+        let args = s.heartbeat_args("w", &jobs, None, Some("quiet"), Some("acme"));
         assert_eq!(args.len(), HeartbeatArgs::LEN + 4);
         assert_eq!(&args[..4], ["ojs:{t}:", "w", "0", "30000"]);
         assert_eq!(args[4], WORKER_TTL_MS.to_string());
-        assert_eq!(args[5], "quiet");
-        assert_eq!(&args[6..], ["a", "7", "b", ""]);
+        assert_eq!(&args[5..7], ["quiet", "acme"]);
+        assert_eq!(&args[7..], ["a", "7", "b", ""]);
     }
 }

@@ -59,13 +59,16 @@ pub enum Transition<T> {
     LeaseLost(String),
 }
 
-/// The claim a worker says it acts for in ACK, NACK and heartbeat (lua/includes/lease.lua). All `None`
-/// acts on whoever holds the job now, which is what the official SDKs send.
+/// The claim a worker says it acts for in ACK, NACK and a progress report (lua/includes/lease.lua). All
+/// `None` acts on whoever holds the job now, which is what the official SDKs send.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimRef {
     pub lease_id: Option<String>,
     pub attempt: Option<i64>,
     pub worker_id: Option<String>,
+    /// The tenant the request acts as: a job of another tenant is not found, whatever else is named
+    /// (no claim of its jobs is ever this request's), and nothing changes.
+    pub tenant: Option<String>,
 }
 
 impl ClaimRef {
@@ -76,6 +79,11 @@ impl ClaimRef {
             self.attempt.map(|a| a.to_string()).unwrap_or_default(),
             self.worker_id.clone().unwrap_or_default(),
         ]
+    }
+
+    /// The tenant script argument ('' = none).
+    pub(crate) fn tenant_arg(&self) -> String {
+        self.tenant.clone().unwrap_or_default()
     }
 }
 

@@ -48,6 +48,7 @@ impl Store {
             lease_id: lease,
             attempt,
             worker_id: worker,
+            tenant: claim.tenant_arg(),
         }
         .into_vec()
     }
@@ -102,11 +103,12 @@ mod tests {
             lease_id: Some("7".into()),
             attempt: None,
             worker_id: Some("w".into()),
+            tenant: Some("acme".into()),
         };
         let args = s.nack_args("j", &claim, "{\"k\":1}", "E", true, false, 5, 0.25);
         assert_eq!(args.len(), NackArgs::LEN);
         assert_eq!(&args[..4], ["ojs:{t}:", "j", "{\"k\":1}", "E"]);
         assert_eq!(&args[4..9], ["1", "0", "0.250000", "86400000", "5"]);
-        assert_eq!(&args[9..], ["7", "", "w"]);
+        assert_eq!(&args[9..], ["7", "", "w", "acme"]);
     }
 }

@@ -28,6 +28,7 @@ impl Store {
             lease_id: lease,
             attempt,
             worker_id: worker,
+            tenant: claim.tenant_arg(),
         }
         .into_vec()
     }
@@ -35,7 +36,8 @@ impl Store {
     /// Records a progress report of an active job and extends its lease as a heartbeat would
     /// (`lua/progress-1.lua`). `progress` is already clamped to [0, 1]; `data` is JSON text.
     /// Done((now, stored progress, new lease deadline or None when it had lapsed)); `WrongState` when the
-    /// job is not active (the report was dropped); `LeaseLost` for a fenced-off claim.
+    /// job is not active (the report was dropped); `LeaseLost` for a fenced-off claim; `NotFound` for a job
+    /// that does not exist or is another tenant's than the claim's.
     pub async fn report_progress(
         &self,
         id: &str,
@@ -66,14 +68,13 @@ mod tests {
     fn a_progress_report_is_written_in_the_order_the_header_declares() {
         let s = super::super::test_store();
         let claim = ClaimRef {
-            lease_id: None,
             attempt: Some(3),
-            worker_id: None,
+            ..ClaimRef::default()
         };
         let args = s.progress_args("j", &claim, Some(0.5), None, Some("{}"));
         assert_eq!(args.len(), ProgressArgs::LEN);
         assert_eq!(&args[..6], ["ojs:{t}:", "j", "0.5", "", "{}", "30000"]);
-        assert_eq!(&args[6..], ["", "3", ""]);
+        assert_eq!(&args[6..], ["", "3", "", ""]);
         let args = s.progress_args("j", &ClaimRef::default(), None, Some("m"), None);
         assert_eq!(&args[2..5], ["", "m", ""]);
     }
