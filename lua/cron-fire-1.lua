@@ -60,8 +60,9 @@ local ck = key_cron(P, name)
 local cur = redis.call('HMGET', ck, 'next_run_at', 'last_job')
 if cur[1] ~= ARG.expected then return {'cron_taken'} end
 if ARG.next_run_at ~= '' then
-  redis.call('HSET', ck, 'next_run_at', ARG.next_run_at)
-  redis.call('ZADD', key_cron_due(P), ARG.next_run_at, name)
+  local nxt = text(tonumber(ARG.next_run_at))
+  redis.call('HSET', ck, 'next_run_at', nxt)
+  redis.call('ZADD', key_cron_due(P), nxt, name)
 else
   redis.call('HDEL', ck, 'next_run_at')
   redis.call('ZREM', key_cron_due(P), name)

@@ -29,7 +29,9 @@
 --   entry's owner changes only by a request acting as no tenant
 --@include clock
 
-local P, name, def, nxt, tenant = ARG.P, ARG.name, ARG.def, ARG.next_run_at, ARG.tenant
+local P, name, def, tenant = ARG.P, ARG.name, ARG.def, ARG.tenant
+-- In the canonical text it is stored in (the check read it with tonumber).
+local nxt = ARG.next_run_at ~= '' and text(tonumber(ARG.next_run_at)) or ''
 local ck = KEYS[1]
 if tenant ~= '' and redis.call('EXISTS', ck) == 1 and redis.call('HGET', ck, 'tenant') ~= tenant then
   return {'taken'}

@@ -4,8 +4,7 @@
 -- function, the argument and key counts, each fixed argument, and each key the header names by an
 -- expression of the arguments; a script that takes records calls check_<RECORD>(base) for each of them
 -- before its first write (build.rs turns the call into the record's checker, and fails the build when a
--- script never calls one). The checks accept the canonical text only (a decimal integer with no sign but
--- '-' and no spaces), so that what a script hands on to Redis as it is parses there too.
+-- script never calls one).
 -- CAPS: no loop (a script checks its records in a loop of its own, capped by its header).
 
 -- arg_refuse(op, name, v, rule): the call ends here, before its first write.
@@ -13,18 +12,19 @@ local function arg_refuse(op, name, v, rule)
   error(string.format('ERR %s: argument %s must be %s; got %q', op, name, rule, tostring(v)), 0)
 end
 
--- arg_int(v, lo, hi): v is a decimal integer's text in lo..hi.
+-- arg_int(v, lo, hi): v is the text of an integer in lo..hi (tonumber's reading: NaN, infinities and
+-- fractions fail; a script that hands such a value on to Redis as it is reads it with tonumber first, or
+-- passes it where Redis reads a double). One C call: a pattern match cost as much again, on every field
+-- of every job (benches/RESULTS.md, eighteenth session).
 local function arg_int(v, lo, hi)
-  if type(v) ~= 'string' or #v > 17 or not string.find(v, '^%-?%d+$') then return false end
   local n = tonumber(v)
-  return n >= lo and n <= hi
+  return n ~= nil and n % 1 == 0 and n >= lo and n <= hi
 end
 
--- arg_number(v, lo, hi): v is a decimal number's text in lo..hi.
+-- arg_number(v, lo, hi): v is the text of a number in lo..hi (not NaN).
 local function arg_number(v, lo, hi)
-  if type(v) ~= 'string' or #v > 40 or not string.find(v, '^%-?%d+%.?%d*$') then return false end
   local n = tonumber(v)
-  return n >= lo and n <= hi
+  return n ~= nil and n >= lo and n <= hi
 end
 
 -- The record checkers (build.rs): ARG_RECORDS['<op>.<RECORD>'](ARGV, base), ARG_RECORDS['<RECORD>'] for

@@ -42,9 +42,7 @@ for i = 1, #REC_COLD do REC_IS_COLD[REC_COLD[i]] = true end
 local function rec_cold_check(c)
   if type(c) ~= 'table' then return 'cold is not a map of fields' end
   local m = c.max_attempts
-  if m ~= nil and not (type(m) == 'string' and #m <= 17 and string.find(m, '^%-?%d+$')) then
-    return 'max_attempts is not an integer'
-  end
+  if m ~= nil and not (tonumber(m) and tonumber(m) % 1 == 0) then return 'max_attempts is not an integer' end
   if c.backoff ~= nil and type(c.backoff) ~= 'string' then return 'backoff is not text' end
   if c.non_retryable ~= nil then
     local ok, list = pcall(cjson.decode, c.non_retryable)
@@ -124,23 +122,24 @@ local function rec_check(f)
     local v = f[REC_TEXT[i]]
     if type(v) ~= 'string' or v == '' then return REC_TEXT[i] .. ' is missing' end
   end
+  -- An integer's text as tonumber reads it (NaN, infinities and fractions fail: n % 1 is 0 only for an
+  -- integer): one C call per field, no pattern match.
   for i = 1, #REC_INT_NEEDED do
-    local v = f[REC_INT_NEEDED[i]]
-    if not (type(v) == 'string' and #v <= 17 and string.find(v, '^%-?%d+$')) then
-      return REC_INT_NEEDED[i] .. ' is not an integer'
-    end
+    local n = tonumber(f[REC_INT_NEEDED[i]])
+    if not (n and n % 1 == 0) then return REC_INT_NEEDED[i] .. ' is not an integer' end
   end
   for i = 1, #REC_INT do
     local v = f[REC_INT[i]]
-    if v ~= nil and not (type(v) == 'string' and #v <= 17 and string.find(v, '^%-?%d+$')) then
-      return REC_INT[i] .. ' is not an integer'
+    if v ~= nil then
+      local n = tonumber(v)
+      if not (n and n % 1 == 0) then return REC_INT[i] .. ' is not an integer' end
     end
   end
   if f.cold ~= nil and type(f.cold) ~= 'string' then return 'cold is not packed' end
   -- A workflow member's place: its index, or a callback's name (includes/workflow.lua).
   local wi = f.wf_i
-  if wi ~= nil and not (type(wi) == 'string' and (string.find(wi, '^%d+$') and #wi <= 6
-      or wi == 'on_complete' or wi == 'on_success' or wi == 'on_failure')) then
+  if wi ~= nil and not (wi == 'on_complete' or wi == 'on_success' or wi == 'on_failure'
+      or (tonumber(wi) and tonumber(wi) % 1 == 0 and tonumber(wi) >= 0 and tonumber(wi) < 100000)) then
     return 'wf_i is no member index and no callback'
   end
   return nil
