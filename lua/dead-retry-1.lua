@@ -34,15 +34,17 @@ if not f[1] then
   redis.call('ZREM', KEYS[1], id)
   return {'not_found'}
 end
+local rank = num(f[3])
+if not rank then error('ERR job record ' .. jk .. ' is corrupt: rank is not a number', 0) end
 local now = now_ms()
 if f[6] then
   local holder, state = unique_holder(P, f[6], unique_state_set(f[7] or UNIQUE_DEFAULT_STATES))
   if holder and holder ~= id then return {'duplicate', holder, state, f[6]} end
-  unique_retake(P, f[6], id, tonumber(f[8]), now)
+  unique_retake(P, f[6], id, num(f[8]), now)
 end
 redis.call('ZREM', KEYS[1], id)
 rec('HSET', jk, 'state', 'available', 'attempt', 0, 'enqueued_at', now)
 rec('HDEL', jk, 'discarded_at', 'started_at', 'completed_at', 'worker_id')
-make_ready(P, jk, id, f[1], tonumber(f[3]), f[4], now, f[5])
+make_ready(P, jk, id, f[1], rank, f[4], now, f[5])
 ev_job_retried(P, id, f[1], f[2], now, 'dead_letter')
 return {'ok', now}

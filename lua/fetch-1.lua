@@ -252,17 +252,19 @@ local function claim_from(queue, tenant)
     local member, score = popped[1], popped[2]
     local id = member_id(member)
     local jk = key_job(P, id)
-    -- The record's own map (includes/record.lua rec_map): no table built to read it. Its fields dedup,
-    -- root, root_ts, root_self and created_at are what supersede.lua reads, so the map is passed as is.
-    local bad = rec_bad(jk)
-    if bad or not rec_map(jk) then
+    -- The record's own map (includes/record.lua rec_load, checked there): no table built to read it. Its
+    -- fields dedup, root, root_ts, root_self and created_at are what supersede.lua reads, so the map is
+    -- passed as is.
+    local entry = rec_load(jk)
+    local bad = entry.bad
+    if bad or not entry.f then
       -- No usable job behind the member (its record is gone, or corrupt: set aside, rec_quarantine):
       -- the member leaves and the loop goes on; a lane it headed opens again at its key's next job
       -- (ratelimit.lua lane_rebalance).
       skips = skips + 1
       if bad then rec_quarantine(P, id, bad, now) end
     else
-      local f = rec_map(jk)
+      local f = entry.f
       local jtype, key, priority, wf = f.type or '', f.rl_key, f.priority, f.wf
       local superseded = nil
       if f.dedup or f.root then superseded = superseded_by(P, id, f) end
@@ -274,7 +276,7 @@ local function claim_from(queue, tenant)
         e = rl_effective(P, key, rl_policy(P, key, f.rl))
         rl_pool(P, e, q, qlimits[queue])
       end
-      if f.expires_at and tonumber(f.expires_at) <= now then
+      if num(f.expires_at, now + 1) <= now then
         skips = skips + 1
         not_available(P, queue, priority)
         ev_job_expired(P, id, queue, jtype, now)
@@ -326,10 +328,10 @@ local function claim_from(queue, tenant)
           end
         else
           not_available(P, queue, priority)
-          local vt = tonumber(f.visibility_ms) or default_vt
-          local lease = lease_deadline(now, vt, now, tonumber(f.timeout_ms))
-          local attempt = (tonumber(f.attempt) or 0) + 1
-          local claim = (tonumber(f.claims) or 0) + 1
+          local vt = num(f.visibility_ms) or default_vt
+          local lease = lease_deadline(now, vt, now, num(f.timeout_ms))
+          local attempt = num(f.attempt, 0) + 1
+          local claim = num(f.claims, 0) + 1
           local lease_text = text(lease)
           local w = rec_update(jk)
           if w then

@@ -63,12 +63,12 @@ for i = ARG.REST, #ARGV, JOB.STRIDE do
     'queue', 'lease_until', 'claims', 'attempt', 'visibility_ms', 'tslot', 'tenant')
   if ARG.tenant ~= '' and f[14] ~= ARG.tenant then f = {} end
   local lease = -1
-  local held = f[1] == 'active' and tonumber(f[9] or '0') > now
+  local held = f[1] == 'active' and num(f[9], 0) > now
     and not lease_refusal({ state = f[1], claims = f[10], attempt = f[11], worker_id = f[2] },
       { lease = lease_id, attempt = '', worker = worker })
   if held then
-    local len = extend_ms > 0 and extend_ms or tonumber(f[3]) or tonumber(f[12]) or default_ms
-    lease = lease_deadline(now, len, tonumber(f[4]), tonumber(f[5]))
+    local len = extend_ms > 0 and extend_ms or num(f[3]) or num(f[12]) or default_ms
+    lease = lease_deadline(now, len, num(f[4]), num(f[5]))
     rec('HSET', jk, 'lease_until', lease)
     redis.call('ZADD', KEYS[1], lease, id)
     slots_follow(P, id, lease, f[6], f[7] and f[8], f[13])

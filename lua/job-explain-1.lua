@@ -184,7 +184,7 @@ elseif not limited and ahead_lane and ahead_lane > 0 then
 end
 
 -- What FETCH does instead of running it when it pops it (fetch-1.lua claim_from).
-if f.expires_at and tonumber(f.expires_at) <= now then gate('expired', nil, nil) end
+if num(f.expires_at, now + 1) <= now then gate('expired', nil, nil) end
 if f.wf and redis.call('HGET', key_workflow(P, f.wf), 'state') == 'cancelled' then
   gate('workflow_cancelled', nil, nil)
 end

@@ -60,6 +60,10 @@ local refused = lease_refusal({ state = r[1], claims = r[13], attempt = r[4], wo
   { lease = ARG.lease_id, attempt = ARG.attempt, worker = ARG.worker_id })
 if refused then return refused end
 if r[1] ~= 'active' then return {'state', r[1]} end
+-- Decided before the first write: where the job waits again (its rank and since when), its attempt.
+local rank, since = num(r[9]), num(r[11], 0)
+if not rank then error('ERR job record ' .. jk .. ' is corrupt: rank is not a number', 0) end
+local attempt, max_attempts = num(r[4], 0), num(r[5], RETRY_MAX_ATTEMPTS)
 local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],
   on_exhaustion = r[7], non_retryable = r[8] }
 local now = now_ms()
@@ -76,9 +80,9 @@ end
 if named and rl_until <= now then
   rec('HINCRBY', jk, 'attempt', -1)
   rec('HSET', jk, 'state', 'available')
-  make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
+  make_ready(P, jk, id, f.queue, rank, r[10], since, r[12])
   ev_job_retrying(P, id, f.queue, f.type, now, nil, 0, err, true)
-  return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
+  return {'ok', now, 'available', attempt - 1, -1, max_attempts, f.queue, f.type}
 end
 if rl_until > now then
   rec('HINCRBY', jk, 'attempt', -1)
@@ -86,25 +90,25 @@ if rl_until > now then
     -- Dynamic back-off (seed §9): block the key, and wait in its lane without spending an attempt.
     redis.call('SET', key_rl_until(P, r[12]), rl_until, 'PXAT', rl_until)
     rec('HSET', jk, 'state', 'available')
-    make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
+    make_ready(P, jk, id, f.queue, rank, r[10], since, r[12])
     ev_rate_limit_dynamic_adjusted(P, id, f.queue, f.type, now, r[12], rl_until, err)
-    return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
+    return {'ok', now, 'available', attempt - 1, -1, max_attempts, f.queue, f.type}
   end
   -- No key to block: retry at that time, still without spending the attempt.
   rec('HSET', jk, 'state', 'retryable', 'scheduled_at', rl_until, 'retry_delay_ms', rl_until - now)
   redis.call('ZADD', key_scheduled(P), rl_until, id)
   stat(P, f.queue, 'scheduled', 1)
   ev_job_retrying(P, id, f.queue, f.type, now, nil, rl_until - now, nil, true)
-  return {'ok', now, 'retryable', tonumber(f.attempt) - 1, rl_until - now, tonumber(f.max_attempts), f.queue, f.type}
+  return {'ok', now, 'retryable', attempt - 1, rl_until - now, max_attempts, f.queue, f.type}
 end
 if ARG.requeue == '1' then
   -- A graceful release: the worker did not run the job to a failure, so the attempt is given back.
   rec('HINCRBY', jk, 'attempt', -1)
   rec('HSET', jk, 'state', 'available')
-  make_ready(P, jk, id, f.queue, tonumber(r[9]), r[10], tonumber(r[11]), r[12])
+  make_ready(P, jk, id, f.queue, rank, r[10], since, r[12])
   ev_job_released(P, id, f.queue, f.type, now)
-  return {'ok', now, 'available', tonumber(f.attempt) - 1, -1, tonumber(f.max_attempts), f.queue, f.type}
+  return {'ok', now, 'available', attempt - 1, -1, max_attempts, f.queue, f.type}
 end
 local state, delay = fail_job(P, jk, id, f, err, match, ARG.retryable == '1', now, tonumber(ARG.jitter_u),
   tonumber(ARG.retention_ms))
-return {'ok', now, state, tonumber(f.attempt), delay, tonumber(f.max_attempts), f.queue, f.type}
+return {'ok', now, state, attempt, delay, max_attempts, f.queue, f.type}

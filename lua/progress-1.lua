@@ -53,7 +53,7 @@ local value = ARG.progress
 local same_claim = f[15] == claim
 if value == '' then
   value = same_claim and (f[14] or '') or ''
-elseif same_claim and f[14] and tonumber(f[14]) > tonumber(value) then
+elseif same_claim and f[14] and num(f[14], 0) > tonumber(value) then
   value = f[14]
 end
 if value ~= '' then rec('HSET', jk, 'progress', value) else rec('HDEL', jk, 'progress') end
@@ -63,16 +63,16 @@ rec('HSET', jk, 'progress_at', now, 'progress_claim', claim)
 
 -- A progress report is a heartbeat for this job (ojs-progress §6.3).
 local lease = -1
-if tonumber(f[5] or '0') > now then
-  local len = tonumber(f[6]) or tonumber(f[7]) or tonumber(ARG.default_ms)
-  lease = lease_deadline(now, len, tonumber(f[8]), tonumber(f[9]))
+if num(f[5], 0) > now then
+  local len = num(f[6]) or num(f[7]) or tonumber(ARG.default_ms)
+  lease = lease_deadline(now, len, num(f[8]), num(f[9]))
   rec('HSET', jk, 'lease_until', lease)
   redis.call('ZADD', key_active(P), lease, id)
   slots_follow(P, id, lease, f[10], f[11] and f[12], f[17])
 end
 
 -- At most one progress event a second per job (ojs-progress §6.2).
-if not same_claim or now - tonumber(f[16] or '0') >= 1000 then
+if not same_claim or now - num(f[16], 0) >= 1000 then
   ev_job_progress(P, id, f[12], f[13], now, value, f[3] or '0')
 end
 return {'ok', now, value, lease}

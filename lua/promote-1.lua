@@ -44,11 +44,16 @@ local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, to
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
   local jk = key_job(P, id)
-  local f = rec('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority', 'rl_key',
-    'wf', 'wf_i')
-  if f[1] then
+  -- A job whose record is corrupt, or holds no rank to wait by, is set aside.
+  local bad = rec_bad(jk)
+  local f = bad and {} or rec('HMGET', jk, 'queue', 'type', 'rank', 'expires_at', 'state', 'priority',
+    'rl_key', 'wf', 'wf_i')
+  if not bad and f[1] and not num(f[3]) then bad = 'rank is not a number' end
+  if bad then
+    rec_quarantine(P, id, bad, now)
+  elseif f[1] then
     stat(P, f[1], 'scheduled', -1)
-    if f[4] and tonumber(f[4]) <= now then
+    if num(f[4], now + 1) <= now then
       rec('HSET', jk, 'state', 'discarded', 'discarded_at', now,
         'error', error_entry(error_json('expired', EXPIRED_ERROR)))
       stat(P, f[1], 'discarded', 1)
@@ -57,7 +62,7 @@ for _, id in ipairs(due) do
       wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARG.retention_ms))
     else
       rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
-      make_ready(P, jk, id, f[1], tonumber(f[3]), f[6], now, f[7])
+      make_ready(P, jk, id, f[1], num(f[3]), f[6], now, f[7])
       ev_job_available(P, id, f[1], f[2], now, f[5])
     end
   end

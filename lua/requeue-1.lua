@@ -31,22 +31,29 @@ local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0
 local requeued, timed_out = 0, 0
 for _, id in ipairs(expired) do
   local jk = key_job(P, id)
-  local r = rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
+  -- A job whose record is corrupt, or holds no rank to wait again by, is set aside (its slots lapse
+  -- with its lease); the others are judged as below.
+  local bad = rec_bad(jk, true)
+  local r = bad and {} or rec('HMGET', jk, 'state', 'queue', 'type', 'attempt', 'max_attempts', 'backoff',
     'on_exhaustion', 'non_retryable', 'rank', 'started_at', 'timeout_ms', 'priority', 'enqueued_at', 'rl_key')
-  if r[1] ~= 'active' then
+  if not bad and r[1] == 'active' and not num(r[9]) then bad = 'rank is not a number' end
+  if bad then
+    redis.call('ZREM', KEYS[1], id)
+    rec_quarantine(P, id, bad, now)
+  elseif r[1] ~= 'active' then
     -- Only reachable if the record vanished (retention on a job that was active): drop the stale entry.
     redis.call('ZREM', KEYS[1], id)
   else
     local f = { queue = r[2], type = r[3], attempt = r[4], max_attempts = r[5], backoff = r[6],
       on_exhaustion = r[7], non_retryable = r[8] }
     leave_active(P, jk, id, f.queue, now)
-    local started, timeout = tonumber(r[10]), tonumber(r[11])
+    local started, timeout = num(r[10]), num(r[11])
     if timeout and timeout > 0 and started and now >= started + timeout then
       timed_out = timed_out + 1
       fail_job(P, jk, id, f, error_json('timeout', 'execution timeout of ' .. text(timeout) .. ' ms exceeded',
         'ExecutionTimeout'), 'ExecutionTimeout', true, now,
         tonumber(ARG.jitter_u), tonumber(ARG.retention_ms))
-    elseif tonumber(f.attempt) >= (tonumber(f.max_attempts) or RETRY_MAX_ATTEMPTS) then
+    elseif num(f.attempt, 0) >= num(f.max_attempts, RETRY_MAX_ATTEMPTS) then
       timed_out = timed_out + 1
       fail_job(P, jk, id, f, error_json('visibility_timeout',
         'the worker neither acknowledged nor heartbeat the job before its lease expired', 'VisibilityTimeout'),
@@ -54,7 +61,7 @@ for _, id in ipairs(expired) do
     else
       requeued = requeued + 1
       rec('HSET', jk, 'state', 'available')
-      make_ready(P, jk, id, f.queue, tonumber(r[9]), r[12], tonumber(r[13]), r[14])
+      make_ready(P, jk, id, f.queue, num(r[9]), r[12], num(r[13], now), r[14])
       ev_job_requeued(P, id, f.queue, f.type, now, 'visibility_timeout')
     end
   end

@@ -1028,9 +1028,44 @@ fn related_keys(call: &Call, saved: &Keyspace) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The records of the first jobs the prefix's own sorted sets index (`P active`, `P scheduled`, `P dead`,
+/// `P ready`…): the jobs a timer's call (promote, requeue), which names none, meets first.
+async fn indexed_records(c: &mut MultiplexedConnection, call: &Call, saved: &Keyspace) -> Vec<Vec<u8>> {
+    let prefix = call.args.first().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for (k, sv) in saved {
+        if sv.kind != "zset" || !k.starts_with(&prefix) || k[prefix.len()..].contains(&b':') {
+            continue;
+        }
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(k)
+            .arg(0)
+            .arg(1)
+            .query_async(c)
+            .await
+            .unwrap_or_default();
+        for m in members {
+            let id = &m[m.len().saturating_sub(36)..];
+            let mut jk = prefix.clone();
+            jk.extend_from_slice(b"job:");
+            jk.extend_from_slice(id);
+            if saved.contains_key(&jk) && !out.contains(&jk) {
+                out.push(jk);
+            }
+        }
+    }
+    out
+}
+
 async fn stored_mutations(c: &mut MultiplexedConnection, call: &Call, saved: &Keyspace) -> Vec<Stored> {
     let mut out = Vec::new();
-    for k in related_keys(call, saved) {
+    let mut targets = related_keys(call, saved);
+    for k in indexed_records(c, call, saved).await {
+        if !targets.contains(&k) {
+            targets.push(k);
+        }
+    }
+    for k in targets {
         let kind = saved[&k].kind.as_str();
         out.push(Stored::Delete(k.clone()));
         match kind {

@@ -64,11 +64,11 @@ local function backoff_ms(spec, attempt, jitter_u)
 end
 
 local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, retention_ms)
-  local attempt = tonumber(f.attempt) or 0
+  local attempt = num(f.attempt, 0)
   local entry = error_entry(err, attempt, now)
   rec('HSET', jk, 'error', entry, 'errors', (rec('HGET', jk, 'errors') or '') .. entry)
   stat(P, f.queue, 'failed', 1)
-  local final = (not retryable) or attempt >= (tonumber(f.max_attempts) or RETRY_MAX_ATTEMPTS)
+  local final = (not retryable) or attempt >= num(f.max_attempts, RETRY_MAX_ATTEMPTS)
     or matches_non_retryable(f.non_retryable, match)
   if not final then
     local delay = backoff_ms(f.backoff, attempt, jitter_u)

@@ -15,7 +15,7 @@ local function set_priority(P, jk, id, priority, rank, now)
   if not state then return {'not_found'} end
   if state ~= 'available' and state ~= 'scheduled' then return {'state', state} end
   if state == 'available' and f[5] then
-    local score = ready_score(P, queue, rank, tonumber(f[6]))
+    local score = ready_score(P, queue, rank, num(f[6], 0))
     local key, q = f[7], sub_queue(queue, f[8])
     if key and redis.call('HGET', key_queue_heads(P, q), key) ~= f[5] then
       redis.call('ZADD', key_queue_lane(P, q, key), 'XX', score, f[5])
@@ -29,5 +29,5 @@ local function set_priority(P, jk, id, priority, rank, now)
   end
   rec('HSET', jk, 'priority', priority, 'rank', rank)
   ev_priority_changed(P, id, queue, f[3], now, f[4], priority)
-  return {'ok', now, tonumber(f[4]), state, queue}
+  return {'ok', now, num(f[4], 0), state, queue}
 end

@@ -65,6 +65,11 @@ end
 -- ratelimit.lua; a key with a floor then owes it in its queue's pool, "Burstable concurrency"). The caller sets 'state'. since_ms is when the job (last) became ready to run. member
 -- is nil (take the next sequence) or one from seq_block.
 local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, member)
+  if not (rank and since_ms) then
+    -- A record that holds no rank (or time) to wait by: set aside, never a score that is not a number.
+    rec_quarantine(P, id, 'rank is not a number', 0)
+    return
+  end
   member = member or next_member(P, id)
   local score = ready_score(P, queue, rank, since_ms)
   rec('HSET', jk, 'member', member)

@@ -107,34 +107,22 @@ local rec_str = text
 -- aside (rec_quarantine, includes/active.lua) instead.
 local REC_STATES = {scheduled = true, available = true, pending = true, active = true, completed = true,
   retryable = true, cancelled = true, discarded = true}
-local REC_TEXT = {'queue', 'type'}
--- Integers every record holds, and those a script computes with when present (a decimal integer's text).
-local REC_INT_NEEDED = {'rank', 'priority', 'attempt', 'enqueued_at'}
-local REC_INT = {'created_at', 'claims', 'lease_until', 'lease_ms', 'started_at', 'timeout_ms',
-  'visibility_ms', 'scheduled_at', 'expires_at', 'root_ts', 'retry_delay_ms', 'unique_until',
-  'hold_delay_ms', 'rl_round', 'max_attempts'}
 
--- rec_check(f): nil when the fields f are a record scripts can use, else what is wrong.
+-- rec_check(f): nil when the fields f are a record scripts can use, else what is wrong. It reads no number
+-- (each tonumber of a 13-digit time is a glibc strtod: checking a record's numbers at every load cost
+-- more than the rest of a claim's Lua, benches/RESULTS.md eighteenth session); a script turns a field
+-- into a number where it uses it, with a default for one that is not, and checks what it computes
+-- (finite) before it writes it. The fuzzer (tests/atomicity.rs) holds them to that.
+-- Every record holds `queue`, `type` and `priority` as text (`priority` names a counter field:
+-- includes/ready.lua).
 local function rec_check(f)
   if type(f) ~= 'table' then return 'not a map of fields' end
   if not REC_STATES[f.state] then return 'state ' .. tostring(f.state) .. ' is no job state' end
-  for i = 1, #REC_TEXT do
-    local v = f[REC_TEXT[i]]
-    if type(v) ~= 'string' or v == '' then return REC_TEXT[i] .. ' is missing' end
-  end
-  -- An integer's text as tonumber reads it (NaN, infinities and fractions fail: n % 1 is 0 only for an
-  -- integer): one C call per field, no pattern match.
-  for i = 1, #REC_INT_NEEDED do
-    local n = tonumber(f[REC_INT_NEEDED[i]])
-    if not (n and n % 1 == 0) then return REC_INT_NEEDED[i] .. ' is not an integer' end
-  end
-  for i = 1, #REC_INT do
-    local v = f[REC_INT[i]]
-    if v ~= nil then
-      local n = tonumber(v)
-      if not (n and n % 1 == 0) then return REC_INT[i] .. ' is not an integer' end
-    end
-  end
+  -- Written out, not a loop over a list: this runs at every load of a record.
+  local q, t, p = f.queue, f.type, f.priority
+  if type(q) ~= 'string' or q == '' then return 'queue is missing' end
+  if type(t) ~= 'string' or t == '' then return 'type is missing' end
+  if type(p) ~= 'string' or p == '' then return 'priority is missing' end
   if f.cold ~= nil and type(f.cold) ~= 'string' then return 'cold is not packed' end
   -- A workflow member's place: its index, or a callback's name (includes/workflow.lua).
   local wi = f.wf_i
@@ -169,9 +157,16 @@ local function rec_load(key)
   return e
 end
 
--- rec_bad(key): why the job at key is corrupt, or nil (none, or a usable record).
-local function rec_bad(key)
-  return rec_load(key).bad
+-- rec_bad(key, cold): why the job at key is corrupt, or nil (none, or a usable record); with `cold`, its
+-- cold fields are opened and checked too (a script that reads them after a write asks so).
+local function rec_bad(key, cold)
+  local e = rec_load(key)
+  if cold and not e.bad and e.f and e.f.cold ~= nil then
+    local ok, fields = pcall(cmsgpack.unpack, e.f.cold)
+    e.bad = ok and rec_cold_check(fields) or (not ok and 'cold does not unpack') or nil
+    if e.bad then e.f = false end
+  end
+  return e.bad
 end
 
 -- rec_quarantine(P, id, why, now): the job id, whose record is corrupt (rec_bad: why), was met by a script

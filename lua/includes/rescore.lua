@@ -45,7 +45,7 @@ local function rescore_page(P, zkey, cursor, aging, count)
   for i = 1, #items, 2 do
     local f = rec('HMGET', key_job(P, member_id(items[i])), 'rank', 'enqueued_at')
     if f[1] then
-      batch[#batch + 1] = aging_score(aging, tonumber(f[1]), tonumber(f[2]) or 0)
+      batch[#batch + 1] = aging_score(aging, num(f[1], 0), num(f[2], 0))
       batch[#batch + 1] = items[i]
     end
   end

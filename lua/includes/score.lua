@@ -44,5 +44,7 @@ local function moved_score(P, q, member, score)
   if redis.call('HEXISTS', key_queue_conf(P, queue), 'rs_phase') == 0 then return score end
   local f = rec('HMGET', key_job(P, member_id(member)), 'rank', 'enqueued_at')
   if not f[1] then return score end
-  return ready_score(P, queue, tonumber(f[1]), tonumber(f[2]) or 0)
+  local rank = num(f[1])
+  if not rank then return score end
+  return ready_score(P, queue, rank, num(f[2], 0))
 end

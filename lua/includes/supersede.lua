@@ -16,15 +16,15 @@ local function superseded_by(P, id, f)
     local rec = redis.call('GET', key_dedup(P, f.dedup))
     if rec then
       local at, by = string.match(rec, '^(%d+) (.+)$')
-      if by ~= id and tonumber(at) > tonumber(f.created_at) then
+      if by ~= id and num(at, 0) > num(f.created_at, 0) then
         return { reason = 'dedup', by = by, started_at = tonumber(at) }
       end
     end
   end
   if f.root then
-    local newest = tonumber(redis.call('GET', key_root(P, f.root)) or '0')
-    if newest > tonumber(f.root_ts) then
-      return { reason = 'root_job', root_timestamp = tonumber(f.root_ts), newest_root_timestamp = newest }
+    local newest = num(redis.call('GET', key_root(P, f.root)), 0)
+    if newest > num(f.root_ts, 0) then
+      return { reason = 'root_job', root_timestamp = num(f.root_ts, 0), newest_root_timestamp = newest }
     end
   end
   return nil
@@ -38,6 +38,6 @@ local function record_start(P, id, f, now)
   if f.root and f.root_self then
     local rk = key_root(P, f.root)
     local newest = tonumber(redis.call('GET', rk) or '0')
-    redis.call('SET', rk, math.max(newest, tonumber(f.root_ts)), 'PX', RECORD_TTL_MS)
+    redis.call('SET', rk, math.max(newest, num(f.root_ts, 0)), 'PX', RECORD_TTL_MS)
   end
 end

@@ -13,6 +13,14 @@ local function whole(v)
   return nil
 end
 
+-- num(v, default): the finite number the text v holds, else default (nil unless given): a stored number
+-- something other than this library wrote (garbage, NaN, an infinity) never reaches arithmetic or Redis.
+local function num(v, default)
+  local n = tonumber(v)
+  if n and n - n == 0 then return n end
+  return default
+end
+
 -- finite(v): v is a number and neither NaN nor infinite (what every number a script writes must be).
 local function finite(v)
   return type(v) == 'number' and v == v and v > -math.huge and v < math.huge

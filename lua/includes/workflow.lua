@@ -68,7 +68,7 @@ end
 local function wf_job_reply(P, jk)
   local packed = rec_packed(jk)
   local f = rec_map(jk) or {}
-  local n = tonumber(f.wf_parents)
+  local n = num(f.wf_parents)
   if not (f.wf and n) then return packed end
   local results = wf_results(P, f.wf, n)
   if not results then return packed end
@@ -85,7 +85,7 @@ local function wf_release(P, id, parents, now)
     'hold_delay_ms')
   if f[1] ~= 'pending' then return false end
   rec('HSET', jk, 'wf_parents', parents)
-  local run_at = math.max(tonumber(f[7]) or 0, now + (tonumber(f[8]) or 0))
+  local run_at = math.max(num(f[7], 0), now + num(f[8], 0))
   if run_at > now then
     rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', run_at)
     redis.call('ZADD', key_scheduled(P), run_at, id)
@@ -93,7 +93,7 @@ local function wf_release(P, id, parents, now)
     ev_job_scheduled(P, id, f[2], f[3], now, run_at, nil)
   else
     rec('HSET', jk, 'state', 'available', 'enqueued_at', now)
-    make_ready(P, jk, id, f[2], tonumber(f[4]), f[5], now, f[6])
+    make_ready(P, jk, id, f[2], num(f[4]), f[5], now, f[6])
     ev_job_available(P, id, f[2], f[3], now, 'pending')
   end
   return true

@@ -51,7 +51,10 @@ async fn park_all(store: &Store, queue: &str, key: &str, lanes: u64) -> anyhow::
     let mut conn = store.connection().await?;
     for _ in 0..10_000 {
         let parked: u64 = conn
-            .on_tag(redis::cmd("ZCARD").arg(store.keys().rl_parked(key)), &store.keys().schema())
+            .on_tag(
+                redis::cmd("ZCARD").arg(store.keys().rl_parked(key)),
+                &store.keys().schema(),
+            )
             .await?;
         if parked >= lanes {
             return Ok(());
@@ -68,7 +71,11 @@ async fn longest_call(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::R
     let mut longest = 0i64;
     for entry in log {
         let redis::Value::Array(fields) = entry else { continue };
-        let micros: i64 = fields.get(2).map(|v| redis::from_redis_value(v.clone())).transpose()?.unwrap_or(0);
+        let micros: i64 = fields
+            .get(2)
+            .map(|v| redis::from_redis_value(v.clone()))
+            .transpose()?
+            .unwrap_or(0);
         let is_fcall = matches!(fields.get(3), Some(redis::Value::Array(a))
             if matches!(a.first(), Some(redis::Value::BulkString(b)) if b.eq_ignore_ascii_case(b"FCALL")));
         if is_fcall {
@@ -117,7 +124,12 @@ async fn main() -> anyhow::Result<()> {
         .arg(0)
         .query_async(&mut conn)
         .await?;
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(1000).query_async(&mut conn).await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(1000)
+        .query_async(&mut conn)
+        .await?;
     let rules = EnvelopeRules::default();
     let mut rows = Vec::new();
     for tenants in [10, a.tenants] {

@@ -179,15 +179,28 @@ impl ArgType {
 
     /// The Lua statement that refuses a value `v` of argument `name` of function `op` not of this type
     /// (nothing for a type every value has).
+    /// A number's check is written out in place (one `tonumber`, no function call of the library's: a
+    /// check runs for every field of every job, and a Lua call costs more than the check itself).
     pub fn lua_check(&self, op: &str, name: &str, v: &str) -> String {
         if !self.checked() {
             return String::new();
         }
-        format!(
-            "if not {} then arg_refuse('{op}', '{name}', {v}, '{}') end\n",
-            self.lua_condition(v),
-            self.rule()
-        )
+        let refuse = format!("arg_refuse('{op}', '{name}', {v}, '{}')", self.rule());
+        let number = |lo: String, hi: String, integral: bool| {
+            let whole = if integral { " and n % 1 == 0" } else { "" };
+            let check =
+                format!("local n = tonumber({v}) if not (n{whole} and n >= {lo} and n <= {hi}) then {refuse} end");
+            if self.empty_ok {
+                format!("if {v} ~= '' then {check} end\n")
+            } else {
+                format!("do {check} end\n")
+            }
+        };
+        match &self.kind {
+            Kind::Int { lo, hi } => number(lo.to_string(), hi.to_string(), true),
+            Kind::Number { lo, hi } => number(lua_num(*lo), lua_num(*hi), false),
+            _ => format!("if not {} then {refuse} end\n", self.lua_condition(v)),
+        }
     }
 }
 

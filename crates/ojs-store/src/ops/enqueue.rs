@@ -507,7 +507,7 @@ pub(super) mod tests {
     fn the_default_backoff_is_the_librarys() {
         assert_eq!(backoff_spec(&RetryPolicy::default()), crate::scripts::RETRY_BACKOFF);
         // Named constants are inlined (build.rs inline_constants): fail.lua's fallback reads 3.
-        assert!(crate::scripts::LIBRARY.contains("(tonumber(f.max_attempts) or 3)"));
+        assert!(crate::scripts::LIBRARY.contains("num(f.max_attempts, 3)"));
         assert!(!crate::scripts::LIBRARY.contains("RETRY_MAX_ATTEMPTS"));
     }
 
