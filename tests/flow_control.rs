@@ -265,25 +265,33 @@ async fn floors_owed_leave_with_their_pool_three_shards() {
 }
 
 /// The lanes of `key` parked now, in every queue and tenant's sub-queue (read through the keyspace, so
-/// the same whatever index the scripts keep).
-async fn parked_lanes(s: &TestServer, key: &str) -> usize {
-    let mut r = s.redis().await;
-    // Every shard's keys (shard i's prefix is ojs:{<namespace>.<i>}:).
-    let pattern = format!("ojs:{{{}*q:*:parked", s.namespace);
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(&pattern)
-        .query_async(&mut r)
-        .await
-        .expect("KEYS");
+/// the same whatever index the scripts keep). Each shard's keys are read on the Redis that holds them (on
+/// a cluster, the shards' hash tags live on different primaries).
+async fn parked_lanes(s: &TestServer, key: &str, shards: u16) -> usize {
     let mut n = 0;
-    for k in keys {
-        let has: bool = redis::cmd("HEXISTS")
-            .arg(&k)
-            .arg(key)
+    for i in 0..shards {
+        let prefix = ojs_store::Keys::for_shard(&s.namespace, usize::from(i)).schema();
+        let mut r = redis::Client::open(ojs_testkit::redis_url_of(&prefix))
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection");
+        // Shard i's prefix is ojs:{<namespace>.<i>}: (shard 0's ojs:{<namespace>}:).
+        let tag = prefix.split('}').next().expect("a hash tag");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{tag}}}:q:*:parked"))
             .query_async(&mut r)
             .await
-            .unwrap_or(false);
-        n += usize::from(has);
+            .expect("KEYS");
+        for k in keys {
+            let has: bool = redis::cmd("HEXISTS")
+                .arg(&k)
+                .arg(key)
+                .query_async(&mut r)
+                .await
+                .unwrap_or(false);
+            n += usize::from(has);
+        }
     }
     n
 }
@@ -314,9 +322,9 @@ async fn a_release_wakes_a_bounded_number_of_lanes(shards: u16) {
     for _ in 0..5 {
         assert!(s.fetch(&[q], 1).await.is_empty());
     }
-    assert_eq!(parked_lanes(&s, "shared").await, tenants - 1);
+    assert_eq!(parked_lanes(&s, "shared", shards).await, tenants - 1);
     assert_eq!(s.ack(&id(&first[0])).await.0, 200);
-    let still = parked_lanes(&s, "shared").await;
+    let still = parked_lanes(&s, "shared", shards).await;
     assert!(
         still >= tenants - 1 - 10,
         "one release re-opened {} lanes (at most 10)",
