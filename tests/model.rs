@@ -1216,7 +1216,9 @@ impl Harness {
             }
             St::Retryable if !slow => {
                 // When the retry comes due is the server's timer, so the harness waits for it here,
-                // before anything else can be ordered against it.
+                // before anything else can be ordered against it. The job holds no lease meanwhile: the
+                // keep-alive of the wait must not heartbeat it (a retry due after KEEPALIVE_AFTER did).
+                self.m.finish(i, St::Retryable);
                 let id = self.m.jobs[i].id.clone();
                 let st = self.wait_not(&[id], "retryable", true).await?;
                 check!(

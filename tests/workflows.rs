@@ -818,3 +818,45 @@ async fn expired_workflows_leave_the_listing_index_behind_long_running_ones() {
     assert_eq!(listed(&s).await, (running + 2, 0), "expired workflows are still listed");
     s.assert_invariants().await;
 }
+
+/// A closed workflow waits in `P workflows:closed` scored by when its keys expire, and a later close
+/// takes the due ones out of the listing once their keys are gone. Redis keeps a key until its expiry's
+/// millisecond has passed, and the score comes from the script's clock: an entry can be due while its
+/// key still lives (one millisecond early, seen under load). That entry was dropped from the waiting
+/// set and left in the listing for good. It now waits again until its key's expiry.
+#[tokio::test]
+async fn a_workflow_due_before_its_keys_expire_waits_to_be_taken_out() {
+    let s = TestServer::start_with(|c| c.retention_secs = 2).await;
+    let w = create(&s, json!({"type": "group", "jobs": [job("one.a", "early")]})).await;
+    let id = w["id"].as_str().expect("id").to_string();
+    run_one(&s, "early", json!(null)).await;
+    let mut c = s.redis().await;
+    // Its entry comes due now, while its keys live on for two seconds.
+    let _: () = redis::cmd("ZADD")
+        .arg(s.keys().workflows_closed())
+        .arg(0)
+        .arg(&id)
+        .query_async(&mut c)
+        .await
+        .expect("ZADD");
+    // Another close trims the due entries.
+    one_job_group(&s, "early.later", true).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while listed(&s).await.1 == 0 {
+        assert!(std::time::Instant::now() < deadline, "the workflow's keys did not expire");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    s.assert_invariants().await;
+    // And a close after its expiry takes it out of the listing.
+    one_job_group(&s, "early.last", true).await;
+    let (st, b) = s.get(&format!("/ojs/v1/workflows/{id}")).await;
+    assert_eq!(st, 404, "{b}");
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(s.keys().workflows())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut c)
+        .await
+        .expect("ZRANGE");
+    assert!(!ids.contains(&id), "{id} is still listed: {ids:?}");
+}

@@ -15,6 +15,7 @@
 -- P..'workflows'          zset   workflow ids by created_at (the listing)
 -- P..'workflows:closed'   zset   ended workflows whose keys expire, by the time they expire (ms):
 --                                wf_close trims both zsets of the due ones, at most WF_TRIM per call
+--                                (one whose keys still live waits again, by its keys' PTTL)
 -- P..'workflows:sweeping' set    closed workflows with members still to end (Sweeps, below)
 -- A member job's record carries wf = W and wf_i = its index, or the callback's name (on_complete...).
 -- Jobs that wait for their turn (chain steps after the first, batch callbacks) are 'pending': in no
@@ -142,7 +143,14 @@ local function wf_close(P, W, wk, state, now, retention_ms)
   if #due > 0 then
     redis.call('ZREM', closed, unpack(due))
     for _, old in ipairs(due) do
-      if redis.call('EXISTS', key_workflow(P, old)) == 0 then redis.call('ZREM', key_workflows(P), old) end
+      -- Gone: out of the listing. Still there (its score came from the script's clock, and Redis keeps a
+      -- key until its expiry's millisecond has passed): it waits again until its keys expire.
+      local ttl = redis.call('PTTL', key_workflow(P, old))
+      if ttl == -2 then
+        redis.call('ZREM', key_workflows(P), old)
+      elseif ttl > 0 then
+        redis.call('ZADD', closed, now + ttl, old)
+      end
     end
   end
   return dropped
