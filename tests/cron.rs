@@ -369,3 +369,136 @@ fn a_year_of_new_york_firings_across_daylight_saving() {
         }
     }
 }
+
+/// The runs so far of the entry `name`.
+async fn runs(s: &TestServer, name: &str) -> i64 {
+    let (st, b) = s.get(&format!("/ojs/v1/cron/{name}")).await;
+    assert_eq!(st, 200, "{b}");
+    b["cron"]["run_count"].as_i64().unwrap_or(-1)
+}
+
+/// A template holding a time the scripts cannot take (scheduled_at in the year 9999) was registered
+/// (201), then every firing failed in Redis, and each timer round met that entry first: no entry of
+/// any tenant fired while it existed. Such a time is now a 400 naming the field, at registration as at
+/// enqueue; an entry stored before (its template written here straight into Redis) or one a script
+/// refuses for any reason has its tick skipped, and the round goes on.
+#[tokio::test]
+async fn an_entry_that_cannot_fire_holds_back_no_other() {
+    let s = TestServer::start().await;
+    let mut poison = entry("poison.far", "* * * * * *", "far");
+    poison["job_template"]["scheduled_at"] = json!("9999-12-31T23:59:59Z");
+    let (st, b) = s.post("/ojs/v1/cron", poison.clone()).await;
+    assert_eq!((st, &b["error"]["code"]), (400, &json!("invalid_request")), "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap_or("").contains("scheduled_at"),
+        "{b}"
+    );
+    for name in ["good.every", "poison.far", "poison.tick"] {
+        let (st, b) = s.post("/ojs/v1/cron", entry(name, "* * * * * *", "cronq")).await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let mut c = s.redis().await;
+    // As an older build stored it: the far-future template.
+    let def: String = redis::cmd("HGET")
+        .arg(s.keys().cron("poison.far"))
+        .arg("def")
+        .query_async(&mut c)
+        .await
+        .expect("HGET def");
+    let mut def: Value = serde_json::from_str(&def).expect("def is JSON");
+    def["job_template"]["scheduled_at"] = json!("9999-12-31T23:59:59Z");
+    let _: () = redis::cmd("HSET")
+        .arg(s.keys().cron("poison.far"))
+        .arg("def")
+        .arg(def.to_string())
+        .query_async(&mut c)
+        .await
+        .expect("HSET def");
+    // And a tick the script refuses (its next run no time).
+    let _: () = redis::cmd("HSET")
+        .arg(s.keys().cron("poison.tick"))
+        .arg("next_run_at")
+        .arg("soon")
+        .query_async(&mut c)
+        .await
+        .expect("HSET next_run_at");
+    let before = runs(&s, "good.every").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(&s, "good.every").await < before + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "good.every did not fire while the broken entries were there"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.assert_invariants().await;
+}
+
+/// Every absolute time a request carries is checked against the range the scripts take: outside it, a
+/// 400 naming the field (it was a 500 "bug in the server" from the script's argument check).
+#[tokio::test]
+async fn a_time_outside_the_stored_range_is_a_400_naming_the_field() {
+    let s = TestServer::start().await;
+    let far = "9999-12-31T23:59:59Z";
+    let before_epoch = "1969-12-31T23:59:59Z";
+    for (path, body, field) in [
+        (
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "scheduled_at": far}),
+            "scheduled_at",
+        ),
+        (
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "scheduled_at": before_epoch}),
+            "scheduled_at",
+        ),
+        (
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "options": {"expires_at": far}}),
+            "expires_at",
+        ),
+        (
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "t", "args": [], "scheduled_at": far}]}),
+            "scheduled_at",
+        ),
+        (
+            "/ojs/v1/workflows",
+            json!({"type": "group", "jobs": [{"type": "t", "args": [], "scheduled_at": far}]}),
+            "scheduled_at",
+        ),
+    ] {
+        let (st, b) = s.post(path, body).await;
+        assert_eq!(
+            (st, &b["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{path}: {b}"
+        );
+        assert!(
+            b["error"]["message"].as_str().unwrap_or("").contains(field),
+            "{path}: {b}"
+        );
+    }
+    let (st, b) = s
+        .put("/ojs/v1/rate-limits/far", json!({"concurrency": 1, "expires_at": far}))
+        .await;
+    assert_eq!((st, &b["error"]["code"]), (400, &json!("invalid_request")), "{b}");
+    s.enqueue(json!({"type": "t", "args": [], "options": {"queue": "farq"}}))
+        .await;
+    let got = s.fetch(&["farq"], 1).await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": got[0]["id"], "error": {"message": "429", "rate_limit_until": far}}),
+        )
+        .await;
+    assert_eq!((st, &b["error"]["code"]), (400, &json!("invalid_request")), "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("rate_limit_until"),
+        "{b}"
+    );
+    s.assert_invariants().await;
+}

@@ -843,7 +843,10 @@ async fn a_workflow_due_before_its_keys_expire_waits_to_be_taken_out() {
     one_job_group(&s, "early.later", true).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while listed(&s).await.1 == 0 {
-        assert!(std::time::Instant::now() < deadline, "the workflow's keys did not expire");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workflow's keys did not expire"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     s.assert_invariants().await;

@@ -49,10 +49,32 @@ pub fn format_ms(ms: i64) -> String {
     }
 }
 
-/// Parses an RFC 3339 timestamp (any offset) into milliseconds since the epoch.
+/// The times the server stores and computes with: from the epoch up to, not including, 10^14 ms (in the
+/// year 5138), so that a time plus any duration stays exact in a Lua number and is written in full. The
+/// scripts' argument type `ms` has the same bound (crates/ojs-store/build/arg_types.rs `MS_LIMIT`; a test
+/// of ojs-store holds the two equal): a time outside it is refused here, at the boundary, never by a
+/// script.
+pub const MS_LIMIT: i64 = 100_000_000_000_000;
+
+/// Parses an RFC 3339 timestamp (any offset) into milliseconds since the epoch; None when it is not one,
+/// or lies outside 0..[`MS_LIMIT`].
 pub fn parse_ms(s: &str) -> Option<i64> {
-    let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+    parse_time(s, "time").ok()
+}
+
+/// [`parse_ms`] for a request's field: the error names the field, and says whether the text is no
+/// timestamp or one out of range.
+pub fn parse_time(s: &str, field: &str) -> Result<i64, String> {
+    let t = OffsetDateTime::parse(s, &Rfc3339)
+        .map_err(|_| format!("{field} must be an RFC 3339 timestamp such as 2026-02-13T12:00:00Z; got {s:?}"))?;
+    match i64::try_from(t.unix_timestamp_nanos() / 1_000_000) {
+        Ok(ms) if (0..MS_LIMIT).contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "{field} must lie between {} and {}; got {s:?}",
+            format_ms(0),
+            format_ms(MS_LIMIT - 1)
+        )),
+    }
 }
 
 /// The local clock, for values that never order jobs (request logs, uptime).
@@ -73,6 +95,15 @@ mod tests {
         assert_eq!(parse_ms(&s), Some(ms));
         assert_eq!(parse_ms("2026-02-13T12:00:00+01:00"), Some(1_770_980_400_000));
         assert_eq!(parse_ms("yesterday"), None);
+        // Outside the range the scripts take: refused with the range named.
+        assert_eq!(parse_ms("9999-12-31T23:59:59Z"), None);
+        assert_eq!(parse_ms("1969-12-31T23:59:59Z"), None);
+        assert_eq!(parse_ms(&format_ms(MS_LIMIT - 1)), Some(MS_LIMIT - 1));
+        let e = parse_time("9999-12-31T23:59:59Z", "scheduled_at").unwrap_err();
+        assert!(
+            e.contains("scheduled_at must lie between 1970-01-01T00:00:00Z and 5138-11-16T09:46:39.999Z"),
+            "{e}"
+        );
         assert_eq!(format_ms(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_ms(1_795_757_670_007), "2026-11-27T05:34:30.007Z");
         assert_eq!(format_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z");

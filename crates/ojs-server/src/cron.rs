@@ -464,7 +464,7 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
                 continue;
             }
         };
-        match store
+        let fired = store
             .cron_fire(
                 &job,
                 ojs_store::CronTick {
@@ -474,8 +474,22 @@ pub async fn fire_due(st: &AppState, store: &ojs_store::Store) -> Result<Option<
                     overlap: &variant_name(&overlap),
                 },
             )
-            .await?
-        {
+            .await;
+        let fired = match fired {
+            Ok(f) => f,
+            Err(e @ ojs_store::StoreError::Unavailable(_)) => return Err(e),
+            // The script refused this tick (it wrote nothing): this entry's tick is skipped and the
+            // round goes on, so one entry no script can fire never holds back the others (entries are
+            // read in order of their next tick, and each round would meet it first again).
+            Err(e) => {
+                tracing::error!(cron = %name, error = %e, "cron tick refused by Redis; tick skipped");
+                let _ = store
+                    .cron_set(&name, f.get("def").map(String::as_str).unwrap_or("{}"), next, owner)
+                    .await;
+                continue;
+            }
+        };
+        match fired {
             CronFired::Created => crate::metrics::job_event("enqueued", &job.queue, &job.job_type),
             CronFired::Skipped(prev) => {
                 tracing::info!(cron = %name, previous = %prev, "cron tick skipped: previous run still active")

@@ -18,7 +18,8 @@
 
 /// The largest integer a Lua number holds exactly, less one: the default bounds of `int`.
 pub const INT_MAX: i64 = (1 << 53) - 1;
-/// The bound of `ms` (exclusive).
+/// The bound of `ms` (exclusive): the HTTP boundary's `ojs_core::clock::MS_LIMIT`, which refuses a time
+/// past it with a 400 (a test of src/scripts.rs holds the two equal).
 pub const MS_LIMIT: i64 = 100_000_000_000_000;
 
 #[derive(Debug, Clone, PartialEq)]

@@ -21,8 +21,21 @@ impl ScriptSource {
 
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
+/// The scripts' argument types, as build.rs reads them (the tests hold their bounds to the boundary's).
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../build/arg_types.rs"]
+mod arg_types;
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_scripts_ms_argument_takes_every_time_the_boundary_accepts() {
+        // The HTTP boundary refuses a time outside ojs_core::clock's range with a 400 naming the field;
+        // past it, no script refuses one (a script's refusal is a 500).
+        assert_eq!(super::arg_types::MS_LIMIT, ojs_core::clock::MS_LIMIT);
+    }
+
     #[test]
     fn the_library_builds_keys_inline_from_the_layout() {
         // build.rs replaces every key_<family>(P, …) call by its template's concatenation.

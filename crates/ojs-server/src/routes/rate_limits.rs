@@ -407,8 +407,7 @@ async fn put_override(
     }
     let expires = match req.expires_at {
         None => 0,
-        Some(Value::String(t)) => clock::parse_ms(&t)
-            .ok_or_else(|| OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {t:?}")))?,
+        Some(Value::String(t)) => clock::parse_time(&t, "expires_at").map_err(OjsError::invalid)?,
         Some(v) => return Err(OjsError::invalid(format!("expires_at must be an RFC 3339 timestamp; got {v}")).into()),
     };
     // The override lives with the key's counters (on shard 0 for a key no job has used yet).

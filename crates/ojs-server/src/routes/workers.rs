@@ -540,11 +540,7 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
     }
     let until = match m.get("rate_limit_until") {
         None | Some(Value::Null) => 0,
-        Some(Value::String(t)) => clock::parse_ms(t).ok_or_else(|| {
-            OjsError::invalid(format!(
-                "error.rate_limit_until must be an RFC 3339 timestamp; got {t:?}"
-            ))
-        })?,
+        Some(Value::String(t)) => clock::parse_time(t, "error.rate_limit_until").map_err(OjsError::invalid)?,
         Some(v) => {
             return Err(OjsError::invalid(format!(
                 "error.rate_limit_until must be an RFC 3339 timestamp; got {v}"
