@@ -5,7 +5,9 @@
 --   KEYS[1] P..'active'   zset   active job ids scored by lease deadline (ms)
 -- ARGV
 --   ARGV[1] P             string key prefix 'ojs:{ns}:'
---   ARGV[2] worker_id     string the worker ('' when anonymous: no worker record is kept)
+--   ARGV[2] worker_id     string the worker ('' when anonymous: no worker record is kept; nor is it
+--                                written for a request acting as a tenant when another tenant, or
+--                                the shared fleet, wrote it first)
 --   ARGV[3] extend_ms     ms    lease extension the heartbeat asks for; 0 = the lease length chosen
 --                                when the job was claimed (its 'lease_ms')
 --   ARGV[4] default_ms    ms    extension for a job claimed before claims recorded 'lease_ms'
@@ -37,7 +39,8 @@
 --   tenant extends none of another tenant's jobs (each is 'missing' to it); a lease never
 --   outlives the job's execution timeout (started_at + timeout_ms); a worker is in P..'workers' (zset
 --   scored by last_seen) while its record P..'worker:'..id lives, and the record's 'jobs' lists the
---   jobs it held at its last heartbeat
+--   jobs it held at its last heartbeat; the record's 'tenant' is the tenant whose request first wrote
+--   it, and a request acting as another tenant changes nothing in it and reads no signal from it
 --@include clock
 --@include active
 --@include lease
@@ -49,8 +52,18 @@ for i = ARG.REST, #ARGV, JOB.STRIDE do check_JOB(i) end
 local now = now_ms()
 local signal = ''
 local wk = key_worker(P, worker)
-if worker ~= '' then
-  signal = redis.call('HGET', wk, 'signal') or ''
+-- A worker's record belongs to the tenant whose request first wrote it ('' for the shared fleet: no
+-- tenant). A request acting as another tenant neither reads nor writes it: one tenant cannot mark
+-- another's worker terminated, keep a dead one alive, or read its signal (a request acting as no tenant,
+-- the shared fleet and the operator's side, writes any).
+local record = worker ~= ''
+if record then
+  local w = redis.call('HMGET', wk, 'signal', 'tenant', 'last_seen')
+  if ARG.tenant ~= '' and w[3] and (w[2] or '') ~= ARG.tenant then
+    record = false
+  else
+    signal = w[1] or ''
+  end
 end
 local reply = {'ok', now, signal}
 local held_ids = {}
@@ -78,9 +91,10 @@ for i = ARG.REST, #ARGV, JOB.STRIDE do
   reply[#reply + 1] = f[1] or 'missing'
   reply[#reply + 1] = lease
 end
-if worker ~= '' then
+if record then
   local ttl = tonumber(ARG.worker_ttl_ms)
   redis.call('HSET', wk, 'last_seen', now, 'active_jobs', #held_ids, 'jobs', table.concat(held_ids, ' '))
+  if ARG.tenant ~= '' then redis.call('HSET', wk, 'tenant', ARG.tenant) end
   if ARG.worker_state ~= '' then redis.call('HSET', wk, 'state', ARG.worker_state) end
   redis.call('PEXPIRE', wk, ttl)
   redis.call('ZADD', key_workers(P), now, worker)

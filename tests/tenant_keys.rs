@@ -452,3 +452,89 @@ async fn operator_endpoints_and_listings_that_span_tenants_refuse_a_tenant_key()
     // The unbound worker key reads every tenant's events, as before.
     assert_eq!(get(&s, WORKER, "/ojs/v1/events").await.0, 200);
 }
+
+/// Two `X-OJS-Tenant` headers name no single tenant: the first one won ("globex, acme" with globex's key
+/// was accepted, "acme, globex" refused). Either order is a 400 that writes nothing, with a bound key, an
+/// unbound one, or none.
+#[tokio::test]
+async fn a_tenant_header_sent_twice_is_a_400() {
+    let s = server(1).await;
+    for key in [GLOBEX, WORKER] {
+        for pair in [["globex", "acme"], ["acme", "globex"], ["globex", "globex"]] {
+            let auth = format!("Bearer {key}");
+            let (st, b) = s
+                .send_with(
+                    Method::POST,
+                    "/ojs/v1/jobs",
+                    &[
+                        ("Authorization", auth.as_str()),
+                        ("X-OJS-Tenant", pair[0]),
+                        ("X-OJS-Tenant", pair[1]),
+                    ],
+                    Some(job("twice", 0)),
+                )
+                .await;
+            assert_eq!(
+                (st, &b["error"]["code"]),
+                (400, &json!("invalid_request")),
+                "{pair:?} with {key}: {b}"
+            );
+        }
+    }
+    assert_eq!(jobs_in(&s, "twice").await, 0, "nothing was written");
+}
+
+/// A worker's record belongs to the tenant whose request first wrote it. Globex's key heartbeating
+/// acme's worker id with `terminate` and no jobs turned acme's health page into 503 terminate and erased
+/// the jobs the operator saw it hold; it could as well keep a dead acme worker looking alive. Such a
+/// heartbeat now leaves the record alone (and reads no signal of it), another tenant's health request
+/// is a 404, and the shared fleet's records (written by unbound keys) are no tenant's to change.
+#[tokio::test]
+async fn a_worker_record_is_its_tenants() {
+    for shards in [1, 3] {
+        let s = server(shards).await;
+        let id = enqueue(&s, ACME, job("kw", 0)).await;
+        let (_, f) = post(
+            &s,
+            ACME,
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["kw"], "worker_id": "w-acme", "visibility_timeout_ms": 60000}),
+        )
+        .await;
+        let lease = f["jobs"][0]["lease_id"].clone();
+        let beat = json!({"worker_id": "w-acme", "state": "running",
+            "active_jobs": [{"job_id": id, "lease_id": lease}]});
+        assert_eq!(post(&s, ACME, "/ojs/v1/workers/heartbeat", beat.clone()).await.0, 200);
+        let (st, b) = post(&s, ADMIN, "/ojs/v1/workers/w-acme/signal", json!({"signal": "quiet"})).await;
+        assert_eq!(st, 200, "{b}");
+        for key in [GLOBEX] {
+            let (st, hb) = post(
+                &s,
+                key,
+                "/ojs/v1/workers/heartbeat",
+                json!({"worker_id": "w-acme", "state": "terminate", "active_jobs": []}),
+            )
+            .await;
+            assert_eq!(st, 200, "{hb}");
+            assert!(
+                !hb.to_string().contains("quiet"),
+                "globex read acme's worker's signal: {hb}"
+            );
+            assert_eq!(get(&s, key, "/ojs/v1/workers/w-acme/health").await.0, 404);
+        }
+        let (st, h) = get(&s, ACME, "/ojs/v1/workers/w-acme/health").await;
+        // Quiet (the operator's signal), not terminate, and still holding its job.
+        assert_eq!(st, 503, "{h}");
+        assert!(!h.to_string().contains("terminate"), "{h}");
+        assert!(h.to_string().contains(&id), "{h}");
+        let (_, a) = get(&s, ADMIN, "/ojs/v1/admin/workers/w-acme").await;
+        assert!(a.to_string().contains(&id), "the operator sees the job it holds: {a}");
+        // The shared fleet's worker (an unbound key) is not acme's to change either.
+        let shared = json!({"worker_id": "w-fleet", "state": "running", "active_jobs": []});
+        assert_eq!(post(&s, WORKER, "/ojs/v1/workers/heartbeat", shared).await.0, 200);
+        let stop = json!({"worker_id": "w-fleet", "state": "terminate", "active_jobs": []});
+        assert_eq!(post(&s, ACME, "/ojs/v1/workers/heartbeat", stop).await.0, 200);
+        assert_eq!(get(&s, WORKER, "/ojs/v1/workers/w-fleet/health").await.0, 200);
+        s.assert_invariants().await;
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
 use ojs_core::names::{self, TENANT_HEADER};
 use ojs_core::StoredJob;
 use ojs_core::{ErrorCode, OjsError};
@@ -46,9 +46,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ActingTenant {
     }
 }
 
+/// The request's one `X-OJS-Tenant` header; a request that sends it twice names no single tenant (a 400,
+/// before any key's binding is compared: the first or the last one winning would be a guess).
+fn tenant_header(headers: &HeaderMap) -> Result<Option<&HeaderValue>, OjsError> {
+    let mut all = headers.get_all(TENANT_HEADER).iter();
+    match (all.next(), all.next()) {
+        (v, None) => Ok(v),
+        _ => Err(OjsError::invalid("the X-OJS-Tenant header must be sent once")),
+    }
+}
+
 /// The tenant a request's `X-OJS-Tenant` header names, checked; `None` without the header.
 fn header_tenant(headers: &HeaderMap) -> Result<Option<String>, OjsError> {
-    let Some(v) = headers.get(TENANT_HEADER) else {
+    let Some(v) = tenant_header(headers)? else {
         return Ok(None);
     };
     let t = v
@@ -74,7 +84,7 @@ impl ActingTenant {
             name: Some(bound.clone()),
             bound: true,
         };
-        match headers.get(TENANT_HEADER) {
+        match tenant_header(headers)? {
             Some(h) if h.as_bytes() != bound.as_bytes() => Err(me.forbidden(&format!(
                 "the X-OJS-Tenant header ({:?})",
                 String::from_utf8_lossy(h.as_bytes())

@@ -25,7 +25,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// A worker's health as the server knows it: 200 while it runs, 503 once it reported `quiet`, `drain`
 /// or `terminate` or the operator signalled it to (a readiness probe that stops routing to it), or when
 /// it has been silent for longer than a lease (its leases lapsed: `stale`). 404 for a worker that never
-/// sent a heartbeat, or whose record expired (a day after its last one). A request acting as a tenant is
+/// sent a heartbeat, or whose record expired (a day after its last one), and for a request acting as a
+/// tenant, a worker another tenant's request registered, or the shared fleet's (no tenant's); it is
 /// shown only its own tenant's jobs among those the worker holds.
 #[utoipa::path(
     get,
@@ -45,6 +46,7 @@ async fn worker_health(
         .shards
         .worker_record(&worker)
         .await?
+        .filter(|rec| tenant.sees_owner(rec.get("tenant").map(String::as_str)))
         .ok_or_else(|| OjsError::not_found("worker", &worker))?;
     let now = st.shards.now_ms().await?;
     let mut view = worker_view(&worker, &rec, now, st.config.visibility_timeout_ms);
