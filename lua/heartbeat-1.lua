@@ -40,7 +40,8 @@
 --   outlives the job's execution timeout (started_at + timeout_ms); a worker is in P..'workers' (zset
 --   scored by last_seen) while its record P..'worker:'..id lives, and the record's 'jobs' lists the
 --   jobs it held at its last heartbeat; the record's 'tenant' is the tenant whose request first wrote
---   it, and a request acting as another tenant changes nothing in it and reads no signal from it
+--   it ('' for the shared fleet; absent in a record an older build wrote, which the next writer takes),
+--   and a request acting as another tenant changes nothing in it and reads no signal from it
 --@include clock
 --@include active
 --@include lease
@@ -56,10 +57,13 @@ local wk = key_worker(P, worker)
 -- tenant). A request acting as another tenant neither reads nor writes it: one tenant cannot mark
 -- another's worker terminated, keep a dead one alive, or read its signal (a request acting as no tenant,
 -- the shared fleet and the operator's side, writes any).
+-- A record with no 'tenant' field at all was written by an older build: the next writer's.
 local record = worker ~= ''
+local owner = false
 if record then
   local w = redis.call('HMGET', wk, 'signal', 'tenant', 'last_seen')
-  if ARG.tenant ~= '' and w[3] and (w[2] or '') ~= ARG.tenant then
+  owner = w[2]
+  if ARG.tenant ~= '' and w[3] and owner and owner ~= ARG.tenant then
     record = false
   else
     signal = w[1] or ''
@@ -94,7 +98,11 @@ end
 if record then
   local ttl = tonumber(ARG.worker_ttl_ms)
   redis.call('HSET', wk, 'last_seen', now, 'active_jobs', #held_ids, 'jobs', table.concat(held_ids, ' '))
-  if ARG.tenant ~= '' then redis.call('HSET', wk, 'tenant', ARG.tenant) end
+  if ARG.tenant ~= '' then
+    redis.call('HSET', wk, 'tenant', ARG.tenant)
+  elseif not owner then
+    redis.call('HSET', wk, 'tenant', '')
+  end
   if ARG.worker_state ~= '' then redis.call('HSET', wk, 'state', ARG.worker_state) end
   redis.call('PEXPIRE', wk, ttl)
   redis.call('ZADD', key_workers(P), now, worker)

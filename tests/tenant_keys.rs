@@ -535,6 +535,8 @@ async fn a_worker_record_is_its_tenants() {
         let stop = json!({"worker_id": "w-fleet", "state": "terminate", "active_jobs": []});
         assert_eq!(post(&s, ACME, "/ojs/v1/workers/heartbeat", stop).await.0, 200);
         assert_eq!(get(&s, WORKER, "/ojs/v1/workers/w-fleet/health").await.0, 200);
+        // (Its health is shown to a tenant, with only the tenant's jobs of it.)
+        assert_eq!(get(&s, ACME, "/ojs/v1/workers/w-fleet/health").await.0, 200);
         s.assert_invariants().await;
     }
 }

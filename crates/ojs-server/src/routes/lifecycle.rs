@@ -26,8 +26,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// or `terminate` or the operator signalled it to (a readiness probe that stops routing to it), or when
 /// it has been silent for longer than a lease (its leases lapsed: `stale`). 404 for a worker that never
 /// sent a heartbeat, or whose record expired (a day after its last one), and for a request acting as a
-/// tenant, a worker another tenant's request registered, or the shared fleet's (no tenant's); it is
-/// shown only its own tenant's jobs among those the worker holds.
+/// tenant, a worker another tenant's request registered; of a worker of its own or of the shared fleet
+/// (registered by requests acting as no tenant) it is shown only its own tenant's jobs.
 #[utoipa::path(
     get,
     path = "/ojs/v1/workers/{worker_id}/health",
@@ -46,7 +46,12 @@ async fn worker_health(
         .shards
         .worker_record(&worker)
         .await?
-        .filter(|rec| tenant.sees_owner(rec.get("tenant").map(String::as_str)))
+        // Another tenant's worker is absent to a request acting as a tenant; the shared fleet's ('' or,
+        // written by an older build, no owner) is shown with the tenant's own jobs only.
+        .filter(|rec| match rec.get("tenant").map(String::as_str) {
+            None | Some("") => true,
+            owner => tenant.sees_owner(owner),
+        })
         .ok_or_else(|| OjsError::not_found("worker", &worker))?;
     let now = st.shards.now_ms().await?;
     let mut view = worker_view(&worker, &rec, now, st.config.visibility_timeout_ms);
