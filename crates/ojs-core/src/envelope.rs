@@ -336,7 +336,10 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
             return Err(invalid(format!("options.tags must be an array of strings; got {tags}")));
         }
     }
-    let retry = parse_retry(options.get("retry").or(options.get("retry_policy")), rules)?;
+    // At the top level too, like the other policies (the OJS envelope's own place for it): it was kept
+    // and shown in the job, but not applied.
+    let top_retry = top_or_option(&doc, &options, "retry")?.map(|(v, _)| v);
+    let retry = parse_retry(top_retry.or(options.get("retry_policy")), rules)?;
     let rate_limit = top_or_option(&doc, &options, "rate_limit")?
         .map(|(v, field)| crate::ratelimit::parse(v, &field, &queue))
         .transpose()?;
@@ -417,6 +420,21 @@ mod tests {
 
     fn seed() -> EnvelopeRules {
         EnvelopeRules::default()
+    }
+
+    #[test]
+    fn a_retry_policy_at_the_top_level_is_applied() {
+        let top = parse(json!({"type": "a", "args": [], "retry": {"max_attempts": 50}}), &seed()).expect("top");
+        let opt = parse(
+            json!({"type": "a", "args": [], "options": {"retry": {"max_attempts": 50}}}),
+            &seed(),
+        )
+        .expect("options");
+        assert_eq!(top.retry.max_attempts, 50);
+        assert_eq!(opt.retry.max_attempts, 50);
+        let both =
+            json!({"type": "a", "args": [], "retry": {"max_attempts": 5}, "options": {"retry": {"max_attempts": 6}}});
+        assert!(parse(both, &seed()).is_err());
     }
 
     #[test]
