@@ -906,3 +906,15 @@ async fn run_refuses_an_out_of_range_config_built_in_code() {
         .expect_err("refused");
     assert!(err.to_string().contains("--retention-secs"), "{err}");
 }
+
+/// A refusal quotes the value it refused, in part: a 100 KB job type came back whole in the 400.
+#[tokio::test]
+async fn a_refused_huge_value_is_not_sent_back_whole() {
+    let s = TestServer::start().await;
+    let huge = "é".repeat(50_000);
+    let (st, b) = s.post("/ojs/v1/jobs", json!({"type": huge, "args": []})).await;
+    assert_eq!(st, 400, "{}", &b.to_string()[..200]);
+    let m = b["error"]["message"].as_str().unwrap_or("");
+    assert!(m.len() < 1100, "the message is {} bytes", m.len());
+    assert!(m.ends_with("more bytes)"), "{m}");
+}

@@ -52,7 +52,7 @@ impl From<&OjsError> for OjsErrorBody {
             error: OjsErrorDetail {
                 code: e.code.as_str(),
                 kind: e.code.kind(),
-                message: e.message.clone(),
+                message: clipped(&e.message),
                 retryable: e.code.retryable(),
                 hint: e.code.hint(),
                 docs_url: ojs_core::error::DOCS_URL,
@@ -61,6 +61,20 @@ impl From<&OjsError> for OjsErrorBody {
             },
         }
     }
+}
+
+/// An error message as answered: at most MESSAGE_MAX bytes of it, cut on a character boundary (a message
+/// that quotes a refused value, a 100 KB job type say, must not send it all back).
+fn clipped(message: &str) -> String {
+    const MESSAGE_MAX: usize = 1000;
+    if message.len() <= MESSAGE_MAX {
+        return message.to_string();
+    }
+    let mut end = MESSAGE_MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes)", &message[..end], message.len() - end)
 }
 
 /// A string schema listing `names` (deduplicated, in order).
