@@ -37,7 +37,9 @@
 --                pending workflow_id, workflow_type, workflow_state, step or callback; override the
 --                override's fields; superseded reason, by; scheduled state; pool floor, owed
 -- COST   O(log n): a few reads of the job's queue, key and tenant structures
--- CAPS   no loop; holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT)
+-- CAPS   holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT); the fair share looks at the
+--        first 100 tenants ahead (tenant.lua TURN_LOOK), and at the first TURN_PEEK = 3 ready jobs of
+--        each (startable: their keys' limits, FETCH's rl_check)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   reads only job state: its one kind of write is the pruning that FETCH's own checks do on the way
@@ -53,6 +55,7 @@
 --@include supersede
 
 local MAX_HOLDERS = 100
+local TURN_PEEK = 3
 local P, id = ARG.P, ARG.id
 local jk = key_job(P, id)
 local f = rec_map(jk)
@@ -138,10 +141,25 @@ if tenant then
   end
 end
 
+-- startable(sq): whether FETCH, serving the sub-queue sq, would start a job there: one of its first
+-- TURN_PEEK ready jobs has no rate-limit key or a key whose limits let it start (rl_check, FETCH's
+-- own); a ready set longer than that counts as startable (FETCH may yet find one further on).
+local function startable(sq)
+  local ready = redis.call('ZRANGE', key_queue_ready(P, sq), 0, TURN_PEEK)
+  if #ready > TURN_PEEK then return true end
+  for _, m in ipairs(ready) do
+    local g = rec('HMGET', key_job(P, member_id(m)), 'rl_key', 'rl')
+    if not g[1] then return true end
+    local e = rl_effective(P, g[1], rl_policy(P, g[1], g[2]))
+    if not rl_check(P, g[1], e, now) then return true end
+  end
+  return false
+end
+
 -- The fair share among the queue's tenants: FETCH serves the tenant tenant_next names.
 if l.tenants and ahead_ready then
   local t = tenant or ''
-  local rank, pass, lowest, n = tenant_turn(P, queue, t)
+  local rank, pass, lowest, n = tenant_turn(P, queue, t, startable)
   if rank and rank > 0 then
     gate('fair_share', nil, rank, nil, nil, nil, nil, {'tenant', t, 'pass', tostring(pass), 'lowest_pass',
       tostring(lowest), 'tenants', n, 'weight', tostring(tenant_queue_weight(l.tenancy, t) or tenant_weight_read(P, t))})

@@ -565,3 +565,33 @@ async fn a_queue_being_rescored_for_aging_holds_its_jobs() {
         .expect("hdel");
     assert_eq!(explain(&s, &ids[0]).await["gates"], json!([]));
 }
+
+/// Tenant a's only waiting job is held by its key's concurrency, but no FETCH has met it since: explain
+/// said b's job waits its fair share behind a, and the next FETCH (which parks a's lane and serves b in
+/// the same call) handed b's job out at once (the black-box review's finding 04). A tenant ahead counts
+/// only when FETCH would start one of its jobs.
+#[tokio::test]
+async fn a_tenant_ahead_whose_jobs_wait_at_their_keys_limit_is_not_ahead() {
+    for shards in [1, 3] {
+        let s = TestServer::start_with(|c| c.shards = shards).await;
+        let q = "fair.keyed";
+        let job = |tenant: &str, key: Option<&str>| {
+            let mut j = json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": tenant}});
+            if let Some(k) = key {
+                j["rate_limit"] = json!({"key": k, "concurrency": 1});
+            }
+            j
+        };
+        s.enqueue(job("a", Some("ka"))).await;
+        s.enqueue(job("a", Some("ka"))).await;
+        assert_eq!(fetch_one(&s, q).await["meta"]["tenant_id"], "a");
+        let b = s.enqueue(job("b", None)).await;
+        let e = explain(&s, &b).await;
+        assert!(
+            !gate_names(&e).contains(&"fair_share".to_string()),
+            "b's job waits its fair share behind a tenant FETCH would not serve: {e}"
+        );
+        assert_eq!(fetch_one(&s, q).await["id"], b.as_str(), "FETCH serves b at once");
+        s.assert_invariants().await;
+    }
+}

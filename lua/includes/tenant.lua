@@ -183,12 +183,13 @@ local function tenant_next(tk)
   return redis.call('ZRANGE', tk, 0, 0)[1]
 end
 
--- tenant_turn(P, queue, tenant): where the tenant stands in that order (read only, for explain): how
+-- tenant_turn(P, queue, tenant, startable): where the tenant stands in that order (read only, for
+-- explain; startable(sub_queue) says whether a tenant's sub-queue holds a job FETCH would start): how
 -- many tenants come before it (its rank), its pass, the lowest pass and how many tenants share the
 -- queue; its turn comes when its rank is 0 (tenant_next names it). A tenant not in the share (nothing
 -- ready: its jobs wait in parked lanes, or '' before FETCH first looked at the queue's own jobs) would
 -- join at the lowest pass: rank nil, except '' (it sorts before every name: rank 0).
-local function tenant_turn(P, queue, tenant)
+local function tenant_turn(P, queue, tenant, startable)
   local tk = key_queue_tenants(P, queue)
   local n = redis.call('ZCARD', tk)
   local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
@@ -196,13 +197,14 @@ local function tenant_turn(P, queue, tenant)
   local pass = redis.call('ZSCORE', tk, tenant)
   if not pass then return tenant == '' and 0 or nil, lowest, lowest, n end
   local rank = redis.call('ZRANK', tk, tenant)
-  -- A tenant ahead with nothing ready is not ahead: FETCH drops it from the share when its turn comes and
-  -- serves the next at once (issue 37 item 6: explain counted it). The first TURN_LOOK ahead are looked
-  -- at; past them every tenant counts, as FETCH may yet find work there.
+  -- A tenant ahead with nothing FETCH would start is not ahead: FETCH drops it from the share when its
+  -- turn comes (nothing ready), or parks the lanes it meets at their keys' limits, and serves the next
+  -- tenant in the same call (issue 37 item 6 and the black-box review: explain counted both). The first
+  -- TURN_LOOK ahead are looked at; past them every tenant counts, as FETCH may yet find work there.
   local ahead = 0
   if rank > 0 then
     for _, t in ipairs(redis.call('ZRANGE', tk, 0, math.min(rank, TURN_LOOK) - 1)) do
-      if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, t))) == 1 then ahead = ahead + 1 end
+      if startable(sub_queue(queue, t)) then ahead = ahead + 1 end
     end
   end
   return ahead + math.max(rank - TURN_LOOK, 0), tonumber(pass), lowest, n
