@@ -5,8 +5,8 @@
 //!
 //! | filter | index read | cost per request |
 //! |---|---|---|
-//! | `state=available` (+ `queue`) | that queue's ready set, then its tenants' (by tenant id) | O(tenants) + O(log n + page) |
-//! | `state=available` (no queue) | every queue's ready sets, in name order | O(queues + tenants) ZCARDs + O(log n + page) |
+//! | `state=available` (+ `queue`) | that queue's ready set, then its tenants' (by tenant id), then its and their rate-limit lanes (by key) | O(tenants + lanes), pipelined, + O(log n + page) |
+//! | `state=available` (no queue) | every queue's, in name order | O(queues + tenants + lanes) ZCARDs, pipelined per shard, + O(log n + page) |
 //! | `state=active` | `P active` (by lease deadline) | O(log n + page) |
 //! | `state=discarded` | `P dead` (dead-lettered jobs, newest first) | O(log n + page) |
 //! | `state=scheduled` or `retryable` | `P scheduled` (both states share it), each entry's state read | O(entries walked) |
@@ -17,8 +17,8 @@
 //! `"total_exact": false` and `total` counts what was examined. `completed` and `cancelled` jobs are in
 //! no index (they are kept for the retention period and read by id), so those filters are refused with a
 //! 400 that says so; likewise plain `discarded` jobs (without dead letter) are not listed. Available jobs
-//! waiting behind their rate-limit lane's head are not in the ready set and are not listed (the queue
-//! counts leave them out the same way). Entries are walked in pages while other requests change the
+//! waiting in a rate-limit lane (behind its head, or a parked lane's head) are listed after the ready
+//! sets, lane by lane, as the queue's counts count them. Entries are walked in pages while other requests change the
 //! indexes, so a job that moves during a walk can be missed or seen twice: an operator view, not a snapshot.
 
 use ojs_core::job::{job_view, JobView};
@@ -285,13 +285,17 @@ pub async fn segments(
             };
             let names: Vec<&str> = queues.iter().map(String::as_str).collect();
             let at = st.shards.find_queues(&names).await?;
-            // Each queue's ready set, then its tenants' sub-queues (lua/includes/tenant.lua) by tenant
-            // id: one pipeline per shard for the tenants.
+            // Each queue's ready set, then its tenants' sub-queues' (lua/includes/tenant.lua) by tenant
+            // id, then the rate-limit lanes of all of them (ratelimit.lua): every available job, as the
+            // queue's counts count them. Two pipelines per shard.
             let mut subs: Vec<Vec<String>> = vec![Vec::new(); queues.len()];
             for store in st.shards.all() {
                 let mine: Vec<usize> = (0..queues.len()).filter(|i| at[*i] == store.shard_index()).collect();
+                if mine.is_empty() {
+                    continue;
+                }
                 let names: Vec<String> = mine.iter().map(|i| queues[*i].clone()).collect();
-                for (i, keys) in mine.into_iter().zip(store.tenant_ready_sets(&names).await?) {
+                for (i, keys) in mine.into_iter().zip(store.waiting_sets(&names).await?) {
                     subs[i] = keys;
                 }
             }
@@ -367,13 +371,25 @@ pub async fn walk(st: &AppState, segs: &[Segment], f: &JobFilter, offset: u64, c
     };
     let mut examined = 0u64;
     let end = offset.saturating_add(count);
-    for seg in segs {
+    let filtered =
+        |seg: &Segment| seg.state.is_some() || (f.queue.is_some() && seg.queue.is_none()) || f.job_type.is_some();
+    // The sizes of the segments whose every entry matches, one pipeline per shard (a queue of many
+    // tenants and lanes has as many segments).
+    let mut lens = vec![0u64; segs.len()];
+    for store in st.shards.all() {
+        let mine: Vec<usize> = (0..segs.len())
+            .filter(|&i| segs[i].shard == store.shard_index() && !filtered(&segs[i]))
+            .collect();
+        let keys: Vec<&str> = mine.iter().map(|&i| segs[i].key.as_str()).collect();
+        for (i, n) in mine.into_iter().zip(store.index_lens(&keys).await?) {
+            lens[i] = n;
+        }
+    }
+    for (seg, &n) in segs.iter().zip(&lens) {
         let store = st.shards.get(seg.shard);
         let queue_ok = |q: Option<&str>| f.queue.as_deref().is_none_or(|want| q == Some(want));
-        let filtered = seg.state.is_some() || (f.queue.is_some() && seg.queue.is_none()) || f.job_type.is_some();
-        if !filtered {
+        if !filtered(seg) {
             // Every entry matches: count it, and read only the part of the window it holds.
-            let n = store.index_len(&seg.key).await?;
             let (lo, hi) = (w.total, w.total + n);
             if offset < hi && end > lo {
                 let from = offset.max(lo) - lo;

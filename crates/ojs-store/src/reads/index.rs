@@ -16,10 +16,17 @@ fn zrange(key: &str, offset: u64, count: u64, rev: bool) -> redis::Cmd {
 }
 
 impl Store {
-    /// ZCARD of an index.
-    pub async fn index_len(&self, key: &str) -> Result<u64> {
+    /// The sizes of several sorted indexes of this shard, in one pipeline.
+    pub async fn index_lens(&self, keys: &[&str]) -> Result<Vec<u64>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("ZCARD").arg(*k);
+        }
         let mut conn = self.conn().await?;
-        Ok(redis::cmd("ZCARD").arg(key).query_async(&mut conn).await?)
+        Ok(pipe.query_async(&mut conn).await?)
     }
 
     /// Members `offset .. offset + count` of a sorted index (descending when `rev`), as job ids: a

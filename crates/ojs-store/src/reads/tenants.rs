@@ -66,9 +66,13 @@ impl Store {
             .collect())
     }
 
-    /// For each queue (all on this shard), the ready sets of its tenants' sub-queues (from
-    /// `P q:<queue>:subs`): where listings find the tenants' available jobs. One pipeline.
-    pub async fn tenant_ready_sets(&self, queues: &[String]) -> Result<Vec<Vec<String>>> {
+    /// For each queue (all on this shard), every other sorted set its available jobs wait in beside its
+    /// own ready set: the ready sets of its tenants' sub-queues (from `P q:<queue>:subs`, by tenant id),
+    /// then the rate-limit lanes of the queue and of each sub-queue (`P q:<q>:lane:<key>`, the keys of
+    /// its open lanes, `P q:<q>:heads`, and of its parked ones, `P q:<q>:parked`: a lane's jobs behind
+    /// its head, and a parked lane's head). Where listings find every available job, so that they agree
+    /// with the queue's counts. Two pipelines.
+    pub async fn waiting_sets(&self, queues: &[String]) -> Result<Vec<Vec<String>>> {
         if queues.is_empty() {
             return Ok(Vec::new());
         }
@@ -78,14 +82,35 @@ impl Store {
         }
         let mut conn = self.conn().await?;
         let subs: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
-        Ok(queues
+        // Each queue's (sub-)queues: the queue, then its tenants' sub-queues by tenant id.
+        let qs: Vec<Vec<String>> = queues
             .iter()
             .zip(subs)
             .map(|(q, mut ts)| {
                 ts.sort();
-                ts.iter()
-                    .map(|t| self.keys.queue_ready(&crate::keys::Keys::tenant_sub_queue(q, t)))
+                std::iter::once(q.clone())
+                    .chain(ts.iter().map(|t| crate::keys::Keys::tenant_sub_queue(q, t)))
                     .collect()
+            })
+            .collect();
+        let mut pipe = redis::pipe();
+        for q in qs.iter().flatten() {
+            pipe.cmd("HKEYS").arg(self.keys.queue_heads(q));
+            pipe.cmd("HKEYS").arg(self.keys.queue_parked(q));
+        }
+        let lanes: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let mut lanes = lanes.into_iter();
+        Ok(qs
+            .iter()
+            .map(|sqs| {
+                let mut sets: Vec<String> = sqs.iter().skip(1).map(|sq| self.keys.queue_ready(sq)).collect();
+                for sq in sqs {
+                    let mut keys: Vec<String> = lanes.by_ref().take(2).flatten().collect();
+                    keys.sort();
+                    keys.dedup();
+                    sets.extend(keys.iter().map(|k| self.keys.queue_lane(sq, k)));
+                }
+                sets
             })
             .collect())
     }
