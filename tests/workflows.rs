@@ -754,16 +754,22 @@ async fn a_step_released_by_an_older_server_keeps_the_parent_results_in_its_reco
     assert_eq!(fetched["parent_results"], json!([{"n": "as stored"}]));
 }
 
-/// The workflow ids in the listing index (`P workflows`), and how many of them have no hash any more.
-async fn listed(s: &TestServer) -> (usize, usize) {
+/// The workflow ids in the listing index (`P workflows`).
+async fn listed_ids(s: &TestServer) -> Vec<String> {
     let mut c = s.redis().await;
-    let ids: Vec<String> = redis::cmd("ZRANGE")
+    redis::cmd("ZRANGE")
         .arg(s.keys().workflows())
         .arg(0)
         .arg(-1)
         .query_async(&mut c)
         .await
-        .expect("ZRANGE");
+        .expect("ZRANGE")
+}
+
+/// The workflow ids in the listing index, and how many of them have no hash any more.
+async fn listed(s: &TestServer) -> (usize, usize) {
+    let mut c = s.redis().await;
+    let ids = listed_ids(s).await;
     let mut gone = 0;
     for id in &ids {
         let exists: bool = redis::cmd("EXISTS")
@@ -854,12 +860,6 @@ async fn a_workflow_due_before_its_keys_expire_waits_to_be_taken_out() {
     one_job_group(&s, "early.last", true).await;
     let (st, b) = s.get(&format!("/ojs/v1/workflows/{id}")).await;
     assert_eq!(st, 404, "{b}");
-    let ids: Vec<String> = redis::cmd("ZRANGE")
-        .arg(s.keys().workflows())
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut c)
-        .await
-        .expect("ZRANGE");
+    let ids = listed_ids(&s).await;
     assert!(!ids.contains(&id), "{id} is still listed: {ids:?}");
 }
