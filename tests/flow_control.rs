@@ -179,6 +179,83 @@ async fn a_cap_set_while_a_tenant_runs_counts_its_running_jobs_three_shards() {
     a_cap_set_while_a_tenant_runs_counts_its_running_jobs(3).await;
 }
 
+/// A pool that comes while a key's lane waits owes the key's floor at once (README: "a changed setting
+/// takes effect at once"). queue-conf-1.lua dropped every floor owed when the queue's pool came or
+/// went (pool_gen, item 8) and left each lane's part to its next sync: until then the pool owed
+/// nothing, and a borrower (floor 0, ahead by priority) took the slot the waiting key's floor keeps.
+/// Found by tests/model.rs (OJS_MODEL_SEED=1).
+async fn a_pool_that_comes_owes_the_floors_of_the_lanes_waiting(shards: u16) {
+    let s = server(shards).await;
+    let q = "pool-comes";
+    let limit = format!("/ojs/v1/admin/queues/{q}/rate-limit");
+    let floored = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q,
+            "rate_limit": {"key": "keeps-one", "concurrency": 2, "floor": 1}}))
+        .await;
+    let (st, b) = s.put(&limit, json!({"concurrency": 1})).await;
+    assert_eq!(st, 200, "{b}");
+    let (_, l) = s.get(&limit).await;
+    assert_eq!(
+        l["concurrency"]["floors_owed"], 1,
+        "the new pool owes the waiting key its floor: {l}"
+    );
+    s.enqueue(json!({"type": "t", "args": [], "queue": q, "priority": 0,
+        "rate_limit": {"key": "borrows", "concurrency": 2, "floor": 0}}))
+        .await;
+    let got = s.fetch(&[q], 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(id(&got[0]), floored, "the only slot is the floor's: {got:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_pool_that_comes_owes_the_floors_of_the_lanes_waiting_one_shard() {
+    a_pool_that_comes_owes_the_floors_of_the_lanes_waiting(1).await;
+}
+
+#[tokio::test]
+async fn a_pool_that_comes_owes_the_floors_of_the_lanes_waiting_three_shards() {
+    a_pool_that_comes_owes_the_floors_of_the_lanes_waiting(3).await;
+}
+
+/// The same inside a tenant: its cap in the queue moved (2 to 1) while its floored key waited; the
+/// tenant's pool still owes the floor, and a borrower of the tenant does not take its one slot.
+async fn a_tenants_cap_that_moves_keeps_the_floors_owed(shards: u16) {
+    let s = server(shards).await;
+    let q = "cap-moves";
+    let tenancy = format!("/ojs/v1/admin/queues/{q}/tenancy");
+    let cap = |c: u32| json!({"source": "meta", "field": "customer", "concurrency": {"acme": c}});
+    let (st, b) = s.put(&tenancy, cap(2)).await;
+    assert_eq!(st, 200, "{b}");
+    let floored = s
+        .enqueue(
+            json!({"type": "t", "args": [], "queue": q, "meta": {"customer": "acme"},
+            "rate_limit": {"key": "acme-keeps-one", "concurrency": 2, "floor": 1}}),
+        )
+        .await;
+    let (st, b) = s.put(&tenancy, cap(1)).await;
+    assert_eq!(st, 200, "{b}");
+    s.enqueue(
+        json!({"type": "t", "args": [], "queue": q, "priority": 0, "meta": {"customer": "acme"},
+        "rate_limit": {"key": "acme-borrows", "concurrency": 2, "floor": 0}}),
+    )
+    .await;
+    let got = s.fetch(&[q], 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(id(&got[0]), floored, "acme's only slot is the floor's: {got:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_tenants_cap_that_moves_keeps_the_floors_owed_one_shard() {
+    a_tenants_cap_that_moves_keeps_the_floors_owed(1).await;
+}
+
+#[tokio::test]
+async fn a_tenants_cap_that_moves_keeps_the_floors_owed_three_shards() {
+    a_tenants_cap_that_moves_keeps_the_floors_owed(3).await;
+}
+
 /// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
 /// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
 /// floors owed leave with their pool.
