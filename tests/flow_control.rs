@@ -256,6 +256,73 @@ async fn a_tenants_cap_that_moves_keeps_the_floors_owed_three_shards() {
     a_tenants_cap_that_moves_keeps_the_floors_owed(3).await;
 }
 
+/// The keys of every shard of `s` whose name contains `needle` and that have no TTL.
+async fn lasting_keys(s: &TestServer, needle: &str, shards: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..shards {
+        let prefix = ojs_store::Keys::for_shard(&s.namespace, usize::from(i)).schema();
+        let mut r = redis::Client::open(ojs_testkit::redis_url_of(&prefix))
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection");
+        let tag = prefix.split('}').next().expect("a hash tag");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{tag}}}:*{needle}*"))
+            .query_async(&mut r)
+            .await
+            .expect("KEYS");
+        for k in keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query_async(&mut r).await.expect("PTTL");
+            if ttl == -1 {
+                out.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// A paused key (concurrency 0) whose waiting jobs are all cancelled is idle like any key whose last
+/// job left: its lane is no longer parked, and its state expires (lua/includes/ratelimit.lua "Idle
+/// keys"). Cancelling a job out of a parked lane left the empty lane parked for ever (nothing wakes a
+/// lane parked "until a release" of a key that holds no slot), so the key, its queue's parked entry
+/// and its tenant's place in the queue never left. Found by tests/model.rs (OJS_MODEL_SEED=1, the
+/// keyspace check after every job ended).
+async fn a_paused_keys_cancelled_jobs_leave_nothing_behind(shards: u16) {
+    let s = server(shards).await;
+    let q = "paused-cancel";
+    let job = json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "acme"},
+        "rate_limit": {"key": "paused-key", "concurrency": 0}});
+    let ids = [s.enqueue(job.clone()).await, s.enqueue(job).await];
+    assert!(s.fetch(&[q], 1).await.is_empty(), "the key is paused: its lane parks");
+    assert_eq!(parked_lanes(&s, "paused-key", shards).await, 1);
+    for id in &ids {
+        let (st, b) = s.delete(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(st, 200, "{b}");
+    }
+    assert!(s.fetch(&[q], 1).await.is_empty());
+    assert_eq!(
+        parked_lanes(&s, "paused-key", shards).await,
+        0,
+        "no job is left to park"
+    );
+    let lasting = lasting_keys(&s, "paused-key", shards).await;
+    assert!(lasting.is_empty(), "the idle key's state must expire: {lasting:?}");
+    let lasting = lasting_keys(&s, &format!("{q}@acme"), shards).await;
+    assert!(lasting.is_empty(), "acme's sub-queue keeps nothing: {lasting:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_paused_keys_cancelled_jobs_leave_nothing_behind_one_shard() {
+    a_paused_keys_cancelled_jobs_leave_nothing_behind(1).await;
+}
+
+#[tokio::test]
+async fn a_paused_keys_cancelled_jobs_leave_nothing_behind_three_shards() {
+    a_paused_keys_cancelled_jobs_leave_nothing_behind(3).await;
+}
+
 /// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
 /// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
 /// floors owed leave with their pool.
