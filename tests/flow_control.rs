@@ -323,6 +323,37 @@ async fn a_paused_keys_cancelled_jobs_leave_nothing_behind_three_shards() {
     a_paused_keys_cancelled_jobs_leave_nothing_behind(3).await;
 }
 
+/// A key whose only jobs were scheduled (a delay, or a retry's wait) and cancelled before they ever
+/// waited in a lane is idle too: its policy, state and counters expire (lua/includes/ratelimit.lua "Idle
+/// keys"). Cancelling a scheduled job never asked whether its key had gone idle, so the key's state
+/// stayed for ever and the key stayed listed. Found by tests/model.rs (OJS_MODEL_SEED=1 with 16
+/// cases, the keyspace check after every job ended).
+async fn a_keys_cancelled_scheduled_jobs_leave_it_idle(shards: u16) {
+    let s = server(shards).await;
+    let q = "scheduled-cancel";
+    let id = s
+        .enqueue(
+            json!({"type": "t", "args": [], "queue": q, "options": {"delay_ms": 3_600_000},
+            "rate_limit": {"key": "scheduled-key", "concurrency": 2}}),
+        )
+        .await;
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(st, 200, "{b}");
+    let lasting = lasting_keys(&s, "scheduled-key", shards).await;
+    assert!(lasting.is_empty(), "the idle key's state must expire: {lasting:?}");
+    s.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_keys_cancelled_scheduled_jobs_leave_it_idle_one_shard() {
+    a_keys_cancelled_scheduled_jobs_leave_it_idle(1).await;
+}
+
+#[tokio::test]
+async fn a_keys_cancelled_scheduled_jobs_leave_it_idle_three_shards() {
+    a_keys_cancelled_scheduled_jobs_leave_it_idle(3).await;
+}
+
 /// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
 /// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
 /// floors owed leave with their pool.
