@@ -354,6 +354,61 @@ async fn a_keys_cancelled_scheduled_jobs_leave_it_idle_three_shards() {
     a_keys_cancelled_scheduled_jobs_leave_it_idle(3).await;
 }
 
+/// A FETCH acting as a tenant (`X-OJS-Tenant`) that finds the tenant at its cap parks it out of the
+/// fair share; when it was the queue's last tenant there, the queue leaves the ready index too, as a
+/// FETCH of the whole queue makes it. The tenant's own FETCH left the queue indexed with no ready set
+/// and no tenant (a broken keyspace invariant until the next FETCH of the queue). Found by
+/// tests/model.rs (OJS_MODEL_SEED=3).
+async fn a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact(shards: u16) {
+    let s = server(shards).await;
+    let q = "cap-fetch";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/tenancy"),
+            json!({"source": "meta", "concurrency": {"acme": 1}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    s.enqueue(json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "acme"}}))
+        .await;
+    assert_eq!(s.fetch(&[q], 1).await.len(), 1);
+    let (st, b) = s
+        .send_as(
+            reqwest::Method::POST,
+            "/ojs/v1/workers/fetch",
+            "acme",
+            Some(json!({"queues": [q], "worker_id": "w"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["jobs"], json!([]), "acme is at its cap");
+    invariants_on_every_shard(&s, shards).await;
+}
+
+/// The keyspace invariants of every shard of `s` (`assert_invariants` reads shard 0's).
+async fn invariants_on_every_shard(s: &TestServer, shards: u16) {
+    let mut problems = Vec::new();
+    for i in 0..usize::from(shards) {
+        let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&s.namespace, i).schema());
+        problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &s.namespace, i).await);
+    }
+    assert!(
+        problems.is_empty(),
+        "keyspace invariants broken:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[tokio::test]
+async fn a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact_one_shard() {
+    a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact(1).await;
+}
+
+#[tokio::test]
+async fn a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact_three_shards() {
+    a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact(3).await;
+}
+
 /// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
 /// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
 /// floors owed leave with their pool.
