@@ -409,6 +409,46 @@ async fn a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact_three_shards() {
     a_tenants_fetch_at_its_cap_keeps_the_ready_index_exact(3).await;
 }
 
+/// A tenant parked at its cap whose waiting jobs then all left (cancelled) leaves the queue's tenants
+/// with a sub-queue (`q:Q:subs`) when its slot comes back: nothing else would take it out, as FETCH
+/// only looks at the tenants of the fair share, which a parked tenant with nothing ready does not
+/// re-join. It stayed for ever. Found by tests/model.rs (OJS_MODEL_SEED=2, the keyspace check after
+/// every job ended).
+async fn a_parked_tenant_with_nothing_left_leaves_the_queues_tenants(shards: u16) {
+    let s = server(shards).await;
+    let q = "cap-subs";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/tenancy"),
+            json!({"source": "meta", "concurrency": {"acme": 1}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let job = json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "acme"}});
+    s.enqueue(job.clone()).await;
+    let waiting = s.enqueue(job).await;
+    let running = s.fetch(&[q], 1).await;
+    assert_eq!(running.len(), 1);
+    assert!(s.fetch(&[q], 1).await.is_empty(), "acme is at its cap: parked");
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{waiting}")).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(s.ack(&id(&running[0])).await.0, 200);
+    assert!(s.fetch(&[q], 1).await.is_empty());
+    let lasting = lasting_keys(&s, &format!("q:{q}:subs"), shards).await;
+    assert!(lasting.is_empty(), "acme has nothing waiting in {q}: {lasting:?}");
+    invariants_on_every_shard(&s, shards).await;
+}
+
+#[tokio::test]
+async fn a_parked_tenant_with_nothing_left_leaves_the_queues_tenants_one_shard() {
+    a_parked_tenant_with_nothing_left_leaves_the_queues_tenants(1).await;
+}
+
+#[tokio::test]
+async fn a_parked_tenant_with_nothing_left_leaves_the_queues_tenants_three_shards() {
+    a_parked_tenant_with_nothing_left_leaves_the_queues_tenants(3).await;
+}
+
 /// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
 /// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
 /// floors owed leave with their pool.
