@@ -24,7 +24,8 @@
 -- P..'q:'..Q..':subs' is the set of tenants whose sub-queue of Q may hold waiting jobs (ready, or in a
 -- lane open or parked): a tenant enters with its job (make_ready) and leaves when FETCH finds its
 -- sub-queue with nothing ready and no lane open or parked (a tenant whose last job was cancelled stays
--- until then); re-scoring an aging change visits their sub-queues (includes/rescore.lua).
+-- until then), or, for a tenant parked at its cap (below), when it is unparked with nothing waiting;
+-- re-scoring an aging change visits their sub-queues (includes/rescore.lua).
 -- Q's conf field 'tenants' = '1' once Q held a tenant's job: FETCH reads it with Q's other settings, so
 -- a queue that never had a tenant pays nothing for any of this.
 -- Per tenant, P..'tenant:'..T..':stats' counts its jobs 'enqueued' and 'dispatched' (claims), for
@@ -169,9 +170,14 @@ end
 -- parked.
 local function tenant_unpark(P, queue, tenant)
   if redis.call('SREM', key_queue_tenants_full(P, queue), tenant) == 0 then return false end
-  if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, tenant))) == 1 then
+  local q = sub_queue(queue, tenant)
+  if redis.call('EXISTS', key_queue_ready(P, q)) == 1 then
     tenant_join(P, queue, tenant)
     redis.call('SADD', key_ready_index(P), queue)
+  elseif redis.call('EXISTS', key_queue_heads(P, q), key_queue_parked(P, q)) == 0 then
+    -- Nothing of it waits in the queue (its last jobs left while it was parked): it leaves the queue's
+    -- tenants with a sub-queue, as FETCH would take it out, which never meets a tenant out of the share.
+    redis.call('SREM', key_queue_subs(P, queue), tenant)
   end
   return true
 end
