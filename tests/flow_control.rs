@@ -449,6 +449,38 @@ async fn a_parked_tenant_with_nothing_left_leaves_the_queues_tenants_three_shard
     a_parked_tenant_with_nothing_left_leaves_the_queues_tenants(3).await;
 }
 
+/// A tenant whose only waiting job sits in a parked lane (its key paused) is out of the fair share; when
+/// that job is cancelled, the tenant has nothing waiting and leaves the queue's tenants with a
+/// sub-queue (`q:Q:subs`). Only a FETCH that met the tenant in the share took it out, so it stayed for
+/// ever. Found by tests/model.rs (OJS_MODEL_SEED=4, the keyspace check after every job ended).
+async fn a_tenant_whose_parked_jobs_are_cancelled_leaves_the_queues_tenants(shards: u16) {
+    let s = server(shards).await;
+    let q = "parked-subs";
+    let id = s
+        .enqueue(
+            json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "acme"},
+            "rate_limit": {"key": "parked-subs-key", "concurrency": 0}}),
+        )
+        .await;
+    assert!(s.fetch(&[q], 1).await.is_empty(), "the key is paused: its lane parks");
+    let (st, b) = s.delete(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(st, 200, "{b}");
+    assert!(s.fetch(&[q], 1).await.is_empty());
+    let lasting = lasting_keys(&s, &format!("q:{q}:subs"), shards).await;
+    assert!(lasting.is_empty(), "acme has nothing waiting in {q}: {lasting:?}");
+    invariants_on_every_shard(&s, shards).await;
+}
+
+#[tokio::test]
+async fn a_tenant_whose_parked_jobs_are_cancelled_leaves_the_queues_tenants_one_shard() {
+    a_tenant_whose_parked_jobs_are_cancelled_leaves_the_queues_tenants(1).await;
+}
+
+#[tokio::test]
+async fn a_tenant_whose_parked_jobs_are_cancelled_leaves_the_queues_tenants_three_shards() {
+    a_tenant_whose_parked_jobs_are_cancelled_leaves_the_queues_tenants(3).await;
+}
+
 /// Item 8: a queue's concurrency (the pool floors are owed in) removed while a floor was owed, then set
 /// again: the old floor owed stayed, and a floor-0 job with every slot free was never claimed. The
 /// floors owed leave with their pool.
