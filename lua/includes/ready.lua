@@ -129,6 +129,8 @@ local function unready(P, jk, queue)
     end
     ready_index_check(P, queue)
   end
+  -- A tenant out of the fair share (its jobs wait in parked lanes) may have nothing waiting now.
+  if q ~= queue then tenant_sub_check(P, queue, f[4]) end
   rec('HDEL', jk, 'member')
   not_available(P, queue, f[2])
 end
