@@ -225,6 +225,9 @@ local function claim_from(queue, tenant)
   if capped then
     if tenant_gate(P, queue, tenant, qlimits[queue], now) then
       tenant_park(P, queue, tenant)
+      -- It may have been the queue's last tenant in the share: P..'ready' is made exact at the end (a
+      -- FETCH of the whole queue does it at once; one acting as the tenant returns from here).
+      claimed_from[queue] = true
       return false
     end
     tenant_unpark(P, queue, tenant)

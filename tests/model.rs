@@ -12,15 +12,47 @@
 //! order: one that does not fit holds back the key's others behind it; an adaptive key's concurrency
 //! halves (at least 1) on a "Throttled" NACK of a job that started in the current round of decreases
 //! (the job keeps its attempt), and rises by one every ADAPT_AFTER ACKs made while all its slots are
-//! taken, back to its policy's. Both queues have a queue-level concurrency of POOL, the pool that keys
-//! with a floor share (burstable concurrency): a queue whose POOL slots are held starts nothing; each
-//! key carries its floor FLOORS[k] (at most the job's concurrency) in every job, and a key holding at
-//! least its floor (at most its limit) borrows, so it starts only while the queue's holders plus the
-//! floors owed leave a slot; a key owes its floor minus its active jobs in a queue where it has
-//! available jobs. Every job of `qb` belongs to tenant TENANT, whose concurrency in `qb` is TENANT_CAP
-//! (the queue's tenancy setting): below POOL, so `qb` starts nothing while TENANT_CAP of its jobs are
-//! active, and its keys' floors draw from the tenant's TENANT_CAP slots instead of the queue's POOL
-//! (burstable concurrency inside a tenant).
+//! taken, back to its policy's.
+//!
+//! Pools (burstable concurrency, and a tenant's concurrency). Each queue starts with a queue-level
+//! concurrency of POOL, and every job of `qb` belongs to tenant TENANT (t1), whose cap in `qb` (the
+//! queue's tenancy setting, `default_concurrency`) starts at TENANT_CAP; operations set (1 to 4) or
+//! remove a queue's concurrency (`PUT`/`DELETE /admin/queues/{q}/rate-limit`) and replace `qb`'s
+//! tenancy with a cap (1 to 3) or without one, while jobs run. A queue starts a job only while each of
+//! its pools has a free slot: its concurrency, held by the jobs claimed while it had one
+//! (lua/fetch-1.lua takes a queue slot only then, and the job keeps it while active), and for `qb`
+//! TENANT's cap, held by every active job of `qb` (a tenant's job always takes its slot, so a cap set
+//! later counts it). Each key carries its floor FLOORS[k] (at most the job's concurrency) in every job;
+//! a lane's floor draws from the pool ratelimit.lua `pool_pick` names: in `qb` TENANT's cap when it
+//! has one, else the queue's concurrency, else none (the floor means nothing). A key holding at least
+//! its floor (at most its limit) borrows: it starts only while that pool's holders plus the floors
+//! owed there leave a slot; a key owes its floor minus its active jobs (in any queue) in the pool of
+//! each queue where it has available jobs. A changed setting takes effect at once: the floors owed
+//! follow their pools in the very request (the model has no notion of a later sync).
+//!
+//! Actors. The pods run with `OJS_API_KEYS`: ADMIN_KEY, which the harness's clients send by default,
+//! and keys bound to t1 and to t2 (`worker@t1:…`, `worker@t2:…`; t2 owns no job). Every worker
+//! operation (FETCH, ACK with or without its fetch, NACK, heartbeat, cancel, PATCH, and an enqueue into
+//! `qb`) goes plain (every tenant's jobs), with `X-OJS-Tenant: t1|t2` (and the admin key), or with t1's
+//! or t2's key. A request acting as a tenant sees that tenant's jobs only (`qa`'s have none, `qb`'s are
+//! t1's): another's ACK, NACK, cancel and PATCH answer 404 `not_found` and change nothing (the sweep
+//! after each step reads every job's state, attempt and priority from Redis); a heartbeat reports it
+//! `missing` (in `lost_jobs`), extends nothing, and its `lease_until` in Redis is the same before and
+//! after; FETCH claims only the tenant's jobs; an enqueue into `qb` acting as t2 whose body names t1 is
+//! 403 `forbidden` with t2's key, 400 `invalid_request` with the header, and writes no job record (they
+//! are counted); acting as t1 the body may leave the tenant out (it is stamped).
+//!
+//! Invariants. After every step: each job's state, attempt and priority; each key's limit and active
+//! units (GET /rate-limits/{key}); each queue's concurrency, active slots and `floors_owed` (GET
+//! /admin/queues/{q}/rate-limit); and from Redis, each pool's slots held (the queue's and TENANT's
+//! `rl:active` sets, each key's) equal the model's holders, and the floors owed in each pool (the
+//! `want` of the queue's conf and of `qb@t1`'s, in the queue's current pool generation) equal what the
+//! waiting lanes owe, computed by the model from scratch. After the sequence: the keyspace invariants
+//! (crates/ojs-testkit/src/invariants.rs); then every job still waiting or running is cancelled, each
+//! queue fetched once (a tenant with nothing left leaves the fair share at a FETCH), the invariants
+//! checked again, and no key named after a user value (a queue, a sub-queue, a rate-limit key, a
+//! tenant, a job, a worker) is left without a TTL but those meant to persist (`persistent`): a queue's
+//! settings and counters (`q:qa:conf`, `q:qb:conf`, `q:Q:stats`) and a key's operator override.
 //!
 //! Where timing decides, the harness waits instead of guessing, so no assertion depends on how fast the
 //! machine is: a retry that comes due in milliseconds is awaited until it is available again before the
@@ -32,7 +64,8 @@
 //!
 //! `OJS_MODEL_LEGACY=1` runs the same sequences against a server from before that contract, to check the
 //! harness itself: leases and lease identities are ignored, each key keeps the policy of its first job,
-//! and heartbeats name their lease length.
+//! and heartbeats name their lease length; every request is plain (no keys, no tenants, no tenancy),
+//! the settings operations are skipped, and the keyspace is not checked after the drain.
 //!
 //! `two_nodes_on_two_shards_agree_with_the_model` runs the same with `--shards 2`, `qa` on shard 0 and
 //! `qb` on shard 1 (issue 22): FETCH, ACK, heartbeats and by-id requests then cross shards. A key there
@@ -49,6 +82,7 @@ use ojs_core::clock::{local_now_ms, parse_ms};
 use ojs_testkit::TestServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use reqwest::Method;
 use serde_json::{json, Value};
 
 /// FETCH's lease. Long enough that a slow step never lets one lapse unplanned (the harness also
@@ -71,7 +105,13 @@ const KEYS: [&str; 2] = ["k1", "k2"];
 /// The tenant of every job of `qb` (QUEUES[1]), and its concurrency there.
 const TENANT: &str = "t1";
 const TENANT_CAP: u32 = 2;
+/// The tenants a request may act as: TENANT (t1) and a foreign one that owns no job.
+const TENANTS: [&str; 2] = [TENANT, "t2"];
 const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
+/// The pods' API keys (`OJS_API_KEYS`): the harness's clients send ADMIN_KEY by default; a request
+/// acting by key sends the key bound to its tenant instead.
+const ADMIN_KEY: &str = "model-admin-key-0123456789";
+const TENANT_KEYS: [&str; 2] = ["model-t1-key-0123456789", "model-t2-key-0123456789"];
 
 // ---------------------------------------------------------------------------------------------------
 // Operations
@@ -84,6 +124,25 @@ enum JobRef {
     Any(usize),
     Active(usize),
     Claimed(usize),
+}
+
+/// How a worker request names its tenant: not at all (the admin key, every tenant's jobs), by
+/// `X-OJS-Tenant` (with the admin key), or by the key bound to the tenant (TENANTS[t]).
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Plain,
+    Header(usize),
+    Key(usize),
+}
+
+impl Via {
+    /// The tenant the request acts as.
+    fn acting(self) -> Option<usize> {
+        match self {
+            Via::Plain => None,
+            Via::Header(t) | Via::Key(t) => Some(t),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -114,6 +173,10 @@ struct NewJob {
     max_attempts: Option<u32>,
     slow_retry: bool,
     delayed: bool,
+    /// How an enqueue into `qb` acts (an enqueue into `qa` is always plain), and whether a request
+    /// acting as t1 still names t1 in `meta.tenant_id` (acting as t2 it always does: refused).
+    via: Via,
+    named: bool,
 }
 
 /// A worker's heartbeat: it names the jobs the model says it holds, plus maybe one more (`extra`);
@@ -138,12 +201,14 @@ enum Op {
         node: usize,
         worker: usize,
         queues: Vec<usize>,
+        via: Via,
     },
     Ack {
         node: usize,
         job: JobRef,
         ident: Ident,
         fetch_next: Option<(usize, Vec<usize>)>,
+        via: Via,
     },
     Nack {
         node: usize,
@@ -152,19 +217,34 @@ enum Op {
         requeue: bool,
         /// The error's type is the adaptive policies' "Throttled".
         throttled: bool,
+        via: Via,
     },
     Heartbeat {
         node: usize,
         beat: Beat,
+        via: Via,
     },
     Cancel {
         node: usize,
         job: JobRef,
+        via: Via,
     },
     Patch {
         node: usize,
         job: JobRef,
         priority: u32,
+        via: Via,
+    },
+    /// The queue's concurrency (the pool its keys' floors share) set, or removed (None).
+    SetPool {
+        node: usize,
+        queue: usize,
+        concurrency: Option<u32>,
+    },
+    /// `qb`'s tenancy setting replaced, with a `default_concurrency` (TENANT's cap there) or without.
+    SetTenantCap {
+        node: usize,
+        cap: Option<u32>,
     },
     SetOverride {
         node: usize,
@@ -176,6 +256,14 @@ enum Op {
         key: usize,
     },
     Advance,
+}
+
+fn via() -> impl Strategy<Value = Via> {
+    prop_oneof![
+        4 => Just(Via::Plain),
+        1 => (0..2usize).prop_map(Via::Header),
+        1 => (0..2usize).prop_map(Via::Key),
+    ]
 }
 
 fn job_ref() -> impl Strategy<Value = JobRef> {
@@ -216,9 +304,10 @@ fn enqueue() -> impl Strategy<Value = Op> {
         proptest::bool::weighted(0.3),
         proptest::bool::weighted(0.1),
         proptest::bool::weighted(0.4),
+        (via(), any::<bool>()),
     )
         .prop_map(
-            |(node, queue, priority, limit, max_attempts, slow_retry, delayed, adaptive)| Op::Enqueue {
+            |(node, queue, priority, limit, max_attempts, slow_retry, delayed, adaptive, (via, named))| Op::Enqueue {
                 node,
                 job: NewJob {
                     queue,
@@ -228,6 +317,8 @@ fn enqueue() -> impl Strategy<Value = Op> {
                     max_attempts,
                     slow_retry,
                     delayed,
+                    via,
+                    named,
                 },
             },
         )
@@ -248,11 +339,26 @@ fn sequence() -> impl Strategy<Value = Vec<Op>> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => enqueue(),
-        7 => (0..2usize, 0..3usize, queues()).prop_map(|(node, worker, queues)| Op::Fetch { node, worker, queues }),
-        3 => (0..2usize, job_ref(), ident(), proptest::option::weighted(0.2, (0..3usize, queues())))
-            .prop_map(|(node, job, ident, fetch_next)| Op::Ack { node, job, ident, fetch_next }),
-        3 => (0..2usize, job_ref(), ident(), proptest::bool::weighted(0.3), proptest::bool::weighted(0.4))
-            .prop_map(|(node, job, ident, requeue, throttled)| Op::Nack { node, job, ident, requeue, throttled }),
+        7 => (0..2usize, 0..3usize, queues(), via())
+            .prop_map(|(node, worker, queues, via)| Op::Fetch { node, worker, queues, via }),
+        3 => (0..2usize, job_ref(), ident(), proptest::option::weighted(0.2, (0..3usize, queues())), via())
+            .prop_map(|(node, job, ident, fetch_next, via)| Op::Ack { node, job, ident, fetch_next, via }),
+        3 => (
+            0..2usize,
+            job_ref(),
+            ident(),
+            proptest::bool::weighted(0.3),
+            proptest::bool::weighted(0.4),
+            via()
+        )
+            .prop_map(|(node, job, ident, requeue, throttled, via)| Op::Nack {
+                node,
+                job,
+                ident,
+                requeue,
+                throttled,
+                via
+            }),
         2 => (
             0..2usize,
             0..3usize,
@@ -260,13 +366,19 @@ fn op() -> impl Strategy<Value = Op> {
             any::<bool>(),
             any::<bool>(),
             proptest::bool::weighted(0.3),
+            via(),
         )
-            .prop_map(|(node, worker, extra, objects, stale, long)| Op::Heartbeat {
+            .prop_map(|(node, worker, extra, objects, stale, long, via)| Op::Heartbeat {
                 node,
                 beat: Beat { worker, extra, objects, stale, long },
+                via,
             }),
-        1 => (0..2usize, job_ref()).prop_map(|(node, job)| Op::Cancel { node, job }),
-        1 => (0..2usize, job_ref(), 0..5u32).prop_map(|(node, job, priority)| Op::Patch { node, job, priority }),
+        1 => (0..2usize, job_ref(), via()).prop_map(|(node, job, via)| Op::Cancel { node, job, via }),
+        1 => (0..2usize, job_ref(), 0..5u32, via())
+            .prop_map(|(node, job, priority, via)| Op::Patch { node, job, priority, via }),
+        1 => (0..2usize, 0..2usize, proptest::option::weighted(0.7, 1..5u32))
+            .prop_map(|(node, queue, concurrency)| Op::SetPool { node, queue, concurrency }),
+        1 => (0..2usize, proptest::option::weighted(0.6, 1..4u32)).prop_map(|(node, cap)| Op::SetTenantCap { node, cap }),
         1 => (0..2usize, 0..2usize, 0..3u32)
             .prop_map(|(node, key, concurrency)| Op::SetOverride { node, key, concurrency }),
         1 => (0..2usize, 0..2usize).prop_map(|(node, key)| Op::LiftOverride { node, key }),
@@ -325,6 +437,10 @@ struct MJob {
     /// at most the limit when it was claimed, at least 1).
     cost: u32,
     held: u32,
+    /// It holds one of its queue's concurrency slots: it was claimed while the queue had a
+    /// concurrency (lua/fetch-1.lua takes a queue slot only then; the slot stays the job's while it is
+    /// active, whatever the setting does meanwhile).
+    qslot: bool,
     /// Its own policy is adaptive, and the round of its key's decreases its last claim started in
     /// (None when the key's policy was not adaptive then).
     adaptive: bool,
@@ -365,6 +481,18 @@ struct Model {
     /// Whether the newest job of each key had an adaptive policy, and each key's adaptation.
     adaptive: [bool; 2],
     adapt: [Adapt; 2],
+    /// Each queue's concurrency (None: removed), and TENANT's cap in `qb` (None: the tenancy setting
+    /// has no `default_concurrency`).
+    qconc: [Option<u32>; 2],
+    tcap: Option<u32>,
+}
+
+/// A pool floors are owed in (ratelimit.lua pool_pick): a queue's concurrency, or TENANT's cap in `qb`
+/// (its sub-queue `qb@t1`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pool {
+    Queue(usize),
+    Tenant,
 }
 
 /// Successes per step up in the generated adaptive policies.
@@ -475,47 +603,90 @@ impl Model {
         Some(self.floor[k]?.min(self.limit(k)?))
     }
 
-    /// The slots queue q's jobs share, and its keys' floors draw from: `qb`'s tenant's cap (its every
-    /// job is the tenant's), else the queue's POOL.
-    fn cap(&self, q: usize) -> u32 {
-        if q == 1 && !self.legacy {
-            TENANT_CAP
-        } else {
-            POOL
-        }
+    /// The tenant of job i (an index of TENANTS): every job of `qb` is TENANT's, `qa`'s have none.
+    fn tenant_of(&self, i: usize) -> Option<usize> {
+        (self.jobs[i].queue == 1 && !self.legacy).then_some(0)
     }
 
-    /// Jobs of queue q holding one of its POOL slots.
-    fn pool_held(&self, q: usize) -> u32 {
+    /// Job i exists for a request acting as `acting`: one acting as a tenant sees that tenant's jobs
+    /// only.
+    fn visible(&self, i: usize, acting: Option<usize>) -> bool {
+        acting.is_none() || self.tenant_of(i) == acting
+    }
+
+    /// The pool a lane of queue q draws its floor from, and its size (ratelimit.lua pool_pick): in `qb`
+    /// (TENANT's sub-queue) the tenant's cap when it has one, else the queue's concurrency, else none.
+    fn lane_pool(&self, q: usize) -> Option<(Pool, u32)> {
+        if q == 1 {
+            if let Some(c) = self.tcap {
+                return Some((Pool::Tenant, c));
+            }
+        }
+        self.qconc[q].map(|c| (Pool::Queue(q), c))
+    }
+
+    /// Jobs of queue q holding one of its concurrency slots.
+    fn qslot_held(&self, q: usize) -> u32 {
         self.jobs
             .iter()
-            .filter(|j| j.state == St::Active && j.queue == q)
+            .filter(|j| j.state == St::Active && j.queue == q && j.qslot)
             .count() as u32
     }
 
-    /// The floors queue q's pool owes: each key with available jobs there, its floor less its holders.
-    fn pool_owed(&self, q: usize) -> u32 {
-        (0..KEYS.len())
-            .filter(|&k| {
-                self.jobs
-                    .iter()
-                    .any(|j| j.state == St::Available && j.queue == q && j.key == Some(k))
+    /// TENANT's jobs holding one of its slots in `qb`: every active one (a claimed tenant's job holds
+    /// one whether or not the tenant has a cap: lua/fetch-1.lua, so a cap set later counts it).
+    fn tenant_held(&self) -> u32 {
+        if self.legacy {
+            return 0;
+        }
+        self.jobs
+            .iter()
+            .filter(|j| j.state == St::Active && j.queue == 1)
+            .count() as u32
+    }
+
+    fn pool_holders(&self, p: Pool) -> u32 {
+        match p {
+            Pool::Queue(q) => self.qslot_held(q),
+            Pool::Tenant => self.tenant_held(),
+        }
+    }
+
+    /// The floors pool p owes, computed from scratch: over the lanes that draw from it (a key's jobs
+    /// waiting in a queue whose lanes' pool is p), the key's floor less its holders (in any queue).
+    fn pool_owed(&self, p: Pool) -> u32 {
+        (0..QUEUES.len())
+            .filter(|&q| self.lane_pool(q).map(|(lp, _)| lp) == Some(p))
+            .flat_map(|q| {
+                (0..KEYS.len()).filter(move |&k| {
+                    self.jobs
+                        .iter()
+                        .any(|j| j.state == St::Available && j.queue == q && j.key == Some(k))
+                })
             })
             .filter_map(|k| Some(self.floor_of(k)?.saturating_sub(self.holders_of(k))))
             .sum()
     }
 
-    /// Queues in the order given, skipping one whose slots (`cap`) are held; within a queue priority
-    /// then FIFO, skipping jobs whose key is at its concurrency limit (a limited job never blocks a free
-    /// one of another key behind it) or at its floor while the pool's free slots are owed.
-    fn predict_fetch(&self, queues: &[usize]) -> Option<usize> {
+    /// Queues in the order given, skipping one with none of the jobs the request may see (acting as a
+    /// tenant: that tenant's), or a pool of which (its concurrency, TENANT's cap) is full; within a
+    /// queue priority then FIFO, skipping jobs whose key is at its concurrency limit (a limited job
+    /// never blocks a free one of another key behind it) or at its floor while the free slots of its
+    /// lane's pool are owed.
+    fn predict_fetch(&self, queues: &[usize], acting: Option<usize>) -> Option<usize> {
         for &q in queues {
-            let held = self.pool_held(q);
-            let cap = self.cap(q);
-            if held >= cap {
+            if acting.is_some_and(|t| q != 1 || t != 0) {
                 continue;
             }
-            let owed = self.pool_owed(q);
+            if self.qconc[q].is_some_and(|c| self.qslot_held(q) >= c) {
+                continue;
+            }
+            if q == 1 && self.tcap.is_some_and(|c| self.tenant_held() >= c) {
+                continue;
+            }
+            let pool = self
+                .lane_pool(q)
+                .map(|(p, size)| (self.pool_holders(p), self.pool_owed(p), size));
             let mut ready: Vec<usize> = (0..self.jobs.len())
                 .filter(|&i| self.jobs[i].state == St::Available && self.jobs[i].queue == q)
                 .collect();
@@ -531,7 +702,8 @@ impl Model {
                         .limit(k)
                         .is_none_or(|l| self.active_of(k) + Model::units(self.jobs[i].cost, l) <= l);
                     let borrows = self.floor_of(k).is_some_and(|f| self.holders_of(k) >= f);
-                    let fits = fits && !(borrows && held + owed >= cap);
+                    let full = pool.is_some_and(|(held, owed, size)| held + owed >= size);
+                    let fits = fits && !(borrows && full);
                     blocked[k] = !fits;
                     fits
                 }
@@ -647,13 +819,36 @@ impl Harness {
         // A fresh namespace per case keeps cases (and shrinking runs) independent.
         let ns = ojs_testkit::unique_namespace();
         let n = shards.to_string();
-        let env: Vec<(&str, &str)> = if shards > 1 {
+        let mut env: Vec<(&str, &str)> = if shards > 1 {
             vec![("OJS_SHARDS", n.as_str()), ("OJS_QUEUE_SHARDS", "qa=0,qb=1")]
         } else {
             Vec::new()
         };
-        let a = TestServer::spawn_pod(bin, &ns, &env).await;
-        let b = TestServer::spawn_pod(bin, &ns, &env).await;
+        let keys = format!(
+            "admin:{ADMIN_KEY},worker@{}:{},worker@{}:{}",
+            TENANTS[0], TENANT_KEYS[0], TENANTS[1], TENANT_KEYS[1]
+        );
+        if !legacy {
+            env.push(("OJS_API_KEYS", keys.as_str()));
+        }
+        let mut a = TestServer::spawn_pod(bin, &ns, &env).await;
+        let mut b = TestServer::spawn_pod(bin, &ns, &env).await;
+        if !legacy {
+            // Every request of the harness is the operator's unless a step acts by a tenant's key (an
+            // explicit Authorization header replaces the default one).
+            let mut h = reqwest::header::HeaderMap::new();
+            let auth = format!("Bearer {ADMIN_KEY}");
+            h.insert(
+                reqwest::header::AUTHORIZATION,
+                reqwest::header::HeaderValue::from_str(&auth).expect("header"),
+            );
+            for s in [&mut a, &mut b] {
+                s.http = reqwest::Client::builder()
+                    .default_headers(h.clone())
+                    .build()
+                    .expect("client");
+            }
+        }
         for q in QUEUES {
             let (s, body) = a
                 .put(
@@ -691,6 +886,8 @@ impl Harness {
                 overrides: [None; 2],
                 adaptive: [false; 2],
                 adapt: [Adapt::default(); 2],
+                qconc: [Some(POOL); 2],
+                tcap: (!legacy).then_some(TENANT_CAP),
             },
             advances: 0,
             trace: Vec::new(),
@@ -714,6 +911,12 @@ impl Harness {
             }
             let what = self.step(op).await.map_err(|e| self.fail(n, &format!("{op:?}"), &e))?;
             self.trace.push(format!("{n:>2} {op:?} => {what}"));
+            // The sweep reads a good deal: no lease may lapse meanwhile on a slow machine.
+            if !matches!(op, Op::Advance) {
+                self.keepalive(false)
+                    .await
+                    .map_err(|e| self.fail(n, "keep-alive heartbeat", &e))?;
+            }
             self.sweep()
                 .await
                 .map_err(|e| self.fail(n, &format!("{op:?} (state sweep)"), &e))?;
@@ -740,6 +943,81 @@ impl Harness {
                 "invariants",
                 &format!("keyspace invariants broken:\n  {}", problems.join("\n  "))
             )
+        );
+        if !self.m.legacy {
+            self.drain().await.map_err(|e| self.fail(end, "drain", &e))?;
+        }
+        Ok(())
+    }
+
+    /// Every job still waiting or running is cancelled; then the keyspace invariants hold again, and
+    /// every key named after a user value (a queue, a tenant's sub-queue, a rate-limit key, a tenant,
+    /// a job, a worker) either expires or is gone with its last member, but for the few meant to
+    /// persist (PERSISTENT).
+    async fn drain(&mut self) -> Result<(), String> {
+        for i in 0..self.m.jobs.len() {
+            if matches!(self.m.jobs[i].state, St::Completed | St::Cancelled | St::Discarded) {
+                continue;
+            }
+            let id = self.m.jobs[i].id.clone();
+            let (s, b) = self.nodes[i % 2].delete(&format!("/ojs/v1/jobs/{id}")).await;
+            check!(
+                s == 200 && b["job"]["state"] == "cancelled",
+                "draining: cancel of {} ({}): {s} {b}",
+                self.label(i),
+                self.m.jobs[i].state.as_str()
+            );
+            self.m.finish(i, St::Cancelled);
+        }
+        self.sweep().await?;
+        // A tenant whose last job was cancelled leaves its queue's fair share when FETCH next finds
+        // nothing of it there (lua/includes/tenant.lua): one FETCH of each queue, which claims nothing.
+        for (q, name) in QUEUES.iter().enumerate() {
+            let (s, b) = self.nodes[q]
+                .post("/ojs/v1/workers/fetch", self.fetch_body(0, &[q]))
+                .await;
+            check!(
+                s == 200 && b["jobs"].as_array().is_some_and(Vec::is_empty),
+                "draining: a FETCH of {name} with every job ended: {s} {b}"
+            );
+        }
+        self.quiesce().await;
+        let ns = self.nodes[0].namespace.clone();
+        let mut problems = Vec::new();
+        for shard in 0..self.shards {
+            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, shard).schema());
+            problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &ns, shard).await);
+            let keys = ojs_store::Keys::for_shard(&ns, shard);
+            let all: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}*", keys.prefix()))
+                .query_async(&mut self.redis[shard])
+                .await
+                .map_err(|e| e.to_string())?;
+            for key in all {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut self.redis[shard])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if ttl != -1 {
+                    continue;
+                }
+                let families: Vec<(&str, Vec<&str>)> = ojs_store::layout::KEY_FAMILIES
+                    .iter()
+                    .filter_map(|f| Some((f.name, keys.parts(f.name, &key)?)))
+                    .filter(|(_, parts)| !parts.is_empty())
+                    .collect();
+                let meant = families.iter().any(|(f, parts)| persistent(f, parts));
+                if !families.is_empty() && !meant {
+                    let names: Vec<&str> = families.iter().map(|(f, _)| *f).collect();
+                    problems.push(format!("{key} ({names:?}) has no TTL once every job ended"));
+                }
+            }
+        }
+        check!(
+            problems.is_empty(),
+            "after every job ended:\n  {}",
+            problems.join("\n  ")
         );
         Ok(())
     }
@@ -786,13 +1064,37 @@ impl Harness {
                 _ => {}
             }
         }
+        if self.m.legacy {
+            // A server from before tenants: every request is plain.
+            match &mut op {
+                Op::Enqueue {
+                    job: NewJob { via, .. },
+                    ..
+                }
+                | Op::Fetch { via, .. }
+                | Op::Ack { via, .. }
+                | Op::Nack { via, .. }
+                | Op::Heartbeat { via, .. }
+                | Op::Cancel { via, .. }
+                | Op::Patch { via, .. } => *via = Via::Plain,
+                Op::SetPool { .. } | Op::SetTenantCap { .. } => return Ok("skipped (legacy)".into()),
+                _ => {}
+            }
+        }
         match op {
             Op::Enqueue { node, job } => self.enqueue(node, job).await,
-            Op::Fetch { node, worker, queues } => {
+            Op::Fetch {
+                node,
+                worker,
+                queues,
+                via,
+            } => {
                 let body = self.fetch_body(worker, &queues);
-                let predicted = self.m.predict_fetch(&queues);
+                let predicted = self.m.predict_fetch(&queues, via.acting());
                 let sent = Instant::now();
-                let (s, b) = self.nodes[node].post("/ojs/v1/workers/fetch", body).await;
+                let (s, b) = self
+                    .call(node, Method::POST, "/ojs/v1/workers/fetch", Some(body), via)
+                    .await;
                 check!(s == 200, "FETCH answered {s}: {b}");
                 self.expect_claim(predicted, &b["jobs"], worker, sent)
             }
@@ -801,15 +1103,17 @@ impl Harness {
                 job,
                 ident,
                 fetch_next,
-            } => self.ack(node, &job, &ident, fetch_next).await,
+                via,
+            } => self.ack(node, &job, &ident, fetch_next, via).await,
             Op::Nack {
                 node,
                 job,
                 ident,
                 requeue,
                 throttled,
-            } => self.nack(node, &job, &ident, requeue, throttled).await,
-            Op::Heartbeat { node, beat } => {
+                via,
+            } => self.nack(node, &job, &ident, requeue, throttled, via).await,
+            Op::Heartbeat { node, beat, via } => {
                 let (worker, objects) = (beat.worker, beat.objects);
                 let mut entries: Vec<(usize, Option<String>)> = Vec::new();
                 let lease_of = |j: &MJob, back: usize| {
@@ -836,14 +1140,19 @@ impl Harness {
                         entries.push((i, lease));
                     }
                 }
-                self.heartbeat(node, worker, entries, beat.long).await
+                self.heartbeat(node, worker, entries, beat.long, via).await
             }
-            Op::Cancel { node, job } => {
+            Op::Cancel { node, job, via } => {
                 let target = self.m.resolve(&job);
                 let id = self.id_of(target);
-                let (s, b) = self.nodes[node].delete(&format!("/ojs/v1/jobs/{id}")).await;
-                let Some(i) = target else {
-                    check!(s == 404 && code(&b) == "not_found", "cancel of an unknown job: {s} {b}");
+                let (s, b) = self
+                    .call(node, Method::DELETE, &format!("/ojs/v1/jobs/{id}"), None, via)
+                    .await;
+                let Some(i) = target.filter(|&i| self.m.visible(i, via.acting())) else {
+                    check!(
+                        s == 404 && code(&b) == "not_found",
+                        "cancel of an unknown or another tenant's job ({via:?}): {s} {b}"
+                    );
                     return Ok("404".into());
                 };
                 let st = self.m.jobs[i].state;
@@ -866,14 +1175,28 @@ impl Harness {
                     Ok(format!("{} 409", self.label(i)))
                 }
             }
-            Op::Patch { node, job, priority } => {
+            Op::Patch {
+                node,
+                job,
+                priority,
+                via,
+            } => {
                 let target = self.m.resolve(&job);
                 let id = self.id_of(target);
-                let (s, b) = self.nodes[node]
-                    .patch(&format!("/ojs/v1/jobs/{id}"), json!({ "priority": priority }))
+                let (s, b) = self
+                    .call(
+                        node,
+                        Method::PATCH,
+                        &format!("/ojs/v1/jobs/{id}"),
+                        Some(json!({ "priority": priority })),
+                        via,
+                    )
                     .await;
-                let Some(i) = target else {
-                    check!(s == 404 && code(&b) == "not_found", "PATCH of an unknown job: {s} {b}");
+                let Some(i) = target.filter(|&i| self.m.visible(i, via.acting())) else {
+                    check!(
+                        s == 404 && code(&b) == "not_found",
+                        "PATCH of an unknown or another tenant's job ({via:?}): {s} {b}"
+                    );
                     return Ok("404".into());
                 };
                 let j = &self.m.jobs[i];
@@ -928,13 +1251,69 @@ impl Harness {
                 }
                 Ok(format!("{} override lifted", KEYS[key]))
             }
+            Op::SetPool {
+                node,
+                queue,
+                concurrency,
+            } => {
+                let path = format!("/ojs/v1/admin/queues/{}/rate-limit", QUEUES[queue]);
+                let (s, b) = match concurrency {
+                    Some(c) => self.nodes[node].put(&path, json!({ "concurrency": c })).await,
+                    None => self.nodes[node].delete(&path).await,
+                };
+                check!(
+                    s == 200 && b["concurrency"]["limit"] == json!(concurrency),
+                    "{} concurrency {concurrency:?}: {s} {b}",
+                    QUEUES[queue]
+                );
+                self.m.qconc[queue] = concurrency;
+                Ok(format!("{} concurrency {concurrency:?}", QUEUES[queue]))
+            }
+            Op::SetTenantCap { node, cap } => {
+                let mut body = json!({"source": "meta"});
+                if let Some(c) = cap {
+                    body["default_concurrency"] = json!(c);
+                }
+                let (s, b) = self.nodes[node]
+                    .put(&format!("/ojs/v1/admin/queues/{}/tenancy", QUEUES[1]), body)
+                    .await;
+                check!(
+                    s == 200 && b["tenancy"]["default_concurrency"] == json!(cap),
+                    "{}'s tenancy with default_concurrency {cap:?}: {s} {b}",
+                    QUEUES[1]
+                );
+                self.m.tcap = cap;
+                Ok(format!("{} tenant cap {cap:?}", QUEUES[1]))
+            }
             Op::Advance => self.advance().await,
         }
     }
 
+    /// A request as `via` says: the default (admin) key, the admin key with `X-OJS-Tenant`, or the
+    /// key bound to the tenant.
+    async fn call(&self, node: usize, method: Method, path: &str, body: Option<Value>, via: Via) -> (u16, Value) {
+        let auth;
+        let headers: Vec<(&str, &str)> = match via {
+            Via::Plain => Vec::new(),
+            Via::Header(t) => vec![("X-OJS-Tenant", TENANTS[t])],
+            Via::Key(t) => {
+                auth = format!("Bearer {}", TENANT_KEYS[t]);
+                vec![("Authorization", auth.as_str())]
+            }
+        };
+        self.nodes[node].send_with(method, path, &headers, body).await
+    }
+
     async fn enqueue(&mut self, node: usize, job: NewJob) -> Result<String, String> {
         let mut body = json!({"type": "t", "args": [], "queue": QUEUES[job.queue]});
-        if job.queue == 1 && !self.m.legacy {
+        // Into `qa` plainly; into `qb` as `via` says, naming TENANT in the body unless acting as it
+        // (then the tenant is stamped).
+        let via = if job.queue == 1 && !self.m.legacy {
+            job.via
+        } else {
+            Via::Plain
+        };
+        if job.queue == 1 && !self.m.legacy && (job.named || via.acting() != Some(0)) {
             body["meta"] = json!({ "tenant_id": TENANT });
         }
         if let Some(p) = job.priority {
@@ -975,7 +1354,26 @@ impl Harness {
                 Some((k, c, cost))
             }
         };
-        let (s, b) = self.nodes[node].post("/ojs/v1/jobs", body).await;
+        let (s, b) = self.call(node, Method::POST, "/ojs/v1/jobs", Some(body), via).await;
+        if let Some(t) = via.acting().filter(|&t| t != 0) {
+            // Acting as another tenant while the body names TENANT: refused, and nothing is written.
+            let want = match via {
+                Via::Key(_) => (403, "forbidden"),
+                _ => (400, "invalid_request"),
+            };
+            check!(
+                (s, code(&b)) == want,
+                "enqueue acting as {} ({via:?}) naming {TENANT}: want {want:?}: {s} {b}",
+                TENANTS[t]
+            );
+            let stored = self.stored_jobs().await?;
+            check!(
+                stored == self.m.jobs.len(),
+                "a refused enqueue wrote a job: {stored} job records, the model has {}",
+                self.m.jobs.len()
+            );
+            return Ok(format!("{s} (acting as {})", TENANTS[t]));
+        }
         let want_state = if job.delayed { St::Scheduled } else { St::Available };
         let want_priority = job.priority.unwrap_or(2);
         check!(
@@ -985,6 +1383,13 @@ impl Harness {
         );
         let id = b["job"]["id"].as_str().unwrap_or_default().to_string();
         check!(!id.is_empty(), "enqueue answered no id: {b}");
+        if job.queue == 1 && !self.m.legacy {
+            check!(
+                b["job"]["meta"]["tenant_id"] == TENANT,
+                "a job of {} ({via:?}) should be {TENANT}'s: {b}",
+                QUEUES[1]
+            );
+        }
         let i = self.m.jobs.len();
         self.m.jobs.push(MJob {
             id,
@@ -993,6 +1398,7 @@ impl Harness {
             key: key.map(|(k, _, _)| k),
             cost: key.map_or(1, |(_, _, cost)| cost),
             held: 0,
+            qslot: false,
             adaptive: job.adaptive && !self.m.legacy,
             round: None,
             max_attempts: job.max_attempts.unwrap_or(3),
@@ -1068,9 +1474,11 @@ impl Harness {
             .key
             .filter(|k| self.m.adaptive[*k])
             .map(|k| self.m.adapt[k].round);
+        let qslot = self.m.qconc[self.m.jobs[i].queue].is_some();
         let j = &mut self.m.jobs[i];
         j.state = St::Active;
         j.held = held;
+        j.qslot = qslot;
         j.round = round;
         j.attempt += 1;
         j.holder = Some(worker);
@@ -1104,6 +1512,7 @@ impl Harness {
         job: &JobRef,
         ident: &Ident,
         fetch_next: Option<(usize, Vec<usize>)>,
+        via: Via,
     ) -> Result<String, String> {
         let target = self.m.resolve(job);
         let id = self.id_of(target);
@@ -1114,9 +1523,14 @@ impl Harness {
             body["fetch"] = self.fetch_body(*w, qs);
         }
         let at = Instant::now();
-        let (s, b) = self.nodes[node].post("/ojs/v1/workers/ack", body).await;
-        let Some(i) = target else {
-            check!(s == 404 && code(&b) == "not_found", "ACK of an unknown job: {s} {b}");
+        let (s, b) = self
+            .call(node, Method::POST, "/ojs/v1/workers/ack", Some(body), via)
+            .await;
+        let Some(i) = target.filter(|&i| self.m.visible(i, via.acting())) else {
+            check!(
+                s == 404 && code(&b) == "not_found" && b.get("jobs").is_none(),
+                "ACK of an unknown or another tenant's job ({via:?}): {s} {b}"
+            );
             return Ok("404".into());
         };
         let label = self.label(i);
@@ -1146,7 +1560,7 @@ impl Harness {
                 self.m.finish(i, St::Completed);
                 let mut what = format!("{label} completed");
                 if let Some((w, qs)) = fetch_next {
-                    let predicted = self.m.predict_fetch(&qs);
+                    let predicted = self.m.predict_fetch(&qs, via.acting());
                     what += &format!("; next: {}", self.expect_claim(predicted, &b["jobs"], w, at)?);
                 }
                 Ok(what)
@@ -1161,6 +1575,7 @@ impl Harness {
         ident: &Ident,
         requeue: bool,
         throttled: bool,
+        via: Via,
     ) -> Result<String, String> {
         let target = self.m.resolve(job);
         let id = self.id_of(target);
@@ -1173,9 +1588,14 @@ impl Harness {
         }
         let sent = target.map(|i| self.m.identity(i, ident)).unwrap_or_default();
         Self::identity_body(&mut body, &sent);
-        let (s, b) = self.nodes[node].post("/ojs/v1/workers/nack", body).await;
-        let Some(i) = target else {
-            check!(s == 404 && code(&b) == "not_found", "NACK of an unknown job: {s} {b}");
+        let (s, b) = self
+            .call(node, Method::POST, "/ojs/v1/workers/nack", Some(body), via)
+            .await;
+        let Some(i) = target.filter(|&i| self.m.visible(i, via.acting())) else {
+            check!(
+                s == 404 && code(&b) == "not_found",
+                "NACK of an unknown or another tenant's job ({via:?}): {s} {b}"
+            );
             return Ok("404".into());
         };
         let label = self.label(i);
@@ -1239,8 +1659,17 @@ impl Harness {
         worker: usize,
         entries: Vec<(usize, Option<String>)>,
         long: bool,
+        via: Via,
     ) -> Result<String, String> {
         let legacy = self.m.legacy;
+        let acting = via.acting();
+        // Another tenant's active jobs named: their leases must not move.
+        let foreign: Vec<String> = entries
+            .iter()
+            .filter(|(i, _)| !self.m.visible(*i, acting) && self.m.jobs[*i].state == St::Active)
+            .map(|(i, _)| self.m.jobs[*i].id.clone())
+            .collect();
+        let leases_before = self.fields(&foreign, &["lease_until"]).await?;
         let active_jobs: Vec<Value> = entries
             .iter()
             .map(|(i, lease)| {
@@ -1259,7 +1688,9 @@ impl Harness {
             body["visibility_timeout_ms"] = json!(LEASE_MS);
         }
         let sent = Instant::now();
-        let (s, b) = self.nodes[node].post("/ojs/v1/workers/heartbeat", body).await;
+        let (s, b) = self
+            .call(node, Method::POST, "/ojs/v1/workers/heartbeat", Some(body), via)
+            .await;
         check!(s == 200, "heartbeat answered {s}: {b}");
         let reply: HashMap<&str, &Value> = b["jobs"]
             .as_array()
@@ -1277,6 +1708,17 @@ impl Harness {
         let mut cancelled = Vec::new();
         for (i, lease) in &entries {
             let j = &self.m.jobs[*i];
+            if !self.m.visible(*i, acting) {
+                let r = reply.get(j.id.as_str()).copied().unwrap_or(&Value::Null);
+                check!(
+                    r["state"] == "missing" && r["extended"] == false,
+                    "heartbeat by {} ({via:?}) naming another tenant's {}: want missing, not extended: {r}",
+                    WORKERS[worker],
+                    self.label(*i)
+                );
+                lost.push(j.id.clone());
+                continue;
+            }
             let current = j.claims.last().and_then(|c| c.lease_id.as_ref());
             let ext = j.state == St::Active
                 && j.holder == Some(worker)
@@ -1322,6 +1764,11 @@ impl Harness {
             directives == cancelled,
             "heartbeat cancel directives: want {cancelled:?}: {b}"
         );
+        let leases_after = self.fields(&foreign, &["lease_until"]).await?;
+        check!(
+            leases_before == leases_after,
+            "a heartbeat acting as {acting:?} moved the leases of another tenant's jobs {foreign:?}: {leases_before:?} -> {leases_after:?}"
+        );
         for &i in &extended {
             self.m.jobs[i].lease = Some(Lease { long, sent });
         }
@@ -1344,7 +1791,7 @@ impl Harness {
                 .map(|i| (i, self.m.jobs[i].claims.last().and_then(|c| c.lease_id.clone())))
                 .collect();
             if !entries.is_empty() {
-                let what = self.heartbeat(0, w, entries, false).await?;
+                let what = self.heartbeat(0, w, entries, false, Via::Plain).await?;
                 self.trace.push(format!("   keep-alive {name} => {what}"));
             }
         }
@@ -1415,6 +1862,16 @@ impl Harness {
         &mut self,
         ids: &[String],
     ) -> Result<Vec<(Option<String>, Option<String>, Option<String>)>, String> {
+        Ok(self
+            .fields(ids, &["state", "attempt", "priority"])
+            .await?
+            .into_iter()
+            .map(|mut r| (r[0].take(), r[1].take(), r[2].take()))
+            .collect())
+    }
+
+    /// The named fields of each job's record, straight from Redis.
+    async fn fields(&mut self, ids: &[String], fields: &[&str]) -> Result<Vec<Vec<Option<String>>>, String> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -1425,7 +1882,7 @@ impl Harness {
                 .filter(|s| *s < self.shards)
                 .unwrap_or(0)
         };
-        let mut out = vec![(None, None, None); ids.len()];
+        let mut out = vec![vec![None; fields.len()]; ids.len()];
         for shard in 0..self.shards {
             let idx: Vec<usize> = (0..ids.len()).filter(|i| shard_of(&ids[*i]) == shard).collect();
             if idx.is_empty() {
@@ -1435,9 +1892,9 @@ impl Harness {
                 .iter()
                 .map(|i| ojs_store::Keys::for_shard(&ns, shard).job(&ids[*i]))
                 .collect();
-            let rows = ojs_testkit::job_fields(&mut self.redis[shard], &keys, &["state", "attempt", "priority"]).await;
+            let rows = ojs_testkit::job_fields(&mut self.redis[shard], &keys, fields).await;
             for (i, r) in idx.into_iter().zip(rows) {
-                out[i] = (r[0].clone(), r[1].clone(), r[2].clone());
+                out[i] = r;
             }
         }
         Ok(out)
@@ -1468,8 +1925,36 @@ impl Harness {
         }
     }
 
+    /// How many job records the namespace holds (on every shard).
+    async fn stored_jobs(&mut self) -> Result<usize, String> {
+        let ns = self.nodes[0].namespace.clone();
+        let mut n = 0;
+        for shard in 0..self.shards {
+            let pattern = ojs_store::Keys::for_shard(&ns, shard).pattern("job");
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut self.redis[shard])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                n += batch.len();
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(n)
+    }
+
     /// Every job's state, attempt and priority, straight from Redis in one round trip (cheap enough to
-    /// run after every step), and each key's limit and active count as GET /rate-limits shows them.
+    /// run after every step), and each key's limit and active count as GET /rate-limits shows them;
+    /// each pool's slots held and floors owed, against the model's count from scratch.
     async fn sweep(&mut self) -> Result<(), String> {
         let ids: Vec<String> = self.m.jobs.iter().map(|j| j.id.clone()).collect();
         let rows = self.states(&ids).await?;
@@ -1489,33 +1974,81 @@ impl Harness {
                 j.priority
             );
         }
+        let ns = self.nodes[0].namespace.clone();
         for (q, name) in QUEUES.iter().enumerate() {
             let (s, b) = self.nodes[q % 2]
                 .get(&format!("/ojs/v1/admin/queues/{name}/rate-limit"))
                 .await;
-            let (held, owed) = (self.m.pool_held(q), self.m.pool_owed(q));
-            let mut shown_owed = b["concurrency"]["floors_owed"].as_u64().unwrap_or(0);
-            if self.m.cap(q) != POOL {
-                // qb's floors are owed in its tenant's pool (the conf of its sub-queue), not the queue's.
-                check!(
-                    shown_owed == 0,
-                    "{name}'s own pool owes {shown_owed}: its floors are its tenant's"
-                );
-                let shard = if self.shards > 1 { q } else { 0 };
-                let keys = ojs_store::Keys::for_shard(&self.nodes[0].namespace, shard);
-                let want: Option<u64> = redis::cmd("HGET")
-                    .arg(keys.queue_conf(&format!("{name}@{TENANT}")))
-                    .arg("want")
-                    .query_async(&mut self.redis[shard])
-                    .await
-                    .map_err(|e| e.to_string())?;
-                shown_owed = want.unwrap_or(0);
+            let (held, owed) = (self.m.qslot_held(q), self.m.pool_owed(Pool::Queue(q)));
+            match self.m.qconc[q] {
+                Some(c) => {
+                    let shown = (
+                        &b["concurrency"]["limit"],
+                        &b["concurrency"]["active"],
+                        b["concurrency"]["floors_owed"].as_u64().unwrap_or(0),
+                    );
+                    check!(
+                        s == 200 && shown == (&json!(c), &json!(held), u64::from(owed)),
+                        "GET /admin/queues/{name}/rate-limit: the model says concurrency {c}, {held} active, {owed} owed: {s} {b}"
+                    );
+                }
+                None => check!(
+                    s == 200 && b["concurrency"].is_null(),
+                    "GET /admin/queues/{name}/rate-limit: the model says no concurrency: {s} {b}"
+                ),
             }
-            let shown = (&b["concurrency"]["active"], shown_owed);
+            // The same from Redis: the floors owed in the queue's pool (those of an earlier pool of the
+            // queue count for nothing: ratelimit.lua pool_owed), and in TENANT's pool (`qb@t1`'s conf),
+            // and each pool's slots held by as many jobs as the model says hold them.
+            let shard = if self.shards > 1 { q } else { 0 };
+            let keys = ojs_store::Keys::for_shard(&ns, shard);
+            let sub = ojs_store::Keys::tenant_sub_queue(name, TENANT);
+            let conf = |q: &str| (keys.queue_conf(q), keys.queue_rl_active(q));
+            let (qc, qa) = conf(name);
+            let (tc, ta) = conf(&sub);
+            let (f, t, qn, tn): (Vec<Option<String>>, Vec<Option<String>>, u32, u32) = redis::pipe()
+                .cmd("HMGET")
+                .arg(&qc)
+                .arg("want")
+                .arg("want_gen")
+                .arg("pool_gen")
+                .cmd("HMGET")
+                .arg(&tc)
+                .arg("want")
+                .arg("want_gen")
+                .cmd("ZCARD")
+                .arg(&qa)
+                .cmd("ZCARD")
+                .arg(&ta)
+                .query_async(&mut self.redis[shard])
+                .await
+                .map_err(|e| e.to_string())?;
+            let gen = f[2].clone().unwrap_or_default();
+            let owed_in = |w: &[Option<String>]| -> u64 {
+                if w[1].clone().unwrap_or_default() != gen {
+                    return 0;
+                }
+                w[0].as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+            };
+            let tenant_owed = if q == 1 { self.m.pool_owed(Pool::Tenant) } else { 0 };
+            let tenant_held = if q == 1 { self.m.tenant_held() } else { 0 };
+            let got = (owed_in(&f), owed_in(&t), qn, tn);
+            let want = (u64::from(owed), u64::from(tenant_owed), held, tenant_held);
             check!(
-                s == 200 && shown == (&json!(held), u64::from(owed)),
-                "GET /admin/queues/{name}/rate-limit: the model says {held} active, {owed} owed: {s} {b}"
+                got == want,
+                "{name}: (owed in its pool, owed in {TENANT}'s, its slots held, {TENANT}'s slots held) are {got:?} in Redis; the model says {want:?}"
             );
+        }
+        for (k, name) in KEYS.iter().enumerate() {
+            let shard = if self.shards > 1 { k } else { 0 };
+            let rk = ojs_store::Keys::for_shard(&ns, shard).rl_active(name);
+            let n: u32 = redis::cmd("ZCARD")
+                .arg(rk)
+                .query_async(&mut self.redis[shard])
+                .await
+                .map_err(|e| e.to_string())?;
+            let want = self.m.holders_of(k);
+            check!(n == want, "{name}'s slots are held by {n} jobs; the model says {want}");
         }
         for (k, name) in KEYS.iter().enumerate() {
             let Some(limit) = self.m.limit(k).filter(|_| self.m.policy[k].is_some()) else {
@@ -1579,6 +2112,19 @@ impl Harness {
             }
             tokio::time::sleep(Duration::from_millis((next - now).max(0) as u64 + 80)).await;
         }
+    }
+}
+
+/// The keys named after a user value that stay once every job ended, by design: a queue's settings
+/// (`q:qa:conf`, `q:qb:conf`: the operator's concurrency and tenancy, and the pool generation) and its
+/// counters (`q:Q:stats`, GET /queues), and a key's operator override (`rl:K:ovr`, set without an
+/// expiry here). A tenant's sub-queue (`qb@t1`) keeps nothing, not even a conf: its `want` leaves with
+/// its last part.
+fn persistent(family: &str, parts: &[&str]) -> bool {
+    match family {
+        "queue_conf" | "queue_stats" => !parts[0].contains('@'),
+        "rl_ovr" => true,
+        _ => false,
     }
 }
 

@@ -4,7 +4,8 @@
 -- available|scheduled|retryable|active|pending -> cancelled (a workflow job's workflow counts it as
 -- failed: a chain stops; a batch callback that has not fired yet is only taken out of the batch, which
 -- runs on); the job leaves whichever index held it (ready set,
--- rate-limit lane, P..'scheduled', P..'active' with its rate-limit slots). An active job's worker
+-- rate-limit lane, P..'scheduled', P..'active' with its rate-limit slots), and a key left with no lane
+-- and no holder goes idle (includes/ratelimit.lua "Idle keys"). An active job's worker
 -- learns it from its next heartbeat, and its ACK/NACK is refused.
 --@include emit
 --@include ready
@@ -12,7 +13,7 @@
 --@include workflow
 
 local function cancel_job(P, jk, id, retention_ms, now)
-  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'wf', 'wf_i')
+  local f = rec('HMGET', jk, 'state', 'queue', 'type', 'wf', 'wf_i', 'rl_key')
   local state, queue = f[1], f[2]
   if not state then return {'not_found'} end
   if state == 'available' then
@@ -20,6 +21,8 @@ local function cancel_job(P, jk, id, retention_ms, now)
   elseif state == 'scheduled' or state == 'retryable' then
     redis.call('ZREM', key_scheduled(P), id)
     stat(P, queue, 'scheduled', -1)
+    -- Its key may have no lane and no holder left (a key whose only jobs were scheduled): idle.
+    if f[6] then rl_maybe_idle(P, f[6]) end
   elseif state == 'active' then
     leave_active(P, jk, id, queue, now)
   elseif state ~= 'pending' then

@@ -88,7 +88,8 @@
 -- own concurrency, see lane_owes), of F minus the key's holders, when positive, each lane's part in the
 -- hash P..'q:'..Q..':want' (lane -> part; a lane owed nothing has no field; the conf field leaves at 0).
 -- A lane's part lives in its pool's hash; a lane of a sub-queue whose pool moved (the tenant's cap was
--- set or lifted) has its old part taken out of the other pool at its next sync. So a slot a borrower
+-- set or lifted) has its old part taken out of the other pool at its next sync; queue-conf-1.lua
+-- re-syncs the queue's waiting lanes (a bounded number) when its pools move. So a slot a borrower
 -- gives back goes to a key below its floor first, and an idle key (no ready job, or a lane its window,
 -- throttle or a dynamic block holds back) reserves nothing: the pool is work-conserving. burst_sync keeps a key's part exact after each change of its holders or of its
 -- lane's openness (FETCH's claim, park and discard; make_ready; unready; rl_release; lane_release). A

@@ -109,7 +109,16 @@ local function unready(P, jk, queue)
   local member, key = f[1], f[3]
   local q = sub_queue(queue, f[4])
   if key and redis.call('HGET', key_queue_heads(P, q), key) ~= member then
-    redis.call('ZREM', key_queue_lane(P, q, key), member)
+    local lk = key_queue_lane(P, q, key)
+    redis.call('ZREM', lk, member)
+    -- The last job of a lane with no head (a parked lane) left: the lane is empty, no longer parked
+    -- (nothing would wake a lane parked until a release of a key that holds no slot), and the key may
+    -- be idle (lane_open does both); a floor it owed there is owed no more.
+    if redis.call('EXISTS', lk) == 0 and redis.call('HEXISTS', key_queue_heads(P, q), key) == 0 then
+      lane_open(P, q, key)
+      local floor, pool = burst_floor(P, q, key, f[5])
+      if floor then burst_sync(P, q, key, floor, now_ms(), nil, 0, pool) end
+    end
   else
     redis.call('ZREM', key_queue_ready(P, q), member)
     if key then
@@ -120,6 +129,8 @@ local function unready(P, jk, queue)
     end
     ready_index_check(P, queue)
   end
+  -- A tenant out of the fair share (its jobs wait in parked lanes) may have nothing waiting now.
+  if q ~= queue then tenant_sub_check(P, queue, f[4]) end
   rec('HDEL', jk, 'member')
   not_available(P, queue, f[2])
 end

@@ -24,7 +24,8 @@
 -- P..'q:'..Q..':subs' is the set of tenants whose sub-queue of Q may hold waiting jobs (ready, or in a
 -- lane open or parked): a tenant enters with its job (make_ready) and leaves when FETCH finds its
 -- sub-queue with nothing ready and no lane open or parked (a tenant whose last job was cancelled stays
--- until then); re-scoring an aging change visits their sub-queues (includes/rescore.lua).
+-- until then), or, for a tenant out of the share, when its last waiting job is cancelled or it is
+-- unparked from its cap (below) with nothing waiting (tenant_sub_check); re-scoring an aging change visits their sub-queues (includes/rescore.lua).
 -- Q's conf field 'tenants' = '1' once Q held a tenant's job: FETCH reads it with Q's other settings, so
 -- a queue that never had a tenant pays nothing for any of this.
 -- Per tenant, P..'tenant:'..T..':stats' counts its jobs 'enqueued' and 'dispatched' (claims), for
@@ -167,11 +168,24 @@ end
 -- joins it), and the queue is listed in P..'ready' again (a queue whose tenants are all parked leaves
 -- it, as one whose lanes are all parked does: FETCH has nothing to take there). Returns whether it was
 -- parked.
+-- tenant_sub_check(P, queue, tenant): the tenant leaves the queue's tenants with a sub-queue when nothing
+-- of it waits there (no ready set, no lane open or parked): FETCH takes out those it meets in the fair
+-- share, and this the others (a tenant parked at its cap, or whose jobs waited in parked lanes only).
+local function tenant_sub_check(P, queue, tenant)
+  local q = sub_queue(queue, tenant)
+  if redis.call('EXISTS', key_queue_ready(P, q), key_queue_heads(P, q), key_queue_parked(P, q)) == 0 then
+    redis.call('SREM', key_queue_subs(P, queue), tenant)
+  end
+end
+
 local function tenant_unpark(P, queue, tenant)
   if redis.call('SREM', key_queue_tenants_full(P, queue), tenant) == 0 then return false end
   if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, tenant))) == 1 then
     tenant_join(P, queue, tenant)
     redis.call('SADD', key_ready_index(P), queue)
+  else
+    -- Its last jobs may have left while it was parked.
+    tenant_sub_check(P, queue, tenant)
   end
   return true
 end

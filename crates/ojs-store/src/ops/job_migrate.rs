@@ -79,7 +79,8 @@ impl Store {
 
     /// Indexes this shard's parked rate-limit lanes in `P rl:<key>:parked` (lua/includes/ratelimit.lua
     /// lane_park), those parked by an older build at score 0 so they are woken first; a lane already
-    /// indexed keeps its place (NX). Idempotent; returns how many lanes it found.
+    /// indexed keeps its place (NX), and one no longer parked is not indexed (lua/lane-index-2.lua).
+    /// Idempotent; returns how many lanes it found.
     async fn index_parked_lanes(&self) -> Result<u64> {
         let mut conn = self.conn().await?;
         let pattern = self.keys.pattern("queue_parked");
@@ -100,9 +101,9 @@ impl Store {
                 };
                 let lanes: Vec<String> = conn.on_tag(redis::cmd("HKEYS").arg(&key), &self.keys.schema()).await?;
                 for k in lanes {
-                    let mut add = redis::cmd("ZADD");
-                    add.arg(self.keys.rl_parked(&k)).arg("NX").arg(0).arg(queue);
-                    let _: i64 = conn.on_tag(&add, &self.keys.schema()).await?;
+                    // Indexed only if still parked, in one script: a lane re-opened since HKEYS (a
+                    // claim, a cancel, a release) would otherwise be indexed after it left.
+                    self.lane_index(queue, &k).await?;
                     found += 1;
                 }
             }

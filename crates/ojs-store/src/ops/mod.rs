@@ -18,6 +18,7 @@ pub mod heartbeat;
 pub mod job_explain;
 pub mod job_migrate;
 pub mod job_read;
+pub mod lane_index;
 pub mod nack;
 pub mod pick;
 pub mod place;
