@@ -1261,6 +1261,24 @@ async fn fuzz(shards: u16) {
     migrate.extend(ids.iter().map(|i| i.clone().into_bytes()));
     let mut commands = commands;
     commands.push(migrate);
+    // So does the indexing of lanes an older build parked (lane-index-2.lua): on the workload's key of
+    // concurrency 1, whose lane FETCH parked.
+    let (queue, key) = ("fz-keys", "fz-conc");
+    commands.push(
+        [
+            "FCALL".to_string(),
+            format!("lane_index_{version}"),
+            "2".into(),
+            format!("{prefix}q:{queue}:parked"),
+            format!("{prefix}rl:{key}:parked"),
+            prefix.clone(),
+            queue.into(),
+            key.into(),
+        ]
+        .into_iter()
+        .map(String::into_bytes)
+        .collect(),
+    );
     let mut tally: BTreeMap<String, Tally> = functions.iter().map(|f| (f.clone(), Tally::default())).collect();
     let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, cmd) in commands.iter().enumerate() {
