@@ -367,7 +367,9 @@ struct Aging {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     interval_seconds: Option<u64>,
-    /// After a change: how many waiting jobs were re-scored.
+    /// After a change: how many waiting jobs this request re-scored (the promote timer takes steps of
+    /// the same re-scoring alongside it, so this may fall short of the queue's waiting jobs; every one is
+    /// re-scored before the answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     rescored: Option<u64>,
