@@ -674,7 +674,7 @@ impl Harness {
         }
         let mut redis = Vec::new();
         for i in 0..shards {
-            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
+            let url = ojs_testkit::redis_url_of(&ojs_testkit::shard_keys(&ns, i).schema());
             let client = redis::Client::open(url).expect("redis url");
             redis.push(client.get_multiplexed_async_connection().await.expect("redis"));
         }
@@ -729,7 +729,7 @@ impl Harness {
         let ns = self.nodes[0].namespace.clone();
         let mut problems = Vec::new();
         for i in 0..self.shards {
-            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
+            let url = ojs_testkit::redis_url_of(&ojs_testkit::shard_keys(&ns, i).schema());
             problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &ns, i).await);
         }
         check!(
@@ -1433,7 +1433,7 @@ impl Harness {
             }
             let keys: Vec<String> = idx
                 .iter()
-                .map(|i| ojs_store::Keys::for_shard(&ns, shard).job(&ids[*i]))
+                .map(|i| ojs_testkit::shard_keys(&ns, shard).job(&ids[*i]))
                 .collect();
             let rows = ojs_testkit::job_fields(&mut self.redis[shard], &keys, &["state", "attempt", "priority"]).await;
             for (i, r) in idx.into_iter().zip(rows) {
@@ -1502,7 +1502,7 @@ impl Harness {
                     "{name}'s own pool owes {shown_owed}: its floors are its tenant's"
                 );
                 let shard = if self.shards > 1 { q } else { 0 };
-                let keys = ojs_store::Keys::for_shard(&self.nodes[0].namespace, shard);
+                let keys = ojs_testkit::shard_keys(&self.nodes[0].namespace, shard);
                 let want: Option<u64> = redis::cmd("HGET")
                     .arg(keys.queue_conf(&format!("{name}@{TENANT}")))
                     .arg("want")
@@ -1558,7 +1558,7 @@ impl Harness {
         while Instant::now() < deadline {
             let mut next = i64::MAX;
             for shard in 0..self.shards {
-                let keys = ojs_store::Keys::for_shard(&self.nodes[0].namespace, shard);
+                let keys = ojs_testkit::shard_keys(&self.nodes[0].namespace, shard);
                 for key in [keys.active(), keys.scheduled(), keys.rl_wake()] {
                     let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
                         .arg(key)
