@@ -604,7 +604,7 @@ async fn floors_owed_leave_with_their_pool_three_shards() {
 async fn parked_lanes(s: &TestServer, key: &str, shards: u16) -> usize {
     let mut n = 0;
     for i in 0..shards {
-        let prefix = ojs_store::Keys::for_shard(&s.namespace, usize::from(i)).schema();
+        let prefix = ojs_testkit::shard_keys(&s.namespace, usize::from(i)).schema();
         let mut r = redis::Client::open(ojs_testkit::redis_url_of(&prefix))
             .expect("redis url")
             .get_multiplexed_async_connection()

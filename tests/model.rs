@@ -869,7 +869,7 @@ impl Harness {
         }
         let mut redis = Vec::new();
         for i in 0..shards {
-            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
+            let url = ojs_testkit::redis_url_of(&ojs_testkit::shard_keys(&ns, i).schema());
             let client = redis::Client::open(url).expect("redis url");
             redis.push(client.get_multiplexed_async_connection().await.expect("redis"));
         }
@@ -932,7 +932,7 @@ impl Harness {
         let ns = self.nodes[0].namespace.clone();
         let mut problems = Vec::new();
         for i in 0..self.shards {
-            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, i).schema());
+            let url = ojs_testkit::redis_url_of(&ojs_testkit::shard_keys(&ns, i).schema());
             problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &ns, i).await);
         }
         check!(
@@ -985,9 +985,9 @@ impl Harness {
         let ns = self.nodes[0].namespace.clone();
         let mut problems = Vec::new();
         for shard in 0..self.shards {
-            let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&ns, shard).schema());
+            let url = ojs_testkit::redis_url_of(&ojs_testkit::shard_keys(&ns, shard).schema());
             problems.extend(ojs_testkit::invariants::check_shard_invariants(&url, &ns, shard).await);
-            let keys = ojs_store::Keys::for_shard(&ns, shard);
+            let keys = ojs_testkit::shard_keys(&ns, shard);
             let all: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("{}*", keys.prefix()))
                 .query_async(&mut self.redis[shard])
@@ -1888,10 +1888,8 @@ impl Harness {
             if idx.is_empty() {
                 continue;
             }
-            let keys: Vec<String> = idx
-                .iter()
-                .map(|i| ojs_store::Keys::for_shard(&ns, shard).job(&ids[*i]))
-                .collect();
+            let shard_keys = ojs_testkit::shard_keys(&ns, shard);
+            let keys: Vec<String> = idx.iter().map(|i| shard_keys.job(&ids[*i])).collect();
             let rows = ojs_testkit::job_fields(&mut self.redis[shard], &keys, fields).await;
             for (i, r) in idx.into_iter().zip(rows) {
                 out[i] = r;
@@ -1930,7 +1928,7 @@ impl Harness {
         let ns = self.nodes[0].namespace.clone();
         let mut n = 0;
         for shard in 0..self.shards {
-            let pattern = ojs_store::Keys::for_shard(&ns, shard).pattern("job");
+            let pattern = ojs_testkit::shard_keys(&ns, shard).pattern("job");
             let mut cursor: u64 = 0;
             loop {
                 let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -2001,7 +1999,7 @@ impl Harness {
             // queue count for nothing: ratelimit.lua pool_owed), and in TENANT's pool (`qb@t1`'s conf),
             // and each pool's slots held by as many jobs as the model says hold them.
             let shard = if self.shards > 1 { q } else { 0 };
-            let keys = ojs_store::Keys::for_shard(&ns, shard);
+            let keys = ojs_testkit::shard_keys(&ns, shard);
             let sub = ojs_store::Keys::tenant_sub_queue(name, TENANT);
             let conf = |q: &str| (keys.queue_conf(q), keys.queue_rl_active(q));
             let (qc, qa) = conf(name);
@@ -2041,7 +2039,7 @@ impl Harness {
         }
         for (k, name) in KEYS.iter().enumerate() {
             let shard = if self.shards > 1 { k } else { 0 };
-            let rk = ojs_store::Keys::for_shard(&ns, shard).rl_active(name);
+            let rk = ojs_testkit::shard_keys(&ns, shard).rl_active(name);
             let n: u32 = redis::cmd("ZCARD")
                 .arg(rk)
                 .query_async(&mut self.redis[shard])
@@ -2091,7 +2089,7 @@ impl Harness {
         while Instant::now() < deadline {
             let mut next = i64::MAX;
             for shard in 0..self.shards {
-                let keys = ojs_store::Keys::for_shard(&self.nodes[0].namespace, shard);
+                let keys = ojs_testkit::shard_keys(&self.nodes[0].namespace, shard);
                 for key in [keys.active(), keys.scheduled(), keys.rl_wake()] {
                     let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
                         .arg(key)

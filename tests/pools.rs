@@ -304,7 +304,7 @@ async fn pools_serve_queues_on_several_shards() {
     weighted_3_to_1(&s, "s1", "s2").await;
     assert!(exists(&s.keys().pool("wfq")).await, "the pool is on shard 0");
     for i in 1..3 {
-        let other = ojs_store::Keys::for_shard(&s.namespace, i).pool("wfq");
+        let other = ojs_testkit::shard_keys(&s.namespace, i).pool("wfq");
         assert!(!exists(&other).await, "{other}");
     }
 }

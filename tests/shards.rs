@@ -29,7 +29,7 @@ async fn exists(key: &str) -> bool {
 
 async fn all_invariants(s: &TestServer, shards: usize) {
     for i in 0..shards {
-        let url = ojs_testkit::redis_url_of(&ojs_store::Keys::for_shard(&s.namespace, i).schema());
+        let url = ojs_testkit::redis_url_of(&ojs_testkit::shard_keys(&s.namespace, i).schema());
         let problems = check_shard_invariants(&url, &s.namespace, i).await;
         assert!(problems.is_empty(), "shard {i}: {problems:?}");
     }
@@ -47,9 +47,19 @@ async fn jobs_live_on_their_queues_shard_and_every_request_finds_them() {
         let id = s.enqueue(job(q, 1)).await;
         // The server-made id names its shard in its last byte, and the job is under that shard's tag.
         assert!(id.ends_with(&format!("0{i}")), "{id} on shard {i}");
-        let key = ojs_store::Keys::for_shard(&s.namespace, i).job(&id);
+        let key = ojs_testkit::shard_keys(&s.namespace, i).job(&id);
         assert!(exists(&key).await, "{key}");
         ids.push(id);
+    }
+    if !ojs_testkit::on_cluster() {
+        // One Redis: the legacy tags, and nothing recorded (the keyspace's names are as before issue 39).
+        assert!(!exists(&s.keys().shard_tags()).await);
+        for i in 0..3 {
+            assert_eq!(
+                s.shard_keys(i).prefix(),
+                ojs_store::Keys::for_shard(&s.namespace, i).prefix()
+            );
+        }
     }
     // GET, PATCH and DELETE by id reach each shard.
     for id in &ids {
@@ -255,7 +265,7 @@ async fn what_one_shard_cannot_keep_exact_is_refused_with_the_way_out() {
         )
         .await;
     assert_eq!(st, 201, "{b}");
-    assert!(exists(&ojs_store::Keys::for_shard(&s.namespace, 2).cron("tick")).await);
+    assert!(exists(&ojs_testkit::shard_keys(&s.namespace, 2).cron("tick")).await);
     assert_eq!(s.get("/ojs/v1/cron/tick").await.0, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -359,18 +369,8 @@ async fn a_pin_to_a_shard_that_does_not_exist_is_refused_at_start() {
 #[tokio::test]
 async fn shards_land_on_different_primaries() {
     let cluster = ojs_testkit::cluster::LocalCluster::start(3, 0);
-    // A namespace whose three shard tags live on three different primaries.
-    let ns = loop {
-        let ns = ojs_testkit::unique_namespace();
-        let mut owners: Vec<String> = (0..3)
-            .map(|i| cluster.owner_url(&ojs_store::Keys::for_shard(&ns, i).schema()))
-            .collect();
-        owners.sort();
-        owners.dedup();
-        if owners.len() == 3 {
-            break ns;
-        }
-    };
+    // Any namespace: the shards' tags are placed one per primary (issue 39).
+    let ns = ojs_testkit::unique_namespace();
     let mut cfg = ojs_server::Config::for_cluster(&cluster.seeds());
     cfg.namespace = ns.clone();
     cfg.tick_ms = 20;
@@ -386,17 +386,11 @@ async fn shards_land_on_different_primaries() {
         assert_eq!(s.ack(id).await.0, 200);
     }
     for (i, id) in ids.iter().enumerate() {
-        let keys = ojs_store::Keys::for_shard(&ns, i);
+        let keys = ojs_testkit::cluster::shard_keys_at(&cluster.owner_url(&ojs_store::Keys::new(&ns).schema()), &ns, i);
         let owner = cluster.owner_url(&keys.schema());
         let n: i64 = redis::cmd("EXISTS")
             .arg(keys.job(id))
-            .query_async(
-                &mut redis::Client::open(owner.as_str())
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap(),
-            )
+            .query_async(&mut node_conn(owner.as_str()).await)
             .await
             .unwrap();
         assert_eq!(n, 1, "job {id} of shard {i} on {owner}");
@@ -406,6 +400,205 @@ async fn shards_land_on_different_primaries() {
     // Events of all three primaries in one listing.
     let (_, b) = s.get("/ojs/v1/events?types=job.completed").await;
     assert_eq!(b["events"].as_array().unwrap().len(), 3, "{b}");
+}
+
+// ---- issue 39: shards placed by the cluster's topology ------------------------------------------------
+
+/// A plain connection to one node (one Redis, or one primary of a cluster).
+async fn node_conn(url: impl AsRef<str>) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url.as_ref())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection")
+}
+
+/// A namespace whose legacy tags for shards `0..n` (`<ns>`, `<ns>.1`, …) are not spread evenly over the
+/// 3 primaries of `seeds` (as `main`'s three are not): placement has something to fix.
+fn crowded_namespace(seeds: &[String], n: usize) -> String {
+    let even = vec![n / 3; 3];
+    loop {
+        let ns = ojs_testkit::unique_namespace();
+        let legacy: Vec<ojs_store::Keys> = (0..n).map(|i| ojs_store::Keys::for_shard(&ns, i)).collect();
+        let spread: Vec<usize> = primaries_of(seeds, &legacy).into_iter().map(|(_, n)| n).collect();
+        if spread != even {
+            return ns;
+        }
+    }
+}
+
+/// Each distinct primary (URL) holding one of `keys`' tags, with how many it holds, sorted.
+fn primaries_of(seeds: &[String], keys: &[ojs_store::Keys]) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for k in keys {
+        let owner = ojs_testkit::cluster::owner_url(seeds, &k.schema());
+        match out.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, n)) => *n += 1,
+            None => out.push((owner, 1)),
+        }
+    }
+    out.sort();
+    out
+}
+
+fn cluster_server_config(seeds: &[String], ns: &str, shards: u16) -> ojs_server::Config {
+    let mut cfg = ojs_server::Config::for_cluster(seeds);
+    cfg.namespace = ns.to_string();
+    cfg.tick_ms = 20;
+    cfg.shards = shards;
+    cfg.queue_shards = PerQueue((0..usize::from(shards)).map(|i| (format!("s{i}"), i)).collect());
+    cfg
+}
+
+/// The tags shard 0 records (`P tags`), by shard index.
+async fn recorded(seeds: &[String], ns: &str) -> std::collections::HashMap<usize, String> {
+    let directory = ojs_store::Keys::new(ns).shard_tags();
+    let url = ojs_testkit::cluster::owner_url(seeds, &directory);
+    let mut conn = node_conn(url).await;
+    redis::cmd("HGETALL")
+        .arg(&directory)
+        .query_async(&mut conn)
+        .await
+        .expect("redis")
+}
+
+/// Enqueues one job on each pinned queue `s<i>` and checks it is a key of shard `i`'s recorded tag on
+/// the primary that holds that tag (and that no key of the namespace is left under a legacy tag that
+/// is not the recorded one).
+async fn jobs_under_recorded_tags(s: &TestServer, seeds: &[String], shards: usize) -> Vec<ojs_store::Keys> {
+    let keys: Vec<ojs_store::Keys> = (0..shards).map(|i| s.shard_keys(i)).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let id = s.enqueue(job(&format!("s{i}"), 1)).await;
+        let owner = ojs_testkit::cluster::owner_url(seeds, &k.schema());
+        let mut conn = node_conn(owner.as_str()).await;
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(k.job(&id))
+            .query_async(&mut conn)
+            .await
+            .expect("redis");
+        if n != 1 {
+            let mut found = Vec::new();
+            for seed in seeds {
+                let mut c = node_conn(format!("redis://{seed}")).await;
+                let ks: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("*{id}*"))
+                    .query_async(&mut c)
+                    .await
+                    .expect("redis");
+                found.push((seed.clone(), ks));
+            }
+            panic!(
+                "job {id} of shard {i} is not {} on {owner}; found {found:?}; recorded {:?}",
+                k.job(&id),
+                recorded(seeds, &s.namespace).await
+            );
+        }
+        let problems = check_shard_invariants(&owner, &s.namespace, i).await;
+        assert!(problems.is_empty(), "shard {i}: {problems:?}");
+    }
+    keys
+}
+
+#[tokio::test]
+async fn shards_are_placed_one_per_primary_and_two_each_at_twice_as_many() {
+    let seeds = ojs_testkit::cluster_seeds();
+    // --shards 3 on a namespace whose legacy tags crowd a primary: one shard per primary.
+    let ns = crowded_namespace(&seeds, 3);
+    let s = TestServer::start_config(cluster_server_config(&seeds, &ns, 3)).await;
+    let keys = jobs_under_recorded_tags(&s, &seeds, 3).await;
+    let spread: Vec<usize> = primaries_of(&seeds, &keys).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(
+        spread,
+        [1, 1, 1],
+        "{:?}",
+        keys.iter().map(|k| k.tag().to_string()).collect::<Vec<_>>()
+    );
+    let tags = recorded(&seeds, &ns).await;
+    assert_eq!(tags.len(), 2, "{tags:?}");
+    for (i, k) in keys.iter().enumerate().skip(1) {
+        assert_eq!(tags.get(&i).map(String::as_str), Some(k.tag()), "{tags:?}");
+    }
+
+    // A second pod on the namespace uses the recorded tags: its jobs land under them.
+    let pod = TestServer::start_config(cluster_server_config(&seeds, &ns, 3)).await;
+    let again = jobs_under_recorded_tags(&pod, &seeds, 3).await;
+    assert_eq!(
+        again.iter().map(|k| k.prefix().to_string()).collect::<Vec<_>>(),
+        keys.iter().map(|k| k.prefix().to_string()).collect::<Vec<_>>()
+    );
+    assert_eq!(recorded(&seeds, &ns).await, tags, "a recorded tag never changes");
+
+    // Raising it to --shards 6 places the new three one per primary too: two each, the first three kept.
+    let six = TestServer::start_config(cluster_server_config(&seeds, &ns, 6)).await;
+    let grown = jobs_under_recorded_tags(&six, &seeds, 6).await;
+    let spread: Vec<usize> = primaries_of(&seeds, &grown).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(spread, [2, 2, 2]);
+    assert_eq!(
+        grown[..3].iter().map(|k| k.prefix()).collect::<Vec<_>>(),
+        keys.iter().map(|k| k.prefix()).collect::<Vec<_>>()
+    );
+    // Every pod serves all six shards (the first two learn of the new ones): 3 + 3 + 6 jobs enqueued.
+    let queues: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    let queues: Vec<&str> = queues.iter().map(String::as_str).collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let got = pod.fetch(&queues, 20).await;
+    assert_eq!(got.len(), 12, "{got:?}");
+
+    // --shards 6 from the start: two per primary.
+    let fresh = crowded_namespace(&seeds, 6);
+    let s6 = TestServer::start_config(cluster_server_config(&seeds, &fresh, 6)).await;
+    let keys6 = jobs_under_recorded_tags(&s6, &seeds, 6).await;
+    let spread: Vec<usize> = primaries_of(&seeds, &keys6).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(spread, [2, 2, 2]);
+}
+
+#[tokio::test]
+async fn a_deployment_from_before_placement_keeps_its_legacy_tags() {
+    let seeds = ojs_testkit::cluster_seeds();
+    let node = |key: String| {
+        let url = ojs_testkit::cluster::owner_url(&seeds, &key);
+        async move {
+            let mut c = node_conn(url).await;
+            let _: () = redis::cmd("SET")
+                .arg(&key)
+                .arg(3)
+                .query_async(&mut c)
+                .await
+                .expect("redis");
+        }
+    };
+    // What older code left of a --shards 3 deployment: the directory's count on shard 0.
+    let old = crowded_namespace(&seeds, 3);
+    node(ojs_store::Keys::new(&old).shard_count()).await;
+    // And one whose shard 2 has keys under its legacy tag (the count lost: e.g. restored from a backup).
+    // (Shards 0 and 2 on two primaries, so only the third is free for shard 1.)
+    let partial = loop {
+        let ns = crowded_namespace(&seeds, 3);
+        let legacy = [0, 2].map(|i| ojs_store::Keys::for_shard(&ns, i));
+        if primaries_of(&seeds, &legacy).len() == 2 {
+            break ns;
+        }
+    };
+    node(ojs_store::Keys::for_shard(&partial, 2).schema()).await;
+    for (ns, legacy) in [(&old, vec![1, 2]), (&partial, vec![2])] {
+        let s = TestServer::start_config(cluster_server_config(&seeds, ns, 3)).await;
+        let keys = jobs_under_recorded_tags(&s, &seeds, 3).await;
+        let tags = recorded(&seeds, ns).await;
+        for i in legacy {
+            assert_eq!(
+                keys[i].prefix(),
+                ojs_store::Keys::for_shard(ns, i).prefix(),
+                "{ns} shard {i}"
+            );
+            assert_eq!(tags.get(&i), Some(&ojs_store::Keys::legacy_tag(ns, i)), "{tags:?}");
+        }
+    }
+    // The partial one's shard 1 was never used: placed on a primary that holds neither shard 0 nor 2.
+    let pod = TestServer::start_config(cluster_server_config(&seeds, &partial, 3)).await;
+    let keys: Vec<ojs_store::Keys> = (0..3).map(|i| pod.shard_keys(i)).collect();
+    let owner = |k: &ojs_store::Keys| ojs_testkit::cluster::owner_url(&seeds, &k.schema());
+    assert_ne!(owner(&keys[1]), owner(&keys[0]));
+    assert_ne!(owner(&keys[1]), owner(&keys[2]));
 }
 
 // ---- issue 22: every one-shard guarantee across shards ------------------------------------------------

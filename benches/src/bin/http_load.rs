@@ -273,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
     let peer = std::env::var("OJS_BENCH_PEER").unwrap_or_else(|_| "ojs".into());
     let mut out = json!({"peer": peer, "scenario": scenario, "jobs": jobs, "seconds": seconds,
         "redis_cpu_us": cpu, "redis_cpu_us_busiest_node": per_node.iter().copied().fold(0.0, f64::max),
+        "redis_cpu_us_per_node": per_node,
         "jobs_per_s": jobs as f64 / seconds,
         "requests": REQUESTS.load(Ordering::Relaxed),
         "script_calls": cs.script_calls, "script_us": cs.script_us,

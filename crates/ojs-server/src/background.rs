@@ -30,6 +30,16 @@ pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
             return;
         }
         sleep = tick;
+        if !st.shards.tags_known() {
+            // A cluster's shards are visited only once their tags are known (shards.rs).
+            if let Err(e) = st.shards.refresh().await {
+                if !failing {
+                    warn!(error = %e, "the shards' hash tags are not known yet; will keep retrying");
+                }
+                failing = true;
+                continue;
+            }
+        }
         if !upgraded {
             // Shard 0 holds the version; the jobs of every shard are converted.
             match st.shards.first().upgrade_schema(st.shards.all()).await {

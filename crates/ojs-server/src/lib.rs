@@ -300,6 +300,13 @@ pub async fn run(
     if let Err(e) = st.shards.first().ping().await {
         tracing::warn!(error = %e, "redis is not reachable yet; requests answer 503 until it is");
     }
+    // On a Redis Cluster, learn (or place and record) the shards' hash tags before serving, so that the
+    // first requests see every shard (the timers retry until Redis answers).
+    if !st.shards.tags_known() {
+        if let Err(e) = st.shards.refresh().await {
+            tracing::warn!(error = %e, "the shards' hash tags are not known yet; will keep retrying");
+        }
+    }
     let timers = tokio::spawn(background::run(st.clone(), rx.clone()));
     let hub = tokio::spawn(events_hub::run(st.clone(), rx));
     let app = app(st);

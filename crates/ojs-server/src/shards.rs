@@ -13,6 +13,11 @@
 //!   key's counters and a uniqueness check are never split ([`Bound`]);
 //! - timers, the event tail and listings to **every** shard (`all`).
 //!
+//! Each shard's hash tag: on one Redis its legacy one; on a Redis Cluster the one shard 0 records
+//! (`ojs_store::shard_tags`: chosen for the primary with the fewest of the deployment's shards when the
+//! shard is first used). A pod resolves the tags of its `--shards` before it first raises the
+//! directory's count, and counts a shard in use only once its tag is known ([`Shards::ensure_tags`]).
+//!
 //! A deployment of one shard does what it did before shards existed, plus one directory call per queue
 //! (and per type with a queue-spanning unique policy) per pod, so that raising `--shards` later never
 //! splits what pods already use, and one read of the shard count a second (`refresh`).
@@ -31,9 +36,15 @@ use crate::error::{ApiError, ApiResult};
 pub struct Shards {
     /// The store of every possible shard (cheap: they share the connections); `count` of them are used.
     stores: Vec<Arc<Store>>,
-    /// The deployment's number of shards as last read from shard 0 (never below `configured`).
+    /// The deployment's number of shards as last read from shard 0 (never below `configured` once the
+    /// tags are known; on a cluster, 1 until then).
     count: AtomicUsize,
     configured: usize,
+    /// How many shards' stores have their tags (all on one Redis; on a cluster, shard 0's until
+    /// [`Shards::ensure_tags`] reads the others'); `count` never exceeds it.
+    tagged: AtomicUsize,
+    /// One tag resolution at a time per pod (racing pods agree through HSETNX anyway).
+    tagging: tokio::sync::Mutex<()>,
     pins: Pins,
     /// Queue → shard, as the directory answered (placements never change).
     queues: RwLock<HashMap<String, usize>>,
@@ -49,10 +60,15 @@ impl Shards {
         let first = Arc::new(store);
         let mut stores = vec![Arc::clone(&first)];
         stores.extend((1..MAX_SHARDS).map(|i| Arc::new(first.shard(i))));
+        // One Redis: every shard keeps its legacy tag, known now. A cluster: read at the first refresh.
+        let cluster = !first.config().redis_cluster.is_empty();
+        let tagged = if cluster { 1 } else { MAX_SHARDS };
         Self {
             stores,
-            count: AtomicUsize::new(configured),
+            count: AtomicUsize::new(configured.min(tagged)),
             configured,
+            tagged: AtomicUsize::new(tagged),
+            tagging: tokio::sync::Mutex::new(()),
             pins: config.queue_shards.clone(),
             queues: RwLock::default(),
             keys: RwLock::default(),
@@ -95,15 +111,50 @@ impl Shards {
         &self.stores[..self.count()]
     }
 
-    fn learn(&self, count: usize) {
-        self.count.fetch_max(count.clamp(1, MAX_SHARDS), Ordering::Relaxed);
+    /// Raises the count of shards in use to `count`, once their tags are known.
+    async fn learn(&self, count: usize) -> Result<(), StoreError> {
+        let count = count.clamp(1, MAX_SHARDS);
+        self.ensure_tags(count).await?;
+        self.count.fetch_max(count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Gives the stores of shards `0..n` their tags (on a cluster: as recorded on shard 0, recording the
+    /// ones never used; `ojs_store::shard_tags`). Called before any directory call that may raise the
+    /// deployment's count to this pod's `--shards`, so a shard is never counted before its tag is recorded.
+    pub async fn ensure_tags(&self, n: usize) -> Result<(), StoreError> {
+        let n = n.clamp(1, MAX_SHARDS);
+        if self.tagged.load(Ordering::Acquire) >= n {
+            return Ok(());
+        }
+        let _one = self.tagging.lock().await;
+        if self.tagged.load(Ordering::Acquire) >= n {
+            return Ok(());
+        }
+        let tags = self.first().shard_tags(n).await?;
+        for (i, tag) in tags.iter().enumerate().skip(1) {
+            if !self.stores[i].use_tag(tag) {
+                return Err(StoreError::Reply(format!(
+                    "shard {i} is recorded under tag {tag:?}, not the one this pod serves it under ({:?})",
+                    self.stores[i].keys().tag()
+                )));
+            }
+        }
+        self.tagged.fetch_max(n, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether this pod knows the tags of its `--shards` (on one Redis: always).
+    pub fn tags_known(&self) -> bool {
+        self.tagged.load(Ordering::Acquire) >= self.configured
     }
 
     /// Reads (and raises to this pod's `--shards`) the deployment's number of shards; the timers call
     /// it about once a second, so a pod learns of shards another pod added.
     pub async fn refresh(&self) -> Result<usize, StoreError> {
+        self.ensure_tags(self.configured).await?;
         let placed = self.first().place_queues(self.configured, &[]).await?;
-        self.learn(placed.shards);
+        self.learn(placed.shards).await?;
         Ok(self.count())
     }
 
@@ -132,8 +183,9 @@ impl Shards {
             }
         }
         if !missing.is_empty() {
+            self.ensure_tags(self.configured).await?;
             let placed = self.first().place(self.configured, kind, &missing).await?;
-            self.learn(placed.shards);
+            self.learn(placed.shards).await?;
             let mut known = self.queues.write().unwrap_or_else(|e| e.into_inner());
             for ((q, _), s) in missing.iter().zip(&placed.at) {
                 // A placement never changes: keep it. A queue `find` left unplaced is not kept.
@@ -420,6 +472,7 @@ impl Shards {
             return Ok(Held::bare(Vec::new()));
         }
         let pairs: Vec<(&str, Option<usize>)> = names.iter().map(|(n, s)| (n.as_str(), Some(*s))).collect();
+        self.ensure_tags(self.configured).await?;
         let got = self.first().place(self.configured, "claim", &pairs).await?;
         let (mut mine, mut refused) = (Vec::new(), None);
         for ((name, want), held) in names.into_iter().zip(&got.at) {
@@ -630,8 +683,9 @@ impl Shards {
         if missing.is_empty() {
             return Ok(());
         }
+        self.ensure_tags(self.configured).await?;
         let bound = self.first().place(self.configured, what.kind(), &missing).await?;
-        self.learn(bound.shards);
+        self.learn(bound.shards).await?;
         let mut known = cache.write().unwrap_or_else(|e| e.into_inner());
         let at: Vec<usize> = bound.at.iter().map(|s| s.unwrap_or(shard)).collect();
         for ((n, _), s) in missing.iter().zip(&at) {

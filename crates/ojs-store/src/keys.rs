@@ -1,7 +1,10 @@
 //! The key schema's Rust side. Every key of a deployment's shard 0 starts with `ojs:{<namespace>}:`, of
 //! shard `i > 0` with `ojs:{<namespace>.<i>}:`; the braces are a Redis Cluster hash tag, so all keys of
 //! one shard live in one slot and every script is single-slot. (`.` is not allowed in a namespace, so
-//! no namespace's shard 0 is another's shard.) The families and their methods come from `layout.rs`.
+//! no namespace's shard 0 is another's shard.) On a Redis Cluster, a shard `i > 0` first used by this
+//! code may instead live under a tag `<namespace>.<i>.<n>` chosen for its primary and recorded on shard 0
+//! (`shard_tags.rs`); everything before the first `.` of a tag is still its namespace, so no two
+//! namespaces share a tag. The families and their methods come from `layout.rs`.
 
 use crate::layout;
 
@@ -17,13 +20,32 @@ impl Keys {
         Self::for_shard(namespace, 0)
     }
 
-    /// The keys of shard `shard` (see the module's documentation).
+    /// The keys of shard `shard` under its legacy tag ([`Keys::legacy_tag`]): every shard on one Redis,
+    /// shard 0 always, and on a cluster a shard whose tag shard 0 records as its legacy one. A placed
+    /// shard's keys are [`Keys::for_tag`] of its recorded tag.
     pub fn for_shard(namespace: &str, shard: usize) -> Self {
-        let prefix = match shard {
-            0 => format!("ojs:{{{namespace}}}:"),
-            i => format!("ojs:{{{namespace}.{i}}}:"),
-        };
-        Self { prefix }
+        Self::for_tag(&Self::legacy_tag(namespace, shard))
+    }
+
+    /// The keys under the hash tag `tag` (without braces): `ojs:{<tag>}:`.
+    pub fn for_tag(tag: &str) -> Self {
+        Self {
+            prefix: format!("ojs:{{{tag}}}:"),
+        }
+    }
+
+    /// Shard `shard`'s tag before tags were placed: `<namespace>` for shard 0, `<namespace>.<i>` after.
+    pub fn legacy_tag(namespace: &str, shard: usize) -> String {
+        match shard {
+            0 => namespace.to_string(),
+            i => format!("{namespace}.{i}"),
+        }
+    }
+
+    /// The hash tag of these keys (between the braces of the prefix).
+    pub fn tag(&self) -> &str {
+        let inner = self.prefix.strip_prefix("ojs:{").unwrap_or(&self.prefix);
+        inner.strip_suffix("}:").unwrap_or(inner)
     }
 
     /// Namespaces: 1–64 of `[a-z0-9_-]`, so no namespace can contain another's hash tag.
@@ -84,6 +106,22 @@ impl Keys {
         }
         rest.is_empty().then_some(out)
     }
+}
+
+/// The Redis Cluster slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key without one,
+/// modulo 16384), as `CLUSTER KEYSLOT` computes it.
+pub fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = bytes
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            let close = rest.iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % 16384
 }
 
 fn family_of(name: &str) -> &'static layout::KeyFamily {
@@ -199,6 +237,26 @@ mod tests {
             .iter()
             .filter(|(p, _)| *p)
             .all(|(_, n)| may_fill(n, value))
+    }
+
+    #[test]
+    fn slots_are_the_ones_redis_computes() {
+        // Values of CLUSTER KEYSLOT (Redis 7.2).
+        assert_eq!(slot_of("123456789"), 12739);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+        assert_eq!(slot_of("foo{}{bar}"), slot_of("foo{}{bar}"));
+        assert_ne!(slot_of("foo{}{bar}"), slot_of("bar"));
+        assert_eq!(slot_of(&Keys::for_shard("main", 1).schema()), slot_of("main.1"));
+    }
+
+    #[test]
+    fn a_tag_reads_back_and_legacy_tags_are_the_old_prefixes() {
+        assert_eq!(Keys::for_shard("main", 0).prefix(), "ojs:{main}:");
+        assert_eq!(Keys::for_shard("main", 2).prefix(), "ojs:{main.2}:");
+        assert_eq!(Keys::for_shard("main", 2).tag(), "main.2");
+        assert_eq!(Keys::for_tag("main.2.7").prefix(), "ojs:{main.2.7}:");
+        assert_eq!(Keys::for_tag("main.2.7").tag(), "main.2.7");
     }
 
     #[test]

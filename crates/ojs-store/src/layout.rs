@@ -51,6 +51,8 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     // Shard 0 only: the number of shards, and where each queue and rate-limit key lives.
     k("shard_count", "shards"),
     k("placement", "placement"),
+    // Shard 0 only, on a Redis Cluster: shard index -> the hash tag its keys live under (shard_tags.rs).
+    k("shard_tags", "tags"),
     k("rl_home", "rl:home"),
     k("unique_home", "unique:home"),
     // Shard 0 only: a client-chosen name being written on one shard (a lease), and where a root-job

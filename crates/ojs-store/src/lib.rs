@@ -14,6 +14,7 @@ mod ops;
 mod reads;
 mod reply;
 pub mod scripts;
+pub mod shard_tags;
 mod store;
 mod tenancy;
 mod tenancy_cache;

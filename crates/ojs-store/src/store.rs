@@ -119,7 +119,10 @@ async fn load_library(conn: &mut Conn) -> Result<()> {
 pub struct Store {
     links: Arc<Links>,
     shard: usize,
-    pub(crate) keys: Keys,
+    /// The keys under the shard's recorded tag, once known ([`Store::use_tag`]).
+    keys: std::sync::OnceLock<Keys>,
+    /// The keys under the shard's legacy tag (`ojs:{<ns>.<i>}:`), used until then.
+    legacy: Keys,
     pub(crate) cfg: StoreConfig,
     pub(crate) scripts: Scripts,
 }
@@ -153,7 +156,8 @@ impl Store {
                 tenancy: Default::default(),
             }),
             shard: 0,
-            keys: Keys::new(&cfg.namespace),
+            keys: Default::default(),
+            legacy: Keys::new(&cfg.namespace),
             scripts: Scripts {
                 enqueue: script(scripts::ENQUEUE),
                 cron_fire: script(scripts::CRON_FIRE),
@@ -196,16 +200,28 @@ impl Store {
         &self.links.tenancy
     }
 
+    /// This shard's keys: under its recorded hash tag once [`Store::use_tag`] set it (a placed shard of a
+    /// cluster), else under its legacy tag (`Keys::for_shard`: shard 0 always, every shard on one Redis).
     pub fn keys(&self) -> &Keys {
-        &self.keys
+        self.keys.get().unwrap_or(&self.legacy)
     }
 
-    /// The store of shard `shard` of the same deployment, over the same connections.
+    /// Serves this shard under the hash tag `tag` (as recorded on shard 0: [`Store::shard_tags`]). A
+    /// shard's tag never changes: false (and nothing changed) when it already had another one.
+    pub fn use_tag(&self, tag: &str) -> bool {
+        let keys = Keys::for_tag(tag);
+        let now = self.keys.get_or_init(|| keys.clone());
+        now.prefix() == keys.prefix()
+    }
+
+    /// The store of shard `shard` of the same deployment, over the same connections, under the shard's
+    /// legacy tag until [`Store::use_tag`] gives it its recorded one (see [`Store::shard_tags`]).
     pub fn shard(&self, shard: usize) -> Store {
         Store {
             links: Arc::clone(&self.links),
             shard,
-            keys: Keys::for_shard(&self.cfg.namespace, shard),
+            keys: Default::default(),
+            legacy: Keys::for_shard(&self.cfg.namespace, shard),
             cfg: self.cfg.clone(),
             scripts: self.scripts.clone(),
         }
@@ -276,11 +292,14 @@ impl Store {
     /// Checks Redis and records (or verifies) the key-schema version.
     pub async fn ping(&self) -> Result<()> {
         let mut conn = self.conn().await?;
-        let existing: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
+        let existing: Option<u32> = redis::cmd("GET")
+            .arg(self.keys().schema())
+            .query_async(&mut conn)
+            .await?;
         match existing {
             None => {
                 let _: () = redis::cmd("SET")
-                    .arg(self.keys.schema())
+                    .arg(self.keys().schema())
                     .arg(SCHEMA_VERSION)
                     .arg("NX")
                     .query_async(&mut conn)
@@ -299,7 +318,7 @@ impl Store {
     /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
         let mut conn = self.conn().await?;
-        redis_now_ms(&mut conn, &self.keys).await
+        redis_now_ms(&mut conn, self.keys()).await
     }
 
     /// A dedicated connection for the event tail's blocking reads (XREAD BLOCK must not hold up the
@@ -310,7 +329,7 @@ impl Store {
         let mut conn = self.links.backend.dedicated(blocking_timeout()).await?;
         let mut name = redis::cmd("CLIENT");
         name.arg("SETNAME").arg(format!("ojs-events:{}", self.cfg.namespace));
-        let _: () = conn.on_tag(&name, &self.keys.events()).await?;
+        let _: () = conn.on_tag(&name, &self.keys().events()).await?;
         Ok(conn)
     }
 

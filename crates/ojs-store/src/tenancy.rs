@@ -35,7 +35,7 @@ impl Store {
     pub async fn tenancy(&self, queue: &str) -> Result<Option<Tenancy>> {
         let mut conn = self.conn().await?;
         let v: Option<String> = redis::cmd("HGET")
-            .arg(self.keys.queue_conf(queue))
+            .arg(self.keys().queue_conf(queue))
             .arg(TENANCY_FIELD)
             .query_async(&mut conn)
             .await?;

@@ -223,6 +223,57 @@ fn replica_ready(port: u16) -> bool {
         .is_ok_and(|info| info.contains("role:master") || info.contains("master_link_status:up"))
 }
 
+/// The keys of shard `shard` of namespace `ns`, for the deployment whose Redis `node_url` is (one node,
+/// or any node of a cluster): on a cluster, under the tag shard 0 records for it (`P tags`,
+/// `ojs_store::shard_tags`; a server records it before it answers its first request, and
+/// `TestServer::start_config` waits for that); under its legacy tag on one Redis, or when nothing is
+/// recorded (a shard the deployment never used). It does not wait: it runs on the test's runtime, which
+/// may be the server's too.
+pub fn shard_keys_at(node_url: &str, ns: &str, shard: usize) -> ojs_store::Keys {
+    // A recorded tag never changes, and namespaces are unique per test: remember what was found.
+    static KNOWN: std::sync::Mutex<Vec<(String, usize, String)>> = std::sync::Mutex::new(Vec::new());
+    let legacy = ojs_store::Keys::for_shard(ns, shard);
+    if shard == 0 {
+        return legacy;
+    }
+    if let Some((_, _, tag)) = KNOWN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(n, i, _)| n == ns && *i == shard)
+    {
+        return ojs_store::Keys::for_tag(tag);
+    }
+    let remember = |tag: &str| {
+        KNOWN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ns.to_string(), shard, tag.to_string()));
+        ojs_store::Keys::for_tag(tag)
+    };
+    let rest = node_url.split_once("://").map_or(node_url, |(_, r)| r);
+    let seed = rest
+        .split('/')
+        .next()
+        .unwrap_or(rest)
+        .rsplit('@')
+        .next()
+        .unwrap_or(rest);
+    let directory = ojs_store::Keys::new(ns).shard_tags();
+    // Not a cluster (CLUSTER KEYSLOT is refused): legacy tags, nothing recorded.
+    let Some(owner) = try_owner_url(&[seed.to_string()], &directory) else {
+        return legacy;
+    };
+    let tag: Option<String> = redis::Client::open(owner.as_str())
+        .and_then(|c| c.get_connection())
+        .and_then(|mut c| redis::cmd("HGET").arg(&directory).arg(shard).query(&mut c))
+        .unwrap_or(None);
+    match tag {
+        Some(tag) => remember(&tag),
+        None => legacy,
+    }
+}
+
 /// The URL of the primary that holds `key`'s slot, asked of the first seed that answers (`CLUSTER
 /// KEYSLOT`, `CLUSTER SLOTS`).
 pub fn owner_url(seeds: &[String], key: &str) -> String {

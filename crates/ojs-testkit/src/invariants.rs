@@ -246,7 +246,8 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         .get_multiplexed_async_connection_with_config(&cfg)
         .await
         .expect("redis connection");
-    let keys = ojs_store::Keys::for_shard(ns, shard);
+    // On a cluster, the shard's recorded tag (read from shard 0, wherever it lives).
+    let keys = crate::cluster::shard_keys_at(redis_url, ns, shard);
     let p = keys.prefix().to_string();
     let snap = Snapshot::take(&mut conn, &p).await;
     let mut problems = Vec::new();

@@ -120,7 +120,19 @@ pub fn redis_url_for(namespace: &str) -> String {
     redis_url_of(&ojs_store::Keys::new(namespace).schema())
 }
 
-/// The URL of the Redis that holds `key` (e.g. a key of another shard, `Keys::for_shard`).
+/// The keys of shard `shard` of the deployment on `namespace` (this binary's Redis or cluster): its
+/// recorded tag on a cluster, its legacy one on one Redis ([`cluster::shard_keys_at`]). Tests use it, not
+/// `Keys::for_shard`, for every shard's keys: on a cluster a shard first used by this code may have a
+/// placed tag.
+pub fn shard_keys(namespace: &str, shard: usize) -> ojs_store::Keys {
+    if !on_cluster() {
+        // One Redis: every shard keeps its legacy tag (nothing is recorded), no round trip to ask.
+        return ojs_store::Keys::for_shard(namespace, shard);
+    }
+    cluster::shard_keys_at(&redis_url_for(namespace), namespace, shard)
+}
+
+/// The URL of the Redis that holds `key` (e.g. a key of another shard, [`shard_keys`]).
 pub fn redis_url_of(key: &str) -> String {
     if on_cluster() {
         cluster::owner_url(&cluster_seeds(), key)
@@ -346,7 +358,7 @@ impl TestServer {
             })
             .await;
         });
-        Self {
+        let s = Self {
             base,
             namespace,
             redis_url,
@@ -354,7 +366,15 @@ impl TestServer {
             stop: Some(tx),
             handle: Some(handle),
             child: None,
-        }
+        };
+        // The server answers once it has started (on a cluster: once it knows its shards' tags, which
+        // `shard_keys` reads), whatever the answer.
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(15),
+            s.http.get(format!("{}/ojs/v1/health", s.base)).send(),
+        )
+        .await;
+        s
     }
 
     /// [`TestServer::spawn_process`] on the Redis the test servers use: the single one, or on a cluster
@@ -585,6 +605,11 @@ impl TestServer {
     /// The server's key schema (`ojs_store::Keys`): `s.keys().job(&id)`, `s.keys().queue_ready("q")`.
     pub fn keys(&self) -> ojs_store::Keys {
         ojs_store::Keys::new(&self.namespace)
+    }
+
+    /// The keys of the server's shard `shard` ([`shard_keys`]; shard 0's are [`TestServer::keys`]).
+    pub fn shard_keys(&self, shard: usize) -> ojs_store::Keys {
+        cluster::shard_keys_at(&self.redis_url, &self.namespace, shard)
     }
 
     /// Stops the server and waits for it (graceful shutdown).

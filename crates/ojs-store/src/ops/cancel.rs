@@ -11,7 +11,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn cancel_args(&self, id: &str) -> Vec<String> {
         CancelArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
             retention_ms: self.cfg.retention_ms.to_string(),
         }
@@ -20,7 +20,7 @@ impl Store {
 
     pub async fn cancel(&self, id: &str) -> Result<Transition<(i64, String)>> {
         let args = self.cancel_args(id);
-        let items = self.run(&self.scripts.cancel, &[self.keys.job(id)], args).await?;
+        let items = self.run(&self.scripts.cancel, &[self.keys().job(id)], args).await?;
         transition(&Reply::new(self.scripts.cancel.name, &items), |r| {
             Ok((r.i64(1)?, r.str(2)?))
         })

@@ -9,7 +9,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn cron_delete_args(&self, name: &str, tenant: Option<&str>) -> Vec<String> {
         CronDeleteArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             name: name.into(),
             tenant: tenant.unwrap_or("").into(),
         }
@@ -21,7 +21,7 @@ impl Store {
     pub async fn cron_delete(&self, name: &str, tenant: Option<&str>) -> Result<Option<Fields>> {
         let args = self.cron_delete_args(name, tenant);
         let items = self
-            .run(&self.scripts.cron_delete, &[self.keys.cron(name)], args)
+            .run(&self.scripts.cron_delete, &[self.keys().cron(name)], args)
             .await?;
         super::removed(&Reply::new(self.scripts.cron_delete.name, &items))
     }

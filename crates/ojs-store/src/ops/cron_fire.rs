@@ -41,7 +41,7 @@ impl Store {
     fn cron_fire_args(&self, job: &NewJob, tick: CronTick<'_>) -> Vec<Vec<u8>> {
         let mut args = Vec::with_capacity(CronFireArgs::LEN + JobRecord::LEN);
         CronFireArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             retention_ms: self.cfg.retention_ms.to_string(),
             name: tick.name.into(),
             expected: tick.expected.into(),

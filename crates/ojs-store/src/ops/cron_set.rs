@@ -19,7 +19,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn cron_set_args(&self, name: &str, def: &str, next_run_at: Option<i64>, tenant: Option<&str>) -> Vec<String> {
         CronSetArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             name: name.into(),
             def: def.into(),
             next_run_at: next_run_at.map(|n| n.to_string()).unwrap_or_default(),
@@ -39,7 +39,9 @@ impl Store {
         tenant: Option<&str>,
     ) -> Result<Option<CronSaved>> {
         let args = self.cron_set_args(name, def, next_run_at, tenant);
-        let items = self.run(&self.scripts.cron_set, &[self.keys.cron(name)], args).await?;
+        let items = self
+            .run(&self.scripts.cron_set, &[self.keys().cron(name)], args)
+            .await?;
         let r = Reply::new(self.scripts.cron_set.name, &items);
         match r.tag()? {
             "ok" => {}

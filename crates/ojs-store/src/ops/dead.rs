@@ -47,12 +47,12 @@ impl DeadRetry {
 impl Store {
     /// Runs one of the dead letter's scripts with its arguments.
     async fn dead_run(&self, script: &Named, args: Vec<String>) -> Result<Vec<redis::Value>> {
-        self.run(script, &[self.keys.dead()], args).await
+        self.run(script, &[self.keys().dead()], args).await
     }
 
     pub async fn dead_retry(&self, id: &str) -> Result<DeadRetry> {
         let args = DeadRetryArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
         };
         let items = self.dead_run(&self.scripts.dead_retry, args.into_vec()).await?;
@@ -72,7 +72,7 @@ impl Store {
     /// Whether the job was in the dead letter set (and is now deleted).
     pub async fn dead_delete(&self, id: &str) -> Result<bool> {
         let args = DeadDeleteArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
         };
         let items = self.dead_run(&self.scripts.dead_delete, args.into_vec()).await?;

@@ -214,7 +214,7 @@ impl Store {
     fn enqueue_args(&self, jobs: &[NewJob], mode: &str) -> Vec<Vec<u8>> {
         let mut args = Vec::with_capacity(EnqueueArgs::LEN + jobs.len() * JobRecord::LEN);
         EnqueueArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             n: jobs.len().to_string(),
             mode: mode.into(),
             retention_ms: self.cfg.retention_ms.to_string(),
@@ -237,7 +237,7 @@ impl Store {
     ) -> Result<Vec<Value>> {
         for _ in 0..TENANCY_TRIES {
             let resolved = self.resolve_tenants(jobs).await?;
-            let items = self.run(script, &[self.keys.queues()], args(&resolved)).await?;
+            let items = self.run(script, &[self.keys().queues()], args(&resolved)).await?;
             let r = Reply::new(script.name, &items);
             if r.tag()? != "tenancy" {
                 return Ok(items);

@@ -134,14 +134,14 @@ impl Store {
     /// own, exactly as if it had been sent alone. Returns Redis time and one reply per request.
     pub async fn worker_requests(&self, requests: &[WorkerRequest]) -> Result<(i64, Vec<WorkerReply>)> {
         let mut args = FetchArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             retention_ms: self.cfg.retention_ms.to_string(),
         }
         .into_vec();
         for r in requests {
             r.push_args(self.cfg.default_visibility_ms, &mut args);
         }
-        let items = self.run(&self.scripts.fetch, &[self.keys.active()], args).await?;
+        let items = self.run(&self.scripts.fetch, &[self.keys().active()], args).await?;
         let call = Reply::new(self.scripts.fetch.name, &items);
         let replies = requests
             .iter()

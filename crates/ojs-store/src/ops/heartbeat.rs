@@ -27,7 +27,7 @@ impl Store {
     ) -> Vec<String> {
         let mut args = Vec::with_capacity(HeartbeatArgs::LEN + HeartbeatJobRecord::LEN * jobs.len());
         HeartbeatArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             worker_id: worker_id.into(),
             extend_ms: extend_ms.unwrap_or(0).to_string(),
             default_ms: self.cfg.default_visibility_ms.to_string(),
@@ -61,7 +61,7 @@ impl Store {
         tenant: Option<&str>,
     ) -> Result<Heartbeat> {
         let args = self.heartbeat_args(worker_id, jobs, extend_ms, worker_state, tenant);
-        let items = self.run(&self.scripts.heartbeat, &[self.keys.active()], args).await?;
+        let items = self.run(&self.scripts.heartbeat, &[self.keys().active()], args).await?;
         let r = Reply::new(self.scripts.heartbeat.name, &items);
         let signal = r.str(2)?;
         // (id, state, lease) per job, from item 3 on.

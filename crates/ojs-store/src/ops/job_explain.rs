@@ -43,7 +43,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn job_explain_args(&self, id: &str) -> Vec<String> {
         JobExplainArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
         }
         .into_vec()
@@ -53,7 +53,9 @@ impl Store {
     /// when there is no such job.
     pub async fn explain_job(&self, id: &str) -> Result<Option<Explained>> {
         let args = self.job_explain_args(id);
-        let items = self.run(&self.scripts.job_explain, &[self.keys.job(id)], args).await?;
+        let items = self
+            .run(&self.scripts.job_explain, &[self.keys().job(id)], args)
+            .await?;
         let r = Reply::new(self.scripts.job_explain.name, &items);
         match r.tag()? {
             "not_found" => return Ok(None),

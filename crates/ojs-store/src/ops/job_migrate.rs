@@ -15,7 +15,7 @@ impl Store {
     fn job_migrate_args(&self, ids: &[String]) -> Vec<String> {
         let mut args = Vec::with_capacity(JobMigrateArgs::LEN + ids.len());
         JobMigrateArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
         }
         .push(&mut args);
         args.extend(ids.iter().cloned());
@@ -27,7 +27,7 @@ impl Store {
         let Some(first) = ids.first() else { return Ok(0) };
         let args = self.job_migrate_args(ids);
         let items = self
-            .run(&self.scripts.job_migrate, &[self.keys.job(first)], args)
+            .run(&self.scripts.job_migrate, &[self.keys().job(first)], args)
             .await?;
         Ok(Reply::new(self.scripts.job_migrate.name, &items).i64(1)?.max(0) as u64)
     }
@@ -44,22 +44,25 @@ impl Store {
         // with no cron entry yet left a hash at the due index (and answered 500), which broke every
         // later registration and the cron timer. That entry was never registered: drop the hash.
         let due_type: String = redis::cmd("TYPE")
-            .arg(self.keys.cron_due())
+            .arg(self.keys().cron_due())
             .query_async(&mut conn)
             .await?;
         if due_type == "hash" {
             let _: () = redis::cmd("DEL")
-                .arg(self.keys.cron_due())
+                .arg(self.keys().cron_due())
                 .query_async(&mut conn)
                 .await?;
-            tracing::warn!(key = %self.keys.cron_due(), "removed a hash left at the cron due index by a refused cron entry named 'due'");
+            tracing::warn!(key = %self.keys().cron_due(), "removed a hash left at the cron due index by a refused cron entry named 'due'");
         }
         // Rate-limit lanes parked by a build before the index of each key's parked lanes (which a release
         // now wakes a few at a time) are indexed, first in line: without it no release would wake them.
         for shard in shards {
             shard.as_ref().index_parked_lanes().await?;
         }
-        let version: Option<u32> = redis::cmd("GET").arg(self.keys.schema()).query_async(&mut conn).await?;
+        let version: Option<u32> = redis::cmd("GET")
+            .arg(self.keys().schema())
+            .query_async(&mut conn)
+            .await?;
         let Some(from) = version.filter(|v| crate::store::SCHEMA_VERSIONS_UPGRADED.contains(v)) else {
             return Ok(0);
         };
@@ -69,7 +72,7 @@ impl Store {
             converted += shard.as_ref().convert_jobs(from).await?;
         }
         let _: () = redis::cmd("SET")
-            .arg(self.keys.schema())
+            .arg(self.keys().schema())
             .arg(to)
             .query_async(&mut conn)
             .await?;
@@ -83,23 +86,25 @@ impl Store {
     /// Idempotent; returns how many lanes it found.
     async fn index_parked_lanes(&self) -> Result<u64> {
         let mut conn = self.conn().await?;
-        let pattern = self.keys.pattern("queue_parked");
+        let pattern = self.keys().pattern("queue_parked");
         let (mut cursor, mut found) = (0u64, 0u64);
         loop {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(BATCH);
-            let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys.schema()).await?;
+            let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys().schema()).await?;
             for key in keys {
                 // A queue name holds no ':' (a lane of a key named "parked" matches the pattern too).
                 let Some(queue) = self
-                    .keys
+                    .keys()
                     .parts("queue_parked", &key)
                     .and_then(|p| p.first().copied())
                     .filter(|q| !q.contains(':'))
                 else {
                     continue;
                 };
-                let lanes: Vec<String> = conn.on_tag(redis::cmd("HKEYS").arg(&key), &self.keys.schema()).await?;
+                let lanes: Vec<String> = conn
+                    .on_tag(redis::cmd("HKEYS").arg(&key), &self.keys().schema())
+                    .await?;
                 for k in lanes {
                     // Indexed only if still parked, in one script: a lane re-opened since HKEYS (a
                     // claim, a cancel, a release) would otherwise be indexed after it left.
@@ -115,7 +120,7 @@ impl Store {
         if found > 0 {
             tracing::info!(
                 found,
-                prefix = self.keys.prefix(),
+                prefix = self.keys().prefix(),
                 "indexed the parked rate-limit lanes"
             );
         }
@@ -126,12 +131,12 @@ impl Store {
     async fn convert_jobs(&self, from: u32) -> Result<u64> {
         let mut conn = self.conn().await?;
         let to = crate::store::SCHEMA_VERSION;
-        let pattern = self.keys.pattern("job");
-        let id_at = self.keys.job("").len();
-        let total: u64 = conn.on_tag(&redis::cmd("DBSIZE"), &self.keys.schema()).await?;
+        let pattern = self.keys().pattern("job");
+        let id_at = self.keys().job("").len();
+        let total: u64 = conn.on_tag(&redis::cmd("DBSIZE"), &self.keys().schema()).await?;
         tracing::info!(
             keys_in_db = total,
-            prefix = self.keys.prefix(),
+            prefix = self.keys().prefix(),
             "key schema v{from} found: converting job records to v{to}"
         );
         let (mut cursor, mut converted, mut seen) = (0u64, 0u64, 0u64);
@@ -139,7 +144,7 @@ impl Store {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(BATCH);
             // On a cluster: the primary holding the shard's slot (every key of a shard shares its tag).
-            let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys.schema()).await?;
+            let (next, keys): (u64, Vec<String>) = conn.on_tag(&scan, &self.keys().schema()).await?;
             let ids: Vec<String> = keys.into_iter().map(|k| k[id_at..].to_string()).collect();
             seen += ids.len() as u64;
             for chunk in ids.chunks(BATCH) {
@@ -156,7 +161,7 @@ impl Store {
         tracing::info!(
             converted,
             seen,
-            prefix = self.keys.prefix(),
+            prefix = self.keys().prefix(),
             "key schema v{to}: this shard's jobs are converted"
         );
         Ok(converted)

@@ -13,7 +13,7 @@ impl Store {
     fn job_read_args(&self, fields: &[&str], ids: &[String]) -> Vec<String> {
         let mut args = Vec::with_capacity(JobReadArgs::LEN + fields.len() + ids.len());
         JobReadArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             nfields: fields.len().to_string(),
         }
         .push(&mut args);
@@ -27,7 +27,9 @@ impl Store {
             return Ok(Vec::new());
         };
         let args = self.job_read_args(fields, ids);
-        let mut items = self.run(&self.scripts.job_read, &[self.keys.job(first)], args).await?;
+        let mut items = self
+            .run(&self.scripts.job_read, &[self.keys().job(first)], args)
+            .await?;
         let r = Reply::new(self.scripts.job_read.name, &items);
         if r.tag()? != "ok" {
             return Err(r.unknown_tag());

@@ -10,7 +10,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn lane_index_args(&self, queue: &str, key: &str) -> Vec<String> {
         LaneIndexArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             queue: queue.into(),
             key: key.into(),
         }
@@ -21,7 +21,7 @@ impl Store {
     /// was added.
     pub(crate) async fn lane_index(&self, queue: &str, key: &str) -> Result<bool> {
         let args = self.lane_index_args(queue, key);
-        let keys = [self.keys.queue_parked(queue), self.keys.rl_parked(key)];
+        let keys = [self.keys().queue_parked(queue), self.keys().rl_parked(key)];
         let v = self.run(&self.scripts.lane_index, &keys, args).await?;
         Ok(v.get(1).map(val_i64) == Some(1))
     }

@@ -36,7 +36,7 @@ impl Store {
     ) -> Vec<String> {
         let [lease, attempt, worker] = claim.args();
         NackArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
             error: error_json.into(),
             match_key: match_key.into(),
@@ -76,7 +76,7 @@ impl Store {
             rate_limit_until_ms,
             rand_unit(),
         );
-        let items = self.run(&self.scripts.nack, &[self.keys.job(id)], args).await?;
+        let items = self.run(&self.scripts.nack, &[self.keys().job(id)], args).await?;
         transition(&Reply::new(self.scripts.nack.name, &items), |r| {
             let delay = r.i64(4)?;
             Ok(NackResult {

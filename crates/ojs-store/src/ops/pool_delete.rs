@@ -9,7 +9,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn pool_delete_args(&self, name: &str) -> Vec<String> {
         PoolDeleteArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             name: name.into(),
         }
         .into_vec()
@@ -19,7 +19,7 @@ impl Store {
     pub async fn pool_delete(&self, name: &str) -> Result<Option<Fields>> {
         let args = self.pool_delete_args(name);
         let items = self
-            .run(&self.scripts.pool_delete, &[self.keys.pool(name)], args)
+            .run(&self.scripts.pool_delete, &[self.keys().pool(name)], args)
             .await?;
         super::removed(&Reply::new(self.scripts.pool_delete.name, &items))
     }

@@ -23,7 +23,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn pool_set_args(&self, name: &str, def: &str, max_pools: u64) -> Vec<String> {
         PoolSetArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             name: name.into(),
             def: def.into(),
             max_pools: max_pools.to_string(),
@@ -35,7 +35,9 @@ impl Store {
     /// Call it on shard 0, where pools live.
     pub async fn pool_set(&self, name: &str, def: &str, max_pools: u64) -> Result<PoolSaved> {
         let args = self.pool_set_args(name, def, max_pools);
-        let items = self.run(&self.scripts.pool_set, &[self.keys.pool(name)], args).await?;
+        let items = self
+            .run(&self.scripts.pool_set, &[self.keys().pool(name)], args)
+            .await?;
         let r = Reply::new(self.scripts.pool_set.name, &items);
         match r.tag()? {
             "ok" => Ok(PoolSaved::Written {

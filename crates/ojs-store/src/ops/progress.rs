@@ -19,7 +19,7 @@ impl Store {
     ) -> Vec<String> {
         let [lease, attempt, worker] = claim.args();
         ProgressArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
             progress: progress.map(|p| format!("{p}")).unwrap_or_default(),
             message: message.unwrap_or("").into(),
@@ -47,7 +47,7 @@ impl Store {
         data: Option<&str>,
     ) -> Result<Transition<(i64, Option<f64>, Option<i64>)>> {
         let args = self.progress_args(id, claim, progress, message, data);
-        let items = self.run(&self.scripts.progress, &[self.keys.job(id)], args).await?;
+        let items = self.run(&self.scripts.progress, &[self.keys().job(id)], args).await?;
         let r = Reply::new(self.scripts.progress.name, &items);
         if r.tag()? == "ignored" {
             return Ok(Transition::WrongState(r.str(1)?));

@@ -10,7 +10,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn promote_args(&self, limit: u32) -> Vec<String> {
         PromoteArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             limit: limit.to_string(),
             retention_ms: self.cfg.retention_ms.to_string(),
         }
@@ -21,7 +21,9 @@ impl Store {
     /// or lane wake, by Redis' clock).
     pub async fn promote(&self, limit: u32) -> Result<(u64, Option<i64>)> {
         let args = self.promote_args(limit);
-        let items = self.run(&self.scripts.promote, &[self.keys.scheduled()], args).await?;
+        let items = self
+            .run(&self.scripts.promote, &[self.keys().scheduled()], args)
+            .await?;
         let r = Reply::new(self.scripts.promote.name, &items);
         let (next, now) = (r.i64(2)?, r.i64(3)?);
         Ok((r.i64(1)?.max(0) as u64, (next >= 0).then_some(next - now)))

@@ -13,7 +13,7 @@ impl Store {
     fn queue_conf_args(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Vec<String> {
         let mut args = Vec::with_capacity(QueueConfArgs::LEN + group.len() + 2 * values.len());
         QueueConfArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             queue: queue.into(),
             n: group.len().to_string(),
         }
@@ -30,7 +30,7 @@ impl Store {
     /// `values` are written (empty = the group is cleared).
     pub(crate) async fn set_queue_conf(&self, queue: &str, group: &[&str], values: &[(&str, String)]) -> Result<()> {
         let args = self.queue_conf_args(queue, group, values);
-        self.run(&self.scripts.queue_conf, &[self.keys.queue_conf(queue)], args)
+        self.run(&self.scripts.queue_conf, &[self.keys().queue_conf(queue)], args)
             .await?;
         Ok(())
     }

@@ -8,7 +8,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn queue_pause_args(&self, queue: &str, paused: bool) -> Vec<String> {
         QueuePauseArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             queue: queue.into(),
             paused: if paused { "1" } else { "0" }.into(),
         }
@@ -19,7 +19,8 @@ impl Store {
     /// skipped atomically with every claim.
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<()> {
         let args = self.queue_pause_args(queue, paused);
-        self.run(&self.scripts.queue_pause, &[self.keys.paused()], args).await?;
+        self.run(&self.scripts.queue_pause, &[self.keys().paused()], args)
+            .await?;
         Ok(())
     }
 }

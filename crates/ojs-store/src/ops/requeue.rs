@@ -11,7 +11,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn requeue_args(&self, limit: u32, jitter_u: f64) -> Vec<String> {
         RequeueArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             limit: limit.to_string(),
             jitter_u: format!("{jitter_u:.6}"),
             retention_ms: self.cfg.retention_ms.to_string(),
@@ -22,7 +22,7 @@ impl Store {
     /// Takes back jobs whose lease expired. Returns (requeued, failed by timeout or exhaustion).
     pub async fn requeue_expired(&self, limit: u32) -> Result<(u64, u64)> {
         let args = self.requeue_args(limit, rand_unit());
-        let items = self.run(&self.scripts.requeue, &[self.keys.active()], args).await?;
+        let items = self.run(&self.scripts.requeue, &[self.keys().active()], args).await?;
         let r = Reply::new(self.scripts.requeue.name, &items);
         Ok((r.i64(1)?.max(0) as u64, r.i64(2)?.max(0) as u64))
     }

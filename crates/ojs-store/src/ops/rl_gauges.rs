@@ -26,7 +26,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn rl_gauges_args(&self, limit: usize) -> Vec<String> {
         RlGaugesArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             limit: limit.max(1).to_string(),
         }
         .into_vec()
@@ -36,7 +36,9 @@ impl Store {
     /// exceeded counters, in one script call.
     pub async fn rate_limit_gauges(&self, limit: usize) -> Result<Vec<RateLimitGauges>> {
         let args = self.rl_gauges_args(limit);
-        let items = self.run(&self.scripts.rl_gauges, &[self.keys.rl_keys()], args).await?;
+        let items = self
+            .run(&self.scripts.rl_gauges, &[self.keys().rl_keys()], args)
+            .await?;
         let r = Reply::new(self.scripts.rl_gauges.name, &items);
         // (key, active, waiting, stats, limits) per key, from item 2 on.
         (2..items.len())

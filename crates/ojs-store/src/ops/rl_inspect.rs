@@ -82,7 +82,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn rl_inspect_args(&self, key: &str) -> Vec<String> {
         RlInspectArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             key: key.into(),
         }
         .into_vec()
@@ -92,7 +92,7 @@ impl Store {
     pub async fn rate_limit_state(&self, key: &str) -> Result<RateLimitState> {
         let args = self.rl_inspect_args(key);
         let items = self
-            .run(&self.scripts.rl_inspect, &[self.keys.rl_policy(key)], args)
+            .run(&self.scripts.rl_inspect, &[self.keys().rl_policy(key)], args)
             .await?;
         let r = Reply::new(self.scripts.rl_inspect.name, &items);
         let limits = Reply::new("rl-inspect (limits)", r.array(3)?);

@@ -15,7 +15,7 @@ impl Store {
             None => "-1".to_string(),
         };
         RlOverrideArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             key: key.into(),
             expires_at,
         }
@@ -32,7 +32,7 @@ impl Store {
     pub async fn rate_limit_override(&self, key: &str, set: Option<(&[(String, String)], i64)>) -> Result<bool> {
         let args = self.rl_override_args(key, set);
         let items = self
-            .run(&self.scripts.rl_override, &[self.keys.rl_ovr(key)], args)
+            .run(&self.scripts.rl_override, &[self.keys().rl_ovr(key)], args)
             .await?;
         let r = Reply::new(self.scripts.rl_override.name, &items);
         match r.tag()? {

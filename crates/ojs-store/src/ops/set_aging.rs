@@ -10,7 +10,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn set_aging_args(&self, queue: &str, mode: &str, interval_s: Option<u64>) -> Vec<String> {
         SetAgingArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             queue: queue.into(),
             mode: mode.into(),
             aging_s: interval_s.map(|s| s.to_string()).unwrap_or_default(),
@@ -25,7 +25,7 @@ impl Store {
         let items = self
             .run(
                 &self.scripts.set_aging,
-                &[self.keys.queue_conf(queue), self.keys.queue_ready(queue)],
+                &[self.keys().queue_conf(queue), self.keys().queue_ready(queue)],
                 args,
             )
             .await?;

@@ -11,7 +11,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn set_priority_args(&self, id: &str, priority: i64, rank: i64) -> Vec<String> {
         SetPriorityArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             id: id.into(),
             priority: priority.to_string(),
             rank: rank.to_string(),
@@ -22,7 +22,9 @@ impl Store {
     /// Changes the priority of an available or scheduled job: (previous priority, queue).
     pub async fn set_priority(&self, id: &str, priority: i64, rank: i64) -> Result<Transition<(i64, String)>> {
         let args = self.set_priority_args(id, priority, rank);
-        let items = self.run(&self.scripts.set_priority, &[self.keys.job(id)], args).await?;
+        let items = self
+            .run(&self.scripts.set_priority, &[self.keys().job(id)], args)
+            .await?;
         transition(&Reply::new(self.scripts.set_priority.name, &items), |r| {
             Ok((r.i64(2)?, r.str(4)?))
         })

@@ -11,7 +11,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn workflow_cancel_args(&self, id: &str, mode: &str) -> Vec<String> {
         WorkflowCancelArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             workflow_id: id.into(),
             retention_ms: self.cfg.retention_ms.to_string(),
             mode: mode.into(),
@@ -24,7 +24,7 @@ impl Store {
     pub async fn workflow_cancel_call(&self, id: &str, mode: &str) -> Result<Transition<(i64, u64, bool)>> {
         let args = self.workflow_cancel_args(id, mode);
         let items = self
-            .run(&self.scripts.workflow_cancel, &[self.keys.workflow(id)], args)
+            .run(&self.scripts.workflow_cancel, &[self.keys().workflow(id)], args)
             .await?;
         transition(&Reply::new(self.scripts.workflow_cancel.name, &items), |r| {
             Ok((r.i64(1)?, r.i64(2)?.max(0) as u64, r.flag(3)?))

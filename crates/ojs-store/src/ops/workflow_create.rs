@@ -17,7 +17,7 @@ impl Store {
     fn workflow_create_args(&self, wf: &NewWorkflow, jobs: &[NewJob]) -> Vec<Vec<u8>> {
         let mut args = Vec::with_capacity(WorkflowCreateArgs::LEN + jobs.len() * JobRecord::LEN + wf.callbacks.len());
         WorkflowCreateArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             n: jobs.len().to_string(),
             id: wf.id.clone(),
             kind: wf.kind.as_str().into(),

@@ -32,7 +32,7 @@ impl Store {
     /// The script's arguments, in the order of its header.
     fn workflow_get_args(&self, id: &str, limit: u64) -> Vec<String> {
         WorkflowGetArgs {
-            prefix: self.keys.prefix().into(),
+            prefix: self.keys().prefix().into(),
             workflow_id: id.into(),
             limit: limit.max(1).to_string(),
         }
@@ -43,7 +43,7 @@ impl Store {
     pub async fn workflow(&self, id: &str, limit: u64) -> Result<Option<WorkflowRecord>> {
         let args = self.workflow_get_args(id, limit);
         let items = self
-            .run(&self.scripts.workflow_get, &[self.keys.workflow(id)], args)
+            .run(&self.scripts.workflow_get, &[self.keys().workflow(id)], args)
             .await?;
         let r = Reply::new(self.scripts.workflow_get.name, &items);
         match r.tag()? {

@@ -4,12 +4,12 @@ use crate::store::{Fields, Result, Store};
 
 impl Store {
     pub async fn cron_get(&self, name: &str) -> Result<Option<Fields>> {
-        self.hash(self.keys.cron(name)).await
+        self.hash(self.keys().cron(name)).await
     }
 
     /// Cron entries in name order: (total, page of (name, entry)).
     pub async fn cron_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, Fields)>)> {
-        let (total, names) = self.page(&self.keys.crons(), offset, limit, false).await?;
+        let (total, names) = self.page(&self.keys().crons(), offset, limit, false).await?;
         let mut conn = self.conn().await?;
         self.cron_entries(&mut conn, names).await.map(|e| (total, e))
     }
@@ -23,7 +23,7 @@ impl Store {
         let (time, first): (Vec<String>, Vec<(String, f64)>) = redis::pipe()
             .cmd("TIME")
             .cmd("ZRANGE")
-            .arg(self.keys.cron_due())
+            .arg(self.keys().cron_due())
             .arg(0)
             .arg(limit - 1)
             .arg("WITHSCORES")
@@ -49,7 +49,7 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for n in &names {
-            pipe.cmd("HGETALL").arg(self.keys.cron(n));
+            pipe.cmd("HGETALL").arg(self.keys().cron(n));
         }
         let maps: Vec<Fields> = pipe.query_async(conn).await?;
         Ok(names.into_iter().zip(maps).filter(|(_, m)| !m.is_empty()).collect())

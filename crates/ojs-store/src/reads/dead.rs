@@ -5,7 +5,7 @@ use crate::store::{Result, Store, StoredJob};
 impl Store {
     /// Dead-lettered jobs, newest first: (total, page of jobs).
     pub async fn dead_list(&self, offset: u64, limit: u64) -> Result<(u64, Vec<StoredJob>)> {
-        let (total, ids) = self.page(&self.keys.dead(), offset, limit, true).await?;
+        let (total, ids) = self.page(&self.keys().dead(), offset, limit, true).await?;
         let jobs = self.jobs(&ids).await?;
         Ok((total, jobs.into_iter().flatten().collect()))
     }
@@ -13,7 +13,7 @@ impl Store {
     pub async fn is_dead(&self, id: &str) -> Result<bool> {
         let mut conn = self.conn().await?;
         let score: Option<f64> = redis::cmd("ZSCORE")
-            .arg(self.keys.dead())
+            .arg(self.keys().dead())
             .arg(id)
             .query_async(&mut conn)
             .await?;
@@ -24,10 +24,14 @@ impl Store {
     pub async fn dead_summary(&self) -> Result<(u64, Option<i64>, Option<i64>)> {
         let mut conn = self.conn().await?;
         let mut pipe = redis::pipe();
-        pipe.cmd("ZCARD").arg(self.keys.dead());
-        pipe.cmd("ZRANGE").arg(self.keys.dead()).arg(0).arg(0).arg("WITHSCORES");
+        pipe.cmd("ZCARD").arg(self.keys().dead());
         pipe.cmd("ZRANGE")
-            .arg(self.keys.dead())
+            .arg(self.keys().dead())
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES");
+        pipe.cmd("ZRANGE")
+            .arg(self.keys().dead())
             .arg(0)
             .arg(0)
             .arg("REV")

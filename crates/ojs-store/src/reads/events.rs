@@ -250,7 +250,7 @@ impl Store {
                 ("XREVRANGE", from.as_str(), to)
             };
             let v: Value = redis::cmd(cmd)
-                .arg(self.keys.events())
+                .arg(self.keys().events())
                 .arg(a)
                 .arg(b)
                 .arg("COUNT")
@@ -285,7 +285,7 @@ impl Store {
             .arg("BLOCK")
             .arg(block_ms)
             .arg("STREAMS")
-            .arg(self.keys.events())
+            .arg(self.keys().events())
             .arg(last)
             .query_async(conn)
             .await?;

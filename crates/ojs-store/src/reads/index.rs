@@ -60,8 +60,8 @@ impl Store {
     /// Workflows newest first (ids are UUIDv7): (total, page of (id, hash)), in two round trips; a
     /// workflow whose hash expired between the two reads is left out.
     pub async fn workflows_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, Fields)>)> {
-        let (total, ids) = self.page(&self.keys.workflows(), offset, limit, true).await?;
-        let hashes = self.hashes(ids.iter().map(|id| self.keys.workflow(id))).await?;
+        let (total, ids) = self.page(&self.keys().workflows(), offset, limit, true).await?;
+        let hashes = self.hashes(ids.iter().map(|id| self.keys().workflow(id))).await?;
         Ok((
             total,
             ids.into_iter().zip(hashes).filter(|(_, h)| !h.is_empty()).collect(),
@@ -70,12 +70,12 @@ impl Store {
 
     /// Whether a workflow with this id exists on this shard.
     pub async fn workflow_exists(&self, id: &str) -> Result<bool> {
-        self.exists(&self.keys.workflow(id)).await
+        self.exists(&self.keys().workflow(id)).await
     }
 
     /// Whether a cron entry with this name exists on this shard.
     pub async fn cron_exists(&self, name: &str) -> Result<bool> {
-        self.exists(&self.keys.cron(name)).await
+        self.exists(&self.keys().cron(name)).await
     }
 
     async fn exists(&self, key: &str) -> Result<bool> {
@@ -91,7 +91,7 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for id in ids {
-            pipe.cmd("EXISTS").arg(self.keys.job(id));
+            pipe.cmd("EXISTS").arg(self.keys().job(id));
         }
         let mut conn = self.conn().await?;
         Ok(pipe.query_async(&mut conn).await?)

@@ -29,7 +29,7 @@ impl Store {
     pub async fn get_aging(&self, queue: &str) -> Result<Option<u64>> {
         let mut conn = self.conn().await?;
         Ok(redis::cmd("HGET")
-            .arg(self.keys.queue_conf(queue))
+            .arg(self.keys().queue_conf(queue))
             .arg("aging_s")
             .query_async(&mut conn)
             .await?)
@@ -52,7 +52,7 @@ impl Store {
         let mut conn = self.conn().await?;
         let mut pipe = redis::pipe();
         for q in queues {
-            pipe.cmd("HGETALL").arg(self.keys.queue_pri(q));
+            pipe.cmd("HGETALL").arg(self.keys().queue_pri(q));
         }
         let maps: Vec<HashMap<String, i64>> = pipe.query_async(&mut conn).await?;
         Ok(maps
@@ -76,8 +76,8 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
-        pipe.cmd("SMISMEMBER").arg(self.keys.ready_index()).arg(queues);
-        pipe.cmd("SMISMEMBER").arg(self.keys.paused()).arg(queues);
+        pipe.cmd("SMISMEMBER").arg(self.keys().ready_index()).arg(queues);
+        pipe.cmd("SMISMEMBER").arg(self.keys().paused()).arg(queues);
         let mut conn = self.conn().await?;
         let (ready, paused): (Vec<bool>, Vec<bool>) = pipe.query_async(&mut conn).await?;
         Ok(ready.into_iter().zip(paused).map(|(r, p)| r && !p).collect())
@@ -86,7 +86,7 @@ impl Store {
     pub async fn queue_names(&self) -> Result<Vec<String>> {
         let mut conn = self.conn().await?;
         let mut names: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(self.keys.queues())
+            .arg(self.keys().queues())
             .query_async(&mut conn)
             .await?;
         names.sort();
@@ -101,9 +101,9 @@ impl Store {
         let mut pipe = redis::pipe();
         for q in names {
             // Available = every waiting job, rate-limit lanes included: the per-priority counts.
-            pipe.cmd("HVALS").arg(self.keys.queue_pri(q));
-            pipe.cmd("HGETALL").arg(self.keys.queue_stats(q));
-            pipe.cmd("SISMEMBER").arg(self.keys.paused()).arg(q);
+            pipe.cmd("HVALS").arg(self.keys().queue_pri(q));
+            pipe.cmd("HGETALL").arg(self.keys().queue_stats(q));
+            pipe.cmd("SISMEMBER").arg(self.keys().paused()).arg(q);
         }
         let vals: Vec<Value> = pipe.query_async(&mut conn).await?;
         let mut out = Vec::with_capacity(names.len());
@@ -133,7 +133,7 @@ impl Store {
     pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {
         let mut conn = self.conn().await?;
         let f: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(self.keys.queue_conf(queue))
+            .arg(self.keys().queue_conf(queue))
             .arg(&BACKPRESSURE_FIELDS[..])
             .query_async(&mut conn)
             .await?;

@@ -7,7 +7,7 @@ use crate::store::{redis_now_ms, Result, Store};
 impl Store {
     /// Rate-limit keys in lexicographic order: (total, page).
     pub async fn rate_limit_keys(&self, offset: u64, limit: u64) -> Result<(u64, Vec<String>)> {
-        self.page(&self.keys.rl_keys(), offset, limit, false).await
+        self.page(&self.keys().rl_keys(), offset, limit, false).await
     }
 
     /// The shard a rate-limit key is bound to in a deployment of several shards (`lua/place-1.lua`), read
@@ -22,7 +22,7 @@ impl Store {
     pub async fn queue_rate_limit(&self, queue: &str) -> Result<QueueLimitState> {
         let mut conn = self.conn().await?;
         let f: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(self.keys.queue_conf(queue))
+            .arg(self.keys().queue_conf(queue))
             .arg("rl_concurrency")
             .arg("rl_rate_limit")
             .arg("rl_rate_period")
@@ -47,13 +47,13 @@ impl Store {
                 }
             })
             .collect();
-        let now = redis_now_ms(&mut conn, &self.keys).await?;
+        let now = redis_now_ms(&mut conn, self.keys()).await?;
         let rate = match (f.get(1).copied().flatten(), f.get(2).copied().flatten()) {
             (Some(limit), Some(period_ms)) => Some(Window { limit, period_ms }),
             _ => None,
         };
         let active: u64 = redis::cmd("ZCOUNT")
-            .arg(self.keys.queue_rl_active(queue))
+            .arg(self.keys().queue_rl_active(queue))
             .arg(format!("({now}"))
             .arg("+inf")
             .query_async(&mut conn)
@@ -61,7 +61,7 @@ impl Store {
         let in_window: u64 = match rate {
             Some(w) => {
                 redis::cmd("ZCOUNT")
-                    .arg(self.keys.queue_rl_win(queue))
+                    .arg(self.keys().queue_rl_win(queue))
                     .arg(now - w.period_ms as i64)
                     .arg("+inf")
                     .query_async(&mut conn)

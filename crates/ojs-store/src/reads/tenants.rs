@@ -33,7 +33,7 @@ impl Store {
     pub async fn tenants_seen(&self, limit: usize) -> Result<Vec<TenantSeen>> {
         let mut conn = self.conn().await?;
         let seen: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(self.keys.tenants())
+            .arg(self.keys().tenants())
             .arg(0)
             .arg(limit.max(1) as i64 - 1)
             .arg("REV")
@@ -45,7 +45,7 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for (t, _) in &seen {
-            pipe.cmd("HGETALL").arg(self.keys.tenant_stats(t));
+            pipe.cmd("HGETALL").arg(self.keys().tenant_stats(t));
         }
         let stats: Vec<Value> = pipe.query_async(&mut conn).await?;
         Ok(seen
@@ -78,7 +78,7 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for q in queues {
-            pipe.cmd("SMEMBERS").arg(self.keys.queue_subs(q));
+            pipe.cmd("SMEMBERS").arg(self.keys().queue_subs(q));
         }
         let mut conn = self.conn().await?;
         let subs: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
@@ -95,20 +95,20 @@ impl Store {
             .collect();
         let mut pipe = redis::pipe();
         for q in qs.iter().flatten() {
-            pipe.cmd("HKEYS").arg(self.keys.queue_heads(q));
-            pipe.cmd("HKEYS").arg(self.keys.queue_parked(q));
+            pipe.cmd("HKEYS").arg(self.keys().queue_heads(q));
+            pipe.cmd("HKEYS").arg(self.keys().queue_parked(q));
         }
         let lanes: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
         let mut lanes = lanes.into_iter();
         Ok(qs
             .iter()
             .map(|sqs| {
-                let mut sets: Vec<String> = sqs.iter().skip(1).map(|sq| self.keys.queue_ready(sq)).collect();
+                let mut sets: Vec<String> = sqs.iter().skip(1).map(|sq| self.keys().queue_ready(sq)).collect();
                 for sq in sqs {
                     let mut keys: Vec<String> = lanes.by_ref().take(2).flatten().collect();
                     keys.sort();
                     keys.dedup();
-                    sets.extend(keys.iter().map(|k| self.keys.queue_lane(sq, k)));
+                    sets.extend(keys.iter().map(|k| self.keys().queue_lane(sq, k)));
                 }
                 sets
             })
@@ -121,13 +121,13 @@ impl Store {
     /// HMGETs.
     pub async fn tenants_last_hour(&self, tenants: &[&str]) -> Result<(Vec<u64>, u64)> {
         let mut conn = self.conn().await?;
-        let now = crate::store::redis_now_ms(&mut conn, &self.keys).await?;
+        let now = crate::store::redis_now_ms(&mut conn, self.keys()).await?;
         let minute = now.div_euclid(60_000);
         let mut pipe = redis::pipe();
         for m in minute - (LAST_HOUR_MINUTES - 1)..=minute {
             // Field '' holds every tenant's claims of the minute.
             pipe.cmd("HMGET")
-                .arg(self.keys.tenants_minute(&m.to_string()))
+                .arg(self.keys().tenants_minute(&m.to_string()))
                 .arg("")
                 .arg(tenants);
         }
@@ -147,7 +147,7 @@ impl Store {
     pub async fn tenant_counts(&self, tenant: &str) -> Result<TenantCounts> {
         let mut conn = self.conn().await?;
         let v: Value = redis::cmd("HGETALL")
-            .arg(self.keys.tenant_stats(tenant))
+            .arg(self.keys().tenant_stats(tenant))
             .query_async(&mut conn)
             .await?;
         let m = flat_map(&v);
@@ -162,7 +162,7 @@ impl Store {
     pub async fn tenant_weight(&self, tenant: &str) -> Result<Option<u32>> {
         let mut conn = self.conn().await?;
         let w: Option<String> = redis::cmd("HGET")
-            .arg(self.keys.tenant_weights())
+            .arg(self.keys().tenant_weights())
             .arg(tenant)
             .query_async(&mut conn)
             .await?;
@@ -176,12 +176,12 @@ impl Store {
         let cmd = match weight {
             Some(w) => {
                 let mut c = redis::cmd("HSET");
-                c.arg(self.keys.tenant_weights()).arg(tenant).arg(w);
+                c.arg(self.keys().tenant_weights()).arg(tenant).arg(w);
                 c
             }
             None => {
                 let mut c = redis::cmd("HDEL");
-                c.arg(self.keys.tenant_weights()).arg(tenant);
+                c.arg(self.keys().tenant_weights()).arg(tenant);
                 c
             }
         };

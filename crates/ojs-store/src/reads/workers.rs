@@ -8,15 +8,15 @@ pub const WORKER_TTL_MS: u64 = 24 * 3600 * 1000;
 impl Store {
     /// A worker's record (`P worker:<id>`: last_seen, state, signal, jobs), None when unknown or expired.
     pub async fn worker_record(&self, worker_id: &str) -> Result<Option<Fields>> {
-        self.hash(self.keys.worker(worker_id)).await
+        self.hash(self.keys().worker(worker_id)).await
     }
 
     /// Workers that sent a heartbeat within [`WORKER_TTL_MS`], most recent first: (total, page of (id,
     /// record)). One ZCARD and ZRANGE, then one HGETALL per worker on the page (two round trips).
     pub async fn workers_page(&self, offset: u64, limit: u64) -> Result<(u64, Vec<(String, Fields)>)> {
-        let key = self.keys.workers();
+        let key = self.keys().workers();
         let (total, ids) = self.page(&key, offset, limit, true).await?;
-        let recs = self.hashes(ids.iter().map(|id| self.keys.worker(id))).await?;
+        let recs = self.hashes(ids.iter().map(|id| self.keys().worker(id))).await?;
         Ok((
             total,
             ids.into_iter().zip(recs).filter(|(_, r)| !r.is_empty()).collect(),
@@ -25,7 +25,7 @@ impl Store {
 
     /// The operator's directive for a worker, returned by its next heartbeat (None clears it).
     pub async fn set_worker_signal(&self, worker_id: &str, signal: Option<&str>) -> Result<()> {
-        self.set_field(&self.keys.worker(worker_id), "signal", signal.map(str::to_owned))
+        self.set_field(&self.keys().worker(worker_id), "signal", signal.map(str::to_owned))
             .await
     }
 
