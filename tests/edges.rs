@@ -918,3 +918,35 @@ async fn a_refused_huge_value_is_not_sent_back_whole() {
     assert!(m.len() < 1100, "the message is {} bytes", m.len());
     assert!(m.ends_with("more bytes)"), "{m}");
 }
+
+/// An attempt past any job's max_attempts (a u32), and past 2^53, reached the scripts' argument check:
+/// a 500 on NACK, ACK and progress (schemathesis found it). It is a 400 naming the field.
+#[tokio::test]
+async fn an_attempt_out_of_range_is_a_400() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(json!({"type": "t", "args": [], "queue": "att"})).await;
+    assert_eq!(s.fetch(&["att"], 1).await.len(), 1);
+    for (path, body) in [
+        (
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "attempt": 922337203685477581_i64, "error": {"message": "x"}}),
+        ),
+        (
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "attempt": 44256545070920864_i64}),
+        ),
+        (
+            "/ojs/v1/workers/progress",
+            json!({"job_id": id, "attempt": 4294967296_i64, "progress": 0.5}),
+        ),
+    ] {
+        let (st, b) = s.post(path, body).await;
+        assert_eq!(
+            (st, &b["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{path}: {b}"
+        );
+        assert!(b["error"]["message"].as_str().unwrap_or("").contains("attempt"), "{b}");
+    }
+    s.assert_invariants().await;
+}

@@ -49,9 +49,13 @@ impl ClaimFields {
         let attempt = match self.attempt {
             None | Some(Value::Null) => None,
             Some(v) => Some(
+                // An attempt is at most a job's max_attempts (a u32): a larger one names no attempt, and
+                // past 2^53 the scripts could not even take it (it was a 500 from their argument check).
                 v.as_i64()
-                    .filter(|a| *a >= 1)
-                    .ok_or_else(|| OjsError::invalid(format!("attempt must be an integer >= 1; got {v}")))?,
+                    .filter(|a| (1..=i64::from(u32::MAX)).contains(a))
+                    .ok_or_else(|| {
+                        OjsError::invalid(format!("attempt must be an integer from 1 to {}; got {v}", u32::MAX))
+                    })?,
             ),
         };
         Ok(ClaimRef {
