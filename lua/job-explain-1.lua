@@ -36,7 +36,8 @@
 --                tenant_concurrency tenant;
 --                pending workflow_id, workflow_type, workflow_state, step or callback; override the
 --                override's fields; superseded reason, by; scheduled state; pool floor, owed
--- COST   O(log n): a few reads of the job's queue, key and tenant structures
+-- COST   O(log n): a few reads of the job's queue, key and tenant structures; for a tenant's job, up to
+--        100 tenants ahead × TURN_PEEK ready jobs' key checks (startable)
 -- CAPS   holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT); the fair share looks at the
 --        first 100 tenants ahead (tenant.lua TURN_LOOK), and at the first TURN_PEEK = 3 ready jobs of
 --        each (startable: their keys' limits, FETCH's rl_check)
