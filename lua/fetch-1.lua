@@ -28,7 +28,7 @@
 --                              jobs ('' = every tenant's, by fair share: includes/tenant.lua), and its
 --                              ACK of another tenant's job is 'not_found' (includes/ack.lua)
 --     +12 ack_used      int(0..1000000000)? the ACK's cost_used: the units the job really used ('' = its cost); its
---                              rate-limit window entry counts that instead (ratelimit.lua rl_used)
+--                              rate-limit window entry counts that instead (ratelimit.lua RateKey.used)
 --   record QUEUE
 --     +0  name          string the queue
 --     +1  weight        int(0..1000) ignored by strict; > 0 for weighted
@@ -50,39 +50,13 @@
 --        O(log n) per claimed job (ZPOPMIN); empty queues are skipped with one SMISMEMBER on the
 --        ready-queue index P..'ready' for those of a request's queues the call has not seen there yet
 --        (a SISMEMBER for a one-queue strict request, none once seen; kept exact with one ZCARD per
---        queue claimed from and call, not per job); weighted adds O(queues) per claimed job; a
---        rate-limited key costs one pop per lane per blocking episode, however many jobs it holds;
---        a key's check reads its dynamic block and both units counters in one MGET (ratelimit.lua
---        "Costs"); a key whose jobs carry costs adds a ZRANGE of lapsed holders (an HMGET when there
---        are some) and a ZRANGE of expired window entries per check, and a claim of u > 1 units adds
---        an HSET and INCRBY (concurrency) and an INCRBY and PEXPIRE (window); an ACK with ack_used adds
---        a ZSCORE, and when it changes the count a ZADD, ZREM, INCRBY, PTTL and PEXPIRE; a key whose
---        policy is adaptive adds an HMGET of its adaptation per check, and its ACK a GET of the policy,
---        an HMGET, a ZCOUNT and an HINCRBY (more when it steps up: ratelimit.lua rl_adapt_up); a key with
---        a floor in a queue with a pool (ratelimit.lua "Burstable concurrency") adds per check an HGET
---        of the floors owed and, past its floor, a ZCOUNT of the queue's holders, and per pop
---        burst_sync: a ZCOUNT of the key's holders, and unless the key holds its floor before and after
---        (burst_skip) an HEXISTS (an HGET when parked), an HGET and, when its part changes, an HSET or
---        HDEL, an HINCRBY and a ZPOPMIN of the pool's waiting lanes (a claim does so for every lane of
---        the key, after an SMEMBERS and an HGET of each lane's queue conf); a park by the pool adds a ZADD
---        and a PEXPIRE of the pool's waiting lanes; an ACK of a job in a queue with a queue-level
---        concurrency adds a ZPOPMIN of those (and re-opens at most POOL_WAKE_MAX = 10 lanes); a job with
---        options.dedup or options.root_job adds one GET when popped and one SET (a root: GET + SET)
---        when claimed; a claimed workflow job with parents (a chain step after the first, a batch
---        callback) adds one HMGET of its parents' results per 1000 of them (wf_job_reply); an ACK or
---        discard of a workflow job advances it in O(1), except the ends that close it or fire work
---        (includes/workflow.lua: a failed chain visits its steps once, at most 10,000; a batch's last
---        end visits at most 3 callbacks; a close drops at most 3 pending callbacks and trims at most
---        WF_TRIM = 100 expired workflows from the listing index); a queue with tenants
---        (includes/tenant.lua) adds one ZCARD per call and queue, and per claim the pick (ZRANGE 0 0),
---        the tenant's pass (ZINCRBY), its weight (HGET, once per call and tenant, none when the queue's
---        tenancy setting gives it one: that setting is read with the queue's other settings and decoded
---        once per call) and its counters (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE, and two HINCRBY of
---        its minute's count, whose PEXPIREAT is once per call); a tenant found with nothing ready costs
---        a pop and an EXISTS; a tenant with a concurrency in the queue (includes/tenant.lua) adds per
---        claim a ZCOUNT of its slots, an SREM and a ZADD, and one at its cap a ZREM and SADD (it parks,
---        counted against MAX_SKIPS); the end's ready-index check adds an EXISTS of the fair-share set for a queue whose own
---        ready set is empty, with or without tenants
+--        queue claimed from and call, not per job); weighted adds O(queues) per claimed job. Each
+--        feature costs only the jobs that use it, as its include says under "Costs per FETCH": a
+--        rate-limited key (includes/ratelimit.lua, and its pieces: costs, adaptive, floors), a queue's
+--        tenants (includes/tenant.lua), options.dedup or options.root_job (includes/supersede.lua: one
+--        GET when popped, one SET when claimed), a workflow job (includes/workflow.lua: one HMGET of its
+--        parents' results per 1000 of them at its claim); the end's ready-index check adds an EXISTS of
+--        the fair-share set for a queue whose own ready set is empty, with or without tenants
 -- CAPS   requests per call: the server's coalescer sends at most 256; claims per request: its count
 --        (at most --max-fetch); queues per request: its nqueues (the request's own list); jobs popped
 --        without being claimed (expired, dropped by on_limit, rescheduled, completed as superseded, or
@@ -114,17 +88,13 @@
 --   and so is a queue whose waiting jobs are being re-scored for an aging change (its conf holds
 --   rs_phase: includes/rescore.lua); a member of a cancelled workflow that a sweep has not reached yet
 --   is cancelled when popped, never claimed (includes/workflow.lua); a queue leaves
---   P..'ready' in the same script that takes its last ready job. Weighted: over any run of sum(weights)
---   consecutive claims while every listed queue has ready jobs, queue i is chosen exactly weight_i
---   times (the smooth round-robin sequence is periodic with that period), and a queue with ready jobs
---   and weight > 0 is chosen within sum(weights) claims, so it never starves. A workflow job's first
---   claim stamps its workflow's started_at; a workflow job discarded here advances its workflow
---   (includes/workflow.lua) in this script.
---   Duplicates (includes/supersede.lua): a popped job with options.dedup whose deduplication info
---   started in another job after it was created, or with options.root_job whose signature's newest
---   started root is newer than its own root timestamp, is never handed out: it completes (state
---   completed, field superseded, event job.superseded) in this script, within MAX_SKIPS; a claimed
---   job with options.dedup, or a root job, records its start here, atomically with the claim.
+--   P..'ready' in the same script that takes its last ready job. Weighted: no queue with ready jobs
+--   and weight > 0 starves (includes/wrr.lua). A workflow job's first claim stamps its workflow's
+--   started_at; a workflow job discarded here advances its workflow (includes/workflow.lua) in this
+--   script. A superseded job (includes/supersede.lua) is never handed out: it completes (field
+--   superseded, event job.superseded) in this script, within MAX_SKIPS; a claimed job with
+--   options.dedup, or a root job, records its start here, atomically with the claim. Every popped
+--   job's fate is its verdict (includes/verdict.lua), the one explain reports.
 --@include clock
 --@include emit
 --@include ready
@@ -133,10 +103,12 @@
 --@include supersede
 --@include errors
 --@include gates
+--@include verdict
+--@include unclaimed
+--@include wrr
 
 local MAX_SKIPS = 100
 --@include tenant
-local WRR_KEEP_MS = 86400000
 local P = ARG.P
 local retention = tonumber(ARG.retention_ms)
 local now = now_ms()
@@ -162,18 +134,18 @@ local function queue_live(queue)
     if redis.call('SISMEMBER', key_ready_index(P), queue) == 0 then return false end
     ready_seen[queue] = true
   end
-  if paused[queue] == nil then paused[queue] = queue_paused(P, queue) end
+  if paused[queue] == nil then paused[queue] = Gate.paused(P, queue) end
   return not paused[queue]
 end
 local function queue_blocked(queue)
   -- The settings are read once per call (no operation of this script changes them); the counts
-  -- queue_gate reads move with every claim, so they are read each time (includes/gates.lua).
+  -- Gate.queue reads move with every claim, so they are read each time (includes/gates.lua).
   local l = qlimits[queue]
   if not l then
-    l = queue_settings(P, queue)
+    l = Gate.settings(P, queue)
     qlimits[queue] = l
   end
-  return queue_gate(P, queue, l, now) ~= nil
+  return Gate.queue(P, queue, l, now) ~= nil
 end
 
 -- Jobs popped in this call without being claimed (ended unclaimed, rescheduled, or parked back in a
@@ -183,33 +155,60 @@ local skips = 0
 local cut = 0
 -- Queues this call claimed from (P..'ready' is checked for them once, at the end).
 local claimed_from = {}
--- end_unclaimed(jk, id, queue, state, fields): a popped job ends without being claimed (discarded, or
--- completed as superseded); the caller wrote its event.
-local function end_unclaimed(jk, id, queue, state, fields)
-  rec('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
-  rec('HDEL', jk, 'member')
-  stat(P, queue, state, 1)
-  finish(P, jk, id, retention)
-  local w = rec('HMGET', jk, 'wf', 'wf_i')
-  wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
-end
-
-local function discard_now(jk, id, queue, code, message)
-  end_unclaimed(jk, id, queue, 'discarded', {'error', error_entry(error_json(code, message))})
-end
-
 -- Tenants' weights in a queue: the queue's tenancy setting's (read with its settings), else the global
 -- ones (P..'tenant_weights'), read once per call and tenant.
 local weights_read = {}
 local function tenant_weight(queue, tenant)
-  local w = tenant_queue_weight(qlimits[queue].tenancy, tenant)
+  local w = Tenant.queue_weight(qlimits[queue].tenancy, tenant)
   if w then return w end
   w = weights_read[tenant]
   if not w then
-    w = tenant_weight_read(P, tenant)
+    w = Tenant.weight_read(P, tenant)
     weights_read[tenant] = w
   end
   return w
+end
+
+-- claim(jk, id, f, queue, q, tenant, e, wf_state): the popped job starts (Verdict.job 'claim'): it
+-- becomes active under a new lease, takes its key's units and its tenant's and queue's slots, and joins
+-- the request's reply. tenant: as claim_from's; e: its key's limits; wf_state: its workflow's state.
+local function claim(jk, id, f, queue, q, tenant, e, wf_state)
+  local key = f.rl_key
+  not_available(P, queue, f.priority)
+  local vt = num(f.visibility_ms) or default_vt
+  local lease = lease_deadline(now, vt, now, num(f.timeout_ms))
+  local attempt = num(f.attempt, 0) + 1
+  local claim_no = num(f.claims, 0) + 1
+  local lease_text = text(lease)
+  local w = rec_update(jk)
+  if w then
+    w.member, w.state, w.started_at, w.lease_until, w.worker_id = nil, 'active', now_text, lease_text, worker
+    w.attempt, w.claims, w.lease_ms = text(attempt), text(claim_no), text(vt)
+  end
+  redis.call('ZADD', KEYS[1], lease_text, id)
+  stat(P, queue, 'active', 1)
+  if f.dedup or f.root_self then record_start(P, id, f, now) end
+  if key then
+    local units = RateKey.take(P, key, e, id, claim_no, lease, now)
+    -- e.round: an adaptive key's round of decreases this start belongs to (rl_adaptive.lua).
+    if w then w.rl_units, w.rl_round = units, e.round end
+    Lane.open(P, q, key, true)
+    -- Its holders changed: every lane of the key owes anew (rl_pool.lua).
+    if e.floor then Pool.sync_all(P, key, e, now, q, 1) end
+  end
+  if tenant then
+    Tenant.claimed(P, queue, tenant, id, lease, tenant_weight(queue, tenant), now)
+    if w and tenant ~= '' then w.tslot = q end
+  end
+  if Gate.claimed(P, queue, qlimits[queue], id, claim_no, lease, now) then rec('HSET', jk, 'qrl', 1) end
+  if wf_state then
+    redis.call('HSETNX', key_workflow(P, f.wf), 'started_at', now)
+  end
+  ev_job_started(P, id, queue, f.type or '', now, attempt, worker)
+  reply[#reply + 1] = wf_job_reply(P, jk)
+  -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a request
+  -- later in the call that still finds an emptied queue there pops nothing and drops it.
+  claimed_from[queue] = true
 end
 
 -- claim_from(queue, tenant): take the best job of the queue (tenant nil: a queue without tenants) or of
@@ -217,20 +216,20 @@ end
 -- active; false when none can. A job whose rate-limit key is limited parks its lane (ratelimit.lua) and
 -- the loop goes on. A tenant found with no ready job leaves the queue's fair share.
 local function claim_from(queue, tenant)
-  local q = sub_queue(queue, tenant)
+  local q = Tenant.sub_queue(queue, tenant)
   local rk = key_queue_ready(P, q)
   -- A tenant with a concurrency in the queue (includes/tenant.lua): at its cap it leaves the fair share
   -- until a slot comes back; under it, a tenant parked before (its slot freed by a lapsed lease) is back.
-  local capped = tenant and tenant_cap(qlimits[queue].tenancy, tenant)
+  local capped = tenant and Tenant.cap(qlimits[queue].tenancy, tenant)
   if capped then
-    if tenant_gate(P, queue, tenant, qlimits[queue], now) then
-      tenant_park(P, queue, tenant)
+    if Gate.tenant(P, queue, tenant, qlimits[queue], now) then
+      Tenant.park(P, queue, tenant)
       -- It may have been the queue's last tenant in the share: P..'ready' is made exact at the end (a
       -- FETCH of the whole queue does it at once; one acting as the tenant returns from here).
       claimed_from[queue] = true
       return false
     end
-    tenant_unpark(P, queue, tenant)
+    Tenant.unpark(P, queue, tenant)
   end
   while true do
     -- Bounded work per call: past MAX_SKIPS the rest waits for the next call.
@@ -263,128 +262,24 @@ local function claim_from(queue, tenant)
     if bad or not entry.f then
       -- No usable job behind the member (its record is gone, or corrupt: set aside, rec_quarantine):
       -- the member leaves and the loop goes on; a lane it headed opens again at its key's next job
-      -- (ratelimit.lua lane_rebalance).
+      -- (ratelimit.lua Lane.rebalance).
       skips = skips + 1
       if bad then rec_quarantine(P, id, bad, now) end
     else
+      -- Pop, verdict (includes/verdict.lua), one small action.
       local f = entry.f
-      local jtype, key, priority, wf = f.type or '', f.rl_key, f.priority, f.wf
-      local superseded = nil
-      if f.dedup or f.root then superseded = superseded_by(P, id, f) end
-      -- A member of a workflow being cancelled whose sweep has not reached it yet never starts.
-      local wf_state = wf and redis.call('HGET', key_workflow(P, wf), 'state')
-      local e, limited = nil, nil
-      if key then
-        redis.call('HDEL', key_queue_heads(P, q), key)
-        e = rl_effective(P, key, rl_policy(P, key, f.rl))
-        rl_pool(P, e, q, qlimits[queue])
+      local key = f.rl_key
+      -- The popped head of its lane: the lane is open again only once something re-opens it.
+      if key then redis.call('HDEL', key_queue_heads(P, q), key) end
+      local kind, e, a, limit, current, wake = Verdict.job(P, id, f, q, qlimits[queue], now)
+      if kind == 'claim' then
+        claim(jk, id, f, queue, q, tenant, e, a)
+        return true
       end
-      if num(f.expires_at, now + 1) <= now then
-        skips = skips + 1
-        not_available(P, queue, priority)
-        ev_job_expired(P, id, queue, jtype, now)
-        discard_now(jk, id, queue, 'expired', EXPIRED_ERROR)
-        if key then lane_open(P, q, key, true) end
-      elseif wf_state == 'cancelled' then
-        skips = skips + 1
-        not_available(P, queue, priority)
-        ev_job_cancelled(P, id, queue, jtype, now, 'available', 'workflow cancelled')
-        end_unclaimed(jk, id, queue, 'cancelled', {})
-        if key then lane_open(P, q, key, true) end
-      elseif superseded then
-        -- MediaWiki's deduplication: a newer run made this one pointless; it completes unrun.
-        skips = skips + 1
-        not_available(P, queue, priority)
-        local why = cjson.encode(superseded)
-        ev_job_superseded(P, id, queue, jtype, now, why)
-        end_unclaimed(jk, id, queue, 'completed', {'superseded', why})
-        if key then lane_open(P, q, key, true) end
-      else
-        local strategy, limit, current, wake
-        if key then strategy, limit, current, wake = rl_check(P, key, e, now) end
-        if strategy then
-          skips = skips + 1
-          -- One rate_limit.exceeded per blocking episode, not one per skipped job.
-          if redis.call('HSETNX', key_rl_state(P, key), 'blocked_since', now) == 1 then
-            redis.call('HSET', key_rl_state(P, key), 'strategy', strategy, 'until', wake)
-            incr(key_rl_stats(P, key), 'exceeded_' .. strategy, 1)
-            ev_rate_limit_exceeded(P, id, queue, jtype, now, key, strategy, limit, current)
-          end
-          if e.on_limit == 'drop' then
-            not_available(P, queue, priority)
-            ev_rate_limit_dropped(P, id, queue, jtype, now, key, strategy)
-            discard_now(jk, id, queue, 'rate_limited', 'dropped: rate limit ' .. key .. ' reached (on_limit drop)')
-            -- A dropped job does not park its lane: the next job of the lane faces the limit under its
-            -- own on_limit (a waiting job then parks the lane; a dropping one is dropped in turn).
-            lane_open(P, q, key, true)
-            if wake >= 0 then redis.call('ZADD', key_rl_wake(P), wake, q .. '\n' .. key) end
-          elseif e.on_limit == 'reschedule' and wake > now then
-            not_available(P, queue, priority)
-            rec('HDEL', jk, 'member')
-            rec('HSET', jk, 'state', 'scheduled', 'scheduled_at', wake)
-            redis.call('ZADD', key_scheduled(P), wake, id)
-            stat(P, queue, 'scheduled', 1)
-            ev_job_scheduled(P, id, queue, jtype, now, wake, 'rate_limit')
-            lane_park(P, q, key, nil, nil, wake, strategy, e.pool_size and e.floor, e.pool_queue, now)
-          else
-            lane_park(P, q, key, member, score, wake, strategy, e.pool_size and e.floor, e.pool_queue, now)
-          end
-        else
-          not_available(P, queue, priority)
-          local vt = num(f.visibility_ms) or default_vt
-          local lease = lease_deadline(now, vt, now, num(f.timeout_ms))
-          local attempt = num(f.attempt, 0) + 1
-          local claim = num(f.claims, 0) + 1
-          local lease_text = text(lease)
-          local w = rec_update(jk)
-          if w then
-            w.member, w.state, w.started_at, w.lease_until, w.worker_id = nil, 'active', now_text, lease_text, worker
-            w.attempt, w.claims, w.lease_ms = text(attempt), text(claim), text(vt)
-          end
-          redis.call('ZADD', KEYS[1], lease_text, id)
-          stat(P, queue, 'active', 1)
-          if f.dedup or f.root_self then record_start(P, id, f, now) end
-          if key then
-            local units = rl_take(P, key, e, id, claim, lease, now)
-            -- e.round: an adaptive key's round of decreases this start belongs to (ratelimit.lua).
-            if w then w.rl_units, w.rl_round = units, e.round end
-            lane_open(P, q, key, true)
-            -- Its holders changed: every lane of the key owes anew (ratelimit.lua, "Burstable concurrency").
-            if e.floor then burst_sync_all(P, key, e, now, q, 1) end
-          end
-          if tenant and tenant ~= '' then
-            -- One of the tenant's slots in the queue, held as the job's lease is (its end gives it back:
-            -- leave_active), whether or not the tenant has a cap now: a cap set later counts the jobs
-            -- already running (issue 37 item 7).
-            redis.call('ZADD', key_queue_rl_active(P, q), lease, id)
-            if w then w.tslot = q end
-          end
-          if tenant then
-            redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / tenant_weight(queue, tenant), tenant)
-            if tenant ~= '' then tenant_dispatched(P, tenant, now) end
-          end
-          local ql = qlimits[queue]
-          if ql.conc or ql.rate_limit then
-            if ql.conc then redis.call('ZADD', key_queue_rl_active(P, queue), lease, id) end
-            if ql.rate_limit and ql.rate_period then
-              redis.call('ZADD', key_queue_rl_win(P, queue), now, id .. ':' .. claim)
-              redis.call('PEXPIRE', key_queue_rl_win(P, queue), ql.rate_period)
-            end
-            rec('HSET', jk, 'qrl', 1)
-          end
-          if wf_state then
-            redis.call('HSETNX', key_workflow(P, wf), 'started_at', now)
-          end
-          ev_job_started(P, id, queue, jtype, now, attempt, worker)
-          reply[#reply + 1] = wf_job_reply(P, jk)
-          -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a
-          -- request later in the call that still finds an emptied queue there pops nothing and drops it.
-          claimed_from[queue] = true
-          return true
-        end
-      end
-    -- The popped job did not start: its key's lane opened again or parked.
-    if e and e.pool_size then burst_sync(P, q, key, e.floor, now, nil, 0, e.pool_queue) end
+      skips = skips + 1
+      Unclaimed.apply(P, kind, jk, id, f, queue, q, e, member, score, now, retention, a, limit, current, wake)
+      -- The popped job did not start: its key's lane opened again or parked.
+      if e and e.pool_size then Pool.sync(P, q, key, e.floor, now, nil, 0, e.pool_queue) end
     end
   end
 end
@@ -401,11 +296,11 @@ local function claim_one(queue)
   -- call adds to the queue's own ready set but a lane re-opened by a claim, which the next call sees).
   if not l.own_seen then
     l.own_seen = true
-    if redis.call('ZCARD', key_queue_ready(P, queue)) > 0 then tenant_join(P, queue, '') end
+    if redis.call('ZCARD', key_queue_ready(P, queue)) > 0 then Tenant.join(P, queue, '') end
   end
   local tk = key_queue_tenants(P, queue)
   while true do
-    local low = tenant_next(tk)
+    local low = Tenant.next(tk)
     if not low then
       ready_index_check(P, queue)
       ready_seen[queue] = nil
@@ -469,42 +364,8 @@ local function serve(a)
     live[i] = ready_seen[q] == true and queue_live(q)
   end
   if strategy == 'weighted' then
-    local sk = key_wrr(P, ARGV[a + REQ.wrr_key])
-    local cw = {}
-    local saved = redis.call('HMGET', sk, unpack(queues))
-    for i = 1, #queues do cw[i] = tonumber(saved[i]) or 0 end
-    while got < want do
-      local total, best = 0, nil
-      for i = 1, #queues do
-        if live[i] then
-          total = total + weights[i]
-          cw[i] = cw[i] + weights[i]
-          if not best or cw[i] > cw[best] then best = i end
-        end
-      end
-      if not best then break end
-      cw[best] = cw[best] - total
-      if claim_one(queues[best]) then
-        got = got + 1
-      else
-        -- The queue ran dry: undo this round as if it had not been eligible, and go again without it.
-        cw[best] = cw[best] + total
-        for i = 1, #queues do
-          if live[i] then cw[i] = cw[i] - weights[i] end
-        end
-        -- Stopped by the call's budget: the queue is not dry, the request goes on in the next call.
-        if cut == 1 then break end
-        live[best] = false
-      end
-    end
-    local flat = {}
-    for i = 1, #queues do
-      flat[#flat + 1] = queues[i]
-      flat[#flat + 1] = cw[i]
-    end
-    redis.call('HSET', sk, unpack(flat))
-    -- One such key per distinct list of queues and weights: it lives a day past its last use.
-    redis.call('PEXPIRE', sk, WRR_KEEP_MS)
+    got = Wrr.serve(P, ARGV[a + REQ.wrr_key], queues, weights, live, want, claim_one,
+      function() return cut == 1 end)
   else
     for i, queue in ipairs(queues) do
       while got < want and live[i] do

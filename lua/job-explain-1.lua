@@ -1,7 +1,8 @@
 -- job-explain-1.lua: what holds a job back and until when (GET /jobs/{id}/explain), decided by the
--- very functions FETCH decides with (includes/gates.lua, ratelimit.lua, tenant.lua, supersede.lua), in
--- FETCH's order: the queue (paused, re-scoring, queue-level limits), its tenant's concurrency there, the
--- fair share among its tenants, the job's rate-limit key (dynamic block, concurrency, window, throttle, an override), then its place.
+-- very functions FETCH decides with, in FETCH's order: the queue (paused, re-scoring, queue-level limits:
+-- includes/gates.lua), its tenant's concurrency there, the fair share among its tenants (tenant.lua),
+-- then the job's own verdict (includes/verdict.lua Verdict.job, FETCH's claim loop's: its rate-limit key
+-- holds it back, or FETCH ends it unrun), then its place.
 --
 -- KEYS
 --   KEYS[1] P..'job:'..id  string the job's record
@@ -40,7 +41,7 @@
 --        100 tenants ahead × TURN_PEEK ready jobs' key checks (startable)
 -- CAPS   holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT); the fair share looks at the
 --        first 100 tenants ahead (tenant.lua TURN_LOOK), and at the first TURN_PEEK = 3 ready jobs of
---        each (startable: their keys' limits, FETCH's rl_check)
+--        each (startable: their verdicts, FETCH's Verdict.job)
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   reads only job state: its one kind of write is the pruning that FETCH's own checks do on the way
@@ -48,12 +49,12 @@
 --   queue's or key's sliding window), which changes no answer of any script; nothing else is written
 --   (no lane parked, no tenant joined, no event), so explaining a job never changes when it runs. The
 --   rules are FETCH's own functions, so an explanation says what FETCH would decide at that instant;
---   rl_check stops at a key's first limit reached (as FETCH does), so a limit behind it shows once it
+--   RateKey.check stops at a key's first limit reached (as FETCH does), so a limit behind it shows once it
 --   lifts. A unique conflict never leaves a job waiting (it is settled at the enqueue: refused,
 --   ignored or replaced), and a backpressure bound only refuses enqueues, so neither is a gate.
 --@include clock
 --@include gates
---@include supersede
+--@include verdict
 
 local MAX_HOLDERS = 100
 local TURN_PEEK = 3
@@ -108,7 +109,7 @@ end
 if state ~= 'available' then return out end
 
 local queue, tenant, key, member = f.queue, f.tenant, f.rl_key, f.member
-local q = sub_queue(queue, tenant)
+local q = Tenant.sub_queue(queue, tenant)
 -- Where it waits (ratelimit.lua): its (sub-)queue's ready set, or, for a job with a rate-limit key that
 -- is not its lane's open head, the lane.
 local ahead_ready, ahead_lane = nil, nil
@@ -124,9 +125,9 @@ if member then
 end
 
 -- The queue: FETCH skips a paused queue, one being re-scored, one whose queue-level limit is reached.
-if queue_paused(P, queue) then gate('paused', nil, ahead_ready) end
-local l = queue_settings(P, queue)
-local qg, qlimit, qcurrent, qwake = queue_gate(P, queue, l, now, true)
+if Gate.paused(P, queue) then gate('paused', nil, ahead_ready) end
+local l = Gate.settings(P, queue)
+local qg, qlimit, qcurrent, qwake = Gate.queue(P, queue, l, now, true)
 if qg then
   local holders = qg == 'queue_concurrency' and holders_of(key_queue_rl_active(P, queue)) or nil
   gate(qg, qwake >= 0 and qwake or nil, ahead_ready, qlimit >= 0 and qlimit or nil,
@@ -135,7 +136,7 @@ end
 
 -- The tenant's concurrency in the queue: FETCH passes a tenant at its cap by (includes/tenant.lua).
 if tenant then
-  local tg, tlimit, tcurrent, twake = tenant_gate(P, queue, tenant, l, now, true)
+  local tg, tlimit, tcurrent, twake = Gate.tenant(P, queue, tenant, l, now, true)
   if tg then
     gate(tg, twake >= 0 and twake or nil, ahead_ready, tlimit, tcurrent, nil, holders_of(key_queue_rl_active(P, q)),
       {'tenant', tenant})
@@ -143,55 +144,52 @@ if tenant then
 end
 
 -- startable(sq): whether FETCH, serving the sub-queue sq, would start a job there: one of its first
--- TURN_PEEK ready jobs has no rate-limit key or a key whose limits let it start (rl_check, FETCH's
--- own); a ready set longer than that counts as startable (FETCH may yet find one further on).
+-- TURN_PEEK ready jobs gets the verdict 'claim' (includes/verdict.lua, FETCH's own); a ready set longer
+-- than that counts as startable (FETCH may yet find one further on).
 local function startable(sq)
   local ready = redis.call('ZRANGE', key_queue_ready(P, sq), 0, TURN_PEEK)
   if #ready > TURN_PEEK then return true end
   for _, m in ipairs(ready) do
-    local g = rec('HMGET', key_job(P, member_id(m)), 'rl_key', 'rl')
-    if not g[1] then return true end
-    local e = rl_effective(P, g[1], rl_policy(P, g[1], g[2]))
-    if not rl_check(P, g[1], e, now) then return true end
+    local mid = member_id(m)
+    local g = rec_map(key_job(P, mid))
+    if g and Verdict.job(P, mid, g, sq, l, now) == 'claim' then return true end
   end
   return false
 end
 
--- The fair share among the queue's tenants: FETCH serves the tenant tenant_next names.
+-- The fair share among the queue's tenants: FETCH serves the tenant Tenant.next names.
 if l.tenants and ahead_ready then
   local t = tenant or ''
-  local rank, pass, lowest, n = tenant_turn(P, queue, t, startable)
+  local rank, pass, lowest, n = Tenant.turn(P, queue, t, startable)
   if rank and rank > 0 then
     gate('fair_share', nil, rank, nil, nil, nil, nil, {'tenant', t, 'pass', tostring(pass), 'lowest_pass',
-      tostring(lowest), 'tenants', n, 'weight', tostring(tenant_queue_weight(l.tenancy, t) or tenant_weight_read(P, t))})
+      tostring(lowest), 'tenants', n, 'weight', tostring(Tenant.queue_weight(l.tenancy, t) or Tenant.weight_read(P, t))})
   end
 end
 
--- The job's rate-limit key: its limits as FETCH computes them, checked by FETCH's rl_check.
-local limited = false
-if key then
-  local e = rl_effective(P, key, rl_policy(P, key, f.rl))
-  rl_pool(P, e, q, l)
-  local strategy, limit, current, wake = rl_check(P, key, e, now)
-  if strategy then
-    limited = true
-    local holders = strategy == 'concurrency' and holders_of(key_rl_active(P, key)) or nil
-    local extra = nil
-    if strategy == 'pool' then
-      holders = holders_of(key_queue_rl_active(P, e.pool_queue))
-      extra = {'floor', tostring(e.floor), 'owed', tostring(e.pool_want)}
-      -- The pool is the tenant's concurrency in the queue, not the queue's (ratelimit.lua pool_pick).
-      if e.pool_queue ~= queue then
-        extra[#extra + 1] = 'tenant'
-        extra[#extra + 1] = tenant
-      end
+-- The job itself, as FETCH judges it when it pops it: the one verdict both decide by
+-- (includes/verdict.lua). A key that holds it back is named with its limit, and its override if the limit
+-- is one.
+local kind, e, a, limit, current, wake = Verdict.job(P, id, f, q, l, now)
+local limited = kind == 'held'
+if limited then
+  local strategy = a
+  local holders = strategy == 'concurrency' and holders_of(key_rl_active(P, key)) or nil
+  local extra = nil
+  if strategy == 'pool' then
+    holders = holders_of(key_queue_rl_active(P, e.pool_queue))
+    extra = {'floor', tostring(e.floor), 'owed', tostring(e.pool_want)}
+    -- The pool is the tenant's concurrency in the queue, not the queue's (rl_pool.lua Pool.pick).
+    if e.pool_queue ~= queue then
+      extra[#extra + 1] = 'tenant'
+      extra[#extra + 1] = tenant
     end
-    gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders, extra)
-    if rl_overridden(e, strategy) then
-      local ttl = redis.call('PTTL', key_rl_ovr(P, key))
-      gate('override', ttl >= 0 and now + ttl or nil, ahead_lane, limit, current, key, nil,
-        redis.call('HGETALL', key_rl_ovr(P, key)))
-    end
+  end
+  gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders, extra)
+  if Policy.overridden(e, strategy) then
+    local ttl = redis.call('PTTL', key_rl_ovr(P, key))
+    gate('override', ttl >= 0 and now + ttl or nil, ahead_lane, limit, current, key, nil,
+      redis.call('HGETALL', key_rl_ovr(P, key)))
   end
 end
 
@@ -202,13 +200,10 @@ elseif not limited and ahead_lane and ahead_lane > 0 then
   gate('order', nil, ahead_lane, nil, nil, key)
 end
 
--- What FETCH does instead of running it when it pops it (fetch-1.lua claim_from).
-if num(f.expires_at, now + 1) <= now then gate('expired', nil, nil) end
-if f.wf and redis.call('HGET', key_workflow(P, f.wf), 'state') == 'cancelled' then
-  gate('workflow_cancelled', nil, nil)
-end
-if f.dedup or f.root then
-  local why = superseded_by(P, id, f)
-  if why then gate('superseded', nil, nil, nil, nil, nil, nil, {'reason', why.reason, 'by', why.by or ''}) end
+-- What FETCH does instead of running it when it pops it (fetch-1.lua claim_from, by the same verdict).
+if kind == 'expired' or kind == 'workflow_cancelled' then
+  gate(kind, nil, nil)
+elseif kind == 'superseded' then
+  gate('superseded', nil, nil, nil, nil, nil, nil, {'reason', a.reason, 'by', a.by or ''})
 end
 return out

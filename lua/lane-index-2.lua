@@ -19,7 +19,7 @@
 --   command and indexes each lane with this script, so a lane re-opened in between (its last job
 --   claimed or cancelled, a release) is not indexed after it left (a stale entry names a lane that is
 --   not parked and, for a key that holds no slot, would never be taken out); an indexed lane keeps its
---   place (NX), an older build's goes first (score 0), as lua/includes/ratelimit.lua lane_wake reads it
+--   place (NX), an older build's goes first (score 0), as lua/includes/ratelimit.lua Lane.wake reads it
 
 if redis.call('HEXISTS', KEYS[1], ARG.key) == 0 then return {'ok', 0} end
 return {'ok', redis.call('ZADD', KEYS[2], 'NX', 0, ARG.queue)}

@@ -29,7 +29,7 @@
 --   {'state', state}      the job is not active
 --   {'lease_lost', state} the request named a claim the job no longer holds; nothing changed
 -- COST   O(log n); a job of an adaptive key adds a GET of its policy, and a reported rate limit an HMGET,
---        HSETs and a PEXPIRE of its adaptation (includes/ratelimit.lua rl_adapt_down); a job of a key
+--        HSETs and a PEXPIRE of its adaptation (includes/ratelimit.lua Adapt.down); a job of a key
 --        with a floor re-computes what the key owes its pools (a GET of its policy, an HMGET of its
 --        override and a ZCOUNT of its holders; unless it holds its floor before and after, an SMEMBERS
 --        and per lane an HGET of the queue's conf, an HEXISTS and an HGET); a job in a queue with a
@@ -72,10 +72,10 @@ local rl_until = tonumber(ARG.rate_limit_until)
 -- An adaptive key (ratelimit.lua "Adaptive"): a rate limit reported by rate_limit_until or by an error
 -- type its policy names halves its limits; such a type also gives the job its attempt back, and it
 -- waits again in its lane.
-local adaptive = rl_adaptive(P, r[12], r[15])
+local adaptive = Adapt.of(P, r[12], r[15])
 local named = adaptive and match ~= '' and string.find(adaptive.adapt.types, ',' .. match .. ',', 1, true)
 if adaptive and (rl_until > now or named) then
-  rl_adapt_down(P, r[12], adaptive, r[16], now, id, f.queue, f.type)
+  Adapt.down(P, r[12], adaptive, r[16], now, id, f.queue, f.type)
 end
 if named and rl_until <= now then
   rec('HINCRBY', jk, 'attempt', -1)

@@ -15,7 +15,7 @@
 -- COST   O(k log n) for k moved jobs, woken lanes and dropped idle rate-limit keys
 -- CAPS   each of its three loops (due jobs, due lane wakes, idle rate-limit keys) takes at most
 --        ARGV[2] items per call; the lanes of keys whose limits changed: REWAKE_KEYS = 10 keys of
---        LANE_WAKE_MAX = 10 lanes each (ratelimit.lua lane_wake); one re-scoring step (includes/rescore.lua) at most 1,000 jobs, and
+--        LANE_WAKE_MAX = 10 lanes each (ratelimit.lua Lane.wake); one re-scoring step (includes/rescore.lua) at most 1,000 jobs, and
 --        one workflow sweep step (includes/workflow.lua) at most 500 members; the rest waits for the
 --        next tick
 -- CLOCK  Redis TIME
@@ -72,17 +72,17 @@ local wakes = redis.call('ZRANGE', key_rl_wake(P), '-inf', now, 'BYSCORE', 'LIMI
 for _, m in ipairs(wakes) do
   redis.call('ZREM', key_rl_wake(P), m)
   local queue, key = string.match(m, '^(.-)\n(.*)$')
-  lane_release(P, queue, key, now)
+  Lane.release(P, queue, key, now)
   redis.call('DEL', key_rl_state(P, key))
 end
 -- Keys whose limits changed while more lanes were parked than one call re-opens (ratelimit.lua
--- lane_wake_all): LANE_WAKE_MAX more lanes of each of REWAKE_KEYS keys per tick, those that parked before
+-- Lane.wake_all): LANE_WAKE_MAX more lanes of each of REWAKE_KEYS keys per tick, those that parked before
 -- the change (lanes parked since were judged under the new limits).
 local REWAKE_KEYS = 10
 local rewake = redis.call('ZRANGE', key_rl_rewake(P), '-inf', now, 'BYSCORE', 'LIMIT', 0, REWAKE_KEYS, 'WITHSCORES')
 for i = 1, #rewake, 2 do
   local key, at = rewake[i], tonumber(rewake[i + 1])
-  local _, more = lane_wake(P, key, now, at)
+  local _, more = Lane.wake(P, key, now, at)
   if not more then redis.call('ZREM', key_rl_rewake(P), key) end
 end
 -- Rate-limit keys idle long enough that their state expired leave the key listing (includes/ratelimit.lua,

@@ -14,7 +14,7 @@
 --   {'ok'}
 -- COST   O(fields), and O(1) per tenant re-opened (below); when the queue's pools move, per pool
 --        a few commands and the lanes it holds back re-opened, and per lane re-synced a few reads and
---        writes (ratelimit.lua burst_sync)
+--        writes (ratelimit.lua Pool.sync)
 -- CAPS   the fields given (one settings group: a handful); the tenants parked at their concurrency that
 --        re-join the fair share: at most UNPARK_MAX = 1000 (each other one re-joins when one of its
 --        slots comes back: includes/tenant.lua); the tenants' pools whose floors owed are dropped at once
@@ -22,7 +22,7 @@
 --        their floors anew at once in the queue's pools that came, went or moved: at most RESYNC_MAX =
 --        100 (HRANDFIELD of the heads and parked hashes of the queue, then of its sub-queues; the others
 --        owe nothing until their next sync); the lanes each pool held back that re-open at once: at
---        most POOL_WAKE_MAX = 10 per pool (ratelimit.lua pool_wake; the others' timers look again)
+--        most POOL_WAKE_MAX = 10 per pool (ratelimit.lua Pool.wake; the others' timers look again)
 -- CLOCK  Redis TIME (only when the queue's pools moved)
 -- INVARIANTS
 --   the old values of the group are replaced by the new ones in one script, so no FETCH or enqueue
@@ -60,39 +60,39 @@ local after = redis.call('HMGET', conf, 'rl_concurrency', 'tenancy')
 if (before[1] == false) ~= (after[1] == false) or before[2] ~= after[2] then
   incr(conf, 'pool_gen', 1)
   -- Left at once where it is cheap: the queue's own pool and its first UNPARK_MAX tenants'; the others'
-  -- leave at their pool's next sync (ratelimit.lua burst_part), and count for nothing meanwhile.
+  -- leave at their pool's next sync (ratelimit.lua Pool.part), and count for nothing meanwhile.
   local pools = redis.call('SRANDMEMBER', key_queue_subs(ARG.P, ARG.queue), UNPARK_MAX)
-  for i = 1, #pools do pools[i] = sub_queue(ARG.queue, pools[i]) end
+  for i = 1, #pools do pools[i] = Tenant.sub_queue(ARG.queue, pools[i]) end
   table.insert(pools, 1, ARG.queue)
   for _, pool in ipairs(pools) do
     redis.call('DEL', key_queue_want(ARG.P, pool))
     redis.call('HDEL', key_queue_conf(ARG.P, pool), 'want', 'want_gen')
   end
   -- The lanes waiting in the queue and its sub-queues owe their floors at once in the pools they draw
-  -- from now (a lane is a key of the heads or parked hash; burst_sync decides whether it owes), and the
+  -- from now (a lane is a key of the heads or parked hash; Pool.sync decides whether it owes), and the
   -- lanes a pool held back look again: the pool may be larger, or gone.
   local now = now_ms()
   local budget = RESYNC_MAX
   for _, q in ipairs(pools) do
-    pool_wake(ARG.P, q, now)
+    Pool.wake(ARG.P, q, now)
     for _, h in ipairs({ key_queue_heads(ARG.P, q), key_queue_parked(ARG.P, q) }) do
       if budget <= 0 then break end
       for _, key in ipairs(redis.call('HRANDFIELD', h, budget)) do
         budget = budget - 1
-        local pol = rl_policy(ARG.P, key, nil)
+        local pol = Policy.of(ARG.P, key, nil)
         if pol and pol.floor then
-          local floor, pool = burst_floor_of(ARG.P, q, rl_effective(ARG.P, key, pol))
-          burst_sync(ARG.P, q, key, floor or 0, now, nil, nil, pool)
+          local floor, pool = Pool.floor_of(ARG.P, q, Policy.effective(ARG.P, key, pol))
+          Pool.sync(ARG.P, q, key, floor or 0, now, nil, nil, pool)
         end
       end
     end
   end
 elseif before[1] ~= after[1] then
   -- The queue's concurrency moved (its pool grew or shrank): the lanes it held back look again.
-  pool_wake(ARG.P, ARG.queue, now_ms())
+  Pool.wake(ARG.P, ARG.queue, now_ms())
 end
 redis.call('SADD', key_queues(ARG.P), ARG.queue)
 for _, t in ipairs(redis.call('SRANDMEMBER', key_queue_tenants_full(ARG.P, ARG.queue), UNPARK_MAX)) do
-  tenant_unpark(ARG.P, ARG.queue, t)
+  Tenant.unpark(ARG.P, ARG.queue, t)
 end
 return {'ok'}

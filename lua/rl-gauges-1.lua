@@ -9,7 +9,7 @@
 --   {'ok', now_ms, key_1, active_1, waiting_1, stats_1, limits_1, ...}   stats_i is the flat
 --        field/value array of P..'rl:'..key..':stats'; limits_i is {concurrency, rate_limit,
 --        policy_concurrency, policy_rate_limit} ('' where absent): the limits FETCH applies now (the
---        policy under adaptation and any override, rl_effective) and the key's policy's own
+--        policy under adaptation and any override, Policy.effective) and the key's policy's own
 -- COST   O(limit × queues per key)
 -- CAPS   ARGV[2] keys; per key, the queues whose lane for it holds jobs (at most the queues there are)
 -- CLOCK  Redis TIME
@@ -24,11 +24,11 @@ local now = now_ms()
 local reply = {'ok', now}
 for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARG.limit) - 1)) do
   reply[#reply + 1] = key
-  reply[#reply + 1] = rl_active(P, key, now)
-  reply[#reply + 1] = rl_waiting(P, key)
+  reply[#reply + 1] = Conc.active(P, key, now)
+  reply[#reply + 1] = Lane.waiting(P, key)
   reply[#reply + 1] = redis.call('HGETALL', key_rl_stats(P, key))
-  local pol = rl_policy(P, key, nil) or { on_limit = 'wait' }
-  local e = rl_effective(P, key, pol)
+  local pol = Policy.of(P, key, nil) or { on_limit = 'wait' }
+  local e = Policy.effective(P, key, pol)
   reply[#reply + 1] = { text(e.conc or ''), text(e.rate_limit or ''), text(pol.conc or ''), text(pol.rate_limit or '') }
 end
 return reply

@@ -9,7 +9,7 @@
 --   {'ok', now_ms, known, limits, state, override, episode, stats, adaptive}
 --     known     1 when the key was ever used (P..'rl:keys'), else 0
 --     limits    {concurrency, rate_limit, rate_period_ms, throttle_limit, throttle_period_ms, on_limit,
---               floor} the effective limits FETCH applies (rl_effective over rl_policy), and the
+--               floor} the effective limits FETCH applies (Policy.effective over Policy.of), and the
 --               policy's floor (ratelimit.lua "Burstable concurrency"), '' where absent
 --     state     {active, window_count, window_oldest_ms, throttle_next_ms, dynamic_until_ms, waiting,
 --               override_ttl_ms}: -1 where there is nothing (no window entry, no throttle state…);
@@ -32,29 +32,29 @@
 local P, key = ARG.P, ARG.key
 local now = now_ms()
 local known = redis.call('ZSCORE', key_rl_keys(P), key) and 1 or 0
-local pol = rl_policy(P, key, nil) or { on_limit = 'wait' }
-local e = rl_effective(P, key, pol)
+local pol = Policy.of(P, key, nil) or { on_limit = 'wait' }
+local e = Policy.effective(P, key, pol)
 local function opt(v) return v and tostring(v) or '' end
 local limits = { opt(e.conc), opt(e.rate_limit), opt(e.rate_period), opt(e.throttle_limit), opt(e.throttle_period),
   e.on_limit or 'wait', opt(e.floor) }
 
 -- The units counters of a key whose jobs carry costs (ratelimit.lua "Costs"); nil for one whose don't.
 local units = redis.call('MGET', key_rl_win_units(P, key), key_rl_active_units(P, key))
-local active = rl_held_units(P, key, now, units[2])
+local active = Conc.held_units(P, key, now, units[2])
 local wcount, woldest = 0, -1
 if e.rate_limit and e.rate_period then
-  wcount = rl_window_units(P, key, e.rate_period, now, units[1], false)
+  wcount = Window.units(P, key, e.rate_period, now, units[1], false)
   local first = redis.call('ZRANGE', key_rl_win(P, key), '(' .. (now - e.rate_period), '+inf', 'BYSCORE', 'LIMIT', 0, 1,
     'WITHSCORES')
   if first[2] then woldest = tonumber(first[2]) end
 end
 local tnext = -1
 if e.throttle_limit and e.throttle_period then
-  tnext = math.max(throttle_allowed(P, key, throttle_interval(e)), now)
+  tnext = math.max(Throttle.allowed(P, key, Throttle.interval(e)), now)
 end
 local until_ms = tonumber(redis.call('GET', key_rl_until(P, key)) or '-1')
 if until_ms <= now then until_ms = -1 end
-local waiting = rl_waiting(P, key)
+local waiting = Lane.waiting(P, key)
 local state = { active, wcount, woldest, tnext, until_ms, waiting, redis.call('PTTL', key_rl_ovr(P, key)) }
 local adaptive = {}
 if pol.adapt then

@@ -12,7 +12,7 @@
 --   {'ok', now_ms}
 --   {'past', now_ms}      expires_at is not after Redis TIME: nothing was changed
 -- COST   O(queues with a lane for the key); a key whose policy has a floor re-computes what it owes
---        its pools (ratelimit.lua burst_sync_all: a ZCOUNT, an SMEMBERS, per lane a few reads and, when
+--        its pools (ratelimit.lua Pool.sync_all: a ZCOUNT, an SMEMBERS, per lane a few reads and, when
 --        its part changes, the writes and a ZPOPMIN of the pool's waiting lanes)
 -- CAPS   the fields given (at most 5); the queues whose lane for the key holds jobs (at most the
 --        queues there are)
@@ -40,11 +40,11 @@ if ARG.expires_at ~= '-1' then
   if ARG.expires_at ~= '0' then redis.call('PEXPIREAT', KEYS[1], tonumber(ARG.expires_at)) end
   redis.call('ZADD', key_rl_keys(P), 0, key)
 end
-lane_wake_all(P, key, now)
+Lane.wake_all(P, key, now)
 -- The override moved the key's concurrency: a floor above it is owed only up to it (ratelimit.lua,
 -- "Burstable concurrency").
-local pol = rl_policy(P, key, nil)
-if pol and pol.floor then burst_sync_all(P, key, rl_effective(P, key, pol), now) end
+local pol = Policy.of(P, key, nil)
+if pol and pol.floor then Pool.sync_all(P, key, Policy.effective(P, key, pol), now) end
 -- A key no job uses is idle: listed while its override lasts, then dropped (includes/ratelimit.lua).
-rl_maybe_idle(P, key)
+Lane.maybe_idle(P, key)
 return {'ok', now}

@@ -13,7 +13,7 @@
 --   {'state', state}      the job is active, retryable or finished: its priority can no longer matter
 -- COST   O(log n): one ZADD (the job keeps its member, so among equal priorities it keeps its place
 --        by original readiness)
--- CAPS   no loop of its own (lane_rebalance is O(1))
+-- CAPS   no loop of its own (Lane.rebalance is O(1))
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   only available and scheduled jobs change; an available job stays in its ready set (or its

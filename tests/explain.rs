@@ -2,8 +2,9 @@
 //! through the API, asks, and checks that the answer names the gate, its holders or counters, and for
 //! a timed gate an earliest time within 100 ms of the one the setup implies (read from the job or the
 //! answer that set it up, both on Redis' clock). The rules themselves are FETCH's (lua/includes/gates.lua,
-//! ratelimit.lua, tenant.lua), so each test also checks that FETCH agrees: nothing is claimed while a
-//! gate says so.
+//! tenant.lua, and the verdict on a popped job, verdict.lua), so each test also checks that FETCH agrees:
+//! nothing is claimed while a gate says so (and `explain_and_the_next_fetch_agree_at_every_gate` checks
+//! every gate at once).
 
 use ojs_core::clock::parse_ms;
 use ojs_testkit::TestServer;
@@ -294,7 +295,7 @@ async fn a_throttle_says_when_its_next_start_is_allowed() {
     let second = s.enqueue(job).await;
     let started = ms(&fetch_one(&s, q).await["started_at"]);
     let e = explain(&s, &second).await;
-    // The first start sets the next one 90% of the interval on (ratelimit.lua rl_take).
+    // The first start sets the next one 90% of the interval on (rl_throttle.lua Throttle.take).
     assert_until(gate(&e, "throttle"), started + 9_000);
     assert!(fetch_one(&s, q).await.is_null(), "FETCH agrees");
 }
@@ -510,19 +511,24 @@ fn find_pending(v: &Value) -> Option<String> {
     }
 }
 
+/// Enqueues a job to `queue` that expires 50 ms later, and waits until it has.
+async fn enqueue_expired(s: &TestServer, queue: &str) -> String {
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "queue": queue, "options": {"expires_at": "+PT0.05S"}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    b["job"]["id"].as_str().expect("id").to_string()
+}
+
 #[tokio::test]
 async fn a_job_fetch_would_end_unrun_says_so() {
     let s = TestServer::start().await;
     // An expired job is discarded by FETCH instead of run.
-    let (st, b) = s
-        .post(
-            "/ojs/v1/jobs",
-            json!({"type": "t", "args": [], "queue": "ex-exp", "options": {"expires_at": "+PT0.05S"}}),
-        )
-        .await;
-    assert_eq!(st, 201, "{b}");
-    let id = b["job"]["id"].as_str().expect("id").to_string();
-    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    let id = enqueue_expired(&s, "ex-exp").await;
     let e = explain(&s, &id).await;
     gate(&e, "expired");
     assert_eq!(e["runnable_at"], Value::Null, "{e}");
@@ -594,4 +600,207 @@ async fn a_tenant_ahead_whose_jobs_wait_at_their_keys_limit_is_not_ahead() {
         assert_eq!(fetch_one(&s, q).await["id"], b.as_str(), "FETCH serves b at once");
         s.assert_invariants().await;
     }
+}
+
+/// The job's state as `GET /jobs/{id}` shows it.
+async fn state_of(s: &TestServer, id: &str) -> String {
+    let (st, b) = s.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(st, 200, "{b}");
+    b["job"]["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// Explains job `id` (at the head of its queue: no `order` gate) and asks FETCH for one job of queue `q`
+/// right after: they must agree. No gate: FETCH hands out `id`. A gate that ends it unrun: FETCH does
+/// not hand it out and it ends as the gate says (expired: discarded; workflow_cancelled: cancelled;
+/// superseded: completed). Any other gate: FETCH does not hand it out and it still waits. Returns the
+/// gates' names, which the caller checks name the gate it set up.
+async fn explain_then_fetch(s: &TestServer, q: &str, id: &str) -> Vec<String> {
+    let e = explain(s, id).await;
+    let names = gate_names(&e);
+    assert!(
+        !names.contains(&"order".to_string()),
+        "{id} is not at its queue's head: {e}"
+    );
+    let got = fetch_one(s, q).await;
+    let state = state_of(s, id).await;
+    match names.first().map(String::as_str) {
+        None => assert_eq!(got["id"], id, "explain held {id} by nothing, FETCH gave {got}"),
+        Some(first) => {
+            assert_ne!(got["id"], id, "explain held {id} by {names:?}, FETCH handed it out");
+            let expected = match first {
+                "expired" => "discarded",
+                "workflow_cancelled" => "cancelled",
+                "superseded" => "completed",
+                _ => "available",
+            };
+            assert_eq!(state, expected, "explain said {names:?}: {e}");
+        }
+    }
+    names
+}
+
+/// Issue 38: FETCH and explain share one verdict (lua/includes/verdict.lua) and the same gates, so for
+/// every gate, explain's answer and the next FETCH agree (one server, each gate in a queue of its own).
+#[tokio::test]
+async fn explain_and_the_next_fetch_agree_at_every_gate() {
+    let s = TestServer::start().await;
+    let plain = |q: &str| json!({"type": "t", "args": [], "queue": q});
+    let keyed = |q: &str, limit: Value| json!({"type": "t", "args": [], "queue": q, "rate_limit": limit});
+    let mut r = s.redis().await;
+    let mut seen = Vec::new();
+
+    // Nothing holds it.
+    let id = s.enqueue(plain("v-none")).await;
+    assert!(explain_then_fetch(&s, "v-none", &id).await.is_empty());
+
+    // The queue: paused, being re-scored, its concurrency, its window.
+    let id = s.enqueue(plain("v-paused")).await;
+    s.post("/ojs/v1/queues/v-paused/pause", json!({})).await;
+    seen.extend(explain_then_fetch(&s, "v-paused", &id).await);
+    let id = s.enqueue(plain("v-rescore")).await;
+    let _: () = redis::cmd("HSET")
+        .arg(s.keys().queue_conf("v-rescore"))
+        .arg("rs_phase")
+        .arg("ready")
+        .query_async(&mut r)
+        .await
+        .expect("hset");
+    seen.extend(explain_then_fetch(&s, "v-rescore", &id).await);
+    for (q, limit) in [
+        ("v-qconc", json!({"concurrency": 1})),
+        ("v-qrate", json!({"rate": {"limit": 1, "period": "PT30S"}})),
+    ] {
+        let (st, b) = s.put(&format!("/ojs/v1/admin/queues/{q}/rate-limit"), limit).await;
+        assert_eq!(st, 200, "{b}");
+        s.enqueue(plain(q)).await;
+        let id = s.enqueue(plain(q)).await;
+        assert!(!fetch_one(&s, q).await.is_null());
+        seen.extend(explain_then_fetch(&s, q, &id).await);
+    }
+
+    // The tenant: its concurrency in the queue, its turn in the fair share.
+    let (st, b) = s
+        .put(
+            "/ojs/v1/admin/queues/v-tcap/tenancy",
+            json!({"source": "meta", "concurrency": {"acme": 1}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let acme = |q: &str| json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "acme"}});
+    s.enqueue(acme("v-tcap")).await;
+    let id = s.enqueue(acme("v-tcap")).await;
+    assert!(!fetch_one(&s, "v-tcap").await.is_null());
+    seen.extend(explain_then_fetch(&s, "v-tcap", &id).await);
+    let tenant = |t: &str| json!({"type": "t", "args": [], "queue": "v-fair", "meta": {"tenant_id": t}});
+    s.enqueue(tenant("alpha")).await;
+    let alpha = s.enqueue(tenant("alpha")).await;
+    s.enqueue(tenant("beta")).await;
+    assert_eq!(fetch_one(&s, "v-fair").await["meta"]["tenant_id"], "alpha");
+    seen.extend(explain_then_fetch(&s, "v-fair", &alpha).await);
+
+    // The job's key: a dynamic block, its concurrency, its pool, its window, its throttle, an override.
+    let id = s
+        .enqueue(keyed("v-dyn", json!({"key": "v-dyn", "concurrency": 5})))
+        .await;
+    fetch_one(&s, "v-dyn").await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"type": "RateLimitExceeded", "message": "429",
+                "rate_limit_until": "2099-01-01T00:00:00Z"}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    seen.extend(explain_then_fetch(&s, "v-dyn", &id).await);
+    for (q, limit) in [
+        ("v-conc", json!({"key": "v-conc", "concurrency": 1})),
+        (
+            "v-rate",
+            json!({"key": "v-rate", "rate": {"limit": 1, "period": "PT30S"}}),
+        ),
+        (
+            "v-thr",
+            json!({"key": "v-thr", "throttle": {"limit": 1, "period": "PT30S"}}),
+        ),
+    ] {
+        s.enqueue(keyed(q, limit.clone())).await;
+        let id = s.enqueue(keyed(q, limit)).await;
+        assert!(!fetch_one(&s, q).await.is_null());
+        seen.extend(explain_then_fetch(&s, q, &id).await);
+    }
+    let id = s
+        .enqueue(keyed("v-ovr", json!({"key": "v-ovr", "concurrency": 5})))
+        .await;
+    let (st, b) = s
+        .put(
+            "/ojs/v1/rate-limits/v-ovr",
+            json!({"concurrency": 0, "expires_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    seen.extend(explain_then_fetch(&s, "v-ovr", &id).await);
+    // The pool: the queue's one slot is owed to a waiting key's floor, so a borrower ahead of it waits.
+    s.enqueue(keyed("v-pool", json!({"key": "v-keeps", "concurrency": 2, "floor": 1})))
+        .await;
+    let (st, b) = s
+        .put("/ojs/v1/admin/queues/v-pool/rate-limit", json!({"concurrency": 1}))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let mut borrower = keyed("v-pool", json!({"key": "v-borrows", "concurrency": 2, "floor": 0}));
+    borrower["priority"] = json!(0);
+    let id = s.enqueue(borrower).await;
+    seen.extend(explain_then_fetch(&s, "v-pool", &id).await);
+
+    // What FETCH does instead of running it: expired, its workflow cancelled, superseded.
+    let id = enqueue_expired(&s, "v-exp").await;
+    seen.extend(explain_then_fetch(&s, "v-exp", &id).await);
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "group", "jobs": [{"type": "t", "args": [], "queue": "v-wf"}]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["workflow"]["jobs"][0]["id"].as_str().expect("id").to_string();
+    // A cancel whose sweep has not reached the member yet (workflow-cancel-1.lua marks the workflow
+    // first): the mark as it would stand.
+    let _: () = redis::cmd("HSET")
+        .arg(s.keys().workflow(b["workflow"]["id"].as_str().expect("id")))
+        .arg("state")
+        .arg("cancelled")
+        .query_async(&mut r)
+        .await
+        .expect("hset");
+    seen.extend(explain_then_fetch(&s, "v-wf", &id).await);
+    let older = s
+        .enqueue(json!({"type": "v.render", "args": [7], "queue": "v-dedup", "options": {"dedup": true}}))
+        .await;
+    s.enqueue(json!({"type": "v.render", "args": [7], "queue": "v-dedup-run", "options": {"dedup": true}}))
+        .await;
+    assert!(!fetch_one(&s, "v-dedup-run").await.is_null());
+    seen.extend(explain_then_fetch(&s, "v-dedup", &older).await);
+
+    seen.sort();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        [
+            "concurrency",
+            "dynamic",
+            "expired",
+            "fair_share",
+            "override",
+            "paused",
+            "pool",
+            "queue_concurrency",
+            "queue_rate",
+            "rate",
+            "rescoring",
+            "superseded",
+            "tenant_concurrency",
+            "throttle",
+            "workflow_cancelled"
+        ],
+        "every gate was set up and met"
+    );
 }

@@ -283,7 +283,7 @@ async fn lasting_keys(s: &TestServer, needle: &str, shards: u16) -> Vec<String> 
 }
 
 /// A paused key (concurrency 0) whose waiting jobs are all cancelled is idle like any key whose last
-/// job left: its lane is no longer parked, and its state expires (lua/includes/ratelimit.lua "Idle
+/// job left: its lane is no longer parked, and its state expires (lua/includes/rl_lanes.lua "Idle
 /// keys"). Cancelling a job out of a parked lane left the empty lane parked for ever (nothing wakes a
 /// lane parked "until a release" of a key that holds no slot), so the key, its queue's parked entry
 /// and its tenant's place in the queue never left. Found by tests/model.rs (OJS_MODEL_SEED=1, the
@@ -324,7 +324,7 @@ async fn a_paused_keys_cancelled_jobs_leave_nothing_behind_three_shards() {
 }
 
 /// A key whose only jobs were scheduled (a delay, or a retry's wait) and cancelled before they ever
-/// waited in a lane is idle too: its policy, state and counters expire (lua/includes/ratelimit.lua "Idle
+/// waited in a lane is idle too: its policy, state and counters expire (lua/includes/rl_lanes.lua "Idle
 /// keys"). Cancelling a scheduled job never asked whether its key had gone idle, so the key's state
 /// stayed for ever and the key stayed listed. Found by tests/model.rs (OJS_MODEL_SEED=1 with 16
 /// cases, the keyspace check after every job ended).

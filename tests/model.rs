@@ -23,7 +23,7 @@
 //! (lua/fetch-1.lua takes a queue slot only then, and the job keeps it while active), and for `qb`
 //! TENANT's cap, held by every active job of `qb` (a tenant's job always takes its slot, so a cap set
 //! later counts it). Each key carries its floor FLOORS[k] (at most the job's concurrency) in every job;
-//! a lane's floor draws from the pool ratelimit.lua `pool_pick` names: in `qb` TENANT's cap when it
+//! a lane's floor draws from the pool rl_pool.lua `Pool.pick` names: in `qb` TENANT's cap when it
 //! has one, else the queue's concurrency, else none (the floor means nothing). A key holding at least
 //! its floor (at most its limit) borrows: it starts only while that pool's holders plus the floors
 //! owed there leave a slot; a key owes its floor minus its active jobs (in any queue) in the pool of
@@ -487,7 +487,7 @@ struct Model {
     tcap: Option<u32>,
 }
 
-/// A pool floors are owed in (ratelimit.lua pool_pick): a queue's concurrency, or TENANT's cap in `qb`
+/// A pool floors are owed in (rl_pool.lua Pool.pick): a queue's concurrency, or TENANT's cap in `qb`
 /// (its sub-queue `qb@t1`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Pool {
@@ -498,7 +498,7 @@ enum Pool {
 /// Successes per step up in the generated adaptive policies.
 const ADAPT_AFTER: u32 = 2;
 
-/// A key's adaptation (lua/includes/ratelimit.lua "Adaptive"): its effective concurrency while below
+/// A key's adaptation (lua/includes/rl_adaptive.lua): its effective concurrency while below
 /// the policy's, successes toward the next step, and how many decreases it has had.
 #[derive(Clone, Copy, Debug, Default)]
 struct Adapt {
@@ -614,7 +614,7 @@ impl Model {
         acting.is_none() || self.tenant_of(i) == acting
     }
 
-    /// The pool a lane of queue q draws its floor from, and its size (ratelimit.lua pool_pick): in `qb`
+    /// The pool a lane of queue q draws its floor from, and its size (rl_pool.lua Pool.pick): in `qb`
     /// (TENANT's sub-queue) the tenant's cap when it has one, else the queue's concurrency, else none.
     fn lane_pool(&self, q: usize) -> Option<(Pool, u32)> {
         if q == 1 {
@@ -1996,7 +1996,7 @@ impl Harness {
                 ),
             }
             // The same from Redis: the floors owed in the queue's pool (those of an earlier pool of the
-            // queue count for nothing: ratelimit.lua pool_owed), and in TENANT's pool (`qb@t1`'s conf),
+            // queue count for nothing: rl_pool.lua Pool.owed), and in TENANT's pool (`qb@t1`'s conf),
             // and each pool's slots held by as many jobs as the model says hold them.
             let shard = if self.shards > 1 { q } else { 0 };
             let keys = ojs_testkit::shard_keys(&ns, shard);

@@ -5,9 +5,9 @@
 -- a claim the job no longer holds is refused with 'lease_lost' and nothing changes. want.tenant: the
 -- tenant the request acts as ('' = none); another tenant's job is 'not_found', as if it did not exist
 -- (the record is already loaded here: the check costs the ACK nothing). want.used: the
--- units the job really used ('' = its cost), which correct its rate-limit window entry (rl_used). The
+-- units the job really used ('' = its cost), which correct its rate-limit window entry (RateKey.used). The
 -- success of a job whose own and key's policies are adaptive counts toward the key's step up
--- (rl_adapt_up). Its release re-computes what a key with a floor owes its pools, and a slot of a queue
+-- (Adapt.up). Its release re-computes what a key with a floor owes its pools, and a slot of a queue
 -- with a concurrency re-opens the lanes its pool holds back (active.lua leave_active; ratelimit.lua
 -- "Burstable concurrency").
 -- active -> completed only; the current 'error' is cleared ('errors' history stays); the job leaves
@@ -31,11 +31,11 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   if f.state ~= 'active' then return {'state', f.state} end
   local queue, jtype, attempt = f.queue, f.type, f.attempt
   if want.used and want.used ~= '' and f.rl_key then
-    local _, units = rl_units_held(f.rl_units)
-    rl_used(P, f.rl_key, id, f.claims, units, tonumber(want.used), now)
+    local _, units = Policy.units_held(f.rl_units)
+    RateKey.used(P, f.rl_key, id, f.claims, units, tonumber(want.used), now)
   end
-  local adaptive = rl_adaptive(P, f.rl_key, f.rl)
-  if adaptive then rl_adapt_up(P, f.rl_key, adaptive, now, id, queue, jtype) end
+  local adaptive = Adapt.of(P, f.rl_key, f.rl)
+  if adaptive then Adapt.up(P, f.rl_key, adaptive, now, id, queue, jtype) end
   leave_active(P, jk, id, queue, now, 'error')
   local w = rec_update(jk)
   w.state, w.completed_at = 'completed', text(now)

@@ -49,17 +49,17 @@ local function leave_active(P, jk, id, queue, now, also_del)
   if tslot then
     -- A slot of the tenant's concurrency in the queue came back (includes/tenant.lua).
     redis.call('ZREM', key_queue_rl_active(P, tslot), id)
-    if tenant then tenant_unpark(P, queue, tenant) end
+    if tenant then Tenant.unpark(P, queue, tenant) end
     -- A slot of the tenant's pool came back (ratelimit.lua, "Burstable concurrency").
-    pool_wake(P, tslot, now)
+    Pool.wake(P, tslot, now)
   end
   stat(P, queue, 'active', -1)
-  if rl_key then rl_release(P, rl_key, id, now, (rl_units_held(units)), spec) end
+  if rl_key then RateKey.release(P, rl_key, id, now, (Policy.units_held(units)), spec) end
   if qrl then
     redis.call('ZREM', key_queue_rl_active(P, queue), id)
     -- A slot of the queue's pool came back: the oldest lane the pool holds back may borrow it
     -- (ratelimit.lua, "Burstable concurrency"; one ZPOPMIN of an absent key for a queue with none).
-    pool_wake(P, queue, now)
+    Pool.wake(P, queue, now)
   end
 end
 

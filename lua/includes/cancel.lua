@@ -22,7 +22,7 @@ local function cancel_job(P, jk, id, retention_ms, now)
     redis.call('ZREM', key_scheduled(P), id)
     stat(P, queue, 'scheduled', -1)
     -- Its key may have no lane and no holder left (a key whose only jobs were scheduled): idle.
-    if f[6] then rl_maybe_idle(P, f[6]) end
+    if f[6] then Lane.maybe_idle(P, f[6]) end
   elseif state == 'active' then
     leave_active(P, jk, id, queue, now)
   elseif state ~= 'pending' then

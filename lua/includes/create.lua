@@ -291,7 +291,7 @@ local function create_write(X, each)
         created_at = X.now_text, enqueued_at = X.now_text, cold = A[b + JOB.cold]}
       if tenant then
         h.tenant = tenant
-        tenant_count(P, tenant, 'enqueued', now)
+        Tenant.count(P, tenant, 'enqueued', now)
       end
       create_opt(h, 'timeout_ms', A[b + JOB.timeout_ms], '0')
       create_opt(h, 'visibility_ms', A[b + JOB.visibility_ms], '0')
@@ -313,7 +313,7 @@ local function create_write(X, each)
       if rl_key then
         create_opt(h, 'rl_key', rl_key, '')
         create_opt(h, 'rl', A[b + JOB.rl_policy], '')
-        rl_register(P, rl_key, A[b + JOB.rl_policy], now)
+        RateKey.register(P, rl_key, A[b + JOB.rl_policy], now)
       end
       if X.wf then
         create_opt(h, 'wf', X.wf.id, '')

@@ -1,7 +1,7 @@
 -- Gates: the queue-level rules that decide whether FETCH may take anything from a queue now, written
 -- once and called both by fetch-1.lua (to decide) and by job-explain-1.lua (to say what holds a job
--- back and until when). The per-key rules are ratelimit.lua's (rl_policy, rl_effective, rl_check), the
--- fair share's turn order is tenant.lua's (tenant_next, tenant_turn); both scripts call those too.
+-- back and until when). The per-key rules are ratelimit.lua's (Policy.of, Policy.effective, RateKey.check), the
+-- fair share's turn order is tenant.lua's (Tenant.next, Tenant.turn); both scripts call those too.
 --
 -- A queue is served when it is not paused (P..'paused'), is not being re-scored for an aging change
 -- (conf field rs_phase, includes/rescore.lua), and its queue-level limits (conf fields rl_concurrency,
@@ -12,24 +12,26 @@
 --@include ratelimit
 --@include tenant
 
--- conf_count(v): a setting's count: nil when absent, false when it is no whole number (text.lua whole).
-local function conf_count(v)
+local Gate = {}
+
+-- Gate.conf_count(v): a setting's count: nil when absent, false when it is no whole number (text.lua whole).
+function Gate.conf_count(v)
   if not v then return nil end
   return whole(v) or false
 end
 
--- queue_paused(P, queue): the queue is paused (POST /queues/{q}/pause).
-local function queue_paused(P, queue)
+-- Gate.paused(P, queue): the queue is paused (POST /queues/{q}/pause).
+function Gate.paused(P, queue)
   return redis.call('SISMEMBER', key_paused(P), queue) == 1
 end
 
--- queue_settings(P, queue): the queue's settings FETCH reads before taking from it (FETCH reads them
+-- Gate.settings(P, queue): the queue's settings FETCH reads before taking from it (FETCH reads them
 -- once per call: no operation of fetch-1.lua changes them). `tenants` is set once the queue held a
 -- tenant's job; `tenancy` is the queue's tenancy setting, decoded (its own weights; includes/tenant.lua).
-local function queue_settings(P, queue)
+function Gate.settings(P, queue)
   local c = redis.call('HMGET', key_queue_conf(P, queue), 'rl_concurrency', 'rl_rate_limit', 'rl_rate_period',
     'rs_phase', 'tenants', 'tenancy', 'pool_gen')
-  local conc, rate_limit, rate_period = conf_count(c[1]), conf_count(c[2]), conf_count(c[3])
+  local conc, rate_limit, rate_period = Gate.conf_count(c[1]), Gate.conf_count(c[2]), Gate.conf_count(c[3])
   if conc == false or rate_limit == false or rate_period == false then
     -- A limit something other than this library wrote as no count: the queue is held (a limit of 0)
     -- rather than served past a limit it may have had (issue 40).
@@ -37,13 +39,13 @@ local function queue_settings(P, queue)
     conc, rate_limit, rate_period = 0, nil, nil
   end
   return { conc = conc, rate_limit = rate_limit, rate_period = rate_period, rescoring = c[4],
-    tenants = c[5], tenancy = tenancy_decode(c[6]), pool_gen = c[7] or '' }
+    tenants = c[5], tenancy = Tenant.decode_tenancy(c[6]), pool_gen = c[7] or '' }
 end
 
--- slots_full(ak, conc, now, wake_too): the holders of zset ak (job id -> lease deadline; a lapsed one no
+-- Gate.slots_full(ak, conc, now, wake_too): the holders of zset ak (job id -> lease deadline; a lapsed one no
 -- longer counts) fill all conc slots: their count and, only when wake_too, the earliest lease deadline
 -- among them (-1 when not asked); nil while a slot is free.
-local function slots_full(ak, conc, now, wake_too)
+function Gate.slots_full(ak, conc, now, wake_too)
   local n = redis.call('ZCOUNT', ak, '(' .. now, '+inf')
   if n < conc then return nil end
   local wake = -1
@@ -54,19 +56,19 @@ local function slots_full(ak, conc, now, wake_too)
   return n, wake
 end
 
--- queue_gate(P, queue, l, now, wake_too): may FETCH take a job from the queue now, under its settings l
--- (queue_settings)? nil when it may; else the gate that stops it ('rescoring', 'queue_concurrency',
+-- Gate.queue(P, queue, l, now, wake_too): may FETCH take a job from the queue now, under its settings l
+-- (Gate.settings)? nil when it may; else the gate that stops it ('rescoring', 'queue_concurrency',
 -- 'queue_rate'), its limit, the current count and, only when wake_too (FETCH does not ask: it skips the
 -- queue and looks again at its next call), when it may open (ms; -1 when unknown): the earliest lease
 -- deadline of a slot holder, or when the oldest start slides out of the window. The window's entries
 -- that slid out are pruned (ZREMRANGEBYSCORE), as FETCH always did.
-local function queue_gate(P, queue, l, now, wake_too)
+function Gate.queue(P, queue, l, now, wake_too)
   -- Its waiting jobs are being re-scored for a new aging setting (includes/rescore.lua): not served
   -- until every one has its new score.
   if l.rescoring then return 'rescoring', -1, -1, -1 end
   local conc, rlim, rper = l.conc, l.rate_limit, l.rate_period
   if conc then
-    local n, wake = slots_full(key_queue_rl_active(P, queue), conc, now, wake_too)
+    local n, wake = Gate.slots_full(key_queue_rl_active(P, queue), conc, now, wake_too)
     if n then return 'queue_concurrency', conc, n, wake end
   end
   if rlim and rper then
@@ -85,14 +87,28 @@ local function queue_gate(P, queue, l, now, wake_too)
   return nil
 end
 
--- tenant_gate(P, queue, tenant, l, now, wake_too): may FETCH take a job of the tenant from the queue now,
+-- Gate.tenant(P, queue, tenant, l, now, wake_too): may FETCH take a job of the tenant from the queue now,
 -- under the queue's settings l? nil when it may (always, for a tenant without a cap there: no command);
 -- else 'tenant_concurrency', the tenant's cap, its holders now and, when wake_too, the earliest lease
 -- deadline among them (includes/tenant.lua, "A tenant's concurrency").
-local function tenant_gate(P, queue, tenant, l, now, wake_too)
-  local cap = tenant_cap(l.tenancy, tenant)
+function Gate.tenant(P, queue, tenant, l, now, wake_too)
+  local cap = Tenant.cap(l.tenancy, tenant)
   if not cap then return nil end
-  local n, wake = slots_full(key_queue_rl_active(P, sub_queue(queue, tenant)), cap, now, wake_too)
+  local n, wake = Gate.slots_full(key_queue_rl_active(P, Tenant.sub_queue(queue, tenant)), cap, now, wake_too)
   if n then return 'tenant_concurrency', cap, n, wake end
   return nil
+end
+
+-- Gate.claimed(P, queue, l, id, claim, lease, now): FETCH claimed job id (claim number `claim`) from the
+-- queue under its settings l, with a lease until `lease`: it holds one of the queue's slots and enters
+-- its window, while the queue has those limits. True when it took either (the caller marks the job's
+-- record 'qrl', so that its end gives them back).
+function Gate.claimed(P, queue, l, id, claim, lease, now)
+  if not (l.conc or l.rate_limit) then return false end
+  if l.conc then redis.call('ZADD', key_queue_rl_active(P, queue), lease, id) end
+  if l.rate_limit and l.rate_period then
+    redis.call('ZADD', key_queue_rl_win(P, queue), now, id .. ':' .. claim)
+    redis.call('PEXPIRE', key_queue_rl_win(P, queue), l.rate_period)
+  end
+  return true
 end

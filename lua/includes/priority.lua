@@ -16,13 +16,13 @@ local function set_priority(P, jk, id, priority, rank, now)
   if state ~= 'available' and state ~= 'scheduled' then return {'state', state} end
   if state == 'available' and f[5] then
     local score = ready_score(P, queue, rank, num(f[6], 0))
-    local key, q = f[7], sub_queue(queue, f[8])
+    local key, q = f[7], Tenant.sub_queue(queue, f[8])
     if key and redis.call('HGET', key_queue_heads(P, q), key) ~= f[5] then
       redis.call('ZADD', key_queue_lane(P, q, key), 'XX', score, f[5])
     else
       redis.call('ZADD', key_queue_ready(P, q), 'XX', score, f[5])
     end
-    if key then lane_rebalance(P, q, key) end
+    if key then Lane.rebalance(P, q, key) end
     local pk = key_queue_pri(P, queue)
     count(pk, f[4], -1, true)
     count(pk, priority, 1, true)

@@ -76,16 +76,16 @@ local function make_ready(P, jk, id, queue, rank, priority, since_ms, rl_key, me
   count(key_queue_pri(P, queue), priority, 1, true)
   -- The tenant is read from the record this call already holds (no Redis command).
   local tenant = rec('HGET', jk, 'tenant')
-  local q = sub_queue(queue, tenant)
+  local q = Tenant.sub_queue(queue, tenant)
   if tenant then redis.call('SADD', key_queue_subs(P, queue), tenant) end
   if rl_key then
-    if lane_add(P, q, rl_key, score, member) == 'rebalance' then lane_rebalance(P, q, rl_key) end
+    if Lane.add(P, q, rl_key, score, member) == 'rebalance' then Lane.rebalance(P, q, rl_key) end
     -- A key with a floor owes it once its lane is open (ratelimit.lua, "Burstable concurrency").
-    local floor, pool = burst_floor(P, q, rl_key, rec('HGET', jk, 'rl'))
-    if floor then burst_sync(P, q, rl_key, floor, now_ms(), nil, 0, pool) end
+    local floor, pool = Pool.floor(P, q, rl_key, rec('HGET', jk, 'rl'))
+    if floor then Pool.sync(P, q, rl_key, floor, now_ms(), nil, 0, pool) end
     return
   end
-  ready_put(P, q, score, member)
+  Tenant.ready_put(P, q, score, member)
 end
 
 -- not_available(P, queue, priority): a job stopped being available (claimed, cancelled, dropped…).
@@ -107,30 +107,30 @@ local function unready(P, jk, queue)
   local f = rec('HMGET', jk, 'member', 'priority', 'rl_key', 'tenant', 'rl')
   if not f[1] then return end
   local member, key = f[1], f[3]
-  local q = sub_queue(queue, f[4])
+  local q = Tenant.sub_queue(queue, f[4])
   if key and redis.call('HGET', key_queue_heads(P, q), key) ~= member then
     local lk = key_queue_lane(P, q, key)
     redis.call('ZREM', lk, member)
     -- The last job of a lane with no head (a parked lane) left: the lane is empty, no longer parked
     -- (nothing would wake a lane parked until a release of a key that holds no slot), and the key may
-    -- be idle (lane_open does both); a floor it owed there is owed no more.
+    -- be idle (Lane.open does both); a floor it owed there is owed no more.
     if redis.call('EXISTS', lk) == 0 and redis.call('HEXISTS', key_queue_heads(P, q), key) == 0 then
-      lane_open(P, q, key)
-      local floor, pool = burst_floor(P, q, key, f[5])
-      if floor then burst_sync(P, q, key, floor, now_ms(), nil, 0, pool) end
+      Lane.open(P, q, key)
+      local floor, pool = Pool.floor(P, q, key, f[5])
+      if floor then Pool.sync(P, q, key, floor, now_ms(), nil, 0, pool) end
     end
   else
     redis.call('ZREM', key_queue_ready(P, q), member)
     if key then
       redis.call('HDEL', key_queue_heads(P, q), key)
-      lane_open(P, q, key)
-      local floor, pool = burst_floor(P, q, key, f[5])
-      if floor then burst_sync(P, q, key, floor, now_ms(), nil, 0, pool) end
+      Lane.open(P, q, key)
+      local floor, pool = Pool.floor(P, q, key, f[5])
+      if floor then Pool.sync(P, q, key, floor, now_ms(), nil, 0, pool) end
     end
     ready_index_check(P, queue)
   end
   -- A tenant out of the fair share (its jobs wait in parked lanes) may have nothing waiting now.
-  if q ~= queue then tenant_sub_check(P, queue, f[4]) end
+  if q ~= queue then Tenant.sub_check(P, queue, f[4]) end
   rec('HDEL', jk, 'member')
   not_available(P, queue, f[2])
 end

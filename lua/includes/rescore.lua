@@ -14,7 +14,7 @@
 -- waiting job's score is the new setting's.
 --
 -- Order: the ready set first, then each lane (of the heads hash, then of the parked one), and after a
--- lane is done its head is re-picked (lane_rebalance): the ready set's heads are already re-scored, so
+-- lane is done its head is re-picked (Lane.rebalance): the ready set's heads are already re-scored, so
 -- the lane's best under the new setting heads it (seed §8.2). Then the same for each tenant's sub-queue
 -- of the queue (includes/tenant.lua), taken from P..'q:'..queue..':subs' by SSCAN pages of 50 (phase
 -- 'subs'; 'rs_sub' the tenant being done, '' the queue itself; 'rs_scur' the SSCAN cursor; 'rs_subs'
@@ -63,14 +63,14 @@ local function rescore_step(P, queue)
   local aging = aging_setting(st[5])
   local sub, scur, subs = st[6] or '', st[7] or '', st[8] or ''
   -- The queue or the tenant's sub-queue being done.
-  local q = sub_queue(queue, sub)
+  local q = Tenant.sub_queue(queue, sub)
   local units, rescored = 0, 0
   while phase and units < RESCORE_BUDGET do
     if phase == 'subs' then
       if subs ~= '' then
         sub = string.match(subs, '^(%S+)')
         subs = string.sub(subs, #sub + 2)
-        q = sub_queue(queue, sub)
+        q = Tenant.sub_queue(queue, sub)
         phase, hcur, zcur, lanes = 'ready', '', '0', ''
       elseif scur ~= 'end' then
         local page = redis.call('SSCAN', key_queue_subs(P, queue), scur == '' and '0' or scur, 'COUNT', 50)
@@ -91,7 +91,7 @@ local function rescore_step(P, queue)
       zcur, n = rescore_page(P, key_queue_lane(P, q, key), zcur, aging, RESCORE_BUDGET - units - 1)
       units, rescored = units + n + 1, rescored + n
       if zcur == '0' then
-        lane_rebalance(P, q, key)
+        Lane.rebalance(P, q, key)
         lanes = string.sub(lanes, #key + 2)
       end
     elseif hcur == 'end' then

@@ -40,7 +40,7 @@ end
 -- the ready set of q (a queue or a tenant's sub-queue, whose settings are its queue's): its own, or
 -- while the queue is being re-scored, the one its rank and ready-since give under the current setting.
 local function moved_score(P, q, member, score)
-  local queue = base_queue(q)
+  local queue = Tenant.base_queue(q)
   if redis.call('HEXISTS', key_queue_conf(P, queue), 'rs_phase') == 0 then return score end
   local f = rec('HMGET', key_job(P, member_id(member)), 'rank', 'enqueued_at')
   if not f[1] then return score end

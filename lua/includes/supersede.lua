@@ -5,6 +5,11 @@
 --                     started (options.root_job with is_root; MediaWiki's deduplicateRootJob)
 -- Both expire RECORD_TTL_MS after they were last written (MediaWiki keeps root records 10 days too): a
 -- job that waited longer than that is no longer recognised as superseded and runs.
+-- A popped job with options.dedup whose deduplication info started in another job after it was created,
+-- or with options.root_job whose signature's newest started root is newer than its own root timestamp,
+-- is never handed out (its verdict is 'superseded': includes/verdict.lua).
+-- Costs per FETCH (fetch-1.lua): a job with options.dedup or options.root_job adds one GET when popped
+-- and one SET (a root: GET + SET) when claimed.
 local RECORD_TTL_MS = 10 * 24 * 3600 * 1000
 
 -- superseded_by(P, id, f): why the job must not run, or nil. f = {dedup, root, root_ts, created_at}

@@ -25,7 +25,7 @@
 -- lane open or parked): a tenant enters with its job (make_ready) and leaves when FETCH finds its
 -- sub-queue with nothing ready and no lane open or parked (a tenant whose last job was cancelled stays
 -- until then), or, for a tenant out of the share, when its last waiting job is cancelled or it is
--- unparked from its cap (below) with nothing waiting (tenant_sub_check); re-scoring an aging change visits their sub-queues (includes/rescore.lua).
+-- unparked from its cap (below) with nothing waiting (Tenant.sub_check); re-scoring an aging change visits their sub-queues (includes/rescore.lua).
 -- Q's conf field 'tenants' = '1' once Q held a tenant's job: FETCH reads it with Q's other settings, so
 -- a queue that never had a tenant pays nothing for any of this.
 -- Per tenant, P..'tenant:'..T..':stats' counts its jobs 'enqueued' and 'dispatched' (claims), for
@@ -36,7 +36,7 @@
 -- ojs_core::tenancy): where its jobs' tenant comes from (the server resolves that at the enqueue) and
 -- the queue's own weights: 'weights' (tenant -> weight) over the tenant's global weight, and
 -- 'default_weight' over '_default' for the queue's jobs without a tenant. FETCH reads the field with the
--- queue's other settings (includes/gates.lua queue_settings), so a queue without it pays nothing.
+-- queue's other settings (includes/gates.lua Gate.settings), so a queue without it pays nothing.
 -- Each claim of a tenant's job is also counted in P..'tenants:m:'..minute (minute = now // 60000), a
 -- hash tenant -> claims in that minute, and field '' -> every tenant's claims in it: the share of the
 -- last hour (GET /admin/tenants, the dashboard, ojs_tenant_share_last_hour) reads the last 60 of them.
@@ -51,20 +51,28 @@
 -- counting), and a claimed job keeps its sub-queue in its record's 'tslot', so its end (active.lua
 -- leave_active) gives the slot back. Every claimed job of a tenant holds one, capped or not, so a cap
 -- set while the tenant runs jobs counts them from that moment. FETCH checks the cap when the tenant's turn comes
--- (gates.lua tenant_gate): a tenant at its cap leaves the fair share for P..'q:'..Q..':tenants:full'
--- (tenant_park), so the next claims pass it by in O(log t) and it stops costing anything; a parked
--- tenant does not join the share with a new ready job (tenant_join), and re-joins at the lowest pass
--- (tenant_unpark) when one of its slots comes back, or when the queue's settings change
+-- (gates.lua Gate.tenant): a tenant at its cap leaves the fair share for P..'q:'..Q..':tenants:full'
+-- (Tenant.park), so the next claims pass it by in O(log t) and it stops costing anything; a parked
+-- tenant does not join the share with a new ready job (Tenant.join), and re-joins at the lowest pass
+-- (Tenant.unpark) when one of its slots comes back, or when the queue's settings change
 -- (queue-conf-1.lua). A parked tenant always holds a slot (it parked at a cap of at least 1, and every
 -- end of a holder unparks it), so none stays parked with nothing to wake it.
--- CAPS: tenant_turn (explain) looks at the first TURN_LOOK = 100 tenants ahead of one.
+-- Costs per FETCH (fetch-1.lua): a queue with tenants adds one ZCARD per call and queue, and per claim
+-- the pick (ZRANGE 0 0), the tenant's pass (ZINCRBY), its weight (HGET, once per call and tenant, none
+-- when the queue's tenancy setting gives it one: that setting is read with the queue's other settings
+-- and decoded once per call) and its counters (HINCRBY, PEXPIRE, ZADD, ZREMRANGEBYSCORE, and two HINCRBY
+-- of its minute's count, whose PEXPIREAT is once per call); a tenant found with nothing ready costs a pop
+-- and an EXISTS; a tenant with a concurrency in the queue adds per claim a ZCOUNT of its slots, an SREM
+-- and a ZADD, and one at its cap a ZREM and SADD (it parks, counted against FETCH's MAX_SKIPS).
+-- CAPS: Tenant.turn (explain) looks at the first TURN_LOOK = 100 tenants ahead of one.
 local TENANT_STATS_MS = 30 * 86400000
 local TENANT_MINUTES_KEEP = 62
--- Tenants ahead in the fair share that tenant_turn looks at one by one (explain).
+-- Tenants ahead in the fair share that Tenant.turn looks at one by one (explain).
 local TURN_LOOK = 100
+local Tenant = {}
 
--- tenant_count(P, tenant, field, now): one more of `field` for the tenant (see above).
-local function tenant_count(P, tenant, field, now)
+-- Tenant.count(P, tenant, field, now): one more of `field` for the tenant (see above).
+function Tenant.count(P, tenant, field, now)
   local k = key_tenant_stats(P, tenant)
   incr(k, field, 1)
   redis.call('PEXPIRE', k, TENANT_STATS_MS)
@@ -73,10 +81,10 @@ local function tenant_count(P, tenant, field, now)
   redis.call('ZREMRANGEBYSCORE', tk, '-inf', '(' .. (now - TENANT_STATS_MS))
 end
 
--- tenant_dispatched(P, tenant, now): one more claim of the tenant's jobs: its counters (tenant_count)
+-- Tenant.dispatched(P, tenant, now): one more claim of the tenant's jobs: its counters (Tenant.count)
 -- and its minute's count (see above).
-local function tenant_dispatched(P, tenant, now)
-  tenant_count(P, tenant, 'dispatched', now)
+function Tenant.dispatched(P, tenant, now)
+  Tenant.count(P, tenant, 'dispatched', now)
   local minute = math.floor(now / 60000)
   local mk = key_tenants_minute(P, minute)
   incr(mk, tenant, 1)
@@ -86,67 +94,67 @@ local function tenant_dispatched(P, tenant, now)
   if first_in_call(mk) then redis.call('PEXPIREAT', mk, (minute + TENANT_MINUTES_KEEP) * 60000) end
 end
 
--- tenant_weight_ok(v): a weight as a number when it is one a fair share can use (finite, > 0), else nil
+-- Tenant.weight_ok(v): a weight as a number when it is one a fair share can use (finite, > 0), else nil
 -- (something other than this library wrote it: the default weight is used, so no pass is NaN: issue 40).
-local function tenant_weight_ok(v)
+function Tenant.weight_ok(v)
   local w = tonumber(v)
   if w and w > 0 and w < 1e9 then return w end
   return nil
 end
 
--- tenant_queue_weight(tq, tenant): the weight a queue's tenancy setting tq (decoded; nil for none)
+-- Tenant.queue_weight(tq, tenant): the weight a queue's tenancy setting tq (decoded; nil for none)
 -- gives the tenant ('' = the queue's jobs without a tenant: its default_weight); nil when it gives none.
-local function tenant_queue_weight(tq, tenant)
+function Tenant.queue_weight(tq, tenant)
   if not tq then return nil end
-  if tenant == '' then return tenant_weight_ok(tq.default_weight) end
-  return type(tq.weights) == 'table' and tenant_weight_ok(tq.weights[tenant]) or nil
+  if tenant == '' then return Tenant.weight_ok(tq.default_weight) end
+  return type(tq.weights) == 'table' and Tenant.weight_ok(tq.weights[tenant]) or nil
 end
 
--- tenant_part(tenant): how a tenant is spelled in a sub-queue's name (see above).
-local function tenant_part(tenant)
+-- Tenant.part(tenant): how a tenant is spelled in a sub-queue's name (see above).
+function Tenant.part(tenant)
   return (string.gsub(tenant, ':', '%%3A'))
 end
 
--- sub_queue(queue, tenant): where a job of this queue and tenant waits: the queue itself for none.
-local function sub_queue(queue, tenant)
-  if tenant and tenant ~= '' then return queue .. '@' .. tenant_part(tenant) end
+-- Tenant.sub_queue(queue, tenant): where a job of this queue and tenant waits: the queue itself for none.
+function Tenant.sub_queue(queue, tenant)
+  if tenant and tenant ~= '' then return queue .. '@' .. Tenant.part(tenant) end
   return queue
 end
 
--- base_queue(q): the queue of a queue or sub-queue name, and the tenant (nil for a queue).
-local function base_queue(q)
+-- Tenant.base_queue(q): the queue of a queue or sub-queue name, and the tenant (nil for a queue).
+function Tenant.base_queue(q)
   local at = string.find(q, '@', 1, true)
   if at then return string.sub(q, 1, at - 1), (string.gsub(string.sub(q, at + 1), '%%3A', ':')) end
   return q, nil
 end
 
--- tenancy_decode(raw): a queue's tenancy setting (its conf field 'tenancy', JSON) as a table; nil for
+-- Tenant.decode_tenancy(raw): a queue's tenancy setting (its conf field 'tenancy', JSON) as a table; nil for
 -- none, or for one that does not decode.
-local function tenancy_decode(raw)
+function Tenant.decode_tenancy(raw)
   if not raw then return nil end
   local ok, tq = pcall(cjson.decode, raw)
   return ok and type(tq) == 'table' and tq or nil
 end
 
--- tenant_weight_read(P, tenant): the tenant's fair-share weight ('' = the jobs without a tenant, whose
+-- Tenant.weight_read(P, tenant): the tenant's fair-share weight ('' = the jobs without a tenant, whose
 -- weight is _default's); 1 when unset.
-local function tenant_weight_read(P, tenant)
-  return tenant_weight_ok(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
+function Tenant.weight_read(P, tenant)
+  return Tenant.weight_ok(redis.call('HGET', key_tenant_weights(P), tenant == '' and '_default' or tenant)) or 1
 end
 
--- tenant_cap(tq, tenant): the tenant's concurrency in a queue whose tenancy setting is tq (decoded; nil
+-- Tenant.cap(tq, tenant): the tenant's concurrency in a queue whose tenancy setting is tq (decoded; nil
 -- for none): its own cap there, else the setting's default_concurrency; nil (no cap) for none, and for
 -- '' (the queue's jobs without a tenant).
-local function tenant_cap(tq, tenant)
+function Tenant.cap(tq, tenant)
   if not tq or tenant == '' then return nil end
   local own = type(tq.concurrency) == 'table' and tonumber(tq.concurrency[tenant]) or nil
   return own or tonumber(tq.default_concurrency)
 end
 
--- tenant_join(P, queue, tenant): the tenant ('' for the queue's jobs without one) may have ready jobs
+-- Tenant.join(P, queue, tenant): the tenant ('' for the queue's jobs without one) may have ready jobs
 -- in queue: it enters the fair share at the lowest pass present, unless it is parked at its
 -- concurrency (see above: it re-joins when a slot comes back). Returns whether it is in the share.
-local function tenant_join(P, queue, tenant)
+function Tenant.join(P, queue, tenant)
   local tk = key_queue_tenants(P, queue)
   if redis.call('ZSCORE', tk, tenant) then return true end
   if tenant ~= '' and redis.call('SISMEMBER', key_queue_tenants_full(P, queue), tenant) == 1 then return false end
@@ -156,54 +164,54 @@ local function tenant_join(P, queue, tenant)
   return true
 end
 
--- tenant_park(P, queue, tenant): the tenant reached its concurrency in queue (gates.lua tenant_gate):
+-- Tenant.park(P, queue, tenant): the tenant reached its concurrency in queue (gates.lua Gate.tenant):
 -- it leaves the fair share until a slot comes back (see above).
-local function tenant_park(P, queue, tenant)
+function Tenant.park(P, queue, tenant)
   redis.call('ZREM', key_queue_tenants(P, queue), tenant)
   redis.call('SADD', key_queue_tenants_full(P, queue), tenant)
 end
 
--- tenant_unpark(P, queue, tenant): a slot of the tenant's came back in queue, or its cap may have moved:
+-- Tenant.unpark(P, queue, tenant): a slot of the tenant's came back in queue, or its cap may have moved:
 -- a parked tenant re-joins the fair share when its sub-queue has ready jobs (else its next ready job
 -- joins it), and the queue is listed in P..'ready' again (a queue whose tenants are all parked leaves
 -- it, as one whose lanes are all parked does: FETCH has nothing to take there). Returns whether it was
 -- parked.
--- tenant_sub_check(P, queue, tenant): the tenant leaves the queue's tenants with a sub-queue when nothing
+-- Tenant.sub_check(P, queue, tenant): the tenant leaves the queue's tenants with a sub-queue when nothing
 -- of it waits there (no ready set, no lane open or parked): FETCH takes out those it meets in the fair
 -- share, and this the others (a tenant parked at its cap, or whose jobs waited in parked lanes only).
-local function tenant_sub_check(P, queue, tenant)
-  local q = sub_queue(queue, tenant)
+function Tenant.sub_check(P, queue, tenant)
+  local q = Tenant.sub_queue(queue, tenant)
   if redis.call('EXISTS', key_queue_ready(P, q), key_queue_heads(P, q), key_queue_parked(P, q)) == 0 then
     redis.call('SREM', key_queue_subs(P, queue), tenant)
   end
 end
 
-local function tenant_unpark(P, queue, tenant)
+function Tenant.unpark(P, queue, tenant)
   if redis.call('SREM', key_queue_tenants_full(P, queue), tenant) == 0 then return false end
-  if redis.call('EXISTS', key_queue_ready(P, sub_queue(queue, tenant))) == 1 then
-    tenant_join(P, queue, tenant)
+  if redis.call('EXISTS', key_queue_ready(P, Tenant.sub_queue(queue, tenant))) == 1 then
+    Tenant.join(P, queue, tenant)
     redis.call('SADD', key_ready_index(P), queue)
   else
     -- Its last jobs may have left while it was parked.
-    tenant_sub_check(P, queue, tenant)
+    Tenant.sub_check(P, queue, tenant)
   end
   return true
 end
 
--- tenant_next(tk): the tenant whose turn it is in a queue's fair share (tk = key_queue_tenants(P, queue)):
+-- Tenant.next(tk): the tenant whose turn it is in a queue's fair share (tk = key_queue_tenants(P, queue)):
 -- the lowest pass, ties by name (the sorted set's own order); nil when no tenant may have ready jobs.
 -- FETCH's pick.
-local function tenant_next(tk)
+function Tenant.next(tk)
   return redis.call('ZRANGE', tk, 0, 0)[1]
 end
 
--- tenant_turn(P, queue, tenant, startable): where the tenant stands in that order (read only, for
--- explain; startable(sub_queue) says whether a tenant's sub-queue holds a job FETCH would start): how
+-- Tenant.turn(P, queue, tenant, startable): where the tenant stands in that order (read only, for
+-- explain; startable(Tenant.sub_queue) says whether a tenant's sub-queue holds a job FETCH would start): how
 -- many tenants come before it (its rank), its pass, the lowest pass and how many tenants share the
--- queue; its turn comes when its rank is 0 (tenant_next names it). A tenant not in the share (nothing
+-- queue; its turn comes when its rank is 0 (Tenant.next names it). A tenant not in the share (nothing
 -- ready: its jobs wait in parked lanes, or '' before FETCH first looked at the queue's own jobs) would
 -- join at the lowest pass: rank nil, except '' (it sorts before every name: rank 0).
-local function tenant_turn(P, queue, tenant, startable)
+function Tenant.turn(P, queue, tenant, startable)
   local tk = key_queue_tenants(P, queue)
   local n = redis.call('ZCARD', tk)
   local low = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
@@ -218,18 +226,29 @@ local function tenant_turn(P, queue, tenant, startable)
   local ahead = 0
   if rank > 0 then
     for _, t in ipairs(redis.call('ZRANGE', tk, 0, math.min(rank, TURN_LOOK) - 1)) do
-      if startable(sub_queue(queue, t)) then ahead = ahead + 1 end
+      if startable(Tenant.sub_queue(queue, t)) then ahead = ahead + 1 end
     end
   end
   return ahead + math.max(rank - TURN_LOOK, 0), tonumber(pass), lowest, n
 end
 
--- ready_put(P, q, score, member): member joins the ready set of q (a queue or a sub-queue); its queue is
+-- Tenant.ready_put(P, q, score, member): member joins the ready set of q (a queue or a sub-queue); its queue is
 -- listed in P..'ready' and, for a sub-queue, its tenant in the fair share (a tenant parked at its
--- concurrency stays out of both until a slot comes back: tenant_unpark).
-local function ready_put(P, q, score, member)
+-- concurrency stays out of both until a slot comes back: Tenant.unpark).
+function Tenant.ready_put(P, q, score, member)
   redis.call('ZADD', key_queue_ready(P, q), score, member)
-  local queue, tenant = base_queue(q)
-  if tenant and not tenant_join(P, queue, tenant) then return end
+  local queue, tenant = Tenant.base_queue(q)
+  if tenant and not Tenant.join(P, queue, tenant) then return end
   redis.call('SADD', key_ready_index(P), queue)
+end
+
+-- Tenant.claimed(P, queue, tenant, id, lease, weight, now): FETCH claimed job id of the tenant ('' = the
+-- queue's jobs without one) in the queue, under a lease until `lease`: the tenant's pass moves on by
+-- 1/weight, and a named tenant holds one of its slots in the queue, held as the job's lease is (its end
+-- gives it back: leave_active), whether or not the tenant has a cap now: a cap set later counts the
+-- jobs already running (issue 37 item 7); the caller notes the slot in the job's record (tslot).
+function Tenant.claimed(P, queue, tenant, id, lease, weight, now)
+  if tenant ~= '' then redis.call('ZADD', key_queue_rl_active(P, Tenant.sub_queue(queue, tenant)), lease, id) end
+  redis.call('ZINCRBY', key_queue_tenants(P, queue), 1 / weight, tenant)
+  if tenant ~= '' then Tenant.dispatched(P, tenant, now) end
 end

@@ -1,7 +1,7 @@
 //! What does one release of a rate-limit key cost when many tenants share it? Each tenant's jobs wait in
 //! its own sub-queue of the queue, so each has its own lane for the key; with the key at its limit, every
 //! lane but the running job's is parked. An ACK, a NACK or a cancel of the running job gives the slot
-//! back and re-opens parked lanes (lua/includes/ratelimit.lua lane_wake): issue 37 item 10 asks that the
+//! back and re-opens parked lanes (lua/includes/rl_lanes.lua Lane.wake): issue 37 item 10 asks that the
 //! longest Redis call of each be within 2x with 10,000 tenants of the same with 10 (it re-opened every
 //! lane: 250-360 ms with 10,000). Measured as Redis sees it: SLOWLOG with every call logged, the longest
 //! FCALL of the operation (median of `rounds`).

@@ -55,7 +55,7 @@ pub struct RateLimitPolicy {
     pub adaptive: Option<Adaptive>,
     /// Ours, beyond the seed: burstable concurrency. The key's slots come from its queue's pool (the
     /// queue-level concurrency): it keeps `floor` of them while the pool is contended, and borrows idle
-    /// ones up to `concurrency`, its ceiling (lua/includes/ratelimit.lua, "Burstable concurrency").
+    /// ones up to `concurrency`, its ceiling (lua/includes/rl_pool.lua).
     pub floor: Option<u64>,
 }
 

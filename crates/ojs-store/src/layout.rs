@@ -86,7 +86,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("queue_tenants_full", "q:{queue}:tenants:full"),
     k("queue_subs", "q:{queue}:subs"),
     // Burstable concurrency (ours): the floors owed in the queue's pool, per lane, and the lanes the
-    // pool holds back (lua/includes/ratelimit.lua, "Burstable concurrency").
+    // pool holds back (lua/includes/rl_pool.lua).
     k("queue_want", "q:{queue}:want"),
     k("queue_pool_wait", "q:{queue}:pool:wait"),
     // Tenants (the multi-tenancy extension; a tenant's waiting jobs use the queue families above under
@@ -108,7 +108,7 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("rl_until", "rl:{key}:until"),
     k("rl_ovr", "rl:{key}:ovr"),
     // Costs (ours): the units beyond one that the window's entries and the slots' holders count, and
-    // each holder's units when they are not one (lua/includes/ratelimit.lua, "Costs").
+    // each holder's units when they are not one (lua/includes/rl_policy.lua, "Costs").
     k("rl_win_units", "rl:{key}:win:units"),
     k("rl_active_units", "rl:{key}:active:units"),
     k("rl_active_cost", "rl:{key}:active:cost"),

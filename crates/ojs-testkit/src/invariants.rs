@@ -384,7 +384,7 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
     // Every parked lane is in its key's index of parked lanes, which a release wakes a few at a time
-    // (lua/includes/ratelimit.lua lane_wake), and the index names no lane that is not parked.
+    // (lua/includes/rl_lanes.lua Lane.wake), and the index names no lane that is not parked.
     let mut parked_lanes: HashSet<(String, String)> = HashSet::new();
     for key in snap.scan(keys.pattern("queue_parked")) {
         let queue = first_part(&keys, "queue_parked", &key);
@@ -721,7 +721,7 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
 
-    // Costs (lua/includes/ratelimit.lua "Costs"): each holder listed in `active:cost` holds a slot and
+    // Costs (lua/includes/rl_policy.lua "Costs"): each holder listed in `active:cost` holds a slot and
     // the units its record says it took; `active:units` is the sum of units - 1 over them (absent when
     // 0); `win:units`, while it exists, is the sum of u - 1 over the window's entries `id:claim:u`.
     for key in snap.scan(keys.pattern("rl_active_cost")) {

@@ -1,6 +1,6 @@
 //! "Why is this job waiting?": `GET /jobs/{id}/explain` (ours, beyond the OJS spec) says what holds a
 //! job back and until when. The rules are not restated here: `lua/job-explain-1.lua` answers with the
-//! Lua functions FETCH decides with (`lua/includes/gates.lua`, `ratelimit.lua`, `tenant.lua`), in one
+//! Lua functions FETCH decides with (`lua/includes/gates.lua`, `tenant.lua`, and the verdict on a popped job, `verdict.lua`), in one
 //! read-only call; this module only puts the answer into words and times.
 
 use axum::extract::State;

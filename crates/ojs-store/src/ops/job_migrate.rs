@@ -80,8 +80,8 @@ impl Store {
         Ok(converted)
     }
 
-    /// Indexes this shard's parked rate-limit lanes in `P rl:<key>:parked` (lua/includes/ratelimit.lua
-    /// lane_park), those parked by an older build at score 0 so they are woken first; a lane already
+    /// Indexes this shard's parked rate-limit lanes in `P rl:<key>:parked` (lua/includes/rl_lanes.lua
+    /// Lane.park), those parked by an older build at score 0 so they are woken first; a lane already
     /// indexed keeps its place (NX), and one no longer parked is not indexed (lua/lane-index-2.lua).
     /// Idempotent; returns how many lanes it found.
     async fn index_parked_lanes(&self) -> Result<u64> {

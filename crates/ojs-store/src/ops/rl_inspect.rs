@@ -44,7 +44,7 @@ pub struct RateLimitState {
     pub adaptive: Option<AdaptiveState>,
 }
 
-/// An adaptive key's state (`lua/includes/ratelimit.lua`, "Adaptive").
+/// An adaptive key's state (`lua/includes/rl_adaptive.lua`).
 #[derive(Debug, Default, Clone)]
 pub struct AdaptiveState {
     pub policy_concurrency: Option<u64>,

@@ -31,8 +31,8 @@ impl Store {
             .arg("pool_gen")
             .query_async(&mut conn)
             .await?;
-        // Floors owed in an earlier pool of the queue are owed no more (lua/includes/ratelimit.lua
-        // pool_owed: their generation is not the queue's pool_gen).
+        // Floors owed in an earlier pool of the queue are owed no more (lua/includes/rl_pool.lua
+        // Pool.owed: their generation is not the queue's pool_gen).
         let stale = f.get(4).cloned().flatten().unwrap_or_default() != f.get(5).cloned().flatten().unwrap_or_default();
         // Limits are u64 (up to the largest the PUT accepts); `want` is a counter (HINCRBY), never
         // below 0 once every part is synced.
