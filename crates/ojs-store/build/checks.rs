@@ -15,7 +15,7 @@ pub fn check_no_raw_emit(code: &str) -> Result<(), String> {
     for (i, _) in code.match_indices("emit(") {
         let starts_word = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
         if starts_word {
-            let line = code[..i].lines().count().max(1);
+            let line = code[..i].matches('\n').count() + 1;
             return Err(format!(
                 "line {line}: emit(…) is written by build.rs; call ev_<kind>(P, job_id, queue, job_type, now, …) \
                  with a kind of ojs-core's event_kinds.rs"

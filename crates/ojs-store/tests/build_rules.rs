@@ -484,6 +484,11 @@ fn an_emit_written_by_hand_fails() {
         check_no_raw_emit("local a = 1\nlocal b = emit(P, 'job.x', id)\n"),
         "line 2: emit(…) is written by build.rs",
     );
+    // At a line's start too (the count once said line 1 there).
+    refused(
+        check_no_raw_emit("local a = 1\nemit(P, 'job.x', id)\n"),
+        "line 2: emit(…)",
+    );
     assert_eq!(
         check_no_raw_emit("rec_emit(x)\nev_job_deleted(P, id, q, t, now)\n"),
         Ok(())
