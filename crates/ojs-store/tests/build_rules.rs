@@ -82,6 +82,25 @@ fn refused<T>(r: Result<T, String>, want: &str) {
     assert!(e.contains(want), "message {e:?} lacks {want:?}");
 }
 
+/// Asserts that `rule` refuses each case's input with a message containing the case's text.
+#[track_caller]
+fn refuses<T>(rule: impl Fn(&str) -> Result<T, String>, cases: &[(&str, &str)]) {
+    for (input, want) in cases {
+        match rule(input) {
+            Ok(_) => panic!("{input:?} accepted; expected a refusal naming {want:?}"),
+            Err(e) => assert!(e.contains(want), "{input:?}: message {e:?} lacks {want:?}"),
+        }
+    }
+}
+
+/// Asserts that `rewrite` makes each case's code into the case's text.
+#[track_caller]
+fn rewrites(rewrite: impl Fn(&str) -> Result<String, String>, cases: &[(&str, &str)]) {
+    for (code, want) in cases {
+        assert_eq!(rewrite(code).as_deref(), Ok(*want), "rewriting {code:?}");
+    }
+}
+
 /// A fresh folder of includes `<name>.lua` for one test, under cargo's scratch folder for tests.
 fn includes_dir(test: &str, files: &[(&str, &str)]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("build_rules").join(test);
@@ -100,17 +119,19 @@ fn a_whole_header_passes() {
     assert_eq!(check_header(SCRIPT, 1), Ok(()));
 }
 
+/// Asserts that [`SCRIPT`] with `from` replaced by `to` fails the header check of a one-key script with a
+/// message containing `want`.
+#[track_caller]
+fn header_refused(from: &str, to: &str, want: &str) {
+    assert!(SCRIPT.contains(from), "the fixture has {from:?}");
+    refused(check_header(&SCRIPT.replace(from, to), 1), want);
+}
+
 #[test]
 fn a_header_without_invariants_or_caps_fails() {
-    let no_invariants = SCRIPT.replace("-- INVARIANTS\n", "");
-    refused(
-        check_header(&no_invariants, 1),
-        "header lacks a '-- INVARIANTS' section",
-    );
-    let no_caps = SCRIPT.replace("-- CAPS   the records given\n", "");
-    refused(check_header(&no_caps, 1), "header lacks a '-- CAPS' line");
-    let no_returns = SCRIPT.replace("-- RETURNS\n", "");
-    refused(check_header(&no_returns, 1), "header lacks a '-- RETURNS' section");
+    header_refused("-- INVARIANTS\n", "", "header lacks a '-- INVARIANTS' section");
+    header_refused("-- CAPS   the records given\n", "", "header lacks a '-- CAPS' line");
+    header_refused("-- RETURNS\n", "", "header lacks a '-- RETURNS' section");
 }
 
 #[test]
@@ -120,17 +141,19 @@ fn the_file_names_key_count_must_be_the_headers() {
 
 #[test]
 fn a_key_beyond_the_files_count_fails() {
-    let beyond = SCRIPT.replace("local k = KEYS[1]", "local k = KEYS[2]");
-    refused(check_header(&beyond, 1), "body uses KEYS[2] but declares 1 keys");
-    let zero = SCRIPT.replace("local k = KEYS[1]", "local k = KEYS[0]");
-    refused(check_header(&zero, 1), "body uses KEYS[0]");
+    header_refused(
+        "local k = KEYS[1]",
+        "local k = KEYS[2]",
+        "body uses KEYS[2] but declares 1 keys",
+    );
+    header_refused("local k = KEYS[1]", "local k = KEYS[0]", "body uses KEYS[0]");
 }
 
 #[test]
 fn a_reply_tag_returns_does_not_declare_fails() {
-    let text = SCRIPT.replace("return {'missing'}", "return {'gone'}");
-    refused(
-        check_header(&text, 1),
+    header_refused(
+        "return {'missing'}",
+        "return {'gone'}",
         "body returns tag 'gone' that RETURNS does not declare",
     );
 }
@@ -178,17 +201,22 @@ fn the_argv_section_declares_fixed_arguments_a_rest_and_records() {
 
 #[test]
 fn fixed_arguments_are_numbered_in_order_and_the_rest_follows_them() {
-    refused(
-        spec_of_argv("ARGV[1] P string\nARGV[3] id string\n"),
-        "`ARGV[3]`: fixed arguments are ARGV[1], ARGV[2], … in order",
-    );
-    refused(
-        spec_of_argv("ARGV[1] P string\nARGV[3..] ids\n"),
-        "`ARGV[3..]`: the variable arguments start right after the 1 fixed ones",
-    );
-    refused(
-        spec_of_argv("ARGV[1] P string\nARGV[2..] ids\nARGV[3] id string\n"),
-        "before any ARGV[k..]",
+    refuses(
+        spec_of_argv,
+        &[
+            (
+                "ARGV[1] P string\nARGV[3] id string\n",
+                "`ARGV[3]`: fixed arguments are ARGV[1], ARGV[2], … in order",
+            ),
+            (
+                "ARGV[1] P string\nARGV[3..] ids\n",
+                "`ARGV[3..]`: the variable arguments start right after the 1 fixed ones",
+            ),
+            (
+                "ARGV[1] P string\nARGV[2..] ids\nARGV[3] id string\n",
+                "before any ARGV[k..]",
+            ),
+        ],
     );
     let ok = spec_of_argv("ARGV[1] P string\nARGV[2] W string\nARGV[3..] ids\n").expect("in order");
     assert_eq!(ok.fixed[1].rust, "workflow_id");
@@ -196,37 +224,35 @@ fn fixed_arguments_are_numbered_in_order_and_the_rest_follows_them() {
 
 #[test]
 fn an_argument_name_must_make_a_rust_field_and_its_type_be_known() {
-    refused(
-        spec_of_argv("ARGV[1] type string\n"),
-        "argument name \"type\" must be snake_case",
-    );
-    refused(
-        spec_of_argv("ARGV[1] jobId string\n"),
-        "argument name \"jobId\" must be snake_case",
-    );
-    refused(
-        spec_of_argv("ARGV[1] id text\n"),
-        "argument id: unknown argument type \"text\"",
+    refuses(
+        spec_of_argv,
+        &[
+            ("ARGV[1] type string\n", "argument name \"type\" must be snake_case"),
+            ("ARGV[1] jobId string\n", "argument name \"jobId\" must be snake_case"),
+            ("ARGV[1] id text\n", "argument id: unknown argument type \"text\""),
+        ],
     );
     assert!(spec_of_argv("ARGV[1] id int(0..10)?\n").is_ok());
 }
 
 #[test]
 fn a_records_fields_count_from_zero_in_order() {
-    refused(
-        spec_of_argv("record REQ\n+1 id string\n"),
-        "record REQ: `+1` should be +0",
-    );
-    refused(spec_of_argv("+0 id string\n"), "`+0` outside a `record <NAME>`");
-    refused(spec_of_argv("record REQ\n"), "record REQ lists no fields");
-    refused(
-        spec_of_argv("record req\n+0 id string\n"),
-        "`record req`: a record's name is in capitals",
-    );
-    refused(spec_of_argv("record ARG\n+0 id string\n"), "(not ARG)");
-    refused(
-        spec_of_argv("record REQ\n+0 id string\nrecord REQ\n+0 id string\n"),
-        "record REQ is declared twice",
+    refuses(
+        spec_of_argv,
+        &[
+            ("record REQ\n+1 id string\n", "record REQ: `+1` should be +0"),
+            ("+0 id string\n", "`+0` outside a `record <NAME>`"),
+            ("record REQ\n", "record REQ lists no fields"),
+            (
+                "record req\n+0 id string\n",
+                "`record req`: a record's name is in capitals",
+            ),
+            ("record ARG\n+0 id string\n", "(not ARG)"),
+            (
+                "record REQ\n+0 id string\nrecord REQ\n+0 id string\n",
+                "record REQ is declared twice",
+            ),
+        ],
     );
 }
 
@@ -269,25 +295,22 @@ fn a_shared_record_is_read_from_the_include_that_declares_it() {
 fn argument_names_become_numbers() {
     let code = "local p, id, n = ARG.P, ARG.id, tonumber(ARG.attempt)\n\
                 for i = ARG.REST, #ARGV, RES.STRIDE do\n  local v = ARGV[i + RES.value]\nend\n";
-    assert_eq!(
-        inline_arg_names(code, &spec()).expect("declared names"),
-        "local p, id, n = ARGV[1], ARGV[2], tonumber(ARGV[3])\n\
-         for i = 4, #ARGV, 2 do\n  local v = ARGV[i + 1]\nend\n"
-    );
+    let want = "local p, id, n = ARGV[1], ARGV[2], tonumber(ARGV[3])\n\
+                for i = 4, #ARGV, 2 do\n  local v = ARGV[i + 1]\nend\n";
+    rewrites(|c| inline_arg_names(c, &spec()), &[(code, want)]);
 }
 
 #[test]
 fn a_record_offset_of_zero_is_left_out() {
-    assert_eq!(
-        inline_arg_names("local name = ARGV[base + RES.name]\n", &spec()).expect("declared"),
-        "local name = ARGV[base]\n"
+    rewrites(
+        |c| inline_arg_names(c, &spec()),
+        &[
+            ("local name = ARGV[base + RES.name]\n", "local name = ARGV[base]\n"),
+            ("local name = ARGV[base +   RES.name]\n", "local name = ARGV[base]\n"),
+            // Not after a `+`: the offset is written.
+            ("f(RES.name)\n", "f(0)\n"),
+        ],
     );
-    assert_eq!(
-        inline_arg_names("local name = ARGV[base +   RES.name]\n", &spec()).expect("declared"),
-        "local name = ARGV[base]\n"
-    );
-    // Not after a `+`: the offset is written.
-    assert_eq!(inline_arg_names("f(RES.name)\n", &spec()).expect("declared"), "f(0)\n");
 }
 
 #[test]
@@ -297,25 +320,26 @@ fn a_record_offset_is_rewritten_in_a_real_scripts_shape() {
          +2 strategy string\n+3 ack_id string\n",
     )
     .expect("spec");
-    assert_eq!(
-        inline_arg_names(
-            "local ack_id = ARGV[base + REQ.ack_id]\nlocal next = base + REQ.STRIDE\n",
-            &spec
-        )
-        .expect("declared"),
-        "local ack_id = ARGV[base + 3]\nlocal next = base + 4\n"
+    rewrites(
+        |c| inline_arg_names(c, &spec),
+        &[
+            (
+                "local ack_id = ARGV[base + REQ.ack_id]\n",
+                "local ack_id = ARGV[base + 3]\n",
+            ),
+            ("local next = base + REQ.STRIDE\n", "local next = base + 4\n"),
+        ],
     );
 }
 
 #[test]
 fn an_undeclared_argument_name_fails() {
-    refused(
-        inline_arg_names("local x = ARG.x\n", &spec()),
-        "ARG.x: the header declares no ARGV[i] x",
-    );
-    refused(
-        inline_arg_names("local x = RES.nope\n", &spec()),
-        "RES.nope: record RES declares no field nope",
+    refuses(
+        |c| inline_arg_names(c, &spec()),
+        &[
+            ("local x = ARG.x\n", "ARG.x: the header declares no ARGV[i] x"),
+            ("local x = RES.nope\n", "RES.nope: record RES declares no field nope"),
+        ],
     );
     let no_rest = spec_of_argv("ARGV[1] P string\n").expect("spec");
     refused(
@@ -326,13 +350,12 @@ fn an_undeclared_argument_name_fails() {
 
 #[test]
 fn a_numbered_argv_fails() {
-    refused(
-        inline_arg_names("local x = ARGV[3]\n", &spec()),
-        "`ARGV[3]`: name the argument",
-    );
-    refused(
-        inline_arg_names("local x = ARGV[i + 1]\n", &spec()),
-        "`ARGV[i + 1]`: name the argument",
+    refuses(
+        |c| inline_arg_names(c, &spec()),
+        &[
+            ("local x = ARGV[3]\n", "`ARGV[3]`: name the argument"),
+            ("local x = ARGV[i + 1]\n", "`ARGV[i + 1]`: name the argument"),
+        ],
     );
     // An index of names only is the script's own arithmetic.
     assert!(inline_arg_names("local x = ARGV[i]\n", &spec()).is_ok());
@@ -341,7 +364,7 @@ fn a_numbered_argv_fails() {
 #[test]
 fn only_whole_words_are_argument_names() {
     let code = "local a = MYARG.P .. XRES.name .. ARG_P\n";
-    assert_eq!(inline_arg_names(code, &spec()).expect("no names"), code);
+    rewrites(|c| inline_arg_names(c, &spec()), &[(code, code)]);
 }
 
 // Record checks.
@@ -357,13 +380,15 @@ fn a_record_check_becomes_its_checkers_call() {
 
 #[test]
 fn a_record_never_checked_or_unknown_fails() {
-    refused(
-        inline_record_checks("local x = 1\n", "ack", &spec()),
-        "record RES is never checked",
-    );
-    refused(
-        inline_record_checks("check_RES(i) check_NOPE(i)\n", "ack", &spec()),
-        "check_<RECORD>(base) names a record the header declares",
+    refuses(
+        |c| inline_record_checks(c, "ack", &spec()),
+        &[
+            ("local x = 1\n", "record RES is never checked"),
+            (
+                "check_RES(i) check_NOPE(i)\n",
+                "check_<RECORD>(base) names a record the header declares",
+            ),
+        ],
     );
 }
 
@@ -384,60 +409,49 @@ fn a_record_checker_checks_the_whole_record_and_each_typed_field() {
 
 #[test]
 fn a_key_call_becomes_its_templates_concatenation() {
-    assert_eq!(
-        inline_key_calls("local k = key_job(P, id)\n").expect("job"),
-        "local k = (P .. 'job:' .. (id))\n"
-    );
-    assert_eq!(
-        inline_key_calls("key_queue_ready(P, ARGV[2])").expect("queue_ready"),
-        "(P .. 'q:' .. (ARGV[2]) .. ':ready')"
-    );
-    assert_eq!(inline_key_calls("key_active(P)").expect("active"), "(P .. 'active')");
-    // Strings and brackets in an argument are one argument.
-    assert_eq!(
-        inline_key_calls("key_job(P, f('a,b)', {1, 2}))").expect("one part"),
-        "(P .. 'job:' .. (f('a,b)', {1, 2})))"
-    );
-    // Calls within calls.
-    assert_eq!(
-        inline_key_calls("key_job(P, key_active(P))").expect("nested"),
-        "(P .. 'job:' .. ((P .. 'active')))"
-    );
-    // Not at a word's start: not a key call.
-    assert_eq!(
-        inline_key_calls("rekey_job(P, id)").expect("no call"),
-        "rekey_job(P, id)"
+    rewrites(
+        inline_key_calls,
+        &[
+            ("local k = key_job(P, id)\n", "local k = (P .. 'job:' .. (id))\n"),
+            ("key_queue_ready(P, ARGV[2])", "(P .. 'q:' .. (ARGV[2]) .. ':ready')"),
+            ("key_active(P)", "(P .. 'active')"),
+            // Strings and brackets in an argument are one argument.
+            ("key_job(P, f('a,b)', {1, 2}))", "(P .. 'job:' .. (f('a,b)', {1, 2})))"),
+            // Calls within calls.
+            ("key_job(P, key_active(P))", "(P .. 'job:' .. ((P .. 'active')))"),
+            // Not at a word's start: not a key call.
+            ("rekey_job(P, id)", "rekey_job(P, id)"),
+        ],
     );
 }
 
 #[test]
 fn a_key_call_of_no_family_or_the_wrong_parts_fails() {
-    refused(
-        inline_key_calls("key_nope(P)"),
-        "key_nope(…) names no family of src/layout.rs",
+    refuses(
+        inline_key_calls,
+        &[
+            ("key_nope(P)", "key_nope(…) names no family of src/layout.rs"),
+            (
+                "key_job(P)",
+                "key_job takes P and 1 part(s) ([\"id\"]); got 1 argument(s)",
+            ),
+            ("key_job(P, id", "unclosed call"),
+        ],
     );
-    refused(
-        inline_key_calls("key_job(P)"),
-        "key_job takes P and 1 part(s) ([\"id\"]); got 1 argument(s)",
-    );
-    refused(inline_key_calls("key_job(P, id"), "unclosed call");
 }
 
 #[test]
 fn a_key_name_written_by_hand_fails() {
     let e = error(check_no_key_names("local k = P .. 'x'\n"));
-    assert!(
-        e.contains("writes a key name itself") && e.contains("local k = P .. 'x'"),
-        "{e}"
-    );
-    refused(
-        check_no_key_names("local k = ARG.P .. 'job:' .. id\n"),
-        "writes a key name itself",
-    );
-    // A family's text after one of its parts.
-    refused(
-        check_no_key_names("local k = base .. ':ready'\n"),
-        "writes a key name itself",
+    assert!(e.contains("local k = P .. 'x'"), "the message shows the line: {e}");
+    refuses(
+        check_no_key_names,
+        &[
+            ("local k = P .. 'x'\n", "writes a key name itself"),
+            ("local k = ARG.P .. 'job:' .. id\n", "writes a key name itself"),
+            // A family's text after one of its parts.
+            ("local k = base .. ':ready'\n", "writes a key name itself"),
+        ],
     );
     assert_eq!(
         check_no_key_names("local k = key_job(P, id)\nlocal s = P .. suffix\n"),
@@ -450,44 +464,53 @@ fn a_key_name_written_by_hand_fails() {
 
 #[test]
 fn an_event_call_becomes_its_emit() {
-    assert_eq!(
-        inline_event_calls("ev_job_available(P, id, q, t, now, 'ready')").expect("job.available"),
-        "emit(P, 'job.available', id, q, t, now, '\\31' .. text('ready'))"
-    );
-    assert_eq!(
-        inline_event_calls("ev_job_discarded(P, id, q, t, now)").expect("no data"),
-        "emit(P, 'job.discarded', id, q, t, now, '')"
-    );
-    // Optional parts and flags.
-    assert_eq!(
-        inline_event_calls("ev_job_retrying(P, id, q, t, now, a, d, e, limited)").expect("job.retrying"),
-        "emit(P, 'job.retrying', id, q, t, now, '\\31' .. part_opt(a) .. '\\31' .. text(d) .. '\\31' .. \
-         part_opt(e) .. '\\31' .. ((limited) and '1' or ''))"
+    rewrites(
+        inline_event_calls,
+        &[
+            (
+                "ev_job_available(P, id, q, t, now, 'ready')",
+                "emit(P, 'job.available', id, q, t, now, '\\31' .. text('ready'))",
+            ),
+            (
+                "ev_job_discarded(P, id, q, t, now)",
+                "emit(P, 'job.discarded', id, q, t, now, '')",
+            ),
+            // Optional parts and flags.
+            (
+                "ev_job_retrying(P, id, q, t, now, a, d, e, limited)",
+                "emit(P, 'job.retrying', id, q, t, now, '\\31' .. part_opt(a) .. '\\31' .. text(d) .. '\\31' .. \
+                 part_opt(e) .. '\\31' .. ((limited) and '1' or ''))",
+            ),
+        ],
     );
 }
 
 #[test]
 fn an_event_of_no_kind_or_the_wrong_parts_fails() {
-    refused(
-        inline_event_calls("ev_job_nope(P, id, q, t, now)"),
-        "ev_job_nope(…) names no event",
-    );
-    refused(
-        inline_event_calls("ev_job_available(P, id, q, t, now)"),
-        "ev_job_available takes P, job_id, queue, job_type, now and [\"from\"]; got 5 argument(s)",
+    refuses(
+        inline_event_calls,
+        &[
+            ("ev_job_nope(P, id, q, t, now)", "ev_job_nope(…) names no event"),
+            (
+                "ev_job_available(P, id, q, t, now)",
+                "ev_job_available takes P, job_id, queue, job_type, now and [\"from\"]; got 5 argument(s)",
+            ),
+        ],
     );
 }
 
 #[test]
 fn an_emit_written_by_hand_fails() {
-    refused(
-        check_no_raw_emit("local a = 1\nlocal b = emit(P, 'job.x', id)\n"),
-        "line 2: emit(…) is written by build.rs",
-    );
-    // At a line's start too (the count once said line 1 there).
-    refused(
-        check_no_raw_emit("local a = 1\nemit(P, 'job.x', id)\n"),
-        "line 2: emit(…)",
+    refuses(
+        check_no_raw_emit,
+        &[
+            (
+                "local a = 1\nlocal b = emit(P, 'job.x', id)\n",
+                "line 2: emit(…) is written by build.rs",
+            ),
+            // At a line's start too (the count once said line 1 there).
+            ("local a = 1\nemit(P, 'job.x', id)\n", "line 2: emit(…)"),
+        ],
     );
     assert_eq!(
         check_no_raw_emit("rec_emit(x)\nev_job_deleted(P, id, q, t, now)\n"),
@@ -564,9 +587,14 @@ fn an_include_that_declares_records_reads_them_by_name() {
 #[test]
 fn a_loop_in_an_include_needs_caps() {
     let looped = "local function f(xs)\n  for _, x in ipairs(xs) do end\nend\n";
-    refused(check_include_caps(looped), "has a loop but no CAPS comment");
-    refused(check_include_caps("while true do\nend\n"), "has a loop");
-    refused(check_include_caps("repeat\nuntil done\n"), "has a loop");
+    refuses(
+        check_include_caps,
+        &[
+            (looped, "has a loop but no CAPS comment"),
+            ("while true do\nend\n", "has a loop"),
+            ("repeat\nuntil done\n", "has a loop"),
+        ],
+    );
     assert_eq!(
         check_include_caps(&format!("-- CAPS: xs holds at most 100\n{looped}")),
         Ok(())
@@ -619,31 +647,37 @@ fn state_that_outlives_a_call_fails() {
 
 #[test]
 fn constants_are_inlined() {
-    let body = "local MAX = 10\nlocal NAME = 'ready'\nlocal SPAN = 2 * 60\nlocal lower = 3\n\
-                return MAX + SPAN, NAME, MAX_2, MAXIMUM, lower\n";
-    assert_eq!(
-        inline_constants(body).expect("constants"),
-        "local lower = 3\nreturn 10 + (2 * 60), 'ready', MAX_2, MAXIMUM, lower\n"
-    );
-    // The same definition twice (two includes) is one constant.
-    assert_eq!(
-        inline_constants("local MAX = 10\nlocal MAX = 10\nf(MAX)\n").expect("same"),
-        "f(10)\n"
-    );
-    // Not a literal: not a constant.
     let call = "local NOW = now_ms()\nf(NOW)\n";
-    assert_eq!(inline_constants(call).expect("kept"), call);
+    rewrites(
+        inline_constants,
+        &[
+            (
+                "local MAX = 10\nlocal NAME = 'ready'\nlocal SPAN = 2 * 60\nlocal lower = 3\n\
+                 return MAX + SPAN, NAME, MAX_2, MAXIMUM, lower\n",
+                "local lower = 3\nreturn 10 + (2 * 60), 'ready', MAX_2, MAXIMUM, lower\n",
+            ),
+            // The same definition twice (two includes) is one constant.
+            ("local MAX = 10\nlocal MAX = 10\nf(MAX)\n", "f(10)\n"),
+            // Not a literal: not a constant.
+            (call, call),
+        ],
+    );
 }
 
 #[test]
 fn a_constant_assigned_or_defined_twice_differently_fails() {
-    refused(
-        inline_constants("local MAX = 10\nlocal function f()\n  MAX = 11\nend\n"),
-        "MAX is assigned besides its definition",
-    );
-    refused(
-        inline_constants("local MAX = 10\nlocal MAX = 11\n"),
-        "MAX is defined twice, as 10 and as 11",
+    refuses(
+        inline_constants,
+        &[
+            (
+                "local MAX = 10\nlocal function f()\n  MAX = 11\nend\n",
+                "MAX is assigned besides its definition",
+            ),
+            (
+                "local MAX = 10\nlocal MAX = 11\n",
+                "MAX is defined twice, as 10 and as 11",
+            ),
+        ],
     );
 }
 
