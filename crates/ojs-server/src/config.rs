@@ -134,6 +134,11 @@ pub struct Config {
     /// `stats` either way.
     #[arg(long, env = "OJS_QUEUE_STATS_QUEUE", default_value = "object", value_parser = parse_stats_queue)]
     pub queue_stats_queue: QueueStatsQueue,
+
+    /// Print the Redis Functions library this build loads into Redis (every operation of `lua/`, as
+    /// crates/ojs-store/build.rs assembles it) to stdout and exit, without connecting to Redis.
+    #[arg(long)]
+    pub print_lua_library: bool,
 }
 
 /// The Content-Type of JSON responses.

@@ -1,4 +1,5 @@
-//! `ojs-server`: parse the configuration, start logging, serve until SIGTERM or Ctrl-C.
+//! `ojs-server`: parse the configuration, start logging, serve until SIGTERM or Ctrl-C (or, with
+//! `--print-lua-library`, print the Lua library and exit).
 
 use clap::Parser;
 use ojs_server::Config;
@@ -14,6 +15,9 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .init();
     let config = Config::parse();
+    if config.print_lua_library {
+        return print_lua_library();
+    }
     ojs_store::Keys::check_namespace(&config.namespace).map_err(anyhow::Error::msg)?;
     config.validate().map_err(anyhow::Error::msg)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -22,6 +26,20 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(listen = %config.listen, redis = %config.redis_target(), namespace = %config.namespace,
         priority_model = config.priority_model.as_str(), "ojs-server started");
     ojs_server::run(listener, config, shutdown_signal()).await
+}
+
+/// `--print-lua-library`: the library as Redis gets it (`FUNCTION LOAD`), byte for byte. A reader that
+/// stops early (`| head`) is no error.
+fn print_lua_library() -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out
+        .write_all(ojs_store::scripts::LIBRARY.as_bytes())
+        .and_then(|()| out.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {
