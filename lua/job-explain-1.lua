@@ -25,9 +25,9 @@
 --                lane), or what FETCH does instead of running it: 'expired', 'workflow_cancelled',
 --                'superseded'
 --       until_ms when the gate may open (ms), -1 when unknown (a pause, a workflow step's parents)
---       ahead    eligible jobs before it at that gate (its ready set's or its lane's rank; for
---                fair_share the tenants before its tenant; for pending the steps or jobs still to
---                end), -1 when none applies
+--       ahead    eligible jobs before it at that gate (in its ready set, those whose verdict is claim;
+--                its lane's rank; for fair_share the tenants before its tenant; for pending the steps
+--                or jobs still to end), -1 when none applies
 --       limit, current   the limit and its use now (-1 when none); for a batch callback the batch's
 --                jobs and how many ended
 --       key      the rate-limit key ('' for none)
@@ -36,12 +36,15 @@
 --       extra    flat field/value pairs: fair_share tenant, pass, lowest_pass, tenants, weight;
 --                tenant_concurrency tenant;
 --                pending workflow_id, workflow_type, workflow_state, step or callback; override the
---                override's fields; superseded reason, by; scheduled state; pool floor, owed
+--                override's fields; superseded reason, by; scheduled state; pool floor, owed; a key
+--                gate of a job whose on_limit is drop, or reschedule (with a wake time): on_limit
 -- COST   O(log n): a few reads of the job's queue, key and tenant structures; for a tenant's job, up to
---        100 tenants ahead × TURN_PEEK ready jobs' key checks (startable)
+--        100 tenants ahead × TURN_PEEK ready jobs' verdicts (startable); up to AHEAD_LOOK jobs before it
+--        in its ready set, and for a pool gate up to 100 owing lanes' heads, judged by their verdicts
 -- CAPS   holders are at most MAX_HOLDERS = 100 per gate (ZRANGE LIMIT); the fair share looks at the
 --        first 100 tenants ahead (tenant.lua TURN_LOOK), and at the first TURN_PEEK = 3 ready jobs of
---        each (startable: their verdicts, FETCH's Verdict.job)
+--        each (startable: their verdicts, FETCH's Verdict.job); before() judges the first AHEAD_LOOK =
+--        100 jobs before it, Verdict.owed_now the first 100 lanes owing a pool
 -- CLOCK  Redis TIME
 -- INVARIANTS
 --   reads only job state: its one kind of write is the pruning that FETCH's own checks do on the way
@@ -58,6 +61,8 @@
 
 local MAX_HOLDERS = 100
 local TURN_PEEK = 3
+-- Jobs before one in its ready set whose verdicts before() looks at.
+local AHEAD_LOOK = 100
 local P, id = ARG.P, ARG.id
 local jk = key_job(P, id)
 local f = rec_map(jk)
@@ -110,6 +115,27 @@ if state ~= 'available' then return out end
 
 local queue, tenant, key, member = f.queue, f.tenant, f.rl_key, f.member
 local q = Tenant.sub_queue(queue, tenant)
+local l = Gate.settings(P, queue)
+
+-- claims(sq, m): FETCH, popping member m of the sub-queue sq, would start it: its verdict is 'claim'
+-- (includes/verdict.lua, FETCH's own); a member with no usable record is not (FETCH drops it).
+local function claims(sq, m)
+  local mid = member_id(m)
+  local g = rec_load(key_job(P, mid)).f
+  return g and Verdict.job(P, mid, g, sq, l, now) == 'claim'
+end
+
+-- before(sq, rank): of the `rank` jobs before one in sq's ready set, those FETCH would start: it passes
+-- the others by in the same call (parks their lanes, ends them unrun). The first AHEAD_LOOK are judged;
+-- any past them count.
+local function before(sq, rank)
+  if not rank or rank == 0 then return rank end
+  local n = math.max(rank - AHEAD_LOOK, 0)
+  for _, m in ipairs(redis.call('ZRANGE', key_queue_ready(P, sq), 0, math.min(rank, AHEAD_LOOK) - 1)) do
+    if claims(sq, m) then n = n + 1 end
+  end
+  return n
+end
 -- Where it waits (ratelimit.lua): its (sub-)queue's ready set, or, for a job with a rate-limit key that
 -- is not its lane's open head, the lane.
 local ahead_ready, ahead_lane = nil, nil
@@ -119,14 +145,13 @@ if member then
     local r = redis.call('ZRANK', key_queue_lane(P, q, key), member)
     if r then ahead_lane = r + (head and 1 or 0) end
   else
-    ahead_ready = redis.call('ZRANK', key_queue_ready(P, q), member) or nil
+    ahead_ready = before(q, redis.call('ZRANK', key_queue_ready(P, q), member) or nil)
     if key then ahead_lane = 0 end
   end
 end
 
 -- The queue: FETCH skips a paused queue, one being re-scored, one whose queue-level limit is reached.
 if Gate.paused(P, queue) then gate('paused', nil, ahead_ready) end
-local l = Gate.settings(P, queue)
 local qg, qlimit, qcurrent, qwake = Gate.queue(P, queue, l, now, true)
 if qg then
   local holders = qg == 'queue_concurrency' and holders_of(key_queue_rl_active(P, queue)) or nil
@@ -143,16 +168,17 @@ if tenant then
   end
 end
 
--- startable(sq): whether FETCH, serving the sub-queue sq, would start a job there: one of its first
--- TURN_PEEK ready jobs gets the verdict 'claim' (includes/verdict.lua, FETCH's own); a ready set longer
--- than that counts as startable (FETCH may yet find one further on).
+-- startable(sq): whether FETCH, serving the sub-queue sq, would start a job there: its tenant is under
+-- its concurrency in the queue (FETCH parks a tenant at its cap and serves the next), and one of its first
+-- TURN_PEEK ready jobs gets the verdict 'claim'; a ready set longer than that counts as startable (FETCH
+-- may yet find one further on).
 local function startable(sq)
+  local _, t = Tenant.base_queue(sq)
+  if t and Gate.tenant(P, queue, t, l, now) then return false end
   local ready = redis.call('ZRANGE', key_queue_ready(P, sq), 0, TURN_PEEK)
   if #ready > TURN_PEEK then return true end
   for _, m in ipairs(ready) do
-    local mid = member_id(m)
-    local g = rec_map(key_job(P, mid))
-    if g and Verdict.job(P, mid, g, sq, l, now) == 'claim' then return true end
+    if claims(sq, m) then return true end
   end
   return false
 end
@@ -171,6 +197,16 @@ end
 -- (includes/verdict.lua). A key that holds it back is named with its limit, and its override if the limit
 -- is one.
 local kind, e, a, limit, current, wake = Verdict.job(P, id, f, q, l, now)
+if kind == 'held' and a == 'pool' then
+  -- The floors owed in the pool by keys whose next job FETCH would not start now: FETCH meets that job
+  -- in the same call, and the key's part drops (includes/verdict.lua Verdict.owed_now).
+  local owed = Verdict.owed_now(P, e, now)
+  if owed < e.pool_want then
+    e.pool_want = owed
+    local s2, l2, c2, w2 = RateKey.check(P, key, e, now)
+    if s2 then a, limit, current, wake = s2, l2, c2, w2 else kind = 'claim' end
+  end
+end
 local limited = kind == 'held'
 if limited then
   local strategy = a
@@ -184,6 +220,12 @@ if limited then
       extra[#extra + 1] = 'tenant'
       extra[#extra + 1] = tenant
     end
+  end
+  -- What its on_limit has FETCH do instead of leaving it waiting in its lane.
+  if e.on_limit == 'drop' or (e.on_limit == 'reschedule' and wake > now) then
+    extra = extra or {}
+    extra[#extra + 1] = 'on_limit'
+    extra[#extra + 1] = e.on_limit
   end
   gate(strategy, wake >= 0 and wake or nil, ahead_lane, limit, current, key, holders, extra)
   if Policy.overridden(e, strategy) then

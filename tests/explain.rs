@@ -804,3 +804,196 @@ async fn explain_and_the_next_fetch_agree_at_every_gate() {
         "every gate was set up and met"
     );
 }
+
+/// The black-box review of the shared verdict (issue 38) found explain and the next FETCH disagreeing
+/// where FETCH learns something during its call that explain did not look for; each case below failed
+/// before. (1) A queue's jobs without a tenant join its fair share at FETCH's first look (as tenant "",
+/// at the lowest pass, first by name): a named tenant's job was told nothing held it.
+#[tokio::test]
+async fn the_jobs_without_a_tenant_come_first_in_a_fresh_fair_share() {
+    let s = TestServer::start().await;
+    let q = "bb-mixed";
+    s.enqueue(json!({"type": "t", "args": [], "queue": q})).await;
+    let aa = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "aa"}}))
+        .await;
+    assert_eq!(explain_then_fetch(&s, q, &aa).await, ["fair_share"]);
+}
+
+/// (2) A tenant at its concurrency in the queue leaves the fair share when FETCH meets it: it is not
+/// ahead of another tenant (its pass was the lowest).
+#[tokio::test]
+async fn a_tenant_at_its_cap_is_not_ahead_in_the_fair_share() {
+    let s = TestServer::start().await;
+    let q = "bb-cap";
+    let (st, b) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/tenancy"),
+            json!({"source": "meta", "concurrency": {"tb": 1}, "weights": {"tb": 10}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let job = |t: &str| json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": t}});
+    s.enqueue(job("tb")).await;
+    s.enqueue(job("tb")).await;
+    s.enqueue(job("ta")).await;
+    let ta = s.enqueue(job("ta")).await;
+    // ta first (equal passes, by name), then tb, which is then at its cap with the lowest pass.
+    assert_eq!(fetch_one(&s, q).await["meta"]["tenant_id"], "ta");
+    assert_eq!(fetch_one(&s, q).await["meta"]["tenant_id"], "tb");
+    assert!(explain_then_fetch(&s, q, &ta).await.is_empty());
+}
+
+/// (3) Jobs ahead in the ready set that FETCH would not start (held by their key, expired) are not
+/// before it: the README's own example, a free priority-5 job runs while a limited priority-0 one waits.
+#[tokio::test]
+async fn jobs_ahead_that_fetch_would_not_start_are_not_counted_before_it() {
+    let s = TestServer::start().await;
+    let key = json!({"key": "bb-order-key", "concurrency": 1});
+    s.enqueue(json!({"type": "t", "args": [], "queue": "bb-order-run", "rate_limit": key}))
+        .await;
+    assert!(!fetch_one(&s, "bb-order-run").await.is_null());
+    let q = "bb-order";
+    s.enqueue(json!({"type": "t", "args": [], "queue": q, "priority": 0, "rate_limit": key}))
+        .await;
+    let expired = enqueue_expired(&s, q).await;
+    let free = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q, "priority": 5}))
+        .await;
+    assert!(explain_then_fetch(&s, q, &free).await.is_empty());
+    assert_eq!(
+        state_of(&s, &expired).await,
+        "discarded",
+        "FETCH met the expired job on its way"
+    );
+}
+
+/// (4) A floor owed by a key whose next job cannot start now (a dynamic block; its window or throttle;
+/// an expired or superseded head) reserves nothing: FETCH meets that job in the same call, its lane
+/// parks or its job ends, and the borrower starts.
+#[tokio::test]
+async fn a_floor_owed_by_a_key_that_cannot_start_now_holds_no_borrower() {
+    let s = TestServer::start().await;
+    for (q, blocked) in [
+        ("bb-pool-dyn", "dynamic"),
+        ("bb-pool-exp", "expired"),
+        ("bb-pool-thr", "throttle"),
+    ] {
+        let (st, b) = s
+            .put(
+                &format!("/ojs/v1/admin/queues/{q}/rate-limit"),
+                json!({"concurrency": 4}),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let ka = json!({"key": format!("{q}-a"), "concurrency": 4, "floor": 2});
+        let mut a = Vec::new();
+        for _ in 0..4 {
+            a.push(
+                s.enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": ka}))
+                    .await,
+            );
+        }
+        assert_eq!(s.fetch(&[q], 2).await.len(), 2, "the first key holds its floor");
+        let mut kb = json!({"key": format!("{q}-b"), "concurrency": 4, "floor": 2});
+        let elsewhere = format!("{q}-elsewhere");
+        match blocked {
+            "dynamic" => {
+                let id = s
+                    .enqueue(json!({"type": "t", "args": [], "queue": elsewhere, "rate_limit": kb}))
+                    .await;
+                assert!(!fetch_one(&s, &elsewhere).await.is_null());
+                let (st, b) = s
+                    .post(
+                        "/ojs/v1/workers/nack",
+                        json!({"job_id": id, "error": {"type": "E", "message": "429",
+                            "rate_limit_until": "2099-01-01T00:00:00Z"}}),
+                    )
+                    .await;
+                assert_eq!(st, 200, "{b}");
+                s.enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": kb}))
+                    .await;
+            }
+            "expired" => {
+                let (st, b) = s
+                    .post(
+                        "/ojs/v1/jobs",
+                        json!({"type": "t", "args": [], "queue": q, "rate_limit": kb,
+                            "options": {"expires_at": "+PT0.05S"}}),
+                    )
+                    .await;
+                assert_eq!(st, 201, "{b}");
+                tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+            }
+            _ => {
+                kb["throttle"] = json!({"limit": 1, "period": "PT60S"});
+                s.enqueue(json!({"type": "t", "args": [], "queue": elsewhere, "rate_limit": kb}))
+                    .await;
+                assert!(!fetch_one(&s, &elsewhere).await.is_null());
+                s.enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": kb}))
+                    .await;
+            }
+        }
+        assert!(explain_then_fetch(&s, q, &a[2]).await.is_empty(), "{blocked}");
+    }
+    s.assert_invariants().await;
+}
+
+/// (5) Asked as the job's tenant (X-OJS-Tenant), explain speaks of that tenant's FETCH, which claims from
+/// the tenant's own jobs only: no fair share holds it.
+#[tokio::test]
+async fn explained_to_its_tenant_a_job_waits_for_no_fair_share() {
+    let s = TestServer::start().await;
+    let q = "bb-as-tenant";
+    s.enqueue(json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "ta"}}))
+        .await;
+    let tb = s
+        .enqueue(json!({"type": "t", "args": [], "queue": q, "meta": {"tenant_id": "tb"}}))
+        .await;
+    assert_eq!(
+        gate_names(&explain(&s, &tb).await),
+        ["fair_share"],
+        "to an operator, ta comes first"
+    );
+    let (st, e) = s
+        .send_as(Method::GET, &format!("/ojs/v1/jobs/{tb}/explain"), "tb", None)
+        .await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["gates"], json!([]), "{e}");
+    let (st, b) = s
+        .send_as(
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            "tb",
+            Some(json!({"queues": [q], "worker_id": "w-tb"})),
+        )
+        .await;
+    assert_eq!((st, &b["jobs"][0]["id"]), (200, &json!(tb)), "FETCH as tb agrees: {b}");
+}
+
+/// (6) A job whose on_limit is drop or reschedule is not left waiting at its key's limit: explain says
+/// what FETCH does with it instead, and gives no time it would run at.
+#[tokio::test]
+async fn a_job_that_drops_or_reschedules_at_its_limit_says_so() {
+    let s = TestServer::start().await;
+    let q = "bb-onlimit";
+    let key = |on: &str| json!({"key": "bb-onlimit", "concurrency": 1, "on_limit": on});
+    s.enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": key("wait")}))
+        .await;
+    assert!(!fetch_one(&s, q).await.is_null());
+    for on in ["drop", "reschedule"] {
+        let id = s
+            .enqueue(json!({"type": "t", "args": [], "queue": q, "rate_limit": key(on)}))
+            .await;
+        let e = explain(&s, &id).await;
+        let g = gate(&e, "concurrency");
+        assert_eq!(g["on_limit"], on, "{e}");
+        if on == "drop" {
+            assert_eq!(e["runnable_at"], Value::Null, "a dropped job never runs: {e}");
+        }
+        assert!(g["detail"].as_str().unwrap_or("").contains(on), "{e}");
+        assert!(fetch_one(&s, q).await.is_null());
+        let expected = if on == "drop" { "discarded" } else { "scheduled" };
+        assert_eq!(state_of(&s, &id).await, expected);
+    }
+}

@@ -229,6 +229,9 @@ function Tenant.turn(P, queue, tenant, startable)
       if startable(Tenant.sub_queue(queue, t)) then ahead = ahead + 1 end
     end
   end
+  -- The queue's jobs without a tenant join the share at FETCH's first look, as tenant '' at the lowest
+  -- pass, and so first (fetch-1.lua claim_one; '' sorts before every name).
+  if tenant ~= '' and not redis.call('ZSCORE', tk, '') and startable(queue) then ahead = ahead + 1 end
   return ahead + math.max(rank - TURN_LOOK, 0), tonumber(pass), lowest, n
 end
 

@@ -16,9 +16,13 @@
 --                         on_limit decides (wait in its parked lane, reschedule, drop)
 --   'claim'               it starts
 -- A job with no rate limit, workflow, expiry or deduplication is a 'claim' with no command.
--- CAPS: no loop.
+-- CAPS: Verdict.job has no loop; Verdict.owed_now (explain only) judges at most POOL_LOOK = 100 lanes.
 --@include ratelimit
 --@include supersede
+--@include gates
+
+-- Owing lanes of a pool Verdict.owed_now judges.
+local POOL_LOOK = 100
 
 local Verdict = {}
 
@@ -49,4 +53,31 @@ function Verdict.job(P, id, f, q, l, now)
     if strategy then return 'held', e, strategy, limit, current, wake end
   end
   return 'claim', e, wf_state
+end
+
+-- Verdict.owed_now(P, e, now): of the floors owed in the pool of a key's limits e (learned by Pool.learn),
+-- those FETCH would still find owed after meeting each owing lane's next job in the same call (read only,
+-- for explain): a lane whose head would start, or waits for its key's own concurrency or the pool (still
+-- owed: rl_pool.lua Pool.owes), keeps its part; one whose head its window, throttle or a dynamic block
+-- holds back parks and owes nothing, and one whose head ends unrun owes nothing unless its lane holds
+-- more jobs. The first POOL_LOOK lanes are judged; any past them stay owed.
+function Verdict.owed_now(P, e, now)
+  local owed = e.pool_want
+  local parts = redis.call('HGETALL', key_queue_want(P, e.pool_queue))
+  local settings = {}
+  for i = 1, math.min(#parts, 2 * POOL_LOOK), 2 do
+    local q, key = string.match(parts[i], '^(.-)\n(.*)$')
+    local head = q and redis.call('HGET', key_queue_heads(P, q), key)
+    local hid = head and member_id(head)
+    local hf = hid and rec_load(key_job(P, hid)).f
+    if hf then
+      local queue = Tenant.base_queue(q)
+      settings[queue] = settings[queue] or Gate.settings(P, queue)
+      local kind, _, strategy = Verdict.job(P, hid, hf, q, settings[queue], now)
+      local owes = kind == 'claim' or (kind == 'held' and (strategy == 'concurrency' or strategy == 'pool'))
+        or (kind ~= 'held' and redis.call('ZCARD', key_queue_lane(P, q, key)) > 0)
+      if not owes then owed = owed - (whole(parts[i + 1]) or 0) end
+    end
+  end
+  return math.max(owed, 0)
 end

@@ -319,16 +319,21 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
     .flatten()
     .next()
     .unwrap_or(0);
-    // A relative expiry ("+PT5S") is resolved by the enqueue script, on the clock that stamps the job.
-    let (expires_at_ms, expires_in_ms) = match options.get("expires_at") {
-        Some(Value::String(rel)) if rel.starts_with('+') => (
+    // A relative expiry ("+PT5S") is resolved by the enqueue script, on the clock that stamps the job. At
+    // the top level too (the OJS envelope's place, as for scheduled_at), or in options.
+    let (expires_at_ms, expires_in_ms) = match top_or_option(&doc, &options, "expires_at")? {
+        Some((Value::String(rel), field)) if rel.starts_with('+') => (
             0,
             check_span(
-                parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("options.expires_at: {e}")))?,
-                "options.expires_at",
+                parse_iso8601_ms(&rel[1..]).map_err(|e| invalid(format!("{field}: {e}")))?,
+                &field,
             )?,
         ),
-        _ => (opt_time(&options, "expires_at", "options.expires_at")?.unwrap_or(0), 0),
+        Some((v, field)) => {
+            let one = Map::from_iter([("expires_at".to_string(), v.clone())]);
+            (opt_time(&one, "expires_at", &field)?.unwrap_or(0), 0)
+        }
+        None => (0, 0),
     };
     if let Some(tags) = options.get("tags").filter(|t| !t.is_null()) {
         let ok = tags.as_array().is_some_and(|a| a.iter().all(Value::is_string));
@@ -434,6 +439,18 @@ mod tests {
         assert_eq!(opt.retry.max_attempts, 50);
         let both =
             json!({"type": "a", "args": [], "retry": {"max_attempts": 5}, "options": {"retry": {"max_attempts": 6}}});
+        assert!(parse(both, &seed()).is_err());
+    }
+
+    /// The black-box review of issue 38: a top-level expires_at (the OJS envelope's own place, as for
+    /// scheduled_at) was ignored, and the job ran after it.
+    #[test]
+    fn an_expiry_at_the_top_level_is_applied() {
+        let abs = json!({"type": "a", "args": [], "expires_at": "2099-01-01T00:00:00Z"});
+        assert_eq!(parse(abs, &seed()).expect("absolute").expires_at_ms, 4_070_908_800_000);
+        let rel = json!({"type": "a", "args": [], "expires_at": "+PT5S"});
+        assert_eq!(parse(rel, &seed()).expect("relative").expires_in_ms, 5_000);
+        let both = json!({"type": "a", "args": [], "expires_at": "+PT5S", "options": {"expires_at": "+PT6S"}});
         assert!(parse(both, &seed()).is_err());
     }
 

@@ -168,12 +168,17 @@ pub struct Gate {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub reason: Option<String>,
+    /// A key gate of a job whose `on_limit` does not wait: what FETCH does with it when it meets the
+    /// limit, `drop` (discards it: it never runs) or `reschedule` (schedules it for `until`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub on_limit: Option<String>,
 }
 
 impl Gate {
     /// Whether its end is known, or it does not bar the job (jobs before it may be taken at once).
     pub fn timed(&self) -> bool {
-        self.until_ms.is_some() || self.gate == GateKind::Order
+        (self.until_ms.is_some() && self.on_limit.as_deref() != Some("drop")) || self.gate == GateKind::Order
     }
 }
 
@@ -219,6 +224,7 @@ mod tests {
                 owed: None,
                 override_fields: None,
                 reason: None,
+                on_limit: Some("drop".into()),
             }],
             runnable_at: None,
             runnable_at_ms: None,

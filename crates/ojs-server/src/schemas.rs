@@ -330,6 +330,12 @@ pub struct JobRequest {
     /// When the job becomes available: RFC 3339, or relative (`+PT5S`).
     #[schema(nullable = false)]
     pub scheduled_at: Option<String>,
+    /// When the job is discarded if it has not started: RFC 3339, or relative (`+PT1H`);
+    /// `options.expires_at` works too (not both).
+    #[schema(nullable = false)]
+    pub expires_at: Option<String>,
+    /// The OJS envelope's place for the retry policy (`options.retry` works too, not both).
+    pub retry: Option<RetryPolicy>,
     /// The seed's place for the rate-limit policy (`options.rate_limit` works too).
     pub rate_limit: Option<RateLimitPolicy>,
     /// The seed's workflow form: `{"chain": [job envelope, ...]}`; this job is the chain's first step
@@ -700,6 +706,7 @@ mod tests {
                 "rate_limit": {"key": "k", "rate": window}}}),
             json!({"type": "a.b", "args": [1], "options": {"scheduled_at": "+PT5S"}}),
             json!({"type": "a.b", "args": [1], "options": {"delay_until": "+PT5S"}}),
+            json!({"type": "a.b", "args": [1], "expires_at": "+PT1H", "retry": {"max_attempts": 4}}),
         ]
     }
 
@@ -735,6 +742,11 @@ mod tests {
                 assert_eq!(r.rate.as_ref().map(|w| w.limit), p.rate.map(|w| w.limit));
                 assert_eq!(r.throttle.as_ref().map(|w| w.limit), p.throttle.map(|w| w.limit));
             }
+            if let Some(r) = &req.retry {
+                assert_eq!(r.max_attempts, Some(parsed.retry.max_attempts));
+            }
+            let expires = req.expires_at.is_some() || options.is_some_and(|o| o.expires_at.is_some());
+            assert_eq!(expires, parsed.expires_at_ms > 0 || parsed.expires_in_ms > 0, "{body}");
             let Some(o) = options else { continue };
             if let Some(r) = &o.retry {
                 assert_eq!(r.max_attempts, Some(parsed.retry.max_attempts));
