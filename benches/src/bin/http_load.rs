@@ -16,7 +16,9 @@
 //! `OJS_BENCH_RATE_LIMIT` (process and process_split) gives every pre-loaded job that `rate_limit`
 //! (JSON; `KEY` in its key becomes one of 8 keys, `k0`..`k7`, round-robin), and `OJS_BENCH_QUEUE_LIMIT`
 //! sets that body as each queue's own limit (`PUT /admin/queues/{q}/rate-limit`) before loading: what a
-//! limited job, or one with a floor in its queue's pool, costs against a plain one.
+//! limited job, or one with a floor in its queue's pool, costs against a plain one. `OJS_BENCH_JOB` (a
+//! JSON object; `KEY` in it becomes `k0`..`k7` as above) sets its fields on every pre-loaded job: e.g.
+//! `{"meta": {"tenant_id": "KEY"}}` spreads them over 8 tenants, `{"options": {"dedup": true}}`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -129,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
         "process" | "process_split" => {
             let split = scenario == "process_split";
             let limit: Option<String> = std::env::var("OJS_BENCH_RATE_LIMIT").ok().filter(|l| !l.is_empty());
+            let more: Option<String> = std::env::var("OJS_BENCH_JOB").ok().filter(|l| !l.is_empty());
             if let Ok(body) = std::env::var("OJS_BENCH_QUEUE_LIMIT") {
                 let body: Value = serde_json::from_str(&body)?;
                 for q in queues.iter() {
@@ -152,6 +155,14 @@ async fn main() -> anyhow::Result<()> {
                         if let Some(l) = &limit {
                             let l = l.replace("KEY", &format!("k{}", (i + k) % 8));
                             job["rate_limit"] = serde_json::from_str(&l).unwrap_or(Value::Null);
+                        }
+                        if let Some(m) = &more {
+                            let m = m.replace("KEY", &format!("k{}", (i + k) % 8));
+                            if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&m) {
+                                for (name, v) in fields {
+                                    job[name] = v;
+                                }
+                            }
                         }
                         job
                     })
