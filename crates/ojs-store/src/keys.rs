@@ -140,7 +140,7 @@ mod tests {
     #[test]
     fn a_tenants_sub_queue_is_named_as_the_scripts_name_it() {
         let lua = include_str!("../../../lua/includes/tenant.lua");
-        assert!(lua.contains("return queue .. '@' .. tenant_part(tenant)"));
+        assert!(lua.contains("return queue .. '@' .. Tenant.part(tenant)"));
         assert!(lua.contains("string.gsub(tenant, ':', '%%3A')"));
         assert_eq!(Keys::tenant_sub_queue("q", "acme:eu"), "q@acme%3Aeu");
     }
