@@ -64,12 +64,15 @@ local function leave_active(P, jk, id, queue, now, also_del)
 end
 
 -- finish(P, jk, id, retention_ms): a terminal job keeps its record for retention_ms (0 = forever), and a
--- job with a unique policy its key's lock, if the lock still names it, no longer (includes/unique.lua).
+-- job with a unique policy its key's lock, if the lock still names it, no longer (includes/unique.lua),
+-- and its checkpoint as long.
 -- Every ending calls it (ack, discard, cancel, expiry, superseded); a dead-lettered job has not ended.
 local function finish(P, jk, id, retention_ms)
   if retention_ms > 0 then
     rec('PEXPIRE', jk, retention_ms)
-    local key = (rec_map(jk) or {}).unique
-    if key then unique_release(P, key, id, retention_ms) end
+    local m = rec_map(jk) or {}
+    if m.unique then unique_release(P, m.unique, id, retention_ms) end
+    -- Its checkpoint (includes/checkpoint.lua) goes with it.
+    if m.cp then redis.call('PEXPIRE', key_checkpoint(P, id), retention_ms) end
   end
 end

@@ -107,6 +107,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::system::router())
         .merge(routes::lifecycle::router())
         .merge(routes::progress::router())
+        .merge(routes::checkpoints::router())
         .merge(routes::admin::router())
         .merge(routes::history::router())
         .merge(routes::pools::router())

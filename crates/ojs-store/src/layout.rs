@@ -61,6 +61,8 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("home", "home:{name}"),
     // One job, worker, cron entry, worker pool, workflow, uniqueness key, deduplication or root signature.
     k("job", "job:{id}"),
+    // A job's checkpoint (ojs-durable-execution; lua/includes/checkpoint.lua): beside its record, gone with it.
+    k("checkpoint", "cp:{id}"),
     k("worker", "worker:{worker}"),
     k("cron", "cron:{name}"),
     k("pool", "pool:{pool}"),

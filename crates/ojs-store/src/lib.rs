@@ -21,6 +21,7 @@ mod tenancy_cache;
 
 pub use conn::Conn;
 pub use keys::Keys;
+pub use ops::checkpoint::{CheckpointRead, CheckpointSaved, NewCheckpoint};
 pub use ops::cron_fire::{CronFired, CronTick};
 pub use ops::cron_set::CronSaved;
 pub use ops::dead::DeadRetry;

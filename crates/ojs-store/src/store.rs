@@ -73,6 +73,9 @@ pub(crate) struct Scripts {
     pub(crate) job_read: Named,
     pub(crate) job_migrate: Named,
     pub(crate) progress: Named,
+    pub(crate) checkpoint_save: Named,
+    pub(crate) checkpoint_delete: Named,
+    pub(crate) checkpoint_read: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
@@ -190,6 +193,9 @@ impl Store {
                 job_read: script(scripts::JOB_READ),
                 job_migrate: script(scripts::JOB_MIGRATE),
                 progress: script(scripts::PROGRESS),
+                checkpoint_save: script(scripts::CHECKPOINT_SAVE),
+                checkpoint_delete: script(scripts::CHECKPOINT_DELETE),
+                checkpoint_read: script(scripts::CHECKPOINT_READ),
             },
             cfg,
         })
