@@ -52,7 +52,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 struct CheckpointReq {
     /// Any JSON value, at most 1 MiB serialised (required; `null` is a value).
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Object)]
+    #[schema(value_type = serde_json::Value)]
     state: Option<Value>,
     /// The SDKs' step number (an integer >= 0).
     #[serde(default)]
@@ -105,7 +105,7 @@ struct SavedCheckpoint {
 #[allow(dead_code)] // the OpenAPI document's shape of Checkpoint::view
 struct CheckpointView {
     job_id: String,
-    #[schema(value_type = Object)]
+    /// Any JSON value, as saved.
     state: Value,
     sequence: i64,
     #[schema(format = DateTime)]
