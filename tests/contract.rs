@@ -1067,8 +1067,21 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         None,
     )
     .await;
-    c.expect(400, Method::GET, &format!("{ajobs}?state=completed"), &[], None)
+    c.expect(200, Method::GET, &format!("{ajobs}?state=completed"), &[], None)
         .await;
+    let retention = "/ojs/v1/admin/queues/{queue}/retention";
+    c.expect(200, Method::GET, retention, &[dq], None).await;
+    c.expect(
+        200,
+        Method::PUT,
+        retention,
+        &[dq],
+        Some(json!({"keep_last": 500, "keep_for": "PT1H"})),
+    )
+    .await;
+    c.expect(400, Method::PUT, retention, &[dq], Some(json!({"keep_last": -1})))
+        .await;
+    c.expect(200, Method::DELETE, retention, &[dq], None).await;
     c.expect(400, Method::GET, &format!("{ajobs}?sort=id"), &[], None).await;
     let bulk = "/ojs/v1/admin/jobs/bulk";
     let b = c

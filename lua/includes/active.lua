@@ -11,6 +11,8 @@
 
 --@include tenant
 
+--@include ended
+
 local function stat(P, queue, field, delta)
   count(key_queue_stats(P, queue), field, delta)
 end
@@ -63,11 +65,14 @@ local function leave_active(P, jk, id, queue, now, also_del)
   end
 end
 
--- finish(P, jk, id, retention_ms): a terminal job keeps its record for retention_ms (0 = forever), and a
+-- finish(P, jk, id, retention_ms, now): a terminal job joins its queue's ended jobs (includes/ended.lua)
+-- and keeps its record for retention_ms (0 = forever), and a
 -- job with a unique policy its key's lock, if the lock still names it, no longer (includes/unique.lua),
 -- and its checkpoint as long.
 -- Every ending calls it (ack, discard, cancel, expiry, superseded); a dead-lettered job has not ended.
-local function finish(P, jk, id, retention_ms)
+local function finish(P, jk, id, retention_ms, now)
+  local queue = (rec_map(jk) or {}).queue
+  if queue then Ended.add(P, queue, id, now, retention_ms) end
   if retention_ms > 0 then
     rec('PEXPIRE', jk, retention_ms)
     local m = rec_map(jk) or {}

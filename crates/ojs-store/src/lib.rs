@@ -39,7 +39,7 @@ pub use ops::rl_inspect::{AdaptiveState, RateLimitState};
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use ops::{rand_unit, Acked, ClaimRef, Transition};
 pub use reads::events::{event_entry, event_position, stream_entries, EventsRead};
-pub use reads::queues::{Backpressure, QueueCounts};
+pub use reads::queues::{Backpressure, EndedRetention, QueueCounts, ENDED_KEEP_LAST};
 pub use reads::rate_limits::QueueLimitState;
 pub use reads::tenants::{TenantCounts, TenantSeen};
 pub use reads::workers::WORKER_TTL_MS;
