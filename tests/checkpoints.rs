@@ -312,3 +312,138 @@ async fn a_checkpoint_save_emits_job_checkpointed() {
         .unwrap_or_default();
     assert_eq!(ev["data"]["sequence"], 1, "{b}");
 }
+
+// ---- what the black-box review of checkpoints found (each failed before its fix) ----
+
+#[tokio::test]
+async fn the_js_sdks_doubled_prefix_reaches_the_same_checkpoint() {
+    // ojs-js-sdk src/durable.ts builds `/ojs/v1/checkpoints/…` and its transport prefixes `/ojs/v1`
+    // again: unchanged, the SDK calls these paths (they were 404s, and its durable worker never resumed).
+    let s = TestServer::start().await;
+    let id = s.enqueue(job("cp-js")).await;
+    let j = fetch_one(&s, "cp-js", "w-js").await;
+    let base = format!("/ojs/v1/ojs/v1/checkpoints/{id}");
+    let (st, b) = s.get(&format!("{base}/resume")).await;
+    assert_eq!((st, &b["has_checkpoint"]), (200, &json!(false)), "{b}");
+    let (st, b) = s
+        .post(
+            &base,
+            json!({"state": {"n": 1}, "step_index": 1, "metadata": {"_replay_log": "[]", "attempt": j["attempt"].to_string()}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(
+        s.get(&format!("/ojs/v1/jobs/{id}/checkpoint")).await.1["state"],
+        json!({"n": 1})
+    );
+    assert_eq!(s.get(&format!("{base}/resume")).await.1["has_checkpoint"], true);
+    assert_eq!(s.delete(&base).await.0, 200);
+    assert_eq!(s.get(&format!("/ojs/v1/jobs/{id}/checkpoint")).await.0, 404);
+}
+
+#[tokio::test]
+async fn a_metadata_attempt_that_names_no_attempt_is_a_400_not_an_unfenced_save() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(job("cp-meta")).await;
+    fetch_one(&s, "cp-meta", "w").await;
+    let path = format!("/ojs/v1/checkpoints/{id}");
+    for bad in [
+        json!(1.0),
+        json!("1.0"),
+        json!("0"),
+        json!("-1"),
+        json!("abc"),
+        json!(" 1"),
+        json!("+1"),
+        json!(true),
+        json!(""),
+        json!(null),
+        json!("99999999999999999999"),
+    ] {
+        let (st, b) = s.post(&path, json!({"state": 1, "metadata": {"attempt": bad}})).await;
+        assert_eq!(st, 400, "metadata.attempt {bad}: {b}");
+    }
+    assert_eq!(s.get(&path).await.0, 404, "nothing saved");
+    // The attempt it names is the job's: saved; another: refused.
+    assert_eq!(
+        s.post(&path, json!({"state": 1, "metadata": {"attempt": "1"}})).await.0,
+        200
+    );
+    assert_eq!(
+        s.post(&path, json!({"state": 2, "metadata": {"attempt": "2"}})).await.0,
+        409
+    );
+}
+
+#[tokio::test]
+async fn a_delete_naming_a_lost_claim_is_refused_and_deletes_nothing() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(job("cp-del")).await;
+    let j = fetch_one(&s, "cp-del", "holder").await;
+    let lease = j["lease_id"].as_str().unwrap_or_default().to_string();
+    let path = format!("/ojs/v1/jobs/{id}/checkpoint");
+    assert_eq!(s.put(&path, json!({"state": {"mine": true}})).await.0, 200);
+    for q in ["lease_id=999", "attempt=7", "worker_id=zombie"] {
+        let (st, b) = s.delete(&format!("{path}?{q}")).await;
+        assert_eq!((st, &b["error"]["code"]), (409, &json!("lease_lost")), "{q}: {b}");
+        let (st, b) = s.delete(&format!("/ojs/v1/checkpoints/{id}?{q}")).await;
+        assert_eq!(st, 409, "{q}: {b}");
+    }
+    assert_eq!(s.get(&path).await.1["state"], json!({"mine": true}));
+    assert_eq!(s.delete(&format!("{path}?attempt=x")).await.0, 400);
+    let (st, b) = s.delete(&format!("{path}?lease_id={lease}&worker_id=holder")).await;
+    assert_eq!((st, &b["deleted"]), (200, &json!(true)), "{b}");
+}
+
+#[tokio::test]
+async fn a_checkpoint_keeps_its_state_as_written_digit_for_digit() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(job("cp-exact")).await;
+    let state = r#"{"a":18446744073709551616,"b":123456789012345678901234567890,"c":1E2,"d":-0,"e":0.1e-400}"#;
+    let r = s
+        .http
+        .put(s.url(&format!("/ojs/v1/jobs/{id}/checkpoint")))
+        .header("Content-Type", "application/json")
+        .body(format!(r#"{{"state":{state}}}"#))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+    let text = s
+        .http
+        .get(s.url(&format!("/ojs/v1/jobs/{id}/checkpoint")))
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    assert!(text.contains(state), "{text}");
+    // And so does the job FETCH hands the next attempt.
+    let text = s
+        .http
+        .post(s.url("/ojs/v1/workers/fetch"))
+        .json(&json!({"queues": ["cp-exact"]}))
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    assert!(text.contains(state), "{text}");
+}
+
+#[tokio::test]
+async fn an_ended_jobs_refusal_says_what_was_refused() {
+    let s = TestServer::start().await;
+    let id = s.enqueue(job("cp-msg")).await;
+    assert_eq!(s.delete(&format!("/ojs/v1/jobs/{id}")).await.0, 200);
+    let (_, b) = s
+        .put(&format!("/ojs/v1/jobs/{id}/checkpoint"), json!({"state": 1}))
+        .await;
+    assert_eq!(
+        b["error"]["message"],
+        format!("job {id} is cancelled; a checkpoint save is not allowed in that state"),
+        "{b}"
+    );
+}

@@ -58,6 +58,8 @@ fn serves_one_tenant(method: &Method, path: &str) -> bool {
         | ["jobs", _, "explain" | "progress" | "checkpoint"]
         | ["jobs", _, "events", "stream"] => true,
         ["checkpoints", _] | ["checkpoints", _, "resume"] => true,
+        // The JavaScript SDK's doubled prefix (routes/checkpoints.rs js_sdk_alias_router).
+        ["ojs", "v1", "checkpoints", _] | ["ojs", "v1", "checkpoints", _, "resume"] => true,
         ["workers", "fetch" | "ack" | "nack" | "heartbeat" | "beat" | "progress"] | ["workers", _, "health"] => true,
         // POST creates one; GET lists every tenant's.
         ["workflows"] => !get,

@@ -176,6 +176,7 @@ pub fn app(st: AppState) -> Router {
             }),
         )
         .merge(ui::router())
+        .merge(routes::checkpoints::js_sdk_alias_router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(st.clone());

@@ -16,17 +16,36 @@ use ojs_core::checkpoint::{Checkpoint, MAX_METADATA_BYTES, MAX_STATE_BYTES};
 use ojs_core::{clock, ErrorCode, JobId, OjsError};
 use ojs_store::{ClaimRef, NewCheckpoint, Transition};
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::ApiResult;
-use crate::respond::{ok, JobPath, OjsJson};
+use crate::respond::{ok, JobPath, OjsQuery, OjsRawJson};
 use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use crate::tenant::ActingTenant;
 use crate::worker::ClaimFields;
+
+/// The JavaScript SDK's durable context (`src/durable.ts`, 0.4) builds its paths as
+/// `/ojs/v1/checkpoints/…` and its transport prefixes `/ojs/v1` again: it calls
+/// `/ojs/v1/ojs/v1/checkpoints/{id}` and `…/resume`. Served here as the same routes, so that the SDK
+/// works unchanged; left out of the OpenAPI document (they are the documented routes under a doubled
+/// prefix).
+pub fn js_sdk_alias_router() -> axum::Router<AppState> {
+    use axum::routing::get;
+    axum::Router::new()
+        .route(
+            "/ojs/v1/ojs/v1/checkpoints/{id}",
+            get(get_checkpoint)
+                .post(save_checkpoint)
+                .put(put_checkpoint)
+                .delete(delete_checkpoint),
+        )
+        .route("/ojs/v1/ojs/v1/checkpoints/{id}/resume", get(resume_checkpoint))
+}
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -47,42 +66,74 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// A checkpoint to save. Naming the claim (`lease_id`, `attempt`, `worker_id`; or the SDKs'
 /// `metadata.attempt`) fences it like an ACK: a worker whose lease lapsed cannot overwrite the next
-/// holder's checkpoint.
+/// holder's checkpoint. `state` and `metadata` are kept as the client wrote them.
 #[derive(Deserialize, ToSchema)]
 struct CheckpointReq {
     /// Any JSON value, at most 1 MiB serialised (required; `null` is a value).
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = serde_json::Value)]
-    state: Option<Value>,
+    state: Option<Box<RawValue>>,
     /// The SDKs' step number (an integer >= 0).
     #[serde(default)]
     #[schema(value_type = Option<u64>)]
     step_index: Option<Value>,
     /// The SDKs' metadata: a JSON object (their replay log is `_replay_log`), at most 1 MiB serialised.
-    /// Its `attempt`, when the request names no other, is the attempt the save acts for.
+    /// Its `attempt` (digits, as the SDKs send it), when the request names no other, is the attempt the
+    /// save acts for.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
-    metadata: Option<Value>,
-    #[serde(flatten)]
-    claim: ClaimFields,
+    metadata: Option<Box<RawValue>>,
+    /// The `lease_id` FETCH returned.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, nullable = false)]
+    lease_id: Option<Value>,
+    /// The attempt FETCH returned (>= 1).
+    #[serde(default)]
+    #[schema(value_type = Option<i64>, minimum = 1, nullable = false)]
+    attempt: Option<Value>,
+    #[serde(default)]
+    #[schema(nullable = false)]
+    worker_id: Option<String>,
 }
 
-/// A member given, even as `null` (Some(Null)); absent is None.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A member given, even as `null` (Some(raw null)); absent is None.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
-/// What the claim-naming fields of a save or delete say: `metadata.attempt` (the SDKs' durable
-/// contexts send the attempt they run there, as text) when the request names no attempt itself.
-fn claim_of(claim: ClaimFields, metadata: Option<&Value>, tenant: &ActingTenant) -> Result<ClaimRef, OjsError> {
-    let mut claim = claim.into_ref(tenant.name())?;
-    if claim.attempt.is_none() {
-        claim.attempt = metadata
-            .and_then(|m| m.get("attempt"))
-            .and_then(|a| a.as_str().and_then(|s| s.parse::<i64>().ok()).or_else(|| a.as_i64()))
-            .filter(|a| (1..=i64::from(u32::MAX)).contains(a));
+/// A delete's claim, in its query (a DELETE has no body): `?lease_id=&attempt=&worker_id=`.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DeleteClaim {
+    lease_id: Option<String>,
+    /// An integer >= 1.
+    attempt: Option<String>,
+    worker_id: Option<String>,
+}
+
+/// The claim a save names: its own fields, else the SDKs' `metadata.attempt` (the attempt their
+/// durable contexts run, as text). A `metadata.attempt` that names no attempt is a 400, not a save
+/// without a fence.
+fn claim_of(req: &CheckpointReq, metadata: Option<&Value>, tenant: &ActingTenant) -> Result<ClaimRef, OjsError> {
+    let mut attempt = req.attempt.clone();
+    if attempt.is_none() {
+        if let Some(a) = metadata.and_then(|m| m.get("attempt")) {
+            let n = a
+                .as_str()
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse::<i64>().ok())
+                .or_else(|| a.as_i64())
+                .filter(|n| (1..=i64::from(u32::MAX)).contains(n))
+                .ok_or_else(|| {
+                    OjsError::invalid(format!(
+                        "metadata.attempt must name an attempt: the digits of an integer from 1 to {}; got {a}",
+                        u32::MAX
+                    ))
+                })?;
+            attempt = Some(Value::from(n));
+        }
     }
-    Ok(claim)
+    ClaimFields::new(req.lease_id.clone(), attempt, req.worker_id.clone()).into_ref(tenant.name())
 }
 
 /// The saved checkpoint, as the extension answers a save (§4.1).
@@ -141,12 +192,21 @@ struct Deleted {
     deleted: bool,
 }
 
-/// The state and metadata as stored: JSON text, bounded (413 past the bound).
-fn checked(req: &CheckpointReq) -> Result<(String, Option<String>, Option<u64>), OjsError> {
+/// What a save stores: the state and metadata as JSON text, as sent and bounded (413 past the bound),
+/// the step, and the metadata read (for its `attempt`).
+struct Checked {
+    state: String,
+    metadata: Option<String>,
+    metadata_value: Option<Value>,
+    step: Option<u64>,
+}
+
+fn checked(req: &CheckpointReq) -> Result<Checked, OjsError> {
     let state = req
         .state
         .as_ref()
         .ok_or_else(|| OjsError::invalid("a checkpoint needs state: any JSON value, at most 1 MiB"))?
+        .get()
         .to_string();
     if state.len() > MAX_STATE_BYTES {
         return Err(OjsError::new(
@@ -157,10 +217,10 @@ fn checked(req: &CheckpointReq) -> Result<(String, Option<String>, Option<u64>),
             ),
         ));
     }
-    let metadata = match &req.metadata {
-        None | Some(Value::Null) => None,
-        Some(m @ Value::Object(_)) => {
-            let text = m.to_string();
+    let (metadata, metadata_value) = match &req.metadata {
+        None => (None, None),
+        Some(raw) => {
+            let text = raw.get().to_string();
             if text.len() > MAX_METADATA_BYTES {
                 return Err(OjsError::new(
                     ErrorCode::PayloadTooLarge,
@@ -170,34 +230,41 @@ fn checked(req: &CheckpointReq) -> Result<(String, Option<String>, Option<u64>),
                     ),
                 ));
             }
-            Some(text)
+            match serde_json::from_str::<Value>(&text) {
+                Ok(v @ Value::Object(_)) => (Some(text), Some(v)),
+                _ => {
+                    return Err(OjsError::invalid(format!(
+                        "metadata must be a JSON object; got {text:.80}"
+                    )))
+                }
+            }
         }
-        Some(v) => return Err(OjsError::invalid(format!("metadata must be a JSON object; got {v}"))),
     };
     let step = match &req.step_index {
         None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .filter(|s| *s <= ojs_core::clock::MS_LIMIT as u64)
-                .ok_or_else(|| {
-                    OjsError::invalid(format!(
-                        "step_index must be an integer from 0 to {}; got {v}",
-                        ojs_core::clock::MS_LIMIT
-                    ))
-                })?,
-        ),
+        Some(v) => Some(v.as_u64().filter(|s| *s <= clock::MS_LIMIT as u64).ok_or_else(|| {
+            OjsError::invalid(format!(
+                "step_index must be an integer from 0 to {}; got {v}",
+                clock::MS_LIMIT
+            ))
+        })?),
     };
-    Ok((state, metadata, step))
+    Ok(Checked {
+        state,
+        metadata,
+        metadata_value,
+        step,
+    })
 }
 
 async fn save(st: &AppState, tenant: &ActingTenant, id: &JobId, req: CheckpointReq) -> ApiResult<Response> {
     let id = id.as_str();
-    let (state, metadata, step_index) = checked(&req)?;
-    let claim = claim_of(req.claim, req.metadata.as_ref(), tenant)?;
+    let c = checked(&req)?;
+    let claim = claim_of(&req, c.metadata_value.as_ref(), tenant)?;
     let cp = NewCheckpoint {
-        state: &state,
-        metadata: metadata.as_deref(),
-        step_index,
+        state: &c.state,
+        metadata: c.metadata.as_deref(),
+        step_index: c.step,
     };
     let (cp, claim) = (&cp, &claim);
     match st
@@ -213,8 +280,8 @@ async fn save(st: &AppState, tenant: &ActingTenant, id: &JobId, req: CheckpointR
             },
         })),
         Transition::NotFound => Err(OjsError::not_found("job", id).into()),
-        Transition::WrongState(state) => Err(OjsError::conflict_state(id, &state, "save a checkpoint of").into()),
-        Transition::LeaseLost(state) => Err(OjsError::lease_lost(id, &state, "checkpoint").into()),
+        Transition::WrongState(state) => Err(OjsError::conflict_state(id, &state, "a checkpoint save").into()),
+        Transition::LeaseLost(state) => Err(OjsError::lease_lost(id, &state, "checkpoint save").into()),
     }
 }
 
@@ -234,13 +301,19 @@ fn no_checkpoint(id: &str) -> OjsError {
     OjsError::new(ErrorCode::NotFound, format!("job {id} has no checkpoint"))
 }
 
-/// A delete names no claim (it has no body): it acts for whoever holds the job, or for none.
-async fn delete(st: &AppState, tenant: &ActingTenant, id: &JobId) -> ApiResult<Response> {
+/// A delete may name the claim it acts for in its query, fenced like a save; naming none, it acts for
+/// whoever holds the job, or for none (the SDKs' `complete()` names none).
+async fn delete(st: &AppState, tenant: &ActingTenant, id: &JobId, q: DeleteClaim) -> ApiResult<Response> {
     let id = id.as_str();
-    let claim = ClaimRef {
-        tenant: tenant.name().map(str::to_owned),
-        ..ClaimRef::default()
-    };
+    let attempt = q
+        .attempt
+        .map(|a| {
+            a.parse::<i64>()
+                .map(Value::from)
+                .map_err(|_| OjsError::invalid(format!("attempt must be an integer from 1 to {}; got {a:?}", u32::MAX)))
+        })
+        .transpose()?;
+    let claim = ClaimFields::new(q.lease_id.map(Value::String), attempt, q.worker_id).into_ref(tenant.name())?;
     let claim = &claim;
     match st
         .shards
@@ -252,7 +325,7 @@ async fn delete(st: &AppState, tenant: &ActingTenant, id: &JobId) -> ApiResult<R
             deleted,
         })),
         Transition::NotFound | Transition::WrongState(_) => Err(OjsError::not_found("job", id).into()),
-        Transition::LeaseLost(state) => Err(OjsError::lease_lost(id, &state, "delete the checkpoint of").into()),
+        Transition::LeaseLost(state) => Err(OjsError::lease_lost(id, &state, "checkpoint delete").into()),
     }
 }
 
@@ -271,7 +344,7 @@ async fn save_job_checkpoint(
     State(st): State<AppState>,
     tenant: ActingTenant,
     JobPath(id): JobPath,
-    OjsJson(req): OjsJson<CheckpointReq>,
+    OjsRawJson(req): OjsRawJson<CheckpointReq>,
 ) -> ApiResult<Response> {
     save(&st, &tenant, &id, req).await
 }
@@ -290,7 +363,7 @@ async fn put_job_checkpoint(
     State(st): State<AppState>,
     tenant: ActingTenant,
     JobPath(id): JobPath,
-    OjsJson(req): OjsJson<CheckpointReq>,
+    OjsRawJson(req): OjsRawJson<CheckpointReq>,
 ) -> ApiResult<Response> {
     save(&st, &tenant, &id, req).await
 }
@@ -321,15 +394,16 @@ async fn get_job_checkpoint(
     path = "/ojs/v1/jobs/{id}/checkpoint",
     tag = "checkpoints",
     summary = "Delete a job's checkpoint (idempotent)",
-    params(("id" = String, Path)),
+    params(("id" = String, Path), DeleteClaim),
     responses((status = 200, description = "Deleted, or there was none", body = Deleted, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The named claim was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn delete_job_checkpoint(
     State(st): State<AppState>,
     tenant: ActingTenant,
     JobPath(id): JobPath,
+    OjsQuery(q): OjsQuery<DeleteClaim>,
 ) -> ApiResult<Response> {
-    delete(&st, &tenant, &id).await
+    delete(&st, &tenant, &id, q).await
 }
 
 /// `POST /checkpoints/{job_id}`: the JavaScript SDK's save (`DurableContext.checkpoint`).
@@ -346,7 +420,7 @@ async fn save_checkpoint(
     State(st): State<AppState>,
     tenant: ActingTenant,
     JobPath(id): JobPath,
-    OjsJson(req): OjsJson<CheckpointReq>,
+    OjsRawJson(req): OjsRawJson<CheckpointReq>,
 ) -> ApiResult<Response> {
     save(&st, &tenant, &id, req).await
 }
@@ -365,7 +439,7 @@ async fn put_checkpoint(
     State(st): State<AppState>,
     tenant: ActingTenant,
     JobPath(id): JobPath,
-    OjsJson(req): OjsJson<CheckpointReq>,
+    OjsRawJson(req): OjsRawJson<CheckpointReq>,
 ) -> ApiResult<Response> {
     save(&st, &tenant, &id, req).await
 }
@@ -391,15 +465,16 @@ async fn get_checkpoint(State(st): State<AppState>, tenant: ActingTenant, JobPat
     path = "/ojs/v1/checkpoints/{id}",
     tag = "checkpoints",
     summary = "Delete a job's checkpoint (idempotent)",
-    params(("id" = String, Path)),
+    params(("id" = String, Path), DeleteClaim),
     responses((status = 200, description = "Deleted, or there was none", body = Deleted, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The named claim was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
 async fn delete_checkpoint(
     State(st): State<AppState>,
     tenant: ActingTenant,
     JobPath(id): JobPath,
+    OjsQuery(q): OjsQuery<DeleteClaim>,
 ) -> ApiResult<Response> {
-    delete(&st, &tenant, &id).await
+    delete(&st, &tenant, &id, q).await
 }
 
 /// `GET /checkpoints/{job_id}/resume`: what a durable context reads before it runs (`has_checkpoint`
