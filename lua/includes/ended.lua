@@ -6,7 +6,8 @@
 -- records' own retention: an entry outlives neither. The key expires with the last record it names.
 --
 -- Costs per ending: an HMGET of the queue's two settings, a ZADD, a ZREMRANGEBYRANK, and with a
--- retention a ZREMRANGEBYSCORE and a PEXPIRE (each O(log n), plus the entries they remove).
+-- retention a ZREMRANGEBYSCORE and a PEXPIRE (each O(log n), plus the entries they remove); with
+-- keep_last 0, the HMGET and a DEL.
 -- CAPS: no loop; the entries one ending removes are those past the bounds (one, in the steady state).
 local Ended = {}
 
@@ -21,6 +22,11 @@ function Ended.add(P, queue, id, now, retention_ms)
   local keep_last = tonumber(c[1]) or ENDED_KEEP_LAST
   local keep_for = tonumber(c[2]) or 0
   if retention_ms > 0 and (keep_for == 0 or retention_ms < keep_for) then keep_for = retention_ms end
+  -- keep_last 0: the queue lists none (what an index left from before the setting held goes too).
+  if keep_last == 0 then
+    redis.call('DEL', ek)
+    return
+  end
   redis.call('ZADD', ek, now, id)
   redis.call('ZREMRANGEBYRANK', ek, 0, -(keep_last + 1))
   if keep_for > 0 then
