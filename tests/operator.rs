@@ -575,9 +575,9 @@ async fn ended_jobs_are_listed_newest_first_within_their_queues_retention() {
     assert_eq!(ids(&l), newest_first, "{l}");
     assert_eq!(l["items"][0]["result"], json!({"n": 2}), "the result is shown: {l}");
     let (_, l) = s.get("/ojs/v1/admin/jobs?state=cancelled").await;
-    assert_eq!(ids(&l), [cancelled.clone()], "{l}");
+    assert_eq!(ids(&l), [cancelled.as_str()], "{l}");
     let (_, l) = s.get(&format!("/ojs/v1/admin/jobs?state=discarded&queue={q}")).await;
-    assert_eq!(ids(&l), [failed.clone()], "{l}");
+    assert_eq!(ids(&l), [failed.as_str()], "{l}");
     assert_eq!(l["items"][0]["error"]["message"], "boom", "{l}");
     // The dead letter is still the dead letter only.
     let (_, dl) = s.get("/ojs/v1/dead-letter").await;

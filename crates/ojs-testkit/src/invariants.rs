@@ -405,6 +405,24 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
 
+    // A queue's ended index (lua/includes/ended.lua) names only jobs of that queue that have ended (or
+    // whose record has expired).
+    for key in snap.scan(keys.pattern("queue_ended")) {
+        let queue = first_part(&keys, "queue_ended", &key);
+        for id in snap.zset(&key).into_keys() {
+            let job: HashMap<String, String> = snap.hgetall(keys.job(&id));
+            if job.is_empty() {
+                continue;
+            }
+            let state = job.get("state").map(String::as_str).unwrap_or("");
+            if !matches!(state, "completed" | "cancelled" | "discarded") || job.get("queue") != Some(&queue) {
+                problems.push(format!(
+                    "{queue}'s ended jobs name {id}, a {state} job of {:?}",
+                    job.get("queue")
+                ));
+            }
+        }
+    }
     // A checkpoint lives beside its job, whose record marks it ('cp'), and a marked job has one
     // (lua/includes/checkpoint.lua).
     for key in snap.scan(keys.pattern("checkpoint")) {
