@@ -108,6 +108,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::lifecycle::router())
         .merge(routes::progress::router())
         .merge(routes::admin::router())
+        .merge(routes::schema_registry::router())
         .merge(routes::history::router())
         .merge(routes::pools::router())
         .merge(routes::scheduling::router())
