@@ -53,7 +53,10 @@ fn serves_one_tenant(method: &Method, path: &str) -> bool {
     let get = method == Method::GET;
     let segments: Vec<&str> = rest.split('/').collect();
     match segments.as_slice() {
-        ["jobs"] | ["jobs", _] | ["jobs", _, "explain" | "progress"] | ["jobs", _, "events", "stream"] => true,
+        ["jobs"]
+        | ["jobs", _]
+        | ["jobs", _, "explain" | "progress" | "ack" | "nack"]
+        | ["jobs", _, "events", "stream"] => true,
         ["workers", "fetch" | "ack" | "nack" | "heartbeat" | "beat" | "progress"] | ["workers", _, "health"] => true,
         // POST creates one; GET lists every tenant's.
         ["workflows"] => !get,
@@ -178,6 +181,8 @@ mod tests {
             (Method::DELETE, format!("/ojs/v1/jobs/{id}")),
             (Method::GET, format!("/ojs/v1/jobs/{id}/explain")),
             (Method::PUT, format!("/ojs/v1/jobs/{id}/progress")),
+            (Method::POST, format!("/ojs/v1/jobs/{id}/ack")),
+            (Method::POST, format!("/ojs/v1/jobs/{id}/nack")),
             (Method::GET, format!("/ojs/v1/jobs/{id}/events/stream")),
             (Method::POST, "/ojs/v1/workers/heartbeat".to_string()),
             (Method::GET, "/ojs/v1/workers/w-1/health".to_string()),

@@ -174,10 +174,14 @@ impl Store {
     /// copy's stamp, for the enqueue script to check; a job whose args do not match the schema of its
     /// version (the envelope's `version`, else its type's latest) is a 400 naming it (`jobs[i]` in a
     /// batch), the schema version and the failing path.
+    ///
+    /// A job the copy accepts is confirmed by the enqueue script (the stamp); a job the copy refuses is
+    /// checked again with the registry read afresh, so a stale copy never refuses what the registry no
+    /// longer forbids (the refusals pay the read, never the accepted jobs).
     pub async fn check_args(&self, jobs: &[NewJob]) -> Result<String> {
         let registry = match self.links_schemas().get() {
-            Some(r) => r,
-            None => self.load_registry().await?,
+            Some(r) if r.check(jobs).is_ok() => return Ok(r.stamp.clone()),
+            _ => self.load_registry().await?,
         };
         registry.check(jobs).map_err(|(i, m, details)| {
             let m = if jobs.len() > 1 { format!("jobs[{i}]: {m}") } else { m };
