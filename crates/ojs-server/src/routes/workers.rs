@@ -412,7 +412,6 @@ async fn acknowledge(
     req: AckBody,
     fetch: Option<FetchReq>,
 ) -> ApiResult<Response> {
-    let st = st.clone();
     let result = match req.result {
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
@@ -432,7 +431,7 @@ async fn acknowledge(
     };
     let claim = req.claim.into_ref(tenant.name())?;
     let next = match fetch {
-        Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, tenant)?),
+        Some(f) => Some(fetch_params(st, f.with_pool(st).await?, tenant)?),
         None => None,
     };
     let ack = AckPart {
@@ -442,14 +441,14 @@ async fn acknowledge(
         used,
     };
     // Concurrent ACKs and FETCHes on this node share one script call (see `coalesce`).
-    let (acked, claims) = crate::worker_ops::claim_round(&st, next.as_ref(), Some(ack)).await?;
+    let (acked, claims) = crate::worker_ops::claim_round(st, next.as_ref(), Some(ack)).await?;
     match acked.unwrap_or(Transition::NotFound) {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
             let jobs = match next {
                 // Nothing claimed yet: long-poll, or go on at once after a call cut short by its budget.
                 Some(p) if claims.jobs.is_empty() && (claims.cut || !p.wait.is_zero()) => {
-                    Some(claim_loop(&st, &p).await?)
+                    Some(claim_loop(st, &p).await?)
                 }
                 Some(_) => Some(claimed_view(&claims.jobs)),
                 None => None,
