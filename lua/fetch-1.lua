@@ -37,11 +37,12 @@
 --                                            {ack, cut, job_1, ..., job_k}: k <= count; cut is 1 when the
 --                                            request stopped on the call's MAX_SKIPS budget before it had
 --                                            claimed count jobs (more may be claimable: call again), else
---                                            0; job_i is the claimed
---                                            job's record as stored after the claim (the MessagePack of
---                                            includes/record.lua), or {record, parent_results} for a
---                                            workflow job with parents (includes/workflow.lua
---                                            wf_job_reply); ack is '' (no ACK asked) or ack_job's reply
+--                                            0; job_i is the claimed job's record as stored after
+--                                            the claim (the MessagePack of includes/record.lua), or
+--                                            {record, parent_results} for a workflow job with parents
+--                                            (includes/workflow.lua wf_job_reply), or {record,
+--                                            parent_results or false, checkpoint} for a job with a
+--                                            checkpoint (includes/checkpoint.lua); ack is '' (no ACK asked) or ack_job's reply
 --                                            (see includes/ack.lua); when that reply is not 'ok', k = 0.
 --                                            A refused request changes nothing and does not affect the
 --                                            others.
@@ -107,8 +108,8 @@
 --@include unclaimed
 --@include wrr
 
+--@include checkpoint
 local MAX_SKIPS = 100
---@include tenant
 local P = ARG.P
 local retention = tonumber(ARG.retention_ms)
 local now = now_ms()
@@ -205,7 +206,7 @@ local function claim(jk, id, f, queue, q, tenant, e, wf_state)
     redis.call('HSETNX', key_workflow(P, f.wf), 'started_at', now)
   end
   ev_job_started(P, id, queue, f.type or '', now, attempt, worker)
-  reply[#reply + 1] = wf_job_reply(P, jk)
+  reply[#reply + 1] = Checkpoint.job_reply(P, id, jk)
   -- P..'ready' is made exact for the queues claimed from once, when the call ends (below): a request
   -- later in the call that still finds an emptied queue there pops nothing and drops it.
   claimed_from[queue] = true

@@ -58,7 +58,7 @@ for _, id in ipairs(due) do
         'error', error_entry(error_json('expired', EXPIRED_ERROR)))
       stat(P, f[1], 'discarded', 1)
       ev_job_expired(P, id, f[1], f[2], now)
-      finish(P, jk, id, tonumber(ARG.retention_ms))
+      finish(P, jk, id, tonumber(ARG.retention_ms), now)
       wf_job_ended(P, f[8], f[9], 'failed', nil, now, tonumber(ARG.retention_ms))
     else
       rec('HSET', jk, 'state', 'available', 'enqueued_at', now)

@@ -956,6 +956,68 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     c.expect(404, Method::DELETE, one, &["contract.versioned", "1"], None)
         .await;
 
+    // Checkpoints: the extension's and the SDKs' shapes, and their refusals.
+    let cp = "/ojs/v1/jobs/{id}/checkpoint";
+    let sdk = "/ojs/v1/checkpoints/{id}";
+    c.expect(404, Method::GET, cp, &[&running], None).await;
+    c.expect(200, Method::GET, "/ojs/v1/checkpoints/{id}/resume", &[&running], None)
+        .await;
+    c.expect(200, Method::PUT, cp, &[&running], Some(json!({"state": {"frame": 25}})))
+        .await;
+    c.expect(
+        200,
+        Method::POST,
+        cp,
+        &[&running],
+        Some(json!({"state": {"frame": 26}, "worker_id": worker})),
+    )
+    .await;
+    c.expect(200, Method::GET, cp, &[&running], None).await;
+    c.expect(
+        200,
+        Method::POST,
+        sdk,
+        &[&running],
+        Some(json!({"state": {}, "step_index": 1, "metadata": {"_replay_log": "[]"}})),
+    )
+    .await;
+    c.expect(200, Method::PUT, sdk, &[&running], Some(json!({"state": 1})))
+        .await;
+    c.expect(200, Method::GET, sdk, &[&running], None).await;
+    c.expect(200, Method::GET, "/ojs/v1/checkpoints/{id}/resume", &[&running], None)
+        .await;
+    c.expect(400, Method::PUT, cp, &[&running], Some(json!({"step_index": 1})))
+        .await;
+    c.expect(
+        409,
+        Method::POST,
+        sdk,
+        &[&running],
+        Some(json!({"state": 1, "worker_id": "w-someone-else"})),
+    )
+    .await;
+    c.expect(
+        413,
+        Method::PUT,
+        cp,
+        &[&running],
+        Some(json!({"state": "x".repeat(ojs_core::checkpoint::MAX_STATE_BYTES)})),
+    )
+    .await;
+    c.expect(404, Method::POST, cp, &[MISSING], Some(json!({"state": 1})))
+        .await;
+    c.expect(404, Method::PUT, sdk, &[MISSING], Some(json!({"state": 1})))
+        .await;
+    c.expect(404, Method::GET, sdk, &[MISSING], None).await;
+    c.expect(404, Method::GET, "/ojs/v1/checkpoints/{id}/resume", &[MISSING], None)
+        .await;
+    c.expect(200, Method::DELETE, cp, &[&running], None).await;
+    c.expect(200, Method::DELETE, sdk, &[&running], None).await;
+    c.expect(404, Method::DELETE, cp, &[MISSING], None).await;
+    c.expect(404, Method::DELETE, sdk, &[MISSING], None).await;
+    c.expect(409, Method::PUT, cp, &[&first], Some(json!({"state": 1})))
+        .await;
+
     // Graceful shutdown: the heartbeat's alias, a worker's health (running, then draining).
     let beat = "/ojs/v1/workers/beat";
     let health = "/ojs/v1/workers/{worker_id}/health";
@@ -1098,8 +1160,21 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         None,
     )
     .await;
-    c.expect(400, Method::GET, &format!("{ajobs}?state=completed"), &[], None)
+    c.expect(200, Method::GET, &format!("{ajobs}?state=completed"), &[], None)
         .await;
+    let retention = "/ojs/v1/admin/queues/{queue}/retention";
+    c.expect(200, Method::GET, retention, &[dq], None).await;
+    c.expect(
+        200,
+        Method::PUT,
+        retention,
+        &[dq],
+        Some(json!({"keep_last": 500, "keep_for": "PT1H"})),
+    )
+    .await;
+    c.expect(400, Method::PUT, retention, &[dq], Some(json!({"keep_last": -1})))
+        .await;
+    c.expect(200, Method::DELETE, retention, &[dq], None).await;
     c.expect(400, Method::GET, &format!("{ajobs}?sort=id"), &[], None).await;
     let bulk = "/ojs/v1/admin/jobs/bulk";
     let b = c

@@ -347,7 +347,6 @@ async fn admin_listing_filters_pagination_and_bulk_safety() {
     let (_, l) = s.get("/ojs/v1/admin/jobs").await;
     assert_eq!(l["pagination"]["total"], 7);
     for bad in [
-        "state=completed",
         "state=nope",
         "queue=Bad%20Queue",
         "per_page=1000",
@@ -398,7 +397,7 @@ async fn admin_listing_filters_pagination_and_bulk_safety() {
         .await;
     assert_eq!(st, 400, "retry applies to the dead letter only: {b}");
     // A state the filter names is a JobState, in a query and in a bulk body alike: an unknown one is a
-    // 400 listing the states, and completed or cancelled ones are in no index.
+    // 400 listing the states.
     let (st, b) = s.get("/ojs/v1/admin/jobs?state=nope").await;
     let listed =
         "state must be one of scheduled, available, pending, active, completed, retryable, cancelled, discarded";
@@ -418,15 +417,9 @@ async fn admin_listing_filters_pagination_and_bulk_safety() {
         b["error"]["message"].as_str().unwrap_or_default().contains(listed),
         "{b}"
     );
-    let (st, b) = s.get("/ojs/v1/admin/jobs?state=cancelled").await;
-    assert_eq!(st, 400, "{b}");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("in no index"),
-        "{b}"
-    );
+    // The three jobs the bulk cancel ended are listed as cancelled, newest first.
+    let (st, b) = s.get("/ojs/v1/admin/jobs?state=cancelled&queue=adm").await;
+    assert_eq!((st, &b["pagination"]["total"]), (200, &json!(3)), "{b}");
 
     let d = dead_letter(&s, "adm-dl", "mail.send").await;
     let (_, b) = s
@@ -538,4 +531,116 @@ async fn jobs_waiting_in_rate_limit_lanes_are_listed_as_available() {
         }
         s.assert_invariants().await;
     }
+}
+
+/// Ended jobs are findable (issue 41): completed, cancelled, and discarded without the dead letter are
+/// listed per queue, newest first, with their result or error, bounded by the queue's retention
+/// setting; a dead-lettered job stays in the dead letter only.
+#[tokio::test]
+async fn ended_jobs_are_listed_newest_first_within_their_queues_retention() {
+    let s = TestServer::start().await;
+    let q = "ended-q";
+    let job =
+        |n: u64| json!({"type": "report.build", "args": [n], "options": {"queue": q, "retry": {"max_attempts": 1}}});
+    let mut done = Vec::new();
+    for n in 0..3 {
+        let id = s.enqueue(job(n)).await;
+        s.fetch(&[q], 1).await;
+        let (st, b) = s
+            .post("/ojs/v1/workers/ack", json!({"job_id": id, "result": {"n": n}}))
+            .await;
+        assert_eq!(st, 200, "{b}");
+        done.push(id);
+    }
+    let cancelled = s.enqueue(job(9)).await;
+    assert_eq!(s.delete(&format!("/ojs/v1/jobs/{cancelled}")).await.0, 200);
+    let failed = s.enqueue(job(10)).await;
+    s.fetch(&[q], 1).await;
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": failed, "error": {"message": "boom"}}),
+        )
+        .await;
+    assert_eq!((st, &b["state"]), (200, &json!("discarded")), "{b}");
+
+    let ids = |l: &serde_json::Value| -> Vec<String> {
+        l["items"].as_array().map_or_else(Vec::new, |i| {
+            i.iter().filter_map(|j| j["id"].as_str().map(str::to_string)).collect()
+        })
+    };
+    let (st, l) = s.get(&format!("/ojs/v1/admin/jobs?state=completed&queue={q}")).await;
+    assert_eq!(st, 200, "{l}");
+    let newest_first: Vec<String> = done.iter().rev().cloned().collect();
+    assert_eq!(ids(&l), newest_first, "{l}");
+    assert_eq!(l["items"][0]["result"], json!({"n": 2}), "the result is shown: {l}");
+    let (_, l) = s.get("/ojs/v1/admin/jobs?state=cancelled").await;
+    assert_eq!(ids(&l), [cancelled.clone()], "{l}");
+    let (_, l) = s.get(&format!("/ojs/v1/admin/jobs?state=discarded&queue={q}")).await;
+    assert_eq!(ids(&l), [failed.clone()], "{l}");
+    assert_eq!(l["items"][0]["error"]["message"], "boom", "{l}");
+    // The dead letter is still the dead letter only.
+    let (_, dl) = s.get("/ojs/v1/dead-letter").await;
+    assert_eq!(dl["pagination"]["total"], 0, "{dl}");
+    // Unfiltered: all five ended jobs, after the (no) waiting ones.
+    let (_, l) = s.get(&format!("/ojs/v1/admin/jobs?queue={q}")).await;
+    assert_eq!(l["pagination"]["total"], 5, "{l}");
+
+    // The queue's retention: keep the last 2; the next ending trims the index to them.
+    let (st, r) = s
+        .put(&format!("/ojs/v1/admin/queues/{q}/retention"), json!({"keep_last": 2}))
+        .await;
+    assert_eq!(
+        (st, &r["keep_last"], &r["default"]),
+        (200, &json!(2), &json!(false)),
+        "{r}"
+    );
+    let last = s.enqueue(job(3)).await;
+    s.fetch(&[q], 1).await;
+    assert_eq!(s.ack(&last).await.0, 200);
+    let (_, l) = s.get(&format!("/ojs/v1/admin/jobs?queue={q}")).await;
+    assert_eq!(l["pagination"]["total"], 2, "{l}");
+    assert_eq!(ids(&l)[0], last, "{l}");
+    // keep_for bounds it in time, and the index expires with it.
+    let (st, r) = s
+        .put(
+            &format!("/ojs/v1/admin/queues/{q}/retention"),
+            json!({"keep_last": 100, "keep_for": "PT1S"}),
+        )
+        .await;
+    assert_eq!((st, &r["keep_for"]), (200, &json!("PT1S")), "{r}");
+    let one = s.enqueue(job(4)).await;
+    s.fetch(&[q], 1).await;
+    assert_eq!(s.ack(&one).await.0, 200);
+    let mut r2 = s.redis().await;
+    let ttl: i64 = redis::AsyncCommands::pttl(&mut r2, s.keys().queue_ended(q))
+        .await
+        .expect("pttl");
+    assert!((1..=1000).contains(&ttl), "the index expires with its bound: {ttl}");
+    // Bad settings are 400s naming the field; DELETE restores the default.
+    for bad in [
+        json!({"keep_last": 10001}),
+        json!({"keep_last": 1, "keep_for": "soon"}),
+        json!({"keep_last": 1, "keep_for": "PT0S"}),
+        json!({"keep_for": "PT1H"}),
+        json!({"keep_last": 1, "keep": 2}),
+    ] {
+        let (st, b) = s.put(&format!("/ojs/v1/admin/queues/{q}/retention"), bad.clone()).await;
+        assert_eq!(st, 400, "{bad}: {b}");
+    }
+    let (_, r) = s.delete(&format!("/ojs/v1/admin/queues/{q}/retention")).await;
+    assert_eq!((&r["keep_last"], &r["default"]), (&json!(10000), &json!(true)), "{r}");
+    // keep_last 0: nothing is listed, and no index is kept.
+    s.put(&format!("/ojs/v1/admin/queues/{q}/retention"), json!({"keep_last": 0}))
+        .await;
+    let gone = s.enqueue(job(5)).await;
+    s.fetch(&[q], 1).await;
+    assert_eq!(s.ack(&gone).await.0, 200);
+    let there: bool = redis::AsyncCommands::exists(&mut r2, s.keys().queue_ended(q))
+        .await
+        .expect("exists");
+    assert!(!there, "keep_last 0 keeps no index");
+    let (_, l) = s.get(&format!("/ojs/v1/admin/jobs?queue={q}&state=completed")).await;
+    assert_eq!(l["pagination"]["total"], 0, "{l}");
+    s.assert_invariants().await;
 }

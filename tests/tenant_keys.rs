@@ -283,7 +283,32 @@ async fn another_tenants_things_are_absent_to_a_tenant_key_and_its_acts_change_n
         assert_eq!(post(&s, GLOBEX, "/ojs/v1/cron", entry).await.0, 201);
 
         let job_path = format!("/ojs/v1/jobs/{theirs}");
+        // Their worker's checkpoint (the durable-execution extension).
+        let (st, b) = call(
+            &s,
+            GLOBEX,
+            None,
+            Method::PUT,
+            &format!("{job_path}/checkpoint"),
+            Some(json!({"state": {"theirs": true}})),
+        )
+        .await;
+        assert_eq!(st, 200, "{b}");
+        let cp_path = format!("/ojs/v1/checkpoints/{theirs}");
         for (method, path, body) in [
+            (Method::GET, format!("{job_path}/checkpoint"), None),
+            (Method::PUT, format!("{job_path}/checkpoint"), Some(json!({"state": 1}))),
+            (
+                Method::POST,
+                format!("{job_path}/checkpoint"),
+                Some(json!({"state": 1})),
+            ),
+            (Method::DELETE, format!("{job_path}/checkpoint"), None),
+            (Method::GET, cp_path.clone(), None),
+            (Method::POST, cp_path.clone(), Some(json!({"state": 1}))),
+            (Method::PUT, cp_path.clone(), Some(json!({"state": 1}))),
+            (Method::DELETE, cp_path.clone(), None),
+            (Method::GET, format!("{cp_path}/resume"), None),
             (Method::GET, job_path.clone(), None),
             (Method::PATCH, job_path.clone(), Some(json!({"priority": 0}))),
             (Method::DELETE, job_path.clone(), None),
@@ -362,6 +387,12 @@ async fn another_tenants_things_are_absent_to_a_tenant_key_and_its_acts_change_n
             "running"
         );
         assert_eq!(get(&s, GLOBEX, "/ojs/v1/cron/kx.hourly").await.0, 200);
+        let (_, cp) = get(&s, GLOBEX, &format!("{job_path}/checkpoint")).await;
+        assert_eq!(
+            (&cp["state"], &cp["sequence"]),
+            (&json!({"theirs": true}), &json!(1)),
+            "{cp}"
+        );
         let (st, b) = post(
             &s,
             GLOBEX,

@@ -42,7 +42,7 @@ local function ack_job(P, jk, id, result, retention_ms, now, want)
   if result ~= '' then w.result = result end
   stat(P, queue, 'completed', 1)
   ev_job_completed(P, id, queue, jtype, now, attempt, now - num(f.started_at, now))
-  finish(P, jk, id, retention_ms)
+  finish(P, jk, id, retention_ms, now)
   wf_job_ended(P, f.wf, f.wf_i, 'completed', result, now, retention_ms)
   return {'ok', now, tonumber(attempt), queue, jtype}
 end

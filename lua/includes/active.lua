@@ -11,6 +11,8 @@
 
 --@include tenant
 
+--@include ended
+
 local function stat(P, queue, field, delta)
   count(key_queue_stats(P, queue), field, delta)
 end
@@ -63,13 +65,19 @@ local function leave_active(P, jk, id, queue, now, also_del)
   end
 end
 
--- finish(P, jk, id, retention_ms): a terminal job keeps its record for retention_ms (0 = forever), and a
--- job with a unique policy its key's lock, if the lock still names it, no longer (includes/unique.lua).
+-- finish(P, jk, id, retention_ms, now): a terminal job joins its queue's ended jobs (includes/ended.lua)
+-- and keeps its record for retention_ms (0 = forever), and a
+-- job with a unique policy its key's lock, if the lock still names it, no longer (includes/unique.lua),
+-- and its checkpoint as long.
 -- Every ending calls it (ack, discard, cancel, expiry, superseded); a dead-lettered job has not ended.
-local function finish(P, jk, id, retention_ms)
+local function finish(P, jk, id, retention_ms, now)
+  local queue = (rec_map(jk) or {}).queue
+  if queue then Ended.add(P, queue, id, now, retention_ms) end
   if retention_ms > 0 then
     rec('PEXPIRE', jk, retention_ms)
-    local key = (rec_map(jk) or {}).unique
-    if key then unique_release(P, key, id, retention_ms) end
+    local m = rec_map(jk) or {}
+    if m.unique then unique_release(P, m.unique, id, retention_ms) end
+    -- Its checkpoint (includes/checkpoint.lua) goes with it.
+    if m.cp then redis.call('PEXPIRE', key_checkpoint(P, id), retention_ms) end
   end
 end

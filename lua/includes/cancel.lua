@@ -31,7 +31,7 @@ local function cancel_job(P, jk, id, retention_ms, now)
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, queue, 'cancelled', 1)
   ev_job_cancelled(P, id, queue, f[3], now, state, nil)
-  finish(P, jk, id, retention_ms)
+  finish(P, jk, id, retention_ms, now)
   wf_job_ended(P, f[4], f[5], 'failed', nil, now, retention_ms)
   return {'ok', now, state}
 end

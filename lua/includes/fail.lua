@@ -90,7 +90,7 @@ local function fail_job(P, jk, id, f, err, match, retryable, now, jitter_u, rete
     ev_job_dead_lettered(P, id, f.queue, f.type, now)
   else
     ev_job_discarded(P, id, f.queue, f.type, now)
-    finish(P, jk, id, retention_ms)
+    finish(P, jk, id, retention_ms, now)
   end
   return 'discarded', -1
 end

@@ -19,7 +19,7 @@ function Unclaimed.finish(P, jk, id, queue, state, fields, now, retention)
   rec('HSET', jk, 'state', state, state .. '_at', now, unpack(fields))
   rec('HDEL', jk, 'member')
   stat(P, queue, state, 1)
-  finish(P, jk, id, retention)
+  finish(P, jk, id, retention, now)
   local w = rec('HMGET', jk, 'wf', 'wf_i')
   wf_job_ended(P, w[1], w[2], 'failed', nil, now, retention)
 end

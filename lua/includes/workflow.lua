@@ -109,7 +109,7 @@ local function wf_drop(P, id, now, retention_ms, reason)
   rec('HSET', jk, 'state', 'cancelled', 'cancelled_at', now)
   stat(P, f[2], 'cancelled', 1)
   ev_job_cancelled(P, id, f[2], f[3], now, 'pending', reason)
-  finish(P, jk, id, retention_ms)
+  finish(P, jk, id, retention_ms, now)
   return true
 end
 

@@ -2,7 +2,7 @@
 //  - overview: sees a queue the test enqueued into (counts by priority), pauses it from the page and checks
 //    the API agrees; rate-limit keys; backpressure bound; active jobs with lease holder and progress;
 //    the charts (per-minute series from /admin/stats/history) draw non-empty SVG; live events arrive;
-//  - jobs: filtered by queue and state, paginated; a job found by id, its page (why it waits, lease holder, progress,
+//  - jobs: filtered by queue and state (ended ones too, with their result and a link to explain), paginated; a job found by id, its page (why it waits, lease holder, progress, checkpoint,
 //    error history, events), cancelled from the page (the API agrees);
 //  - bulk retry of dead-lettered jobs through the confirmation dialog (it shows what the filter matches);
 //  - cron: the entry the test registered;
@@ -55,6 +55,11 @@ for (let i = 0; i < 3; i++) {
 const { job: work } = await post("/ojs/v1/jobs", { type: "video.encode", args: ["big.mov"], queue: "ui-work", priority: 1 });
 await post("/ojs/v1/workers/fetch", { queues: ["ui-work"], worker_id: "w-encoder-1", visibility_timeout_ms: 600000 });
 await call("PUT", `/ojs/v1/jobs/${work.id}/progress`, { progress: 0.4, message: "pass 1 of 2" });
+await call("PUT", `/ojs/v1/jobs/${work.id}/checkpoint`, { state: { frames_done: 1200 } });
+// A completed job, with its result (the jobs view lists ended jobs).
+const { job: doneJob } = await post("/ojs/v1/jobs", { type: "report.render", args: [], queue: "ui-done" });
+await post("/ojs/v1/workers/fetch", { queues: ["ui-done"], worker_id: "w-done" });
+await post("/ojs/v1/workers/ack", { job_id: doneJob.id, result: { pages: 12 } });
 // A cron entry.
 await post("/ojs/v1/cron", { name: "ui.nightly", expression: "0 3 * * *", timezone: "Europe/Berlin",
   job_template: { type: "report.nightly", args: [], options: { queue: "reports" } } });
@@ -193,6 +198,11 @@ try {
     await page.goto(base + "/ui#/jobs?queue=ui-dead&state=discarded");
     await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr[data-job]").length === 3);
     await page.locator("#jobs").getByText("has no fonts").first().waitFor(T);
+    // Ended jobs are listed too, with their result and a link to explain.
+    await page.goto(base + "/ui#/jobs?queue=ui-done&state=completed");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr[data-job]").length === 1);
+    assert.match(await page.locator("#jobs tbody tr[data-job] .result").innerText(), /"pages":12/, "result");
+    assert.equal(await page.locator("#jobs tbody tr[data-job] a.explain").getAttribute("href"), `/ojs/v1/jobs/${doneJob.id}/explain`);
     if (shot) await page.screenshot({ path: shotName("-jobs"), fullPage: true });
   });
 
@@ -205,6 +215,7 @@ try {
     assert.match(text, /lease_id/);
     assert.match(text, /visibility_deadline/);
     assert.match(text, /pass 1 of 2/, "progress message");
+    assert.match(await page.locator("#job-checkpoint").innerText(), /frames_done[\s\S]*1200/, "checkpoint state");
     assert.match(text, /big\.mov/, "args");
     assert.match(text, /job\.started/, "events");
     if (shot) await page.screenshot({ path: shotName("-job"), fullPage: true });

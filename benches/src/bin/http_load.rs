@@ -19,6 +19,8 @@
 //! limited job, or one with a floor in its queue's pool, costs against a plain one. `OJS_BENCH_JOB` (a
 //! JSON object; `KEY` in it becomes `k0`..`k7` as above) sets its fields on every pre-loaded job: e.g.
 //! `{"meta": {"tenant_id": "KEY"}}` spreads them over 8 tenants, `{"options": {"dedup": true}}`.
+//! `OJS_BENCH_QUEUE_RETENTION` (JSON) sets each queue's ended-job retention (`PUT
+//! /admin/queues/{q}/retention`): `{"keep_last": 0}` lists none, what an ending costs without the index.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -132,15 +134,19 @@ async fn main() -> anyhow::Result<()> {
             let split = scenario == "process_split";
             let limit: Option<String> = std::env::var("OJS_BENCH_RATE_LIMIT").ok().filter(|l| !l.is_empty());
             let more: Option<String> = std::env::var("OJS_BENCH_JOB").ok().filter(|l| !l.is_empty());
-            if let Ok(body) = std::env::var("OJS_BENCH_QUEUE_LIMIT") {
+            for (var, setting) in [
+                ("OJS_BENCH_QUEUE_LIMIT", "rate-limit"),
+                ("OJS_BENCH_QUEUE_RETENTION", "retention"),
+            ] {
+                let Ok(body) = std::env::var(var) else { continue };
                 let body: Value = serde_json::from_str(&body)?;
                 for q in queues.iter() {
                     let r = http
-                        .put(format!("{base}/ojs/v1/admin/queues/{q}/rate-limit"))
+                        .put(format!("{base}/ojs/v1/admin/queues/{q}/{setting}"))
                         .json(&body)
                         .send()
                         .await?;
-                    anyhow::ensure!(r.status().is_success(), "queue limit of {q}: {}", r.status());
+                    anyhow::ensure!(r.status().is_success(), "queue {setting} of {q}: {}", r.status());
                 }
             }
             let m0 = probe.memory().await?;

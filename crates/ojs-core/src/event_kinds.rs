@@ -87,6 +87,8 @@ event_kinds! {
     JobAvailable = "job.available" [m("from", Text)];
     JobStarted = "job.started" [m("attempt", Int), m("worker_id", Text)];
     JobProgress = "job.progress" [m("progress", Json), m("attempt", Int)];
+    /// A checkpoint saved (ojs-durable-execution DUR-R003): its sequence, and the job's attempt then.
+    JobCheckpointed = "job.checkpointed" [m("sequence", Int), m("attempt", Int)];
     JobCompleted = "job.completed" [m("attempt", Int), m("duration_ms", Int)];
     /// A failed attempt that will be retried, or a worker's 429 (`rate_limited`: no attempt spent).
     JobRetrying = "job.retrying" [opt("attempt", Int), m("delay_ms", Int), opt("error", Json), opt("rate_limited", Flag)];

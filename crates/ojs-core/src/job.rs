@@ -174,7 +174,7 @@ impl NewJob {
 
 /// Fields of the job view that only the server sets (besides [`TIME_FIELDS`]; `scheduled_at` is the
 /// client's too, resolved by the server when the job is scheduled).
-const SYSTEM_FIELDS: [&str; 14] = [
+const SYSTEM_FIELDS: [&str; 15] = [
     "state",
     "attempt",
     "max_attempts",
@@ -189,6 +189,7 @@ const SYSTEM_FIELDS: [&str; 14] = [
     "workflow_id",
     "parent_results",
     "superseded",
+    "checkpoint",
 ];
 
 /// A job as the API shows it ([`job_view`]), already written as JSON: it is serialized into a response
@@ -302,6 +303,10 @@ pub fn job_view(f: &StoredJob) -> JobView {
     if let Some(v) = raw(&f.superseded) {
         server.push(("superseded", v));
     }
+    // The checkpoint the attempt resumes from (ojs-durable-execution §6.1), when FETCH read one.
+    if let Some(c) = &f.checkpoint {
+        server.push(("checkpoint", Sys::Json(c.view(None))));
+    }
     if let Some((value, message, data, updated)) = progress_view(f) {
         server.push(("progress", Sys::Val(value)));
         server.push(("progress_message", Sys::Val(message)));
@@ -347,6 +352,8 @@ enum Sys<'a> {
     Text(String),
     /// Stored JSON, shown as stored.
     Raw(&'a serde_json::value::RawValue),
+    /// JSON the server wrote.
+    Json(Box<serde_json::value::RawValue>),
     Val(Value),
 }
 
@@ -357,6 +364,7 @@ impl serde::Serialize for Sys<'_> {
             Sys::Int(v) => s.serialize_i64(*v),
             Sys::Text(v) => s.serialize_str(v),
             Sys::Raw(v) => v.serialize(s),
+            Sys::Json(v) => v.serialize(s),
             Sys::Val(v) => v.serialize(s),
         }
     }

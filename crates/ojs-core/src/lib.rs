@@ -3,6 +3,7 @@
 //! timestamps, unique-job and deduplication fingerprints, and the error catalog. The store and the
 //! server both build on it.
 
+pub mod checkpoint;
 pub mod clock;
 pub mod cron;
 pub mod duration;

@@ -113,6 +113,9 @@ pub struct StoredJob {
     pub rl_key: Option<String>,
     /// The client's envelope as stored (JSON text, without the system fields).
     pub doc: Option<String>,
+    /// Its checkpoint, when the script that read it returns one (FETCH does, for the attempt it
+    /// starts: lua/includes/checkpoint.lua); not a field of the record.
+    pub checkpoint: Option<crate::checkpoint::Checkpoint>,
 }
 
 impl StoredJob {

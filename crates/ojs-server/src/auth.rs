@@ -55,8 +55,11 @@ fn serves_one_tenant(method: &Method, path: &str) -> bool {
     match segments.as_slice() {
         ["jobs"]
         | ["jobs", _]
-        | ["jobs", _, "explain" | "progress" | "ack" | "nack"]
+        | ["jobs", _, "explain" | "progress" | "checkpoint" | "ack" | "nack"]
         | ["jobs", _, "events", "stream"] => true,
+        ["checkpoints", _] | ["checkpoints", _, "resume"] => true,
+        // The JavaScript SDK's doubled prefix (routes/checkpoints.rs js_sdk_alias_router).
+        ["ojs", "v1", "checkpoints", _] | ["ojs", "v1", "checkpoints", _, "resume"] => true,
         ["workers", "fetch" | "ack" | "nack" | "heartbeat" | "beat" | "progress"] | ["workers", _, "health"] => true,
         // POST creates one; GET lists every tenant's.
         ["workflows"] => !get,
@@ -183,6 +186,9 @@ mod tests {
             (Method::PUT, format!("/ojs/v1/jobs/{id}/progress")),
             (Method::POST, format!("/ojs/v1/jobs/{id}/ack")),
             (Method::POST, format!("/ojs/v1/jobs/{id}/nack")),
+            (Method::PUT, format!("/ojs/v1/jobs/{id}/checkpoint")),
+            (Method::DELETE, format!("/ojs/v1/checkpoints/{id}")),
+            (Method::GET, format!("/ojs/v1/checkpoints/{id}/resume")),
             (Method::GET, format!("/ojs/v1/jobs/{id}/events/stream")),
             (Method::POST, "/ojs/v1/workers/heartbeat".to_string()),
             (Method::GET, "/ojs/v1/workers/w-1/health".to_string()),

@@ -107,6 +107,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::system::router())
         .merge(routes::lifecycle::router())
         .merge(routes::progress::router())
+        .merge(routes::checkpoints::router())
         .merge(routes::admin::router())
         .merge(routes::schema_registry::router())
         .merge(routes::history::router())
@@ -176,6 +177,7 @@ pub fn app(st: AppState) -> Router {
             }),
         )
         .merge(ui::router())
+        .merge(routes::checkpoints::js_sdk_alias_router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(st.clone());

@@ -8,15 +8,16 @@
 //! | `state=available` (+ `queue`) | that queue's ready set, then its tenants' (by tenant id), then its and their rate-limit lanes (by key) | O(tenants + lanes), pipelined, + O(log n + page) |
 //! | `state=available` (no queue) | every queue's, in name order | O(queues + tenants + lanes) ZCARDs, pipelined per shard, + O(log n + page) |
 //! | `state=active` | `P active` (by lease deadline) | O(log n + page) |
-//! | `state=discarded` | `P dead` (dead-lettered jobs, newest first) | O(log n + page) |
+//! | `state=discarded` | `P dead` (dead-lettered jobs, newest first), then each queue's ended index | O(log n + page), then as below |
+//! | `state=completed` or `cancelled` | each queue's `P q:<queue>:ended` (newest first; `lua/includes/ended.lua`), each entry's state read | O(queues) + O(entries walked) |
 //! | `state=scheduled` or `retryable` | `P scheduled` (both states share it), each entry's state read | O(entries walked) |
 //! | no `state` | all of the above, in that order | sum of the above |
 //! | `queue` on a shared index, or `type` | each walked entry's hash fields read (HMGET, pipelined) | O(entries walked) |
 //!
 //! A walk reads at most [`MAX_EXAMINE`] index entries per request; past that the answer says
-//! `"total_exact": false` and `total` counts what was examined. `completed` and `cancelled` jobs are in
-//! no index (they are kept for the retention period and read by id), so those filters are refused with a
-//! 400 that says so; likewise plain `discarded` jobs (without dead letter) are not listed. Available jobs
+//! `"total_exact": false` and `total` counts what was examined. Ended jobs (completed, cancelled, and
+//! discarded without the dead letter) are listed while their queue's ended index keeps them: the last
+//! 10,000 by default, bounded by `PUT /admin/queues/{q}/retention` and the records' retention. Available jobs
 //! waiting in a rate-limit lane (behind its head, or a parked lane's head) are listed after the ready
 //! sets, lane by lane, as the queue's counts count them. Entries are walked in pages while other requests change the
 //! indexes, so a job that moves during a walk can be missed or seen twice: an operator view, not a snapshot.
@@ -161,8 +162,8 @@ impl Page {
 pub struct JobFilter {
     #[schema(nullable = false)]
     pub queue: Option<String>,
-    /// Listed: available, active, scheduled, retryable, discarded (completed and cancelled jobs are in
-    /// no index).
+    /// Listed: available, active, scheduled, retryable, discarded, completed, cancelled (the ended ones
+    /// as long as their queue's retention keeps them).
     #[serde(default, deserialize_with = "filter_state")]
     #[schema(value_type = Option<JobState>, nullable = false)]
     #[param(value_type = Option<JobState>)]
@@ -259,12 +260,6 @@ pub async fn segments(
     let wanted: Vec<JobState> = match f.state {
         Some(s) => match states.iter().find(|x| **x == s) {
             Some(x) => vec![*x],
-            None if matches!(s, JobState::Completed | JobState::Cancelled) => {
-                return Err(OjsError::invalid(format!(
-                    "{s} jobs are kept only for the retention period and are in no index, so they cannot be listed; read one by id"
-                ))
-                .into())
-            }
             None => {
                 return Err(OjsError::invalid(format!(
                     "this operation applies to jobs in states {}; got {:?}",
@@ -277,14 +272,9 @@ pub async fn segments(
         None => states.to_vec(),
     };
     let mut out = Vec::new();
-    for s in wanted {
+    for &s in &wanted {
         if s == JobState::Available {
-            let queues = match &f.queue {
-                Some(q) => vec![q.clone()],
-                None => st.shards.queue_names().await?,
-            };
-            let names: Vec<&str> = queues.iter().map(String::as_str).collect();
-            let at = st.shards.find_queues(&names).await?;
+            let (queues, at) = queues_at(st, f).await?;
             // Each queue's ready set, then its tenants' sub-queues' (lua/includes/tenant.lua) by tenant
             // id, then the rate-limit lanes of all of them (ratelimit.lua): every available job, as the
             // queue's counts count them. Two pipelines per shard.
@@ -351,7 +341,40 @@ pub async fn segments(
             }
         }
     }
+    // Ended jobs (lua/includes/ended.lua): each queue's ended index, newest first, after the others. A
+    // listing that takes completed jobs also finds there the discarded ones that skipped the dead letter.
+    let ended_too = states.contains(&JobState::Completed);
+    let ended: Vec<JobState> = wanted
+        .iter()
+        .copied()
+        .filter(|s| matches!(s, JobState::Completed | JobState::Cancelled) || (*s == JobState::Discarded && ended_too))
+        .collect();
+    if let Some(&first) = ended.first() {
+        // Unfiltered, every entry of the index matches (it holds only ended jobs).
+        let state = f.state.map(|_| first);
+        let (queues, at) = queues_at(st, f).await?;
+        for (q, shard) in queues.into_iter().zip(at) {
+            out.push(Segment {
+                shard,
+                key: st.shards.get(shard).keys().queue_ended(&q),
+                rev: true,
+                state,
+                queue: Some(q),
+            });
+        }
+    }
     Ok(out)
+}
+
+/// The queues a filter names (its queue, else every queue, in name order) and the shard of each.
+async fn queues_at(st: &AppState, f: &JobFilter) -> Result<(Vec<String>, Vec<usize>), crate::error::ApiError> {
+    let queues = match &f.queue {
+        Some(q) => vec![q.clone()],
+        None => st.shards.queue_names().await?,
+    };
+    let names: Vec<&str> = queues.iter().map(String::as_str).collect();
+    let at = st.shards.find_queues(&names).await?;
+    Ok((queues, at))
 }
 
 /// What a walk found: the ids in the requested window, how many matched, and whether every entry was

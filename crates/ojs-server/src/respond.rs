@@ -38,41 +38,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-            let ct = ct
-                .to_str()
-                .unwrap_or("")
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            if !ct.is_empty()
-                && ct != OJS_MEDIA_TYPE
-                && ct != "application/json"
-                && ct != "application/x-www-form-urlencoded"
-                && !ct.ends_with("+json")
-            {
-                return Err(OjsError::new(
-                    ErrorCode::UnsupportedMediaType,
-                    format!("Content-Type {ct} is not supported; use {OJS_MEDIA_TYPE} or application/json"),
-                )
-                .into());
-            }
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                OjsError::new(
-                    ErrorCode::PayloadTooLarge,
-                    "request body is larger than the server accepts",
-                )
-            } else {
-                OjsError::new(
-                    ErrorCode::InvalidPayload,
-                    format!("could not read the request body: {e}"),
-                )
-            }
-        })?;
+        let bytes = json_body(req, state).await?;
         let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
             Value::Object(Default::default())
         } else {
@@ -91,6 +57,76 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
         })?;
         Ok(Self(t))
     }
+}
+
+/// A JSON object read straight into `T`, as [`OjsJson`] accepts it, for a `T` that keeps members as the
+/// client wrote them (`Box<RawValue>`: a checkpoint's state is stored as sent, digits and all, where a
+/// `Value` would round a number past 2^64). `T` cannot use `#[serde(flatten)]` with raw members.
+pub struct OjsRawJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsRawJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = json_body(req, state).await?;
+        let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        // serde would take a struct from an array too, member by member.
+        if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(OjsError::new(ErrorCode::InvalidRequest, "request body must be a JSON object").into());
+        }
+        serde_json::from_slice(text).map(Self).map_err(|e| {
+            let (code, what) = match e.classify() {
+                serde_json::error::Category::Data => (ErrorCode::InvalidRequest, "has the wrong shape"),
+                _ => (ErrorCode::InvalidPayload, "is not valid JSON"),
+            };
+            OjsError::new(code, format!("request body {what}: {e}")).into()
+        })
+    }
+}
+
+/// The body of a JSON request, after its Content-Type is checked (see [`OjsJson`]).
+async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+        let ct = ct
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if !ct.is_empty()
+            && ct != OJS_MEDIA_TYPE
+            && ct != "application/json"
+            && ct != "application/x-www-form-urlencoded"
+            && !ct.ends_with("+json")
+        {
+            return Err(OjsError::new(
+                ErrorCode::UnsupportedMediaType,
+                format!("Content-Type {ct} is not supported; use {OJS_MEDIA_TYPE} or application/json"),
+            )
+            .into());
+        }
+    }
+    Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            OjsError::new(
+                ErrorCode::PayloadTooLarge,
+                "request body is larger than the server accepts",
+            )
+            .into()
+        } else {
+            OjsError::new(
+                ErrorCode::InvalidPayload,
+                format!("could not read the request body: {e}"),
+            )
+            .into()
+        }
+    })
 }
 
 /// Query parameters: like axum's `Query`, but a query that does not parse is a 400 in the OJS error

@@ -283,6 +283,11 @@ impl From<ojs_core::ratelimit::Window> for RateWindow {
 /// `{"job": Job}`: the answer of enqueue, GET, and cancel.
 #[derive(Serialize, ToSchema)]
 pub struct JobResponse {
+    /// An enqueue's answer names the new job's id at the top level too: the durable-execution
+    /// conformance suite reads it there (`$.id`), every other suite in `job`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub id: Option<String>,
     #[schema(value_type = Job)]
     pub job: ojs_core::job::JobView,
     /// The workflow the job started (an enqueue in the seed's form, with a `workflow` object).
@@ -293,7 +298,19 @@ pub struct JobResponse {
 
 impl JobResponse {
     pub fn of(job: ojs_core::job::JobView) -> Self {
-        Self { job, workflow: None }
+        Self {
+            id: None,
+            job,
+            workflow: None,
+        }
+    }
+
+    /// A new job's answer: its id at the top level too.
+    pub fn created(id: &str, job: ojs_core::job::JobView) -> Self {
+        Self {
+            id: Some(id.to_string()),
+            ..Self::of(job)
+        }
     }
 }
 

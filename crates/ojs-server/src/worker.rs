@@ -40,6 +40,16 @@ pub(crate) struct ClaimFields {
 }
 
 impl ClaimFields {
+    /// The claim fields of a request that names them elsewhere than in a flattened body (a raw body,
+    /// a query).
+    pub(crate) fn new(lease_id: Option<Value>, attempt: Option<Value>, worker_id: Option<String>) -> Self {
+        Self {
+            lease_id,
+            attempt,
+            worker_id,
+        }
+    }
+
     /// The claim, for a request acting as `tenant` (`tenant::ActingTenant::name`): a job of another
     /// tenant is not its to act on.
     pub(crate) fn into_ref(self, tenant: Option<&str>) -> Result<ClaimRef, OjsError> {

@@ -67,6 +67,8 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("arg_schemas_stamp", "args:schemas:stamp"),
     // One job, worker, cron entry, worker pool, workflow, uniqueness key, deduplication or root signature.
     k("job", "job:{id}"),
+    // A job's checkpoint (ojs-durable-execution; lua/includes/checkpoint.lua): beside its record, gone with it.
+    k("checkpoint", "cp:{id}"),
     k("worker", "worker:{worker}"),
     k("cron", "cron:{name}"),
     k("pool", "pool:{pool}"),
@@ -91,6 +93,9 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     // The tenants of the queue's fair share parked at their concurrency in it (ours; lua/includes/tenant.lua).
     k("queue_tenants_full", "q:{queue}:tenants:full"),
     k("queue_subs", "q:{queue}:subs"),
+    // Its ended jobs (completed, cancelled, discarded without the dead letter), by end time, bounded by
+    // its retention setting (lua/includes/ended.lua).
+    k("queue_ended", "q:{queue}:ended"),
     // Burstable concurrency (ours): the floors owed in the queue's pool, per lane, and the lanes the
     // pool holds back (lua/includes/rl_pool.lua).
     k("queue_want", "q:{queue}:want"),

@@ -22,6 +22,7 @@ mod tenancy_cache;
 
 pub use conn::Conn;
 pub use keys::Keys;
+pub use ops::checkpoint::{CheckpointRead, CheckpointSaved, NewCheckpoint};
 pub use ops::cron_fire::{CronFired, CronTick};
 pub use ops::cron_set::CronSaved;
 pub use ops::dead::DeadRetry;
@@ -40,7 +41,7 @@ pub use ops::schema::{SchemaEntry, SchemaPut};
 pub use ops::workflow_get::{WorkflowMember, WorkflowRecord};
 pub use ops::{rand_unit, Acked, ClaimRef, Transition};
 pub use reads::events::{event_entry, event_position, stream_entries, EventsRead};
-pub use reads::queues::{Backpressure, QueueCounts};
+pub use reads::queues::{Backpressure, EndedRetention, QueueCounts, ENDED_KEEP_LAST};
 pub use reads::rate_limits::QueueLimitState;
 pub use reads::tenants::{TenantCounts, TenantSeen};
 pub use reads::workers::WORKER_TTL_MS;

@@ -4,6 +4,7 @@
 
 use redis::Value;
 
+use ojs_core::checkpoint::Checkpoint;
 use ojs_core::{Fields, StoredJob};
 
 use crate::error::{Result, StoreError};
@@ -246,25 +247,54 @@ impl serde::de::Visitor<'_> for RecordValueVisitor {
 /// `{record, {result, …}}` for a workflow job with parents, whose results (each JSON text) the script
 /// read from the workflow's results hash (the record does not hold them); they become the JSON array
 /// `parent_results`. Anything else (false: no such job) is None.
+///
+/// FETCH returns a job with a checkpoint as `{record, results or false, checkpoint}`
+/// (lua/includes/checkpoint.lua `Checkpoint.job_reply`); the checkpoint becomes `checkpoint`.
 pub(crate) fn decode_job(v: &Value) -> Option<StoredJob> {
+    let parent_results = |f: &mut StoredJob, results: &Value| {
+        f.parent_results = match results {
+            Value::Array(each) => {
+                let each: Vec<String> = each.iter().map(val_str).collect();
+                Some(format!("[{}]", each.join(",")))
+            }
+            Value::Nil | Value::Boolean(false) | Value::Int(0) => None,
+            other => Some(val_str(other)),
+        };
+    };
     match v {
         Value::BulkString(b) => decode_record(b),
         Value::Array(parts) => match parts.as_slice() {
             [Value::BulkString(b), results] => {
                 let mut f: StoredJob = decode_record(b)?;
-                f.parent_results = Some(match results {
-                    Value::Array(each) => {
-                        let each: Vec<String> = each.iter().map(val_str).collect();
-                        format!("[{}]", each.join(","))
-                    }
-                    other => val_str(other),
-                });
+                parent_results(&mut f, results);
+                Some(f)
+            }
+            [Value::BulkString(b), results, checkpoint] => {
+                let mut f: StoredJob = decode_record(b)?;
+                parent_results(&mut f, results);
+                f.checkpoint = decode_checkpoint(checkpoint);
                 Some(f)
             }
             _ => None,
         },
         _ => None,
     }
+}
+
+/// A checkpoint as lua/includes/checkpoint.lua `Checkpoint.read` returns it: `{state, seq, at, meta,
+/// step}` (meta and step false when absent); false (nil here) for none.
+pub(crate) fn decode_checkpoint(v: &Value) -> Option<Checkpoint> {
+    let Value::Array(c) = v else { return None };
+    let [state @ Value::BulkString(_), seq, at, meta, step] = c.as_slice() else {
+        return None;
+    };
+    Some(Checkpoint {
+        state: val_str(state),
+        sequence: val_i64(seq),
+        saved_at_ms: val_i64(at),
+        metadata: val_opt_str(meta),
+        step_index: val_opt_str(step).and_then(|s| s.parse().ok()),
+    })
 }
 
 /// A value that may be absent (nil, or false from Lua): None.

@@ -75,6 +75,9 @@ pub(crate) struct Scripts {
     pub(crate) progress: Named,
     pub(crate) schema_put: Named,
     pub(crate) schema_delete: Named,
+    pub(crate) checkpoint_save: Named,
+    pub(crate) checkpoint_delete: Named,
+    pub(crate) checkpoint_read: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
@@ -198,6 +201,9 @@ impl Store {
                 progress: script(scripts::PROGRESS),
                 schema_put: script(scripts::SCHEMA_PUT),
                 schema_delete: script(scripts::SCHEMA_DELETE),
+                checkpoint_save: script(scripts::CHECKPOINT_SAVE),
+                checkpoint_delete: script(scripts::CHECKPOINT_DELETE),
+                checkpoint_read: script(scripts::CHECKPOINT_READ),
             },
             cfg,
         })

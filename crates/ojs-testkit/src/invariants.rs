@@ -405,6 +405,25 @@ pub async fn check_shard_invariants(redis_url: &str, ns: &str, shard: usize) -> 
         }
     }
 
+    // A checkpoint lives beside its job, whose record marks it ('cp'), and a marked job has one
+    // (lua/includes/checkpoint.lua).
+    for key in snap.scan(keys.pattern("checkpoint")) {
+        let id = first_part(&keys, "checkpoint", &key);
+        let job: HashMap<String, String> = snap.hgetall(keys.job(&id));
+        if job.is_empty() {
+            problems.push(format!("checkpoint of job {id} outlived its job"));
+        } else if !job.contains_key("cp") {
+            problems.push(format!("job {id} has a checkpoint but its record does not mark it"));
+        }
+    }
+    for key in snap.scan(keys.pattern("job")) {
+        let f: HashMap<String, String> = snap.hgetall(&key);
+        let id = first_part(&keys, "job", &key);
+        if f.contains_key("cp") && snap.hgetall::<String>(keys.checkpoint(&id)).is_empty() {
+            problems.push(format!("{key} marks a checkpoint that is not there"));
+        }
+    }
+
     let mut gauges: HashMap<String, (i64, i64)> = HashMap::new(); // queue -> (active, scheduled)
     let mut ready_by_priority: HashMap<(String, String), i64> = HashMap::new();
     let mut seen = HashSet::new();

@@ -372,13 +372,15 @@ async fn worker_detail(State(st): State<AppState>, OjsPath(w): OjsPath<String>) 
 
 // ---- jobs ----
 
-/// The states whose jobs are in an index (completed and cancelled ones are in none).
-const LISTABLE: [JobState; 5] = [
+/// The states whose jobs are in an index (the ended ones while their queue's retention keeps them).
+const LISTABLE: [JobState; 7] = [
     JobState::Available,
     JobState::Active,
     JobState::Scheduled,
     JobState::Retryable,
     JobState::Discarded,
+    JobState::Completed,
+    JobState::Cancelled,
 ];
 
 #[derive(Serialize, ToSchema)]
@@ -392,12 +394,13 @@ struct AdminJobList {
 
 /// `GET /admin/jobs?queue=&state=&type=&page=&per_page=`: jobs from the indexes (see the module
 /// comment for what each filter costs), in index order: ready (priority, then FIFO), scheduled (by run
-/// time), active (by lease deadline), dead letter (newest first).
+/// time), active (by lease deadline), dead letter (newest first), then each queue's ended jobs (newest
+/// first).
 #[utoipa::path(
     get,
     path = "/ojs/v1/admin/jobs",
     tag = "admin",
-    summary = "Jobs by queue, state (available, active, scheduled, retryable, discarded) and type (prefix*), paginated",
+    summary = "Jobs by queue, state (available, active, scheduled, retryable, discarded, completed, cancelled) and type (prefix*), paginated",
     params(JobFilter, PageQuery),
     responses((status = 200, description = "OK", body = AdminJobList, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]

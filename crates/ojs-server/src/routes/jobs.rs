@@ -145,7 +145,7 @@ async fn enqueue(
     }
     crate::metrics::job_event("enqueued", &job.queue, &job.job_type);
     let view = created_view(&job, out.now_ms, &out.state, None);
-    let mut res = ojs_json(StatusCode::CREATED, JobResponse::of(view));
+    let mut res = ojs_json(StatusCode::CREATED, JobResponse::created(&job.id, view));
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", job.id).parse() {
         res.headers_mut().insert("location", loc);
     }
@@ -179,8 +179,8 @@ async fn enqueue_chain(st: &AppState, wf: &mut ojs_core::workflow::NewWorkflow) 
     let mut res = ojs_json(
         StatusCode::CREATED,
         JobResponse {
-            job: view,
             workflow: Some(workflow),
+            ..JobResponse::created(&root.id, view)
         },
     );
     if let Ok(loc) = format!("/ojs/v1/jobs/{}", root.id).parse() {

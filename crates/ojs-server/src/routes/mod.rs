@@ -1,6 +1,7 @@
 //! One module per resource, each owning its `router()`; [`crate::app`] assembles them.
 
 pub mod admin;
+pub mod checkpoints;
 pub mod cron;
 pub mod dead_letter;
 pub mod events;

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::response::Response;
 use ojs_core::duration::{format_iso8601_ms, parse_iso8601_ms};
 use ojs_core::OjsError;
-use ojs_store::{Backpressure, QueueCounts};
+use ojs_store::{Backpressure, EndedRetention, QueueCounts, ENDED_KEEP_LAST};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -27,6 +27,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(resume))
         .routes(routes!(priority_stats))
         .routes(routes!(get_aging, put_aging, delete_aging))
+        .routes(routes!(get_retention, put_retention, delete_retention))
         .routes(routes!(get_config, put_config))
 }
 
@@ -460,6 +461,114 @@ async fn delete_aging(State(st): State<AppState>, QueuePath(q): QueuePath) -> Ap
     let q = q.into_string();
     let rescored = st.shards.for_queue(&q).await?.set_aging(&q, None).await?;
     Ok(ok(aging_json(&q, None, Some(rescored))))
+}
+
+/// How long a queue's ended jobs (completed, cancelled, discarded without the dead letter) stay listed
+/// by `GET /admin/jobs` and the dashboard: the last `keep_last`, ended within `keep_for`, and never past
+/// the records' retention (`--retention-secs`), which decides when a job itself goes.
+#[derive(Serialize, ToSchema)]
+struct Retention {
+    queue: String,
+    /// The last N ended jobs are listed (0: none; default and most: 10,000).
+    keep_last: u64,
+    /// ISO 8601: only those that ended within it (absent: the records' retention alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    keep_for: Option<String>,
+    /// Whether this is the default (nothing set for the queue).
+    default: bool,
+}
+
+fn retention_json(q: &str, r: Option<EndedRetention>) -> Value {
+    json!(Retention {
+        queue: q.to_string(),
+        keep_last: r.map_or(ENDED_KEEP_LAST, |r| r.keep_last),
+        keep_for: r.and_then(|r| r.keep_for_ms).map(format_iso8601_ms),
+        default: r.is_none(),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{queue}/retention",
+    tag = "queues",
+    summary = "How long the queue's ended jobs stay listed",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK", body = Retention, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn get_retention(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
+    let r = st.shards.find_queue(&q).await?.ended_retention(&q).await?;
+    Ok(ok(retention_json(&q, r)))
+}
+
+/// `keep_last` (0 to 10,000) and optionally `keep_for` (ISO 8601, 1 s to 10 years).
+#[derive(serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RetentionReq {
+    #[schema(minimum = 0, maximum = 10000)]
+    keep_last: u64,
+    #[serde(default)]
+    #[schema(nullable = false)]
+    keep_for: Option<String>,
+}
+
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{queue}/retention",
+    tag = "queues",
+    summary = "Keep the queue's last N ended jobs listed, for at most a duration: `{\"keep_last\": 1000, \"keep_for\": \"PT24H\"}`",
+    params(("queue" = String, Path)),
+    request_body = RetentionReq,
+    responses((status = 200, description = "OK", body = Retention, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn put_retention(
+    State(st): State<AppState>,
+    QueuePath(q): QueuePath,
+    OjsJson(req): OjsJson<RetentionReq>,
+) -> ApiResult<Response> {
+    let q = q.into_string();
+    if req.keep_last > ENDED_KEEP_LAST {
+        return Err(OjsError::invalid(format!(
+            "keep_last must be from 0 to {ENDED_KEEP_LAST}; got {}",
+            req.keep_last
+        ))
+        .into());
+    }
+    let keep_for_ms = req
+        .keep_for
+        .as_deref()
+        .map(|d| {
+            parse_iso8601_ms(d)
+                .ok()
+                .filter(|ms| (1000..=ojs_core::envelope::MAX_SPAN_MS).contains(ms))
+                .ok_or_else(|| {
+                    OjsError::invalid(format!(
+                        "keep_for must be an ISO 8601 duration from PT1S to 10 years; got {d:?}"
+                    ))
+                })
+        })
+        .transpose()?;
+    let r = EndedRetention {
+        keep_last: req.keep_last,
+        keep_for_ms,
+    };
+    st.shards.for_queue(&q).await?.set_ended_retention(&q, Some(&r)).await?;
+    Ok(ok(retention_json(&q, Some(r))))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/queues/{queue}/retention",
+    tag = "queues",
+    summary = "Back to the default: the last 10,000 ended jobs within the records' retention",
+    params(("queue" = String, Path)),
+    responses((status = 200, description = "OK", body = Retention, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Not a queue name (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn delete_retention(State(st): State<AppState>, QueuePath(q): QueuePath) -> ApiResult<Response> {
+    let q = q.into_string();
+    st.shards.for_queue(&q).await?.set_ended_retention(&q, None).await?;
+    Ok(ok(retention_json(&q, None)))
 }
 
 /// rank × interval + epoch seconds must stay below 2^53 for every rank up to 2^32: 2^20 s (12 days).

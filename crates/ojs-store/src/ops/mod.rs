@@ -8,6 +8,7 @@
 //! `<NAME>.<field>`), which build.rs turns into numbers.
 
 pub mod cancel;
+pub mod checkpoint;
 pub mod cron_delete;
 pub mod cron_fire;
 pub mod cron_set;

@@ -51,6 +51,25 @@ impl Store {
             .await
     }
 
+    /// A queue's ended-job retention (`None`: the default), read by every ending (lua/includes/ended.lua).
+    pub async fn set_ended_retention(
+        &self,
+        queue: &str,
+        r: Option<&crate::reads::queues::EndedRetention>,
+    ) -> Result<()> {
+        let values = r
+            .map(|r| {
+                let mut v = vec![("ke_last", r.keep_last.to_string())];
+                if let Some(ms) = r.keep_for_ms {
+                    v.push(("ke_for", ms.to_string()));
+                }
+                v
+            })
+            .unwrap_or_default();
+        self.set_queue_conf(queue, &crate::reads::queues::ENDED_FIELDS, &values)
+            .await
+    }
+
     /// A queue's depth bound (backpressure; `None` makes it unbounded), checked by the enqueue script.
     pub async fn set_backpressure(&self, queue: &str, bp: Option<&Backpressure>) -> Result<()> {
         let values = bp

@@ -18,6 +18,22 @@ pub struct Backpressure {
 
 pub(crate) const BACKPRESSURE_FIELDS: [&str; 3] = ["bp_max_depth", "bp_strategy", "bp_warn"];
 
+/// How long a queue's ended jobs stay listed (lua/includes/ended.lua), stored as P q:<queue>:conf
+/// ke_* fields; absent, the last [`ENDED_KEEP_LAST`] within the records' retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndedRetention {
+    /// Keep the last N (0: list none).
+    pub keep_last: u64,
+    /// And only those that ended within this many ms (None: the records' retention alone).
+    pub keep_for_ms: Option<u64>,
+}
+
+/// The default and the largest `keep_last` (lua/includes/ended.lua ENDED_KEEP_LAST; a test holds them
+/// equal).
+pub const ENDED_KEEP_LAST: u64 = 10_000;
+
+pub(crate) const ENDED_FIELDS: [&str; 2] = ["ke_last", "ke_for"];
+
 #[derive(Debug, Default, Clone)]
 pub struct QueueCounts {
     pub name: String,
@@ -130,6 +146,21 @@ impl Store {
         Ok(out)
     }
 
+    /// The queue's ended-job retention as set (None: the default).
+    pub async fn ended_retention(&self, queue: &str) -> Result<Option<EndedRetention>> {
+        let mut conn = self.conn().await?;
+        let f: Vec<Option<u64>> = redis::cmd("HMGET")
+            .arg(self.keys().queue_conf(queue))
+            .arg(&ENDED_FIELDS[..])
+            .query_async(&mut conn)
+            .await?;
+        let get = |i: usize| f.get(i).copied().flatten();
+        Ok(get(0).map(|keep_last| EndedRetention {
+            keep_last,
+            keep_for_ms: get(1).filter(|ms| *ms > 0),
+        }))
+    }
+
     pub async fn backpressure(&self, queue: &str) -> Result<Option<Backpressure>> {
         let mut conn = self.conn().await?;
         let f: Vec<Option<String>> = redis::cmd("HMGET")
@@ -143,5 +174,14 @@ impl Store {
             strategy: get(1).unwrap_or_else(|| "reject".into()),
             warning_threshold: get(2).and_then(|w| w.parse().ok()).unwrap_or(0.8),
         }))
+    }
+}
+
+#[cfg(test)]
+mod ended_tests {
+    #[test]
+    fn the_default_keep_last_is_the_scripts() {
+        let lua = include_str!("../../../../lua/includes/ended.lua");
+        assert!(lua.contains(&format!("local ENDED_KEEP_LAST = {}", super::ENDED_KEEP_LAST)));
     }
 }
