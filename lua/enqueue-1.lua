@@ -12,7 +12,9 @@
 --                         is written; each: per job
 --   ARGV[4] retention_ms  ms    how long a job cancelled here by on_conflict replace keeps its hash;
 --                                0 = forever
---   ARGV[5..] the n JOB records
+--   ARGV[5] schemas       string the stamp of the schema registry the caller checked the jobs' args
+--                                with (its copy of P..'args:schemas:stamp'; '' for none)
+--   ARGV[6..] the n JOB records
 --   record JOB = create   (includes/create.lua declares its fields, for every script that creates jobs)
 -- RETURNS
 --   {'ok', now_ms, states, pressure, found}
@@ -34,10 +36,14 @@
 --   {'tenancy', queue, setting}              before anything is written: a job's tenancy is not its
 --                                            queue's setting (conf field 'tenancy', '' for none); the
 --                                            server resolves the jobs' tenants with it and calls again
+--   {'schemas', stamp}                       before anything is written: the caller's copy of the schema
+--                                            registry is not this shard's (the stamp it holds, '' for
+--                                            none); the server reloads the registry, checks the args
+--                                            again and calls again
 --   {'full', queue, depth, bound, strategy}  'all' only: the batch would take that queue past its
 --                                            depth bound; no job was written (one
 --                                            backpressure.rejected event was)
--- COST   O(log n) per job; per job a GET (does the id exist) and a SET of its record; once per batch and
+-- COST   O(log n) per job; once per call a GET of the registry's stamp; per job a GET (does the id exist) and a SET of its record; once per batch and
 --        queue: one ZADD of all the queue's ready entries, one sequence reservation, the per-priority
 --        counts, the index SADDs (rate-limited jobs go through their lane one by one); once per call:
 --        one XADD of all its events (includes/emit.lua); a job with a unique policy adds a GET of its key
@@ -72,6 +78,9 @@ local n = tonumber(ARG.n)
 local each = ARG.mode == 'each'
 arg_layout('enqueue', #ARGV == ARG.REST - 1 + n * JOB.STRIDE, 'n JOB records')
 for i = 0, n - 1 do check_JOB(ARG.REST + i * JOB.STRIDE) end
+-- The args were checked with the caller's copy of the schema registry: only if it is this shard's.
+local stamp = redis.call('GET', key_arg_schemas_stamp(P)) or ''
+if stamp ~= ARG.schemas then return {'schemas', stamp} end
 
 if not each then
   local dup = create_duplicate(P, ARGV, ARG.REST, n)

@@ -15,8 +15,8 @@ The README conventions it enforces (also summed up in README.md, section Conform
     A sketch whose brackets are still open goes on on the next comment lines. Text after the sketch
     is prose. Further comment lines (`#    409 … if …`) document other answers
     and are not checked. A curl command without `# =>` must answer 2xx.
-  * `01…` in a command stands for the job the previous answers showed last (`job.id`, else the
-    first of `jobs`), and `<ROLE key>` for the API key of that role (see scripts/serve below).
+  * `01…` in a command stands for the job the previous answers showed last (the first of `jobs`,
+    else `job.id`), and `<ROLE key>` for the API key of that role (see scripts/serve below).
   * A `scripts/serve ARGS` line (with `VAR=value` words before it) switches the rest of its block to
     a server started with those arguments and environment (`--listen` is replaced by a free loopback
     port; `<…>` in `OJS_API_KEYS` by a generated key); the next block is back on the default server.
@@ -474,10 +474,12 @@ class Runner:
         if isinstance(value, dict):
             job = value.get("job")
             jobs = value.get("jobs")
-            if isinstance(job, dict) and isinstance(job.get("id"), str):
-                self.job_id = job["id"]
-            elif isinstance(jobs, list) and jobs and isinstance(jobs[0], dict) and "id" in jobs[0]:
+            # Jobs an answer claimed or wrote come before the one it acted on (an ack-and-fetch-next
+            # answers with the acked `job` and the claimed `jobs`: the next command acts on the latter).
+            if isinstance(jobs, list) and jobs and isinstance(jobs[0], dict) and "id" in jobs[0]:
                 self.job_id = jobs[0]["id"]
+            elif isinstance(job, dict) and isinstance(job.get("id"), str):
+                self.job_id = job["id"]
         print(f"  ok   {README}:{c.line}: {label}  ({ms:.0f} ms)")
 
     def describe(self, c):

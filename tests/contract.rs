@@ -863,6 +863,99 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
         .await;
     assert_eq!(b["accepted"], false, "{b}");
 
+    // The schema registry, and enqueues checked against it; ACK and NACK by the job's own route.
+    let one = "/ojs/v1/admin/schemas/{type}/{version}";
+    let schema = json!({"schema": {"type": "array", "items": [{"type": "string"}], "minItems": 1}});
+    c.expect(
+        201,
+        Method::PUT,
+        one,
+        &["contract.versioned", "1"],
+        Some(schema.clone()),
+    )
+    .await;
+    c.expect(
+        409,
+        Method::PUT,
+        one,
+        &["contract.versioned", "1"],
+        Some(schema.clone()),
+    )
+    .await;
+    c.expect(400, Method::PUT, one, &["contract.versioned", "2"], Some(json!({})))
+        .await;
+    let big = json!({"schema": {"type": "array", "description": "x".repeat(70 * 1024)}});
+    c.expect(413, Method::PUT, one, &["contract.versioned", "2"], Some(big))
+        .await;
+    c.expect(200, Method::GET, one, &["contract.versioned", "1"], None)
+        .await;
+    c.expect(404, Method::GET, one, &["contract.versioned", "9"], None)
+        .await;
+    c.expect(400, Method::GET, one, &["contract.versioned", "0"], None)
+        .await;
+    let latest = "/ojs/v1/admin/schemas/{type}";
+    c.expect(200, Method::GET, latest, &["contract.versioned"], None).await;
+    c.expect(404, Method::GET, latest, &["contract.unversioned"], None)
+        .await;
+    c.expect(400, Method::GET, latest, &["Not.A.Type"], None).await;
+    c.expect(
+        200,
+        Method::GET,
+        "/ojs/v1/admin/schemas/{type}/versions",
+        &["contract.versioned"],
+        None,
+    )
+    .await;
+    let vq = "contract-versioned";
+    let versioned = |args: Value| json!({"type": "contract.versioned", "version": 1, "args": args, "queue": vq});
+    let refused = c
+        .expect(400, Method::POST, JOBS, &[], Some(versioned(json!([7]))))
+        .await;
+    assert_eq!(refused["error"]["details"]["instance_path"], "/0", "{refused}");
+    for _ in 0..2 {
+        c.expect(201, Method::POST, JOBS, &[], Some(versioned(json!(["ok"]))))
+            .await;
+    }
+    let b = c
+        .expect(200, Method::POST, FETCH, &[], Some(json!({"queues": [vq], "count": 2})))
+        .await;
+    let ids: Vec<String> = b["jobs"]
+        .as_array()
+        .map(|j| j.iter().filter_map(|j| j["id"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    assert_eq!(ids.len(), 2, "{b}");
+    let (ack, nack) = ("/ojs/v1/jobs/{id}/ack", "/ojs/v1/jobs/{id}/nack");
+    c.expect(
+        200,
+        Method::POST,
+        ack,
+        &[&ids[0]],
+        Some(json!({"result": {"done": true}})),
+    )
+    .await;
+    c.expect(409, Method::POST, ack, &[&ids[0]], Some(json!({}))).await;
+    c.expect(404, Method::POST, ack, &[MISSING], Some(json!({}))).await;
+    c.expect(400, Method::POST, ack, &[&ids[1]], Some(json!({"cost_used": -1})))
+        .await;
+    c.expect(
+        200,
+        Method::POST,
+        nack,
+        &[&ids[1]],
+        Some(json!({"error": {"message": "boom"}})),
+    )
+    .await;
+    c.expect(409, Method::POST, nack, &[&ids[1]], Some(json!({"error": "again"})))
+        .await;
+    c.expect(404, Method::POST, nack, &[MISSING], Some(json!({"error": "x"})))
+        .await;
+    c.expect(400, Method::POST, nack, &[&ids[0]], Some(json!({"error": 5})))
+        .await;
+    c.expect(200, Method::DELETE, one, &["contract.versioned", "1"], None)
+        .await;
+    c.expect(404, Method::DELETE, one, &["contract.versioned", "1"], None)
+        .await;
+
     // Checkpoints: the extension's and the SDKs' shapes, and their refusals.
     let cp = "/ojs/v1/jobs/{id}/checkpoint";
     let sdk = "/ojs/v1/checkpoints/{id}";

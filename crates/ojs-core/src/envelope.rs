@@ -204,6 +204,11 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         }
         Some(v) => return Err(invalid(format!("args must be a JSON array; got {v}"))),
     }
+    // The args' schema version (ojs-job-versioning): kept in the envelope as sent, checked here.
+    let version = match doc.get("version") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(crate::job_version::parse_version(v, "version").map_err(invalid)?),
+    };
     let id_generated = matches!(doc.get("id"), None | Some(Value::Null));
     let id = match doc.get("id") {
         None | Some(Value::Null) => crate::names::new_job_id(),
@@ -397,6 +402,7 @@ pub fn parse(body: Value, rules: &EnvelopeRules) -> Result<NewJob, OjsError> {
         tenant,
         tenant_pinned: false,
         tenancy: String::new(),
+        version,
     })
 }
 

@@ -140,6 +140,9 @@ pub struct NewJob {
     /// The queue's tenancy setting `tenant` was resolved with, as stored ([`crate::tenancy::Tenancy::stored`];
     /// empty: none, the tenant is `meta.tenant_id`). The enqueue script checks it against the queue's.
     pub tenancy: String,
+    /// The envelope's top-level `version` (ojs-job-versioning): the schema version its args are checked
+    /// against when its type has schemas in the registry; `None`: the type's latest.
+    pub version: Option<u32>,
 }
 
 impl NewJob {

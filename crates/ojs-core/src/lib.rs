@@ -13,6 +13,7 @@ pub mod event;
 pub mod explain;
 pub mod job;
 pub mod job_info;
+pub mod job_version;
 pub mod names;
 pub mod newtypes;
 pub mod priority;

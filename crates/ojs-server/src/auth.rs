@@ -55,7 +55,7 @@ fn serves_one_tenant(method: &Method, path: &str) -> bool {
     match segments.as_slice() {
         ["jobs"]
         | ["jobs", _]
-        | ["jobs", _, "explain" | "progress" | "checkpoint"]
+        | ["jobs", _, "explain" | "progress" | "checkpoint" | "ack" | "nack"]
         | ["jobs", _, "events", "stream"] => true,
         ["checkpoints", _] | ["checkpoints", _, "resume"] => true,
         // The JavaScript SDK's doubled prefix (routes/checkpoints.rs js_sdk_alias_router).
@@ -184,6 +184,8 @@ mod tests {
             (Method::DELETE, format!("/ojs/v1/jobs/{id}")),
             (Method::GET, format!("/ojs/v1/jobs/{id}/explain")),
             (Method::PUT, format!("/ojs/v1/jobs/{id}/progress")),
+            (Method::POST, format!("/ojs/v1/jobs/{id}/ack")),
+            (Method::POST, format!("/ojs/v1/jobs/{id}/nack")),
             (Method::PUT, format!("/ojs/v1/jobs/{id}/checkpoint")),
             (Method::DELETE, format!("/ojs/v1/checkpoints/{id}")),
             (Method::GET, format!("/ojs/v1/checkpoints/{id}/resume")),

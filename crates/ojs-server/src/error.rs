@@ -29,6 +29,7 @@ impl From<StoreError> for ApiError {
                 ))
             }
             StoreError::Invalid(m) => Self(OjsError::invalid(m)),
+            StoreError::InvalidWith(m, details) => Self(OjsError::invalid(m).with_details(details)),
             other => {
                 tracing::error!(error = %other, "store error");
                 Self(OjsError::new(ErrorCode::Internal, format!("internal error: {other}")))

@@ -28,6 +28,8 @@ pub(crate) async fn store_one(
     // The tenant its queue's tenancy setting gives it, checked here so that a bad one is this request's
     // 400, not the coalesced call's (the store resolves it again in the call: ojs-store tenancy.rs).
     st.shards.get(shard).resolve_tenants(std::slice::from_ref(job)).await?;
+    // Its args against its type's schema (the registry), likewise: a refusal is this request's 400.
+    st.shards.get(shard).check_args(std::slice::from_ref(job)).await?;
     let out = loop {
         let out = st.enqueues(shard).call(job.clone()).await?;
         match (out.state.as_str(), &out.pressure) {
@@ -73,6 +75,9 @@ pub(crate) async fn store_jobs(
     // `at` holds the claims on client-chosen ids until the jobs are written.
     let at = st.shards.place_jobs(jobs).await?;
     check_tenants(st, jobs, &at).await?;
+    // Every job's args against its type's schema, before any shard writes (the registry is the
+    // deployment's: one check of the whole batch names the job's index in it).
+    st.shards.first().check_args(jobs).await?;
     let first = at[0];
     if at.iter().all(|s| *s == first) {
         let out = store_part(st, first, jobs, block).await;

@@ -109,6 +109,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::progress::router())
         .merge(routes::checkpoints::router())
         .merge(routes::admin::router())
+        .merge(routes::schema_registry::router())
         .merge(routes::history::router())
         .merge(routes::pools::router())
         .merge(routes::scheduling::router())

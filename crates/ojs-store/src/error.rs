@@ -22,6 +22,10 @@ pub enum StoreError {
     /// is not a tenant id). Maps to 400; the message names the field.
     #[error("{0}")]
     Invalid(String),
+    /// As `Invalid`, with machine-readable details (a job's args refused by its schema: the type, the
+    /// version, the failing path). Maps to 400.
+    #[error("{0}")]
+    InvalidWith(String, serde_json::Value),
 }
 
 impl From<redis::RedisError> for StoreError {

@@ -59,6 +59,12 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     // signature lives.
     k("claim", "claim:{name}"),
     k("home", "home:{name}"),
+    // Shard 0 only: the schema registry (JSON Schemas of job args, per type and version; ops/schemas.rs).
+    k("arg_schemas", "args:schemas"),
+    k("arg_schema_versions", "args:schemas:versions"),
+    // The registry's stamp (changed by every registry write; on every shard): pods cache the registry
+    // and the enqueue script checks their copy's stamp against it.
+    k("arg_schemas_stamp", "args:schemas:stamp"),
     // One job, worker, cron entry, worker pool, workflow, uniqueness key, deduplication or root signature.
     k("job", "job:{id}"),
     // A job's checkpoint (ojs-durable-execution; lua/includes/checkpoint.lua): beside its record, gone with it.

@@ -73,6 +73,8 @@ pub(crate) struct Scripts {
     pub(crate) job_read: Named,
     pub(crate) job_migrate: Named,
     pub(crate) progress: Named,
+    pub(crate) schema_put: Named,
+    pub(crate) schema_delete: Named,
     pub(crate) checkpoint_save: Named,
     pub(crate) checkpoint_delete: Named,
     pub(crate) checkpoint_read: Named,
@@ -138,6 +140,9 @@ struct Links {
     /// Each queue's tenancy setting as this pod last read it (`None`: the queue has none), for the
     /// enqueue (tenancy.rs); the enqueue script checks it, so a stale entry costs one retry.
     pub(crate) tenancy: crate::tenancy_cache::TenancyCache,
+    /// The schema registry as this pod last read it (schema_cache.rs); the enqueue script checks its
+    /// stamp, so a stale copy costs one reload and one retry.
+    pub(crate) schemas: crate::schema_cache::SchemaCache,
 }
 
 impl Store {
@@ -157,6 +162,7 @@ impl Store {
                 conns: (0..pool).map(|_| OnceCell::new()).collect(),
                 next: AtomicUsize::new(0),
                 tenancy: Default::default(),
+                schemas: Default::default(),
             }),
             shard: 0,
             keys: Default::default(),
@@ -193,6 +199,8 @@ impl Store {
                 job_read: script(scripts::JOB_READ),
                 job_migrate: script(scripts::JOB_MIGRATE),
                 progress: script(scripts::PROGRESS),
+                schema_put: script(scripts::SCHEMA_PUT),
+                schema_delete: script(scripts::SCHEMA_DELETE),
                 checkpoint_save: script(scripts::CHECKPOINT_SAVE),
                 checkpoint_delete: script(scripts::CHECKPOINT_DELETE),
                 checkpoint_read: script(scripts::CHECKPOINT_READ),
@@ -204,6 +212,11 @@ impl Store {
     /// This pod's copy of the queues' tenancy settings (tenancy.rs).
     pub(crate) fn links_tenancy(&self) -> &crate::tenancy_cache::TenancyCache {
         &self.links.tenancy
+    }
+
+    /// This pod's copy of the schema registry (schema_cache.rs).
+    pub(crate) fn links_schemas(&self) -> &crate::schema_cache::SchemaCache {
+        &self.links.schemas
     }
 
     /// This shard's keys: under its recorded hash tag once [`Store::use_tag`] set it (a placed shard of a

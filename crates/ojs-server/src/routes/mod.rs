@@ -14,6 +14,7 @@ pub mod progress;
 pub mod queues;
 pub mod rate_limits;
 pub mod scheduling;
+pub mod schema_registry;
 pub mod system;
 pub mod tenants;
 pub mod workers;

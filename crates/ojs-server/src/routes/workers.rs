@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ApiResult;
-use crate::respond::job_id;
+use crate::respond::{job_id, JobPath};
 use crate::respond::{ok, OjsJson, OjsPath};
 use crate::schemas::{variant, variant_name, Job, JobState, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
@@ -29,6 +29,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(fetch))
         .routes(routes!(ack))
         .routes(routes!(nack))
+        .routes(routes!(job_ack))
+        .routes(routes!(job_nack))
         .routes(routes!(heartbeat))
         .routes(routes!(beat))
         .routes(routes!(signal))
@@ -333,6 +335,19 @@ struct AckReq {
     #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")]
     job_id: String,
     #[serde(flatten)]
+    body: AckBody,
+    /// Ack-and-fetch-next: a FETCH request (`queues`, `count`, `wait_ms`…) run in the same script as
+    /// the ACK, so a busy worker spends one request per job; the claimed jobs come back in `jobs`.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    fetch: Option<FetchReq>,
+}
+
+/// An ACK of the job a route names: the claim, `result`, `cost_used` (`POST /jobs/{id}/ack`; with
+/// `job_id`, `POST /workers/ack`).
+#[derive(Deserialize, ToSchema)]
+struct AckBody {
+    #[serde(flatten)]
     claim: ClaimFields,
     /// Anything JSON: kept as the job's `result`.
     #[serde(default)]
@@ -343,11 +358,6 @@ struct AckReq {
     #[serde(default)]
     #[schema(value_type = Option<u64>, nullable = false, minimum = 0, maximum = 1_000_000_000)]
     cost_used: Option<Value>,
-    /// Ack-and-fetch-next: a FETCH request (`queues`, `count`, `wait_ms`…) run in the same script as
-    /// the ACK, so a busy worker spends one request per job; the claimed jobs come back in `jobs`.
-    #[serde(default)]
-    #[schema(nullable = false)]
-    fetch: Option<FetchReq>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -360,10 +370,25 @@ struct AckResponse {
     attempt: i64,
     #[schema(format = DateTime)]
     completed_at: String,
+    /// The job as the ACK left it (GET /jobs/{id} has the rest).
+    job: JobSummary,
     /// With `fetch`: the jobs claimed for the next round (maybe none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Job>>, nullable = false)]
     jobs: Option<Vec<JobView>>,
+}
+
+/// A job as an ACK or NACK left it: its id, type, queue, state and attempt, from the transition's own
+/// reply (no read of the job; `GET /jobs/{id}` has the rest).
+#[derive(Serialize, ToSchema)]
+struct JobSummary {
+    id: String,
+    #[serde(rename = "type")]
+    job_type: String,
+    queue: String,
+    #[schema(value_type = JobState)]
+    state: String,
+    attempt: i64,
 }
 
 #[utoipa::path(
@@ -376,7 +401,17 @@ struct AckResponse {
 )]
 async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<AckReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
-    let id = id.as_str();
+    acknowledge(&st, &tenant, id.as_str(), req.body, req.fetch).await
+}
+
+/// An ACK of job `id` (`POST /workers/ack`, `POST /jobs/{id}/ack`), with the FETCH of ack-and-fetch-next.
+async fn acknowledge(
+    st: &AppState,
+    tenant: &ActingTenant,
+    id: &str,
+    req: AckBody,
+    fetch: Option<FetchReq>,
+) -> ApiResult<Response> {
     let result = match req.result {
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_string(&v).map_err(|e| OjsError::invalid(e.to_string()))?),
@@ -395,8 +430,8 @@ async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Ojs
         ),
     };
     let claim = req.claim.into_ref(tenant.name())?;
-    let next = match req.fetch {
-        Some(f) => Some(fetch_params(&st, f.with_pool(&st).await?, &tenant)?),
+    let next = match fetch {
+        Some(f) => Some(fetch_params(st, f.with_pool(st).await?, tenant)?),
         None => None,
     };
     let ack = AckPart {
@@ -406,14 +441,14 @@ async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Ojs
         used,
     };
     // Concurrent ACKs and FETCHes on this node share one script call (see `coalesce`).
-    let (acked, claims) = crate::worker_ops::claim_round(&st, next.as_ref(), Some(ack)).await?;
+    let (acked, claims) = crate::worker_ops::claim_round(st, next.as_ref(), Some(ack)).await?;
     match acked.unwrap_or(Transition::NotFound) {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
             let jobs = match next {
                 // Nothing claimed yet: long-poll, or go on at once after a call cut short by its budget.
                 Some(p) if claims.jobs.is_empty() && (claims.cut || !p.wait.is_zero()) => {
-                    Some(claim_loop(&st, &p).await?)
+                    Some(claim_loop(st, &p).await?)
                 }
                 Some(_) => Some(claimed_view(&claims.jobs)),
                 None => None,
@@ -425,6 +460,13 @@ async fn ack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Ojs
                 state: JobState::Completed,
                 attempt: a.attempt,
                 completed_at: clock::format_ms(a.now_ms),
+                job: JobSummary {
+                    id: id.to_string(),
+                    job_type: a.job_type,
+                    queue: a.queue,
+                    state: JobState::Completed.as_str().to_string(),
+                    attempt: a.attempt,
+                },
                 jobs,
             }))
         }
@@ -437,6 +479,14 @@ struct NackReq {
     /// The job's id (a UUIDv7).
     #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")]
     job_id: String,
+    #[serde(flatten)]
+    body: NackBody,
+}
+
+/// A NACK of the job a route names: the claim, `error`, `requeue` (`POST /jobs/{id}/nack`; with
+/// `job_id`, `POST /workers/nack`).
+#[derive(Deserialize, ToSchema)]
+struct NackBody {
     #[serde(flatten)]
     claim: ClaimFields,
     /// What went wrong: an object (at least `message`), or just the message.
@@ -496,6 +546,8 @@ struct NackResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
     completed_at: Option<String>,
+    /// The job as the NACK left it (GET /jobs/{id} has the rest).
+    job: JobSummary,
 }
 
 /// Normalises the worker's error report: an object with at least `message`; `code`/`type` kept.
@@ -561,7 +613,11 @@ fn error_record(e: Option<Value>) -> Result<(String, String, bool, i64), OjsErro
 )]
 async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): OjsJson<NackReq>) -> ApiResult<Response> {
     let id = job_id(&req.job_id)?;
-    let id = id.as_str();
+    fail(&st, &tenant, id.as_str(), req.body).await
+}
+
+/// A NACK of job `id` (`POST /workers/nack`, `POST /jobs/{id}/nack`).
+async fn fail(st: &AppState, tenant: &ActingTenant, id: &str, req: NackBody) -> ApiResult<Response> {
     let (err, match_key, retryable, until) = error_record(req.error)?;
     let claim = req.claim.into_ref(tenant.name())?;
     let requeue = req.requeue.unwrap_or(false);
@@ -586,6 +642,13 @@ async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Oj
                 next_attempt_at: r.delay_ms.map(|d| clock::format_ms(r.now_ms + d)),
                 completed_at: discarded.clone(),
                 discarded_at: discarded,
+                job: JobSummary {
+                    id: id.to_string(),
+                    job_type: r.job_type,
+                    queue: r.queue,
+                    state: r.state.clone(),
+                    attempt: r.attempt,
+                },
                 state: r.state,
                 attempt: r.attempt,
                 max_attempts: r.max_attempts,
@@ -593,6 +656,45 @@ async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Oj
         }
         other => Err(refused(other, id, "nack").into()),
     }
+}
+
+/// `POST /jobs/{id}/ack`: the ACK of `POST /workers/ack` for the job the path names (the shape the
+/// job-versioning, encryption and WASI suites use); no ack-and-fetch-next here.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/jobs/{id}/ack",
+    tag = "jobs",
+    summary = "An active job succeeded: `{result?, lease_id?, attempt?, worker_id?}`; as `POST /workers/ack`",
+    params(("id" = String, Path)),
+    request_body = AckBody,
+    responses((status = 200, description = "OK", body = AckResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or another tenant's (a request acting as a tenant) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn job_ack(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    JobPath(id): JobPath,
+    OjsJson(req): OjsJson<AckBody>,
+) -> ApiResult<Response> {
+    acknowledge(&st, &tenant, id.as_str(), req, None).await
+}
+
+/// `POST /jobs/{id}/nack`: the NACK of `POST /workers/nack` for the job the path names.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/jobs/{id}/nack",
+    tag = "jobs",
+    summary = "An active job failed: `{error, requeue?, lease_id?}`; as `POST /workers/nack`",
+    params(("id" = String, Path)),
+    request_body = NackBody,
+    responses((status = 200, description = "OK", body = NackResponse, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 404, description = "No such job, or (for a request acting as a tenant) another tenant's (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "The job is not active, or the lease was lost (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
+)]
+async fn job_nack(
+    State(st): State<AppState>,
+    tenant: ActingTenant,
+    JobPath(id): JobPath,
+    OjsJson(req): OjsJson<NackBody>,
+) -> ApiResult<Response> {
+    fail(&st, &tenant, id.as_str(), req).await
 }
 
 /// A heartbeat in any shape an official OJS SDK sends: JavaScript and Go send `active_jobs` as a count

@@ -204,20 +204,38 @@ impl Store {
         }
     }
 
+    /// One enqueue call, its jobs' args checked with this pod's copy of the schema registry
+    /// (schema_cache.rs); the script refuses a stale copy (`{'schemas', stamp}`), which is then
+    /// reloaded and the args checked again, as a stale tenancy setting is (`create_call`).
     async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        self.create_call(&self.scripts.enqueue, jobs, |jobs| self.enqueue_args(jobs, mode))
-            .await
+        for _ in 0..TENANCY_TRIES {
+            let stamp = self.check_args(jobs).await?;
+            let items = self
+                .create_call(&self.scripts.enqueue, jobs, |jobs| {
+                    self.enqueue_args(jobs, mode, &stamp)
+                })
+                .await?;
+            let r = Reply::new(self.scripts.enqueue.name, &items);
+            if r.tag()? != "schemas" {
+                return Ok(items);
+            }
+            self.schemas_seen(&r.str(1)?, &stamp).await?;
+        }
+        Err(crate::store::StoreError::Unavailable(
+            "the schema registry kept changing during the enqueue; retry".into(),
+        ))
     }
 
     /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a
     /// MessagePack map ([`ColdFields`]).
-    fn enqueue_args(&self, jobs: &[NewJob], mode: &str) -> Vec<Vec<u8>> {
+    fn enqueue_args(&self, jobs: &[NewJob], mode: &str, schemas: &str) -> Vec<Vec<u8>> {
         let mut args = Vec::with_capacity(EnqueueArgs::LEN + jobs.len() * JobRecord::LEN);
         EnqueueArgs {
             prefix: self.keys().prefix().into(),
             n: jobs.len().to_string(),
             mode: mode.into(),
             retention_ms: self.cfg.retention_ms.to_string(),
+            schemas: schemas.into(),
         }
         .push(&mut args);
         push_jobs(jobs, &mut args);
@@ -357,6 +375,7 @@ pub(super) mod tests {
             tenant: None,
             tenant_pinned: false,
             tenancy: String::new(),
+            version: None,
         }
     }
 
@@ -394,12 +413,12 @@ pub(super) mod tests {
             timestamp_ms: 7,
             is_root: true,
         });
-        let args = s.enqueue_args(&[job("a"), b], "all");
+        let args = s.enqueue_args(&[job("a"), b], "all", "st");
         let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
         assert_eq!(args.len(), EnqueueArgs::LEN + 2 * JobRecord::LEN);
         assert_eq!(
             args[..EnqueueArgs::LEN].iter().map(|a| text(a)).collect::<Vec<_>>(),
-            ["ojs:{t}:", "2", "all", "86400000"]
+            ["ojs:{t}:", "2", "all", "86400000", "st"]
         );
         // Job i's field `name` is at its offset in the header's record, after the fixed arguments and
         // the i records before it.

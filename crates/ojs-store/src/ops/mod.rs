@@ -33,6 +33,7 @@ pub mod requeue;
 pub mod rl_gauges;
 pub mod rl_inspect;
 pub mod rl_override;
+pub mod schema;
 pub mod set_aging;
 pub mod set_priority;
 pub mod workflow_cancel;
