@@ -87,10 +87,16 @@ local function rec_pack(f)
   return cmsgpack.pack(f)
 end
 
--- rec_begin(): a call starts with no cached record, no counter moved and no event (build.rs runs it
--- before every function's body; rec_end after it).
+-- CALL_MEMO: what a call reads once and uses many times (name -> value; a name includes the key
+-- prefix P of what it memoizes, so that two namespaces sharing a Redis never share a value). Reset by
+-- rec_begin: nothing in it outlives its call (build.rs checks that only the call's begins assign it).
+local CALL_MEMO = {}
+
+-- rec_begin(): a call starts with no cached record, no counter moved, no event and an empty memo
+-- (build.rs runs it before every function's body; rec_end after it).
 local function rec_begin()
   REC = {}
+  CALL_MEMO = {}
   count_begin()
   emit_begin()
 end
