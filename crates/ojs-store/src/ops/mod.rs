@@ -35,6 +35,7 @@ pub mod rl_inspect;
 pub mod rl_override;
 pub mod set_aging;
 pub mod set_priority;
+pub mod webhook;
 pub mod workflow_cancel;
 pub mod workflow_create;
 pub mod workflow_get;
