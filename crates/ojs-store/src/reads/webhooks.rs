@@ -147,28 +147,40 @@ impl Store {
 
     /// Creates the consumer group `group` on this shard's event stream at its newest entry (MKSTREAM: an
     /// empty stream is created). An existing group is left where it is, or with `reset` moved to the
-    /// newest entry (the first subscription of a deployment that had none wants no older event).
+    /// newest entry (the first subscription of a deployment that had none wants no older event). The
+    /// group starts at the entry XINFO STREAM names newest, with that reply's count of entries ever
+    /// added as its `ENTRIESREAD` (one reply, so the two agree; an entry added after it is read by the
+    /// group), so that [`Store::webhook_group_lag`] can count what the cap trims unread from the start.
     pub async fn webhook_group_create(&self, group: &str, reset: bool) -> Result<()> {
         let mut conn = self.conn().await?;
-        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(self.keys().events())
-            .arg(group)
-            .arg("$")
-            .arg("MKSTREAM")
-            .query_async(&mut conn)
-            .await;
+        let key = self.keys().events();
+        // Subcommands name their key second: routed to the shard's primary explicitly on a cluster.
+        let mut info = redis::cmd("XINFO");
+        info.arg("STREAM").arg(&key);
+        let (last, added) = match conn.on_tag::<Value>(&info, &key).await {
+            Ok(v) => {
+                let s = info_members(&v);
+                let last = member(&s, "last-generated-id").map(val_str);
+                (
+                    last.unwrap_or_else(|| "0-0".into()),
+                    as_u64(member(&s, "entries-added")).unwrap_or(0),
+                )
+            }
+            // No stream yet.
+            Err(_) => ("0-0".into(), 0),
+        };
+        let mut create = redis::cmd("XGROUP");
+        create.arg("CREATE").arg(&key).arg(group).arg(&last).arg("MKSTREAM");
+        create.arg("ENTRIESREAD").arg(added);
+        let created: redis::RedisResult<()> = conn.on_tag(&create, &key).await;
         match created {
             Ok(()) => Ok(()),
             Err(e) if e.code() == Some("BUSYGROUP") => {
                 if reset {
-                    let _: () = redis::cmd("XGROUP")
-                        .arg("SETID")
-                        .arg(self.keys().events())
-                        .arg(group)
-                        .arg("$")
-                        .query_async(&mut conn)
-                        .await?;
+                    let mut setid = redis::cmd("XGROUP");
+                    setid.arg("SETID").arg(&key).arg(group).arg(&last);
+                    setid.arg("ENTRIESREAD").arg(added);
+                    let _: () = conn.on_tag(&setid, &key).await?;
                 }
                 Ok(())
             }
@@ -185,17 +197,11 @@ impl Store {
         count: usize,
     ) -> Result<Option<Vec<GroupEntry>>> {
         let mut conn = self.conn().await?;
-        let read: redis::RedisResult<Value> = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(group)
-            .arg(consumer)
-            .arg("COUNT")
-            .arg(count)
-            .arg("STREAMS")
-            .arg(self.keys().events())
-            .arg(">")
-            .query_async(&mut conn)
-            .await;
+        let key = self.keys().events();
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(group).arg(consumer).arg("COUNT").arg(count);
+        cmd.arg("STREAMS").arg(&key).arg(">");
+        let read: redis::RedisResult<Value> = conn.on_tag(&cmd, &key).await;
         match read {
             Ok(v) => Ok(Some(group_entries(&read_reply_entries(v)))),
             Err(e) if e.code() == Some("NOGROUP") => Ok(None),
@@ -215,16 +221,11 @@ impl Store {
         count: usize,
     ) -> Result<(Vec<GroupEntry>, u64)> {
         let mut conn = self.conn().await?;
-        let v: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
-            .arg(self.keys().events())
-            .arg(group)
-            .arg(consumer)
-            .arg(min_idle_ms)
-            .arg("0-0")
-            .arg("COUNT")
-            .arg(count)
-            .query_async(&mut conn)
-            .await;
+        let key = self.keys().events();
+        let mut cmd = redis::cmd("XAUTOCLAIM");
+        cmd.arg(&key).arg(group).arg(consumer).arg(min_idle_ms);
+        cmd.arg("0-0").arg("COUNT").arg(count);
+        let v: redis::RedisResult<Value> = conn.on_tag(&cmd, &key).await;
         let v = match v {
             Ok(v) => v,
             Err(e) if e.code() == Some("NOGROUP") => return Ok((Vec::new(), 0)),
@@ -247,16 +248,16 @@ impl Store {
     pub async fn webhook_group_lag(&self, group: &str) -> Result<GroupLag> {
         let mut conn = self.conn().await?;
         let key = self.keys().events();
-        let stream: redis::RedisResult<Value> =
-            redis::cmd("XINFO").arg("STREAM").arg(&key).query_async(&mut conn).await;
+        // Subcommands name their key second: routed to the shard's primary explicitly on a cluster.
+        let mut info = redis::cmd("XINFO");
+        info.arg("STREAM").arg(&key);
+        let stream: redis::RedisResult<Value> = conn.on_tag(&info, &key).await;
         let Ok(stream) = stream else {
             return Ok(GroupLag::default());
         };
-        let groups: Value = redis::cmd("XINFO")
-            .arg("GROUPS")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await?;
+        let mut info = redis::cmd("XINFO");
+        info.arg("GROUPS").arg(&key);
+        let groups: Value = conn.on_tag(&info, &key).await?;
         let s = info_members(&stream);
         let Value::Array(groups) = groups else {
             return Ok(GroupLag::default());
