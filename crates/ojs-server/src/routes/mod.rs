@@ -16,5 +16,6 @@ pub mod rate_limits;
 pub mod scheduling;
 pub mod system;
 pub mod tenants;
+pub mod webhooks;
 pub mod workers;
 pub mod workflows;
