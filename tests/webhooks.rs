@@ -108,11 +108,18 @@ async fn receiver(mode: Mode) -> (Arc<Receiver>, String) {
         got: Mutex::new(Vec::new()),
         seen: Mutex::new(HashMap::new()),
     });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // `/elsewhere` sends the server on to 127.0.0.2, a host the default --webhook-hosts does not list.
+    let elsewhere = format!("http://127.0.0.2:{port}/hook");
     let app = axum::Router::new()
         .route("/hook", post(hook))
+        .route(
+            "/elsewhere",
+            post(move || async move { (StatusCode::TEMPORARY_REDIRECT, [("location", elsewhere)]) }),
+        )
         .with_state(Arc::clone(&r));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    let url = format!("http://127.0.0.1:{port}/hook");
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -161,6 +168,19 @@ async fn subscribe(s: &TestServer, url: &str, events: Value, filter: Option<Valu
     assert_eq!(st, 201, "{b}");
     assert_eq!(b["subscription"]["secret"], SECRET);
     b["subscription"]["id"].as_str().expect("id").to_string()
+}
+
+/// The subscription's newest delivery once it is dead (within 10 s).
+async fn first_dead_delivery(s: &TestServer, sid: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, b) = s.get(&format!("/ojs/v1/webhooks/subscriptions/{sid}/deliveries")).await;
+        if b["deliveries"][0]["state"] == "dead" {
+            return b["deliveries"][0].clone();
+        }
+        assert!(Instant::now() < deadline, "not dead: {b}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -246,15 +266,7 @@ async fn bad_subscriptions_are_refused_and_a_host_not_allowed_is_never_called() 
     }
     let sid = subscribe(&s, &url, json!(["job.*"]), None).await;
     s.enqueue(json!({"type": "hook.me", "args": []})).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let d = loop {
-        let (_, b) = s.get(&format!("/ojs/v1/webhooks/subscriptions/{sid}/deliveries")).await;
-        if b["deliveries"][0]["state"] == "dead" {
-            break b["deliveries"][0].clone();
-        }
-        assert!(Instant::now() < deadline, "not dead: {b}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let d = first_dead_delivery(&s, &sid).await;
     let error = d["attempts"][0]["error"].as_str().unwrap_or("");
     assert!(error.contains("--webhook-hosts"), "{d}");
     assert!(r.got().is_empty(), "127.0.0.1 was called");
@@ -406,4 +418,16 @@ async fn events_trimmed_before_any_pod_read_them_are_counted_as_lost() {
         assert!(Instant::now() < deadline, "lost entries not counted: {lost}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn a_redirect_to_a_host_not_allowed_is_not_followed() {
+    let s = TestServer::start_with(|c| c.webhook_max_attempts = 1).await;
+    let (r, url) = receiver(Mode::Ok).await;
+    let sid = subscribe(&s, &url.replace("/hook", "/elsewhere"), json!(["job.enqueued"]), None).await;
+    s.enqueue(json!({"type": "hook.redirected", "args": []})).await;
+    let d = first_dead_delivery(&s, &sid).await;
+    let error = d["attempts"][0]["error"].as_str().unwrap_or("");
+    assert!(error.contains("127.0.0.2") && error.contains("--webhook-hosts"), "{d}");
+    assert!(r.got().is_empty(), "the redirect was followed");
 }

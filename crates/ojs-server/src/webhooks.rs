@@ -502,11 +502,28 @@ struct Loop {
     draining: bool,
 }
 
+/// How a delivery follows redirects (§7.1: up to 3): only to hosts `--webhook-hosts` allows, so an
+/// allowed endpoint cannot send the server on to one that is not.
+fn redirects(hosts: crate::config::WebhookHosts) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        let host = attempt.url().host_str().unwrap_or("").to_string();
+        if attempt.previous().len() > 3 {
+            attempt.error("more than 3 redirects")
+        } else if hosts.allows(&host) {
+            attempt.follow()
+        } else {
+            attempt.error(format!(
+                "a redirect to host {host:?}, which --webhook-hosts does not allow"
+            ))
+        }
+    })
+}
+
 /// The webhook loop of a pod: fan-out and delivery on every shard, until shutdown.
 pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     let client = match reqwest::Client::builder()
         .timeout(Duration::from_millis(st.config.webhook_timeout_ms))
-        .redirect(reqwest::redirect::Policy::limited(3))
+        .redirect(redirects(st.config.webhook_hosts.clone()))
         .user_agent(concat!("OJS-Webhook/1.0 ojs-redis-rs/", env!("CARGO_PKG_VERSION")))
         .build()
     {
@@ -806,7 +823,15 @@ impl Delivery {
                 attempt.error = Some(if e.is_timeout() {
                     format!("no answer within {} ms", cfg.webhook_timeout_ms)
                 } else {
-                    format!("request failed: {e}")
+                    // reqwest's own text names the URL only; the causes (a refused connection, a
+                    // redirect not followed) are its sources.
+                    let mut why = format!("request failed: {e}");
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(s) = source {
+                        why.push_str(&format!(": {s}"));
+                        source = s.source();
+                    }
+                    why
                 });
                 let after = retry_or_dead(retry);
                 let label = if matches!(after, AfterFailure::Dead) {
