@@ -592,7 +592,7 @@ impl Loop {
             if self.draining {
                 let mut left = false;
                 for store in st.shards.all() {
-                    left |= self.claim_shard(store).await?;
+                    left |= self.claim_shard(store).await? || self.in_flight.available_permits() == 0;
                 }
                 self.draining = left;
             }
@@ -690,11 +690,12 @@ impl Loop {
     }
 
     /// Claims as many due deliveries of the shard as this pod has room for and sends each in its own
-    /// task. True when it filled its room, or claimed any while draining.
+    /// task. True when it filled its room, or claimed any while draining. A pod with no room (slow
+    /// endpoints hold all its requests) claims nothing and is not busy: the next poll looks again.
     async fn claim_shard(&self, store: &Arc<Store>) -> Result<bool, ojs_store::StoreError> {
         let room = self.in_flight.available_permits();
         if room == 0 {
-            return Ok(true);
+            return Ok(false);
         }
         let lease_ms = self.st.config.webhook_timeout_ms + LEASE_MARGIN_MS;
         let (now, claimed) = store.webhook_claim(room as u32, lease_ms).await?;
