@@ -16,7 +16,8 @@ The README conventions it enforces (also summed up in README.md, section Conform
     is prose. Further comment lines (`#    409 … if …`) document other answers
     and are not checked. A curl command without `# =>` must answer 2xx.
   * `01…` in a command stands for the job the previous answers showed last (the first of `jobs`,
-    else `job.id`), and `<ROLE key>` for the API key of that role (see scripts/serve below).
+    else `job.id`), or the webhook subscription (`subscription.id`) when that came last, and `<ROLE
+    key>` for the API key of that role (see scripts/serve below).
   * A `scripts/serve ARGS` line (with `VAR=value` words before it) switches the rest of its block to
     a server started with those arguments and environment (`--listen` is replaced by a free loopback
     port; `<…>` in `OJS_API_KEYS` by a generated key); the next block is back on the default server.
@@ -480,6 +481,8 @@ class Runner:
                 self.job_id = jobs[0]["id"]
             elif isinstance(job, dict) and isinstance(job.get("id"), str):
                 self.job_id = job["id"]
+            elif isinstance(value.get("subscription"), dict) and isinstance(value["subscription"].get("id"), str):
+                self.job_id = value["subscription"]["id"]
         print(f"  ok   {README}:{c.line}: {label}  ({ms:.0f} ms)")
 
     def describe(self, c):

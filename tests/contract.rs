@@ -1437,6 +1437,82 @@ async fn every_answer_of_a_realistic_session_matches_the_openapi_document() {
     c.expect(404, Method::GET, pool, &["contract-pool"], None).await;
     c.expect(404, Method::DELETE, pool, &["contract-pool"], None).await;
 
+    // Webhook subscriptions (ojs-webhooks): create (the only answer with the secret), read, list,
+    // change, its deliveries, delete, and the refusals.
+    let subs = "/ojs/v1/webhooks/subscriptions";
+    let sub = "/ojs/v1/webhooks/subscriptions/{id}";
+    let b = c
+        .expect(
+            201,
+            Method::POST,
+            subs,
+            &[],
+            Some(
+                json!({"url": "http://127.0.0.1:9/contract", "events": ["job.completed", "workflow.*"],
+                "filter": {"queues": ["contract-hooked"]}, "metadata": {"owner": "contract"}}),
+            ),
+        )
+        .await;
+    assert!(
+        b["subscription"]["secret"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("whsec_")),
+        "{b}"
+    );
+    let sid = b["subscription"]["id"].as_str().expect("id").to_string();
+    let b = c.expect(200, Method::GET, sub, &[&sid], None).await;
+    assert!(b["subscription"].get("secret").is_none(), "{b}");
+    c.expect(200, Method::GET, subs, &[], None).await;
+    c.expect(
+        200,
+        Method::PATCH,
+        sub,
+        &[&sid],
+        Some(json!({"events": ["*"], "active": false})),
+    )
+    .await;
+    c.expect(400, Method::PATCH, sub, &[&sid], Some(json!({"url": "ftp://x"})))
+        .await;
+    c.expect(
+        400,
+        Method::POST,
+        subs,
+        &[],
+        Some(json!({"url": "http://127.0.0.1:9/", "events": ["job.nope"]})),
+    )
+    .await;
+    let b = c
+        .expect(
+            200,
+            Method::GET,
+            "/ojs/v1/webhooks/subscriptions/{id}/deliveries",
+            &[&sid],
+            None,
+        )
+        .await;
+    assert_eq!(b["deliveries"], json!([]), "{b}");
+    c.expect(200, Method::DELETE, sub, &[&sid], None).await;
+    c.expect(404, Method::GET, sub, &[&sid], None).await;
+    c.expect(404, Method::DELETE, sub, &[&sid], None).await;
+    c.expect(404, Method::PATCH, sub, &[&sid], Some(json!({"active": true})))
+        .await;
+    c.expect(
+        404,
+        Method::GET,
+        "/ojs/v1/webhooks/subscriptions/{id}/deliveries",
+        &[&sid],
+        None,
+    )
+    .await;
+    c.expect(
+        400,
+        Method::GET,
+        "/ojs/v1/webhooks/subscriptions/{id}/deliveries?limit=0",
+        &[&sid],
+        None,
+    )
+    .await;
+
     // History, health, readiness, manifest, metrics.
     let history = "/ojs/v1/admin/stats/history";
     let b = c.expect(200, Method::GET, history, &[], None).await;

@@ -457,3 +457,73 @@ async fn version_and_codec_metadata_are_kept_through_the_lifecycle() {
     assert!(b["job"].get("meta").is_none(), "{b}");
     s.assert_invariants().await;
 }
+
+// ---- what the black-box review of the registry found (each failed before its fix) ----
+
+#[tokio::test]
+async fn a_pattern_that_needs_backtracking_is_refused_when_registered() {
+    // `\1` and lookarounds made an enqueue of a long string take seconds of a core, past the request
+    // timeout; patterns now match in linear time (the regex engine), and these cannot compile.
+    let s = TestServer::start().await;
+    for pattern in [r"^(?:(a)|b)*\1(a+)+$", r"^(?=a)a+$", r"^(?!b)a+$"] {
+        let (st, b) = register(
+            &s,
+            "rx.t",
+            1,
+            json!({"type": "array", "items": {"type": "string", "pattern": pattern}}),
+        )
+        .await;
+        assert_eq!(st, 400, "{pattern}: {b}");
+    }
+    // A nested quantifier is fine: linear in the text.
+    let (st, _) = register(
+        &s,
+        "rx.t",
+        1,
+        json!({"type": "array", "items": {"type": "string", "pattern": "^(a+)+$"}}),
+    )
+    .await;
+    assert_eq!(st, 201);
+    let long = format!("{}!", "a".repeat(100_000));
+    let (st, b) = s.post("/ojs/v1/jobs", json!({"type": "rx.t", "args": [long]})).await;
+    assert_eq!(st, 400, "{}", b["error"]);
+}
+
+#[tokio::test]
+async fn workflows_and_cron_templates_are_checked_against_the_registry() {
+    let s = TestServer::start().await;
+    let (st, _) = register(&s, "sh.t", 1, json!({"type": "array", "items": {"type": "integer"}})).await;
+    assert_eq!(st, 201);
+    for body in [
+        json!({"type": "chain", "steps": [{"type": "sh.t", "args": ["x"]}]}),
+        json!({"type": "group", "jobs": [{"type": "sh.t", "args": ["x"]}]}),
+        json!({"type": "group", "jobs": [{"type": "sh.t", "version": 99, "args": [1]}]}),
+    ] {
+        let (st, b) = s.post("/ojs/v1/workflows", body.clone()).await;
+        assert_eq!(st, 400, "{body}: {b}");
+    }
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "cr.bad", "expression": "* * * * *", "job_template": {"type": "sh.t", "args": ["x"]}}),
+        )
+        .await;
+    assert_eq!(st, 400, "{b}");
+    assert!(message(&b).starts_with("job_template: "), "{b}");
+    assert_eq!(s.get("/ojs/v1/cron/cr.bad").await.0, 404, "nothing registered");
+    // Valid ones go through.
+    let (st, b) = s
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "steps": [{"type": "sh.t", "args": [1]}]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = s
+        .post(
+            "/ojs/v1/cron",
+            json!({"name": "cr.ok", "expression": "* * * * *", "job_template": {"type": "sh.t", "args": [2]}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+}

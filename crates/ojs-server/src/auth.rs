@@ -26,7 +26,10 @@ pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     ) {
         return None;
     }
+    // Webhook subscriptions receive every tenant's events (ojs-webhooks §9.3 scopes them to a tenant,
+    // which this server does not do yet): operator only.
     let admin = path.starts_with("/ojs/v1/admin/")
+        || path.starts_with("/ojs/v1/webhooks/")
         || path.starts_with("/ojs/v1/dead-letter")
         || (path.starts_with("/ojs/v1/rate-limits/") && method != Method::GET)
         || (path.starts_with("/ojs/v1/queues/") && (path.ends_with("/pause") || path.ends_with("/resume")))
@@ -144,6 +147,14 @@ mod tests {
         );
         assert_eq!(required_scope(&Method::GET, "/ojs/v1/rate-limits"), Some(Scope::Worker));
         assert_eq!(required_scope(&Method::GET, "/ojs/v1/health"), None);
+        for (method, path) in [
+            (Method::POST, "/ojs/v1/webhooks/subscriptions"),
+            (Method::GET, "/ojs/v1/webhooks/subscriptions"),
+            (Method::PATCH, "/ojs/v1/webhooks/subscriptions/x"),
+            (Method::GET, "/ojs/v1/webhooks/subscriptions/x/deliveries"),
+        ] {
+            assert_eq!(required_scope(&method, path), Some(Scope::Admin), "{method} {path}");
+        }
     }
 
     #[test]

@@ -135,10 +135,71 @@ pub struct Config {
     #[arg(long, env = "OJS_QUEUE_STATS_QUEUE", default_value = "object", value_parser = parse_stats_queue)]
     pub queue_stats_queue: QueueStatsQueue,
 
+    /// Hosts webhook deliveries may go to, `host[,host…]` (`*`: any). A subscription may name any http(s)
+    /// URL; a delivery to a host not listed fails at once, dead, and says why. The default is loopback
+    /// only, so that no subscription makes the server call into a network the operator did not choose.
+    #[arg(long, env = "OJS_WEBHOOK_HOSTS", default_value = "localhost,127.0.0.1,::1", value_parser = parse_hosts)]
+    pub webhook_hosts: WebhookHosts,
+
+    /// How long one webhook delivery attempt may take before it counts as failed, in ms: 100..=60000. A
+    /// pod holds a claimed delivery for this long and one second more; then another pod may take it over.
+    #[arg(long, env = "OJS_WEBHOOK_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = bounds::WEBHOOK_TIMEOUT_MS.parser::<u64>())]
+    pub webhook_timeout_ms: u64,
+
+    /// Most attempts of one webhook delivery (the first included) before it is dead: 1..=20.
+    #[arg(long, env = "OJS_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8,
+          value_parser = bounds::WEBHOOK_MAX_ATTEMPTS.parser::<u32>())]
+    pub webhook_max_attempts: u32,
+
+    /// The delay before a webhook delivery's second attempt, in ms: 1..=3600000. The later ones follow
+    /// the webhooks spec's table (30 s, 2 min, 10 min, 1 h, 4 h, 12 h, 24 h) scaled by this over 30 s.
+    #[arg(long, env = "OJS_WEBHOOK_RETRY_BASE_MS", default_value_t = 30_000,
+          value_parser = bounds::WEBHOOK_RETRY_BASE_MS.parser::<u64>())]
+    pub webhook_retry_base_ms: u64,
+
     /// Print the Redis Functions library this build loads into Redis (every operation of `lua/`, as
     /// crates/ojs-store/build.rs assembles it) to stdout and exit, without connecting to Redis.
     #[arg(long)]
     pub print_lua_library: bool,
+}
+
+/// The hosts webhook deliveries may go to (`--webhook-hosts`): lowercase names or addresses, or any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookHosts {
+    Any,
+    Only(Vec<String>),
+}
+
+impl WebhookHosts {
+    /// Whether a delivery may go to `host` (a URL's host; an IPv6 address with or without brackets).
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        match self {
+            WebhookHosts::Any => true,
+            WebhookHosts::Only(hosts) => hosts.contains(&host),
+        }
+    }
+}
+
+fn parse_hosts(s: &str) -> Result<WebhookHosts, String> {
+    let hosts: Vec<String> = s
+        .split(',')
+        .map(|h| {
+            h.trim()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase()
+        })
+        .filter(|h| !h.is_empty())
+        .collect();
+    if hosts.iter().any(|h| h == "*") {
+        return Ok(WebhookHosts::Any);
+    }
+    if let Some(bad) = hosts.iter().find(|h| h.contains(['/', ' ', '@', '?', '#'])) {
+        return Err(format!("webhook hosts are host names or addresses, or *; got {bad:?}"));
+    }
+    Ok(WebhookHosts::Only(hosts))
 }
 
 /// The Content-Type of JSON responses.
@@ -382,8 +443,35 @@ pub mod bounds {
         get: |c| u64::from(c.max_fetch),
     };
 
+    /// `--webhook-timeout-ms`: the webhooks spec recommends 5 to 60 s; tests use less.
+    pub const WEBHOOK_TIMEOUT_MS: Bounds = Bounds {
+        flag: "--webhook-timeout-ms",
+        min: 100,
+        max: 60_000,
+        means: "ms, up to a minute",
+        get: |c| c.webhook_timeout_ms,
+    };
+
+    /// `--webhook-max-attempts`: the spec asks for at least 5 retries and recommends 8 attempts.
+    pub const WEBHOOK_MAX_ATTEMPTS: Bounds = Bounds {
+        flag: "--webhook-max-attempts",
+        min: 1,
+        max: 20,
+        means: "attempts",
+        get: |c| u64::from(c.webhook_max_attempts),
+    };
+
+    /// `--webhook-retry-base-ms`: the second attempt's delay; the last of the table is 2,880 times it.
+    pub const WEBHOOK_RETRY_BASE_MS: Bounds = Bounds {
+        flag: "--webhook-retry-base-ms",
+        min: 1,
+        max: 3_600_000,
+        means: "ms, up to an hour",
+        get: |c| c.webhook_retry_base_ms,
+    };
+
     /// Every bounded flag, for [`super::Config::validate`].
-    pub const ALL: [Bounds; 11] = [
+    pub const ALL: [Bounds; 14] = [
         SHARDS,
         VISIBILITY_TIMEOUT_MS,
         RETENTION_SECS,
@@ -395,6 +483,9 @@ pub mod bounds {
         MAX_BATCH,
         REQUEST_TIMEOUT_MS,
         MAX_FETCH,
+        WEBHOOK_TIMEOUT_MS,
+        WEBHOOK_MAX_ATTEMPTS,
+        WEBHOOK_RETRY_BASE_MS,
     ];
 }
 
@@ -463,7 +554,7 @@ mod tests {
     use super::*;
 
     /// Every numeric flag and its range, written out here rather than read from [`bounds`].
-    const RANGES: [(&str, u64, u64); 11] = [
+    const RANGES: [(&str, u64, u64); 14] = [
         ("--shards", 1, 64),
         ("--visibility-timeout-ms", 1, 315_360_000_000),
         ("--retention-secs", 0, 3_153_600_000),
@@ -475,6 +566,9 @@ mod tests {
         ("--max-batch", 1, 10_000),
         ("--request-timeout-ms", 1, 3_600_000),
         ("--max-fetch", 1, 10_000),
+        ("--webhook-timeout-ms", 100, 60_000),
+        ("--webhook-max-attempts", 1, 20),
+        ("--webhook-retry-base-ms", 1, 3_600_000),
     ];
 
     fn parse(flag: &str, v: u64) -> Result<Config, String> {

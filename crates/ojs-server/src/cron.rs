@@ -133,6 +133,16 @@ pub fn check_name(name: &str) -> Result<(), OjsError> {
 /// deployment of several shards a name has one home, and an entry found on another shard is a 422. A
 /// request acting as a tenant replaces only an entry of its own (409 otherwise, nothing written).
 pub async fn save(st: &AppState, reg: &Registration) -> Result<(bool, Fields), crate::error::ApiError> {
+    // The template's args against its type's schema (the registry), as an enqueue's are: every tick
+    // creates that job.
+    let job = job_for_tick(&reg.def.job_template, &reg.name, reg.def.overlap_policy, 0, &st.rules)?;
+    st.shards.first().check_args_now(&[job]).await.map_err(|e| {
+        let e = crate::error::ApiError::from(e).0;
+        crate::error::ApiError(OjsError {
+            message: format!("job_template: {}", e.message),
+            ..e
+        })
+    })?;
     let def = serde_json::to_string(&reg.def).map_err(|e| OjsError::invalid(e.to_string()))?;
     // The entry lives on the shard of its template's queue, so a tick's job and the entry's advance are
     // one script call.

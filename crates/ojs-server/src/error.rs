@@ -29,6 +29,7 @@ impl From<StoreError> for ApiError {
                 ))
             }
             StoreError::Invalid(m) => Self(OjsError::invalid(m)),
+            StoreError::Contended(m) => Self(OjsError::new(ErrorCode::BackendUnavailable, m)),
             StoreError::InvalidWith(m, details) => Self(OjsError::invalid(m).with_details(details)),
             other => {
                 tracing::error!(error = %other, "store error");

@@ -28,6 +28,7 @@ pub mod state;
 pub mod tenant;
 pub mod ui;
 pub mod wake;
+pub mod webhooks;
 pub mod worker;
 pub mod worker_ops;
 pub mod workflow_ops;
@@ -113,6 +114,7 @@ pub fn api_router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::history::router())
         .merge(routes::pools::router())
         .merge(routes::scheduling::router())
+        .merge(routes::webhooks::router())
         .merge(metrics::router())
 }
 
@@ -311,6 +313,7 @@ pub async fn run(
         }
     }
     let timers = tokio::spawn(background::run(st.clone(), rx.clone()));
+    let hooks = tokio::spawn(webhooks::run(st.clone(), rx.clone()));
     let hub = tokio::spawn(events_hub::run(st.clone(), rx));
     let app = app(st);
     let tx2 = tx.clone();
@@ -323,5 +326,6 @@ pub async fn run(
     let _ = tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), timers).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), hub).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), hooks).await;
     Ok(())
 }

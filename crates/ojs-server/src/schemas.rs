@@ -6,9 +6,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use ojs_core::{ErrorCode, OjsError};
+use ojs_core::event::Event;
+use ojs_core::{clock, ErrorCode, OjsError};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
@@ -623,6 +624,71 @@ pub(crate) fn variant_name<T: Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(Value::String(s)) => s,
         _ => String::new(),
+    }
+}
+
+/// A lifecycle event as the API shows it (CloudEvents-shaped): [`LifecycleEvent::of`] one the stream
+/// holds.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Event)]
+pub struct LifecycleEvent {
+    /// The stream id, also a cursor for `after`.
+    id: String,
+    /// `1.0`.
+    specversion: &'static str,
+    /// Such as `job.enqueued`, `job.started`, `job.completed`, `job.failed` (`ojs_core::event::EventType`).
+    #[serde(rename = "type")]
+    kind: String,
+    /// `/ojs/v1`.
+    source: &'static str,
+    /// RFC 3339.
+    time: String,
+    /// The job id.
+    subject: String,
+    /// The event's data with `job_id`, `queue` and `job_type`.
+    data: EventData,
+}
+
+/// An event's data: the members its type has (`ojs_core::event::EVENT_KINDS`), and the job it is about.
+#[derive(Serialize, ToSchema)]
+pub struct EventData {
+    job_id: String,
+    queue: String,
+    job_type: String,
+    /// The members of the event type's data.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    members: Map<String, Value>,
+}
+
+impl LifecycleEvent {
+    /// One event of the stream as the API shows it: its fields, and its data with the job's context (a
+    /// member of the data by the same name wins).
+    pub fn of(id: &str, e: &Event) -> Self {
+        let mut members: Map<String, Value> = match serde_json::from_str::<Value>(&e.data) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        let mut context = |k: &str, own: &str| match members.remove(k) {
+            Some(Value::String(s)) => s,
+            Some(other) => other.to_string(),
+            None => own.to_string(),
+        };
+        let data = EventData {
+            job_id: context("job_id", &e.job_id),
+            queue: context("queue", &e.queue),
+            job_type: context("job_type", &e.job_type),
+            members,
+        };
+        LifecycleEvent {
+            id: id.to_string(),
+            specversion: "1.0",
+            kind: e.event_type.clone(),
+            source: "/ojs/v1",
+            time: e.time_ms.map(clock::format_ms).unwrap_or_default(),
+            subject: e.job_id.clone(),
+            data,
+        }
     }
 }
 

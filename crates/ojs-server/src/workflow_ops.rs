@@ -84,6 +84,8 @@ fn created_view(wf: &NewWorkflow, now_ms: i64, states: &[String]) -> WorkflowVie
 
 /// Stores a validated workflow; its view, or the OJS error (duplicate id, full queue).
 pub async fn store_workflow(st: &AppState, wf: &mut NewWorkflow) -> ApiResult<(i64, Vec<String>, WorkflowView)> {
+    // Every job's args against its type's schema (the registry), as an enqueue's are.
+    st.shards.first().check_args_now(&wf.jobs).await?;
     // `held` keeps the claims on client-chosen ids until the workflow is written.
     let (shard, held) = st.shards.place_workflow(wf).await?;
     let wf = &*wf;

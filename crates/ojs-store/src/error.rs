@@ -26,6 +26,10 @@ pub enum StoreError {
     /// version, the failing path). Maps to 400.
     #[error("{0}")]
     InvalidWith(String, serde_json::Value),
+    /// Settings this request depends on kept changing while it was written (the schema registry under
+    /// a burst of changes): nothing was written. Maps to 503, retryable, with this message (Redis is up).
+    #[error("{0}")]
+    Contended(String),
 }
 
 impl From<redis::RedisError> for StoreError {

@@ -107,6 +107,16 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("tenant_stats", "tenant:{tenant}:stats"),
     // Claims of tenants' jobs in one minute (minute = epoch ms / 60,000), for the share of the last hour.
     k("tenants_minute", "tenants:m:{minute}"),
+    // Webhooks (the ojs-webhooks extension; crates/ojs-server/src/webhooks.rs). Shard 0 only: every
+    // subscription (id -> its definition as JSON, secret included).
+    k("webhook_subs", "wh:subs"),
+    // Each shard: the deliveries of its events, by when each is due (a claimed one: when its lease lapses).
+    k("webhook_due", "wh:due"),
+    // One delivery (an event for a subscription) and the outcomes of its attempts, beside the event's shard.
+    k("webhook_delivery", "wh:d:{fingerprint}"),
+    k("webhook_attempts", "wh:d:{fingerprint}:attempts"),
+    // A subscription's newest deliveries on one shard, by creation time.
+    k("webhook_log", "wh:log:{id}"),
     // One rate-limit key.
     k("rl_policy", "rl:{key}:policy"),
     k("rl_queues", "rl:{key}:queues"),

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 /// A schema as the registry accepts it: a JSON object with at least one keyword, valid against its
 /// draft's meta-schema (the one its `$schema` names; Draft 7 without one, so the tuple form
-/// `items: [...]` of the OJS examples is valid), compiled with no remote references. The error names
-/// what is wrong.
+/// `items: [...]` of the OJS examples is valid), compiled with no remote references and patterns that
+/// match in linear time (no backreference, no lookaround). The error names what is wrong.
 pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     match schema {
         Value::Object(m) if !m.is_empty() => {}
@@ -40,7 +40,11 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
             }
         )
     })?;
-    let mut options = jsonschema::options();
+    // Patterns run on the `regex` engine, whose matching is linear in the text: a backreference or a
+    // lookaround (which need backtracking, and made an enqueue of a long string burn a core for seconds,
+    // past the request timeout) cannot compile, so such a schema is refused when it is registered.
+    let mut options =
+        jsonschema::options().with_pattern_options(jsonschema::PatternOptions::regex().size_limit(1 << 20));
     if !named {
         options = options.with_draft(jsonschema::Draft::Draft7);
     }

@@ -78,6 +78,11 @@ pub(crate) struct Scripts {
     pub(crate) checkpoint_save: Named,
     pub(crate) checkpoint_delete: Named,
     pub(crate) checkpoint_read: Named,
+    pub(crate) webhook_sub_set: Named,
+    pub(crate) webhook_fanout: Named,
+    pub(crate) webhook_claim: Named,
+    pub(crate) webhook_complete: Named,
+    pub(crate) webhook_fail: Named,
 }
 
 /// An operation of the function library: its name (the metric label) and the function to `FCALL`.
@@ -204,6 +209,11 @@ impl Store {
                 checkpoint_save: script(scripts::CHECKPOINT_SAVE),
                 checkpoint_delete: script(scripts::CHECKPOINT_DELETE),
                 checkpoint_read: script(scripts::CHECKPOINT_READ),
+                webhook_sub_set: script(scripts::WEBHOOK_SUB_SET),
+                webhook_fanout: script(scripts::WEBHOOK_FANOUT),
+                webhook_claim: script(scripts::WEBHOOK_CLAIM),
+                webhook_complete: script(scripts::WEBHOOK_COMPLETE),
+                webhook_fail: script(scripts::WEBHOOK_FAIL),
             },
             cfg,
         })

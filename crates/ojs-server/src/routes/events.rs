@@ -5,14 +5,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use ojs_core::event::Event;
-use ojs_core::{clock, OjsError};
+use ojs_core::OjsError;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiResult;
 use crate::respond::{ok, OjsQuery};
-use crate::schemas::{OjsErrorBody, OJS_MEDIA_TYPE};
+use crate::schemas::{LifecycleEvent, OjsErrorBody, OJS_MEDIA_TYPE};
 use crate::state::AppState;
 use crate::tenant::ActingTenant;
 use utoipa_axum::router::OpenApiRouter;
@@ -107,77 +107,12 @@ fn csv(a: &Option<String>, b: &Option<String>) -> Vec<String> {
         .collect()
 }
 
-/// A lifecycle event as the API shows it (CloudEvents-shaped): [`LifecycleEvent::of`] one the stream
-/// holds.
-#[derive(Serialize, ToSchema)]
-#[schema(as = Event)]
-pub struct LifecycleEvent {
-    /// The stream id, also a cursor for `after`.
-    id: String,
-    /// `1.0`.
-    specversion: &'static str,
-    /// Such as `job.enqueued`, `job.started`, `job.completed`, `job.failed` (`ojs_core::event::EventType`).
-    #[serde(rename = "type")]
-    kind: String,
-    /// `/ojs/v1`.
-    source: &'static str,
-    /// RFC 3339.
-    time: String,
-    /// The job id.
-    subject: String,
-    /// The event's data with `job_id`, `queue` and `job_type`.
-    data: EventData,
-}
-
-/// An event's data: the members its type has (`ojs_core::event::EVENT_KINDS`), and the job it is about.
-#[derive(Serialize, ToSchema)]
-pub struct EventData {
-    job_id: String,
-    queue: String,
-    job_type: String,
-    /// The members of the event type's data.
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    members: Map<String, Value>,
-}
-
 #[derive(Serialize, ToSchema)]
 struct EventList {
     /// Oldest first.
     events: Vec<LifecycleEvent>,
     /// Pass as `after` to read on.
     next_cursor: String,
-}
-
-impl LifecycleEvent {
-    /// One event of the stream as the API shows it: its fields, and its data with the job's context (a
-    /// member of the data by the same name wins).
-    pub fn of(id: &str, e: &Event) -> Self {
-        let mut members: Map<String, Value> = match serde_json::from_str::<Value>(&e.data) {
-            Ok(Value::Object(m)) => m,
-            _ => Map::new(),
-        };
-        let mut context = |k: &str, own: &str| match members.remove(k) {
-            Some(Value::String(s)) => s,
-            Some(other) => other.to_string(),
-            None => own.to_string(),
-        };
-        let data = EventData {
-            job_id: context("job_id", &e.job_id),
-            queue: context("queue", &e.queue),
-            job_type: context("job_type", &e.job_type),
-            members,
-        };
-        LifecycleEvent {
-            id: id.to_string(),
-            specversion: "1.0",
-            kind: e.event_type.clone(),
-            source: "/ojs/v1",
-            time: e.time_ms.map(clock::format_ms).unwrap_or_default(),
-            subject: e.job_id.clone(),
-            data,
-        }
-    }
 }
 
 /// Whether an event passes a reader's filter: its type among `types`, its queue among `queues` (each

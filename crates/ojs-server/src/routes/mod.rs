@@ -17,5 +17,6 @@ pub mod scheduling;
 pub mod schema_registry;
 pub mod system;
 pub mod tenants;
+pub mod webhooks;
 pub mod workers;
 pub mod workflows;

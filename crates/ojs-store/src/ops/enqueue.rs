@@ -161,6 +161,9 @@ fn backoff_spec(r: &RetryPolicy) -> String {
 
 /// How many times an enqueue is sent when the script finds a newer tenancy setting each time.
 const TENANCY_TRIES: usize = 3;
+/// How many times an enqueue is checked again after the schema registry changed under it (each a read
+/// of the registry and a script call): an operator's burst of changes, not a steady state.
+const SCHEMA_TRIES: usize = 10;
 
 /// The reply of an all-or-nothing creation (enqueue-1.lua's `all`, workflow-create-1.lua).
 pub(super) fn enqueue_outcome(r: &Reply) -> Result<EnqueueOutcome> {
@@ -208,7 +211,7 @@ impl Store {
     /// (schema_cache.rs); the script refuses a stale copy (`{'schemas', stamp}`), which is then
     /// reloaded and the args checked again, as a stale tenancy setting is (`create_call`).
     async fn enqueue_script(&self, jobs: &[NewJob], mode: &str) -> Result<Vec<Value>> {
-        for _ in 0..TENANCY_TRIES {
+        for _ in 0..SCHEMA_TRIES {
             let stamp = self.check_args(jobs).await?;
             let items = self
                 .create_call(&self.scripts.enqueue, jobs, |jobs| {
@@ -221,9 +224,9 @@ impl Store {
             }
             self.schemas_seen(&r.str(1)?, &stamp).await?;
         }
-        Err(crate::store::StoreError::Unavailable(
-            "the schema registry kept changing during the enqueue; retry".into(),
-        ))
+        Err(crate::store::StoreError::Contended(format!(
+            "the schema registry changed {SCHEMA_TRIES} times while this enqueue was checked against it; nothing was written: retry"
+        )))
     }
 
     /// The script's arguments, in the order of its header: bytes, since a job's cold fields are a

@@ -36,6 +36,7 @@ pub mod rl_override;
 pub mod schema;
 pub mod set_aging;
 pub mod set_priority;
+pub mod webhook;
 pub mod workflow_cancel;
 pub mod workflow_create;
 pub mod workflow_get;

@@ -194,6 +194,23 @@ impl Store {
         Ok(registry.stamp.clone())
     }
 
+    /// [`Store::check_args`] against the registry as it is now, for jobs written by a script that does
+    /// not check the stamp (a workflow's, a cron entry's template): one GET of the registry's stamp
+    /// (shard 0's: call it on shard 0), and the copy is read again when it is not the copy's.
+    pub async fn check_args_now(&self, jobs: &[NewJob]) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let stamp: Option<String> = redis::cmd("GET")
+            .arg(self.registry_keys().arg_schemas_stamp())
+            .query_async(&mut conn)
+            .await?;
+        if let Some(copy) = self.links_schemas().get() {
+            if stamp.as_deref().unwrap_or_default() != copy.stamp {
+                self.links_schemas().forget(&copy.stamp);
+            }
+        }
+        self.check_args(jobs).await.map(drop)
+    }
+
     /// The enqueue script found this shard's stamp (`seen`) is not the copy's (`used`): the copy is
     /// forgotten (the next check reads the registry again), and a shard other than 0 whose stamp is not
     /// the registry's (a shard added after the last registry write) is given the registry's.

@@ -9,6 +9,7 @@ pub mod pools;
 pub mod queues;
 pub mod rate_limits;
 pub mod tenants;
+pub mod webhooks;
 pub mod workers;
 
 /// The ZRANGE ranks of `limit` (at least 1) entries from `offset`. Redis ranks are i64, so a range past
