@@ -19,11 +19,14 @@
 --   P..'args:schemas'; a type with no version left has no list; every change sets
 --   P..'args:schemas:stamp' in the same call
 
+--@include schemas
+
 local P, job_type = ARG.P, ARG.job_type
 local v = tonumber(ARG.version)
-if redis.call('HDEL', KEYS[1], job_type .. '\n' .. ARG.version) == 0 then return {'not_found'} end
 local vk = key_arg_schema_versions(P)
-local list = cjson.decode(redis.call('HGET', vk, job_type) or '[]')
+-- Read and checked before the first write.
+local list = Schemas.versions(vk, job_type)
+if redis.call('HDEL', KEYS[1], job_type .. '\n' .. ARG.version) == 0 then return {'not_found'} end
 local kept = {}
 for i = 1, #list do
   if list[i][1] ~= v then kept[#kept + 1] = list[i] end

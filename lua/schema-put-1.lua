@@ -23,13 +23,14 @@
 --   in P..'args:schemas'; every change sets P..'args:schemas:stamp' in the same call, so a pod whose
 --   cached registry has the old stamp is refused by the enqueue script and reloads it
 --@include clock
+--@include schemas
 
 local P, job_type = ARG.P, ARG.job_type
 local v = tonumber(ARG.version)
 local field = job_type .. '\n' .. ARG.version
 if redis.call('HEXISTS', KEYS[1], field) == 1 then return {'exists'} end
 local vk = key_arg_schema_versions(P)
-local list = cjson.decode(redis.call('HGET', vk, job_type) or '[]')
+local list = Schemas.versions(vk, job_type)
 if #list >= tonumber(ARG.max_versions) then return {'full', #list} end
 local now = now_ms()
 local at = #list + 1

@@ -198,8 +198,50 @@ fn id(j: &Value) -> String {
 
 /// Drives the server through every feature the library serves; leaves jobs in every state. Returns the
 /// ids of a few jobs (for the upgrade step, which no request reaches).
+/// A webhook receiver on a free loopback port: it answers 200 and 500 in turn (so deliveries both
+/// complete and fail), and lives as long as the test.
+fn webhook_receiver() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 65536];
+            let _ = std::io::Read::read(&mut conn, &mut buf);
+            let status = if n % 2 == 0 {
+                "200 OK"
+            } else {
+                "500 Internal Server Error"
+            };
+            let _ = conn
+                .write_all(format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes());
+        }
+    });
+    port
+}
+
 async fn workload(s: &TestServer) -> Vec<String> {
     let soon = time_after_ms;
+    // Webhooks first (a pod learns a new subscription within a second): every event goes to a receiver
+    // that answers 200 and 500 in turn.
+    let port = webhook_receiver();
+    ok(
+        s,
+        Method::POST,
+        "/ojs/v1/webhooks/subscriptions",
+        Some(json!({"url": format!("http://127.0.0.1:{port}/hook"), "events": ["job.completed", "job.enqueued"]})),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The schema registry: a version registered and removed.
+    ok(
+        s,
+        Method::PUT,
+        "/ojs/v1/admin/schemas/fz.schema/1",
+        Some(json!({"schema": {"type": "array"}})),
+    )
+    .await;
+    ok(s, Method::DELETE, "/ojs/v1/admin/schemas/fz.schema/1", None).await;
     // Settings.
     ok(
         s,
@@ -475,6 +517,13 @@ async fn workload(s: &TestServer) -> Vec<String> {
             Some(json!({"progress": 0.5, "message": "half", "worker_id": "w1"})),
         )
         .await;
+        // Its checkpoint: saved, read, deleted, saved again (the ACK below gives it the job's retention).
+        let cp = format!("/ojs/v1/jobs/{}/checkpoint", id(j));
+        let save = json!({"state": {"row": 7}, "lease_id": j["lease_id"], "worker_id": "w1"});
+        ok(s, Method::PUT, &cp, Some(save.clone())).await;
+        ok(s, Method::GET, &cp, None).await;
+        ok(s, Method::DELETE, &cp, None).await;
+        ok(s, Method::PUT, &cp, Some(save)).await;
         ok(
             s,
             Method::POST,
@@ -698,6 +747,8 @@ async fn workload(s: &TestServer) -> Vec<String> {
         json!({"queues": ["fz-rl", "fz-ten", "fz-age", "fz-keys"], "worker_id": "w1", "count": 6}),
     )
     .await;
+    // The webhook deliveries of what the workload did: sent, failed and retried, completed.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let mut ids = vec![nan_retry];
     ids.extend(waiting.into_iter().take(4));
     ids.extend(dead_ids);
@@ -1213,6 +1264,8 @@ async fn fuzz(shards: u16) {
     } else {
         Vec::new()
     });
+    // Webhook deliveries retried within the workload (the receiver fails every other one).
+    cfg.webhook_retry_base_ms = 10;
     let monitor = Monitor::start(redis.port);
     let namespace = cfg.namespace.clone();
     let s = TestServer::start_config(cfg).await;
