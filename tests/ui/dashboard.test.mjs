@@ -170,7 +170,7 @@ try {
     }
     const h = await get("/ojs/v1/admin/stats/history?minutes=60");
     const sum = (a) => a.reduce((x, y) => x + y, 0);
-    assert.equal(sum(h.series.completed), 7, "completed in the window (6 ui-fast jobs and the chain's first step)");
+    assert.equal(sum(h.series.completed), 8, "completed in the window (6 ui-fast jobs, the ui-done job and the chain's first step)");
     assert.equal(sum(h.series.failed), 3, "failed in the window");
     assert.equal(sum(h.series.dead_lettered), 3, "dead-lettered in the window");
     assert.ok(h.wait_by_priority["0"] && h.wait_by_priority["1"], "wait by priority 0 and 1");
