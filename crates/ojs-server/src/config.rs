@@ -158,6 +158,13 @@ pub struct Config {
           value_parser = bounds::WEBHOOK_RETRY_BASE_MS.parser::<u64>())]
     pub webhook_retry_base_ms: u64,
 
+    /// Export traces of every job's life (spans for enqueue, claim and completion) over OTLP/HTTP to this
+    /// collector, a base URL like `http://otel-collector:4318` (`/v1/traces` is appended). Unset: no spans,
+    /// unless the standard `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set; the
+    /// other `OTEL_*` variables (headers, timeout, sampler, service name) apply too. See README, "Traces".
+    #[arg(long, env = "OJS_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// Print the Redis Functions library this build loads into Redis (every operation of `lua/`, as
     /// crates/ojs-store/build.rs assembles it) to stdout and exit, without connecting to Redis.
     #[arg(long)]
@@ -507,6 +514,18 @@ impl Config {
                 self.listen
             ));
         }
+        if let Some(u) = self.otlp_endpoint.as_deref().filter(|u| !u.is_empty()) {
+            let ok = u
+                .strip_prefix("http://")
+                .or_else(|| u.strip_prefix("https://"))
+                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+            if !ok {
+                return Err(format!(
+                    "--otlp-endpoint must be an http:// or https:// URL of an OTLP/HTTP collector \
+                     (e.g. http://localhost:4318); got {u:?}"
+                ));
+            }
+        }
         if let Some((q, n)) = self.queue_shards.0.iter().find(|(_, n)| *n >= usize::from(self.shards)) {
             return Err(format!(
                 "--queue-shard {q}={n} names shard {n}, but --shards is {}: shards count from 0",
@@ -610,6 +629,20 @@ mod tests {
                 "{}'s help: {help}",
                 b.flag
             );
+        }
+    }
+
+    #[test]
+    fn validate_refuses_an_otlp_endpoint_that_is_not_an_http_url() {
+        let mut c = Config::for_redis("redis://127.0.0.1:1");
+        for bad in ["localhost:4318", "grpc://collector:4317", "http://", "http:///v1"] {
+            c.otlp_endpoint = Some(bad.into());
+            let e = c.validate().unwrap_err();
+            assert!(e.contains("--otlp-endpoint") && e.contains(bad), "{e}");
+        }
+        for good in ["http://localhost:4318", "https://otel.example.com/base/"] {
+            c.otlp_endpoint = Some(good.into());
+            assert_eq!(c.validate(), Ok(()));
         }
     }
 

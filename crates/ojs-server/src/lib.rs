@@ -26,6 +26,7 @@ pub mod schemas;
 pub mod shards;
 pub mod state;
 pub mod tenant;
+pub mod traces;
 pub mod ui;
 pub mod wake;
 pub mod webhooks;
@@ -70,8 +71,10 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         ..Default::default()
     };
     let shards = shards::Shards::new(store, &config);
+    let traces = traces::Traces::start(config.otlp_endpoint.as_deref())?;
     Ok(AppState(Arc::new(state::Inner {
         shards,
+        traces,
         config,
         rules,
         started: Instant::now(),
@@ -315,7 +318,7 @@ pub async fn run(
     let timers = tokio::spawn(background::run(st.clone(), rx.clone()));
     let hooks = tokio::spawn(webhooks::run(st.clone(), rx.clone()));
     let hub = tokio::spawn(events_hub::run(st.clone(), rx));
-    let app = app(st);
+    let app = app(st.clone());
     let tx2 = tx.clone();
     let signal = async move {
         shutdown.await;
@@ -327,5 +330,9 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(5), timers).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), hub).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), hooks).await;
+    if st.traces.is_some() {
+        // The spans still queued go out before the process ends (blocking, up to the exporter's timeout).
+        let _ = tokio::task::spawn_blocking(move || st.traces.as_ref().map(traces::Traces::shutdown)).await;
+    }
     Ok(())
 }

@@ -18,6 +18,8 @@ pub struct AppState(pub Arc<Inner>);
 pub struct Inner {
     /// The deployment's shards: each a store over the same connections (one when `--shards` is 1).
     pub shards: crate::shards::Shards,
+    /// The OpenTelemetry tracer when `--otlp-endpoint` is set (see `traces`); `None` costs nothing.
+    pub traces: Option<crate::traces::Traces>,
     pub config: Config,
     pub rules: EnvelopeRules,
     pub started: Instant,

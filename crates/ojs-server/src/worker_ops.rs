@@ -21,6 +21,8 @@ pub(crate) struct FetchParams {
     pub(crate) wait: Duration,
     /// `X-OJS-Tenant`: claim only that tenant's jobs (else every tenant's, by fair share).
     pub(crate) tenant: Option<String>,
+    /// When the FETCH began, for its claim spans: read only when tracing is on.
+    pub(crate) began: Option<std::time::SystemTime>,
 }
 
 impl FetchParams {

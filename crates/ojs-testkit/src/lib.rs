@@ -4,6 +4,7 @@
 //! invariant checker that walks a namespace's keyspace.
 
 pub mod invariants;
+pub mod otlp;
 
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;

@@ -98,6 +98,7 @@ fn pressure_headers(res: &mut Response, p: Option<&Pressure>) {
     path = "/ojs/v1/jobs",
     tag = "jobs",
     summary = "Enqueue one job (the OJS envelope; seed priority model: top-level `priority`, lower first)",
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context of the producer: kept in each job's meta.traceparent when the envelope has none (see README, Traces); a malformed one is ignored"), ("tracestate" = Option<String>, Header, description = "W3C trace state, kept with traceparent")),
     request_body = JobRequest,
     responses((status = 201, description = "Created", body = JobResponse, content_type = OJS_MEDIA_TYPE), (status = 200, description = "A unique duplicate (on_conflict ignore or raise_priority): the existing job, not written again", body = DeduplicatedJob, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
@@ -118,10 +119,15 @@ async fn enqueue(
         }
         return enqueue_chain(&st, &mut wf).await;
     }
+    let span = crate::traces::enqueue(st.traces.as_ref(), &headers, &mut body);
     let mut job = envelope::parse(body, &st.rules)?;
     job.tenant_pinned = tenant.pins();
     let block = block_deadline(&headers)?;
     let out = crate::job_ops::store_one(&st, &mut job, block).await?;
+    // A refused enqueue (a duplicate id, a unique conflict) drops its span, which ends it as an error.
+    if let Some(span) = span.filter(|_| !matches!(out.state.as_str(), "duplicate" | "conflict")) {
+        span.stored(&traced(&job, &out.state));
+    }
     match (out.state.as_str(), &out.existing) {
         ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
         ("conflict", Some((id, f))) => {
@@ -166,6 +172,19 @@ async fn enqueue(
         }
     }
     Ok(res)
+}
+
+/// What an enqueue span says about the job (`state`: as the enqueue script answered).
+fn traced<'a>(job: &'a NewJob, state: &'a str) -> crate::traces::JobAttrs<'a> {
+    crate::traces::JobAttrs {
+        id: &job.id,
+        job_type: &job.job_type,
+        queue: &job.queue,
+        state,
+        priority: Some(job.priority),
+        attempt: None,
+        worker: None,
+    }
 }
 
 /// The seed's form (priority spec example 14.5): the envelope is the first step of a chain whose other
@@ -222,6 +241,7 @@ struct DeduplicatedJob {
     path = "/ojs/v1/jobs/batch",
     tag = "jobs",
     summary = "Enqueue `{\"jobs\": [...]}`, all or nothing",
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context of the producer: kept in each job's meta.traceparent when the envelope has none (see README, Traces); a malformed one is ignored"), ("tracestate" = Option<String>, Header, description = "W3C trace state, kept with traceparent")),
     request_body = Batch,
     responses((status = 201, description = "Created", body = BatchCreated, content_type = OJS_MEDIA_TYPE), (status = 400, description = "Invalid request (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 403, description = "A key bound to a tenant, and a header or body naming another tenant (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 409, description = "A job with this id exists, or a job with the same uniqueness key (on_conflict reject) (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 413, description = "Too large (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 422, description = "A policy that cannot work (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 429, description = "The queue is full (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE), (status = 503, description = "Redis unavailable (OJS error)", body = OjsErrorBody, content_type = OJS_MEDIA_TYPE))
 )]
@@ -247,7 +267,10 @@ async fn enqueue_batch(
         .into());
     }
     let mut jobs = Vec::with_capacity(body.jobs.len());
+    // With tracing on, one enqueue span per job (none at all when it is off).
+    let mut spans = Vec::new();
     for (i, mut v) in body.jobs.into_iter().enumerate() {
+        spans.extend(crate::traces::enqueue(st.traces.as_ref(), &headers, &mut v));
         let mut j = tenant
             .stamp(&mut v)
             .and_then(|_| envelope::parse(v, &st.rules))
@@ -267,6 +290,9 @@ async fn enqueue_batch(
         .into());
     }
     let e = crate::job_ops::store_jobs(&st, &mut jobs, block).await?;
+    for ((span, j), state) in spans.into_iter().zip(&jobs).zip(&e.states) {
+        span.stored(&traced(j, state));
+    }
     let mut deduplicated = Vec::new();
     let views: Vec<JobView> = jobs
         .iter()

@@ -225,6 +225,7 @@ fn fetch_params(st: &AppState, req: FetchReq, tenant: &ActingTenant) -> Result<F
         visibility_ms: req.visibility_timeout_ms,
         wait,
         tenant: tenant.name().map(str::to_owned),
+        began: st.traces.as_ref().map(|_| std::time::SystemTime::now()),
     })
 }
 
@@ -258,7 +259,7 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<JobView>> {
         }
         let done = !claimed.is_empty() || tokio::time::Instant::now() >= deadline || *shutdown.borrow();
         if done {
-            return Ok(claimed_view(&claimed));
+            return Ok(claimed_view(st, p, &claimed));
         }
         // Wait for a job of one of these queues to become available (any node's enqueue wakes us
         // through the events hub), re-checking now and then for transitions that emit no such event.
@@ -272,12 +273,15 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<JobView>> {
     }
 }
 
-/// Records the claim metrics and renders the claimed jobs.
-fn claimed_view(claimed: &[ojs_store::Claimed]) -> Vec<JobView> {
+/// Records the claim metrics (and, with tracing on, the claim spans) and renders the claimed jobs.
+fn claimed_view(st: &AppState, p: &FetchParams, claimed: &[ojs_store::Claimed]) -> Vec<JobView> {
     for c in claimed {
         record_wait(&c.job);
         let (queue, job_type) = (c.job.queue.as_deref(), c.job.job_type.as_deref());
         crate::metrics::job_event("started", queue.unwrap_or(""), job_type.unwrap_or(""));
+        if let (Some(t), Some(began)) = (&st.traces, p.began) {
+            crate::traces::claimed(t, &c.job, &p.worker, began);
+        }
     }
     claimed.iter().map(|c| job_view(&c.job)).collect()
 }
@@ -429,6 +433,7 @@ async fn acknowledge(
                 })?,
         ),
     };
+    let began = st.traces.as_ref().map(|_| std::time::SystemTime::now());
     let claim = req.claim.into_ref(tenant.name())?;
     let next = match fetch {
         Some(f) => Some(fetch_params(st, f.with_pool(st).await?, tenant)?),
@@ -445,12 +450,16 @@ async fn acknowledge(
     match acked.unwrap_or(Transition::NotFound) {
         Transition::Done(a) => {
             crate::metrics::job_event("completed", &a.queue, &a.job_type);
+            if let (Some(t), Some(began)) = (&st.traces, began) {
+                let job = settled(id, &a.job_type, &a.queue, "completed", a.attempt);
+                crate::traces::settled(t, &job, crate::traces::Outcome::Completed, began);
+            }
             let jobs = match next {
                 // Nothing claimed yet: long-poll, or go on at once after a call cut short by its budget.
                 Some(p) if claims.jobs.is_empty() && (claims.cut || !p.wait.is_zero()) => {
                     Some(claim_loop(st, &p).await?)
                 }
-                Some(_) => Some(claimed_view(&claims.jobs)),
+                Some(p) => Some(claimed_view(st, &p, &claims.jobs)),
                 None => None,
             };
             Ok(ok(AckResponse {
@@ -618,6 +627,7 @@ async fn nack(State(st): State<AppState>, tenant: ActingTenant, OjsJson(req): Oj
 
 /// A NACK of job `id` (`POST /workers/nack`, `POST /jobs/{id}/nack`).
 async fn fail(st: &AppState, tenant: &ActingTenant, id: &str, req: NackBody) -> ApiResult<Response> {
+    let began = st.traces.as_ref().map(|_| std::time::SystemTime::now());
     let (err, match_key, retryable, until) = error_record(req.error)?;
     let claim = req.claim.into_ref(tenant.name())?;
     let requeue = req.requeue.unwrap_or(false);
@@ -631,6 +641,13 @@ async fn fail(st: &AppState, tenant: &ActingTenant, id: &str, req: NackBody) -> 
     {
         Transition::Done(r) => {
             crate::metrics::job_event("failed", &r.queue, &r.job_type);
+            if let (Some(t), Some(began)) = (&st.traces, began) {
+                let job = settled(id, &r.job_type, &r.queue, &r.state, r.attempt);
+                let message = serde_json::from_str::<Value>(err).ok();
+                let message = message.as_ref().and_then(|m| m.get("message")).and_then(Value::as_str);
+                let kind = Some(match_key.as_str()).filter(|k| !k.is_empty());
+                crate::traces::settled(t, &job, crate::traces::Outcome::Failed { kind, message }, began);
+            }
             if r.state == "discarded" {
                 crate::metrics::job_event("discarded", &r.queue, &r.job_type);
             }
@@ -655,6 +672,25 @@ async fn fail(st: &AppState, tenant: &ActingTenant, id: &str, req: NackBody) -> 
             })))
         }
         other => Err(refused(other, id, "nack").into()),
+    }
+}
+
+/// What a completion span says about the job.
+fn settled<'a>(
+    id: &'a str,
+    job_type: &'a str,
+    queue: &'a str,
+    state: &'a str,
+    attempt: i64,
+) -> crate::traces::JobAttrs<'a> {
+    crate::traces::JobAttrs {
+        id,
+        job_type,
+        queue,
+        state,
+        priority: None,
+        attempt: Some(attempt),
+        worker: None,
     }
 }
 
