@@ -5,6 +5,12 @@
 # With OJS_BASELINE_SERVER=<path to another ojs-server binary> (an earlier commit's release build), every
 # scenario also runs against that binary, alternating with this build's, and a second table prints this
 # build against the baseline: what a change bought, measured in one run.
+# With OJS_BENCH_VARIANT="VAR=value …" (values without spaces), every scenario also runs against this build
+# started and driven with those environment words (the server and http_load both get them), alternating
+# with the plain runs, and the second table prints the plain runs against the variant: what a setting
+# costs, e.g. OJS_BENCH_VARIANT='OJS_BENCH_QUEUE_RETENTION={"keep_last":0}' (no ended-job index) or
+# OJS_BENCH_VARIANT='OJS_OTLP_ENDPOINT={otlp}' (traces exported; `{otlp}` becomes a stand-in collector,
+# benches/otlp_sink.py, started here).
 # OJS_BENCH_SCENARIOS="add bulk" runs only those scenarios (default: add bulk process process_split
 # latency); the table then shows only them.
 # Beside the table it prints where Redis' time goes per job (INFO commandstats, reset when each run's
@@ -25,22 +31,33 @@ cargo build --release --quiet -p ojs-server -p ojs-bench
 
 . benches/common.sh
 rport=$(free_port); hport=$(free_port); work=$(mktemp -d)
-cleanup() { kill "${spid:-}" "${rpid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { kill "${spid:-}" "${rpid:-}" "${opid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning & rpid=$!
 redis_url="redis://127.0.0.1:$rport"
 baseline="${OJS_BASELINE_SERVER:-}"
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "!! OJS_BASELINE_SERVER=$baseline is not an executable" >&2; exit 2; }
-# start_server <binary>: one server at a time, so an idle one's timers never load Redis during a run.
+variant="${OJS_BENCH_VARIANT:-}"
+[ -z "$baseline" ] || [ -z "$variant" ] || { echo "!! give OJS_BASELINE_SERVER or OJS_BENCH_VARIANT, not both" >&2; exit 2; }
+if [[ "$variant" == *"{otlp}"* ]]; then
+  oport=$(free_port)
+  python3 benches/otlp_sink.py "$oport" & opid=$!
+  variant="${variant//\{otlp\}/http://127.0.0.1:$oport}"
+fi
+# start_server <binary> [VAR=value …]: one server at a time, so an idle one's timers never load Redis during a run.
 start_server() {
+  local bin=$1
+  shift
   kill "${spid:-}" 2>/dev/null && wait "$spid" 2>/dev/null || true
-  OJS_REDIS_URL="$redis_url" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn "$1" >>"$work/server.log" 2>&1 & spid=$!
+  env "$@" OJS_REDIS_URL="$redis_url" OJS_LISTEN="127.0.0.1:$hport" RUST_LOG=warn "$bin" >>"$work/server.log" 2>&1 & spid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/ojs/v1/health" >/dev/null && break; sleep 0.1; done
 }
-# run_ours <peer label> <scenario> <jobs>
+# run_ours <peer label> <scenario> <jobs> [VAR=value …]
 run_ours() {
+  local peer=$1 scenario=$2 n=$3
+  shift 3
   redis-cli -p "$rport" FLUSHALL >/dev/null
-  OJS_BENCH_PEER=$1 OJS_BENCH_SERVER_PID=$spid ./target/release/http_load "http://127.0.0.1:$hport" "$redis_url" "$2" "$3" >>"$results"
+  env "$@" OJS_BENCH_PEER="$peer" OJS_BENCH_SERVER_PID=$spid ./target/release/http_load "http://127.0.0.1:$hport" "$redis_url" "$scenario" "$n" >>"$results"
 }
 results="$work/results.jsonl"
 start_server ./target/release/ojs-server
@@ -91,13 +108,20 @@ for round in $(seq "$rounds"); do
       run_ours ojs-baseline "$scenario" "$n"
       start_server ./target/release/ojs-server
     fi
+    if [ -n "$variant" ]; then
+      # shellcheck disable=SC2086 # the variant's words
+      start_server ./target/release/ojs-server $variant
+      # shellcheck disable=SC2086
+      run_ours ojs-variant "$scenario" "$n" $variant
+      start_server ./target/release/ojs-server
+    fi
     redis-cli -p "$rport" FLUSHALL >/dev/null
     node benches/peers/bullmq/bench.mjs "$redis_url" "$scenario" "$n" >>"$results"
   done
   echo ">> round $round of $rounds done" >&2
 done
 
-python3 - "$results" <<'PY'
+python3 - "$results" "$variant" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 def med(peer, sc, key):
@@ -124,7 +148,7 @@ if "process" in names:
     mo, mb = med("ojs", "process", "memory_per_queued_job"), med("bullmq", "process", "memory_per_queued_job")
     print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | |")
 # Where Redis' time goes, per job (medians over the rounds): INFO commandstats since the run's start.
-peers = [p for p in ["ojs", "ojs-baseline", "bullmq"] if any(r["peer"] == p and "script_us" in r for r in rows)]
+peers = [p for p in ["ojs", "ojs-baseline", "ojs-variant", "bullmq"] if any(r["peer"] == p and "script_us" in r for r in rows)]
 if peers:
     print()
     print("| scenario | peer | script calls/job | other commands/job | script µs/job | their commands µs/job | Lua and call overhead µs/job | overhead share | blocking reads µs/job | server CPU µs/request |")
@@ -145,22 +169,27 @@ if peers:
     print()
     print("(Blocking reads (XREAD, BZPOPMIN, ...) cannot run in a script: ours is the events tail, BullMQ's its workers' wait."
           " BullMQ also sends other commands outside its scripts, so not all its 'other commands' are inside them and its overhead is understated.)")
-if any(r["peer"] == "ojs-baseline" for r in rows):
+other = next((p for p in [other, "ojs-variant"] if any(r["peer"] == p for r in rows)), None)
+if other:
+    label = "baseline" if other == "ojs-baseline" else "variant"
+    if other == "ojs-variant":
+        print()
+        print(f"(variant: {sys.argv[2]})")
     def server_us(peer, sc):
         v = [r["server_cpu_us"] / r["requests"] for r in rows
              if r["peer"] == peer and r["scenario"] == sc and r.get("server_cpu_us") is not None and r.get("requests")]
         return statistics.median(v) if v else float("nan")
     print()
-    print("| scenario | this build | baseline | ratio | Redis CPU µs/job this | baseline | ratio | server CPU µs/request this | baseline |")
+    print(f"| scenario | this build | {label} | ratio | Redis CPU µs/job this | {label} | ratio | server CPU µs/request this | {label} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for sc in names:
-        o, b = med("ojs", sc, "jobs_per_s"), med("ojs-baseline", sc, "jobs_per_s")
+        o, b = med("ojs", sc, "jobs_per_s"), med(other, sc, "jobs_per_s")
         jobs = next(r["jobs"] for r in rows if r["scenario"] == sc)
-        oc, bc = med("ojs", sc, "redis_cpu_us") / jobs, med("ojs-baseline", sc, "redis_cpu_us") / jobs
-        print(f"| {names[sc]} | {o:,.0f} jobs/s | {b:,.0f} jobs/s | {o/b:.2f}x | {oc:.1f} | {bc:.1f} | {oc/bc:.2f}x | {server_us('ojs', sc):.1f} | {server_us('ojs-baseline', sc):.1f} |")
+        oc, bc = med("ojs", sc, "redis_cpu_us") / jobs, med(other, sc, "redis_cpu_us") / jobs
+        print(f"| {names[sc]} | {o:,.0f} jobs/s | {b:,.0f} jobs/s | {o/b:.2f}x | {oc:.1f} | {bc:.1f} | {oc/bc:.2f}x | {server_us('ojs', sc):.1f} | {server_us(other, sc):.1f} |")
     for k in ["fetched_p99_ms", "acked_p99_ms"] if "latency" in names else []:
-        print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med('ojs-baseline','latency',k):.1f} ms | | | | | | |")
+        print(f"| latency {k} | {med('ojs','latency',k):.1f} ms | {med(other,'latency',k):.1f} ms | | | | | | |")
     if "process" in names:
-        mo, mb = med("ojs", "process", "memory_per_queued_job"), med("ojs-baseline", "process", "memory_per_queued_job")
+        mo, mb = med("ojs", "process", "memory_per_queued_job"), med(other, "process", "memory_per_queued_job")
         print(f"| Redis memory per queued job (~100-byte payload) | {mo:,.0f} B | {mb:,.0f} B | {mo/mb:.2f}x | | | | | |")
 PY
