@@ -169,7 +169,7 @@ if peers:
     print()
     print("(Blocking reads (XREAD, BZPOPMIN, ...) cannot run in a script: ours is the events tail, BullMQ's its workers' wait."
           " BullMQ also sends other commands outside its scripts, so not all its 'other commands' are inside them and its overhead is understated.)")
-other = next((p for p in [other, "ojs-variant"] if any(r["peer"] == p for r in rows)), None)
+other = next((p for p in ["ojs-baseline", "ojs-variant"] if any(r["peer"] == p for r in rows)), None)
 if other:
     label = "baseline" if other == "ojs-baseline" else "variant"
     if other == "ojs-variant":
