@@ -406,8 +406,32 @@ async fn a_shard_moved_to_another_primary_while_jobs_flow_loses_and_repeats_noth
     reset_stats(&from.url).await;
     reset_stats(&to.url).await;
     let before = log.requests.load(Ordering::Relaxed);
+    // Meanwhile a producer of another shard's queue only (ids of the server's: a client's id is looked
+    // up on every shard) is served: counts the enqueues answered while the slot moves.
+    let moving = Arc::new(AtomicBool::new(true));
+    let beside = tokio::spawn({
+        let (s, log, moving) = (b.clone(), log.clone(), moving.clone());
+        async move {
+            let mut served = 0;
+            while moving.load(Ordering::SeqCst) {
+                let (st, body) = s
+                    .post(
+                        "/ojs/v1/jobs",
+                        json!({"type": "mv.plain", "args": [], "options": {"queue": "st"}}),
+                    )
+                    .await;
+                assert_eq!(st, 201, "{body}");
+                let id = body["job"]["id"].as_str().expect("id").to_string();
+                log.enqueued.lock().unwrap().insert(id, Kind::Plain);
+                served += usize::from(moving.load(Ordering::SeqCst));
+            }
+            served
+        }
+    });
     let moved = move_slot(slot, &from, &to, &others, 8, Duration::from_millis(15)).await;
+    moving.store(false, Ordering::SeqCst);
     let during = log.requests.load(Ordering::Relaxed) - before;
+    let beside = beside.await.expect("the other shard's producer");
     let (src_errors, dst_errors) = (error_stats(&from.url).await, error_stats(&to.url).await);
     assert_eq!(
         cluster.owner_url(&moved_keys.schema()),
@@ -459,7 +483,7 @@ async fn a_shard_moved_to_another_primary_while_jobs_flow_loses_and_repeats_noth
     }
     eprintln!(
         "shard_move: {} jobs and {} workflows ({} steps); {} requests; move of slot {slot} from {} to {}: \
-         {moved:?}, {during} requests meanwhile; source errorstats {src_errors:?}, target {dst_errors:?}; \
+         {moved:?}, {during} requests meanwhile and {beside} enqueues to another shard; source errorstats {src_errors:?}, target {dst_errors:?}; \
          odd answers {:?}; lapsed {:?}; limited at most {} at once; {:?} so far",
         enqueued.len(),
         workflows.len(),
@@ -475,12 +499,17 @@ async fn a_shard_moved_to_another_primary_while_jobs_flow_loses_and_repeats_noth
 
     // The move happened while scripts ran: they were told to wait (TRYAGAIN) or redirected (ASK).
     assert!(
-        moved.keys > 100 && moved.batches > 10 && moved.window > Duration::from_millis(150),
+        moved.keys > 40 && moved.batches > 5 && moved.window > Duration::from_millis(100),
         "{moved:?}"
     );
     assert!(
         src_errors.get("TRYAGAIN").copied().unwrap_or(0) + dst_errors.get("TRYAGAIN").copied().unwrap_or(0) > 0,
         "no script met the move: source {src_errors:?}, target {dst_errors:?}"
+    );
+    // The other shards did not wait for the move.
+    assert!(
+        beside >= 3,
+        "{beside} enqueues to another shard answered during the move ({moved:?})"
     );
     // No job lost, none run twice beyond a lapsed lease.
     let lapsed = log.lapsed.lock().unwrap().clone();
@@ -525,7 +554,7 @@ async fn a_shard_moved_to_another_primary_while_jobs_flow_loses_and_repeats_noth
     );
     assert_all_invariants(&cluster, &a).await;
     assert!(
-        enqueued.len() > 100 && workflows.len() >= 2,
+        enqueued.len() > 50 && workflows.len() >= 2,
         "{} jobs, {} workflows",
         enqueued.len(),
         workflows.len()
