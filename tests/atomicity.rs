@@ -1307,8 +1307,9 @@ async fn fuzz(shards: u16) {
     let mut migrate = vec![
         b"FCALL".to_vec(),
         format!("job_migrate_{version}").into_bytes(),
-        b"1".to_vec(),
+        b"2".to_vec(),
         format!("{prefix}job:{}", ids[0]).into_bytes(),
+        format!("{prefix}moving").into_bytes(),
         prefix.clone().into_bytes(),
     ];
     migrate.extend(ids.iter().map(|i| i.clone().into_bytes()));
@@ -1321,9 +1322,10 @@ async fn fuzz(shards: u16) {
         [
             "FCALL".to_string(),
             format!("lane_index_{version}"),
-            "2".into(),
+            "3".into(),
             format!("{prefix}q:{queue}:parked"),
             format!("{prefix}rl:{key}:parked"),
+            format!("{prefix}moving"),
             prefix.clone(),
             queue.into(),
             key.into(),
@@ -1692,8 +1694,9 @@ async fn a_bad_later_request_of_a_group_commit_changes_nothing() {
     let mut r = s.redis().await;
     let err = redis::cmd("FCALL")
         .arg(format!("fetch_{}", ojs_store::scripts::LIBRARY_VERSION))
-        .arg(1)
+        .arg(2)
         .arg(k.active())
+        .arg(k.move_guard())
         .arg(&args)
         .query_async::<redis::Value>(&mut r)
         .await

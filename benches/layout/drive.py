@@ -47,10 +47,10 @@ elif what == "run" and layout == "real":
     P = "ojs:{main}:"
     ids = [m[-36:] for m in r("ZRANGE", P + "q:bench:ready", 0, jobs - 1)]
     for id in ids:
-        got = r("FCALL", f"fetch_{version}", 1, P + "active", P, 86400000,
+        got = r("FCALL", f"fetch_{version}", 2, P + "active", P + "moving", P, 86400000,
                 "w1", 1, 30000, "strict", "", "", "", "", "", "", 1, "bench", 1)
         assert got[0] == b"ok" and len(got[2]) == 3, got
-        acked = r("FCALL", f"fetch_{version}", 1, P + "active", P, 86400000,
+        acked = r("FCALL", f"fetch_{version}", 2, P + "active", P + "moving", P, 86400000,
                   "w1", 0, 30000, "strict", "", id, "", "", "", "", 0)
         assert acked[2][0][0] == b"ok", acked
 elif what == "run":

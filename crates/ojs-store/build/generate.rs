@@ -130,11 +130,15 @@ pub fn rust_struct(
 }
 
 /// The checks that open function `op` (lua/includes/args.lua), before it reads or writes anything: the
-/// key count, each key its header names by an expression of the fixed arguments (`KEYS[1]
+/// key count (the header's keys and the move guard, a last key the server adds to every call: see
+/// `Store::run`), each key its header names by an expression of the fixed arguments (`KEYS[1]
 /// P..'job:'..id` is `KEYS[1] == ARGV[1] .. 'job:' .. ARGV[2]`), the argument count (exactly the fixed
 /// ones, or at least them when a variable part follows) and each fixed argument's type.
 pub fn prologue(op: &str, text: &str, nkeys: usize, spec: &ArgSpec) -> Result<String, String> {
-    let mut out = format!("if #KEYS ~= {nkeys} then arg_refuse('{op}', 'KEYS', #KEYS, '{nkeys} keys') end\n");
+    let mut out = format!(
+        "if #KEYS ~= {} then arg_refuse('{op}', 'KEYS', #KEYS, '{nkeys} keys and the move guard') end\n",
+        nkeys + 1
+    );
     let n = spec.fixed.len();
     if spec.rest {
         writeln!(

@@ -6,13 +6,56 @@
 //! slot map and reconnects. `FUNCTION LOAD` goes to every primary, so a replica promoted later already
 //! has the library. Commands without a key (`TIME`, `SCAN`, `CLIENT SETNAME`) are sent to the tag's
 //! primary explicitly ([`Conn::on_tag`], given a key of the shard), so the clock the server reads is the clock the scripts read.
+//!
+//! A shard's slot moved to another primary while the server runs (README, "Moving a shard to another
+//! primary"): every script names its shard's move guard, a key that never exists, among its keys
+//! (`Store::run`), so while the slot is migrating Redis refuses every script of that shard with `TRYAGAIN`
+//! before it runs, on either node (a script reading and writing its undeclared keys half on each node
+//! would act on half the shard). redis-rs follows `ASK` and `MOVED` and retries `TRYAGAIN` a few times
+//! with a short pause; past those, a command refused because its slot is moving is sent again here,
+//! with a growing pause, until [`RESPONSE_TIMEOUT`] after it was first sent; then the error is the
+//! caller's (`StoreError::Unavailable`: 503, retryable). Nothing of a refused command ran.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value};
+
+/// The longest a command waits for its answer on a cluster (redis-rs' response timeout, its retries
+/// included), and how long it is sent again while its slot moves.
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether Redis refused a command because its slot is moving between primaries: `TRYAGAIN` (a
+/// multi-key command, as every script is, while its slot is migrating), or an `ASK` or `MOVED` that
+/// redis-rs' own retries did not get past (the nodes do not agree on the slot yet). The command did not
+/// run.
+pub(crate) fn slot_moving(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::Ask | ServerErrorKind::Moved)
+    )
+}
+
+/// Runs `attempt` again while its slot is moving ([`slot_moving`]), pausing 5 ms, then twice as long
+/// each time up to 100 ms, until [`RESPONSE_TIMEOUT`] after the first attempt.
+async fn while_slot_moves<T, F>(mut attempt: impl FnMut() -> F) -> RedisResult<T>
+where
+    F: std::future::Future<Output = RedisResult<T>>,
+{
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match attempt().await {
+            Err(e) if slot_moving(&e) && started.elapsed() + pause < RESPONSE_TIMEOUT => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
 
 /// A connection to the deployment's Redis: cheap to clone, multiplexed, self-reconnecting.
 #[derive(Clone)]
@@ -49,7 +92,13 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Node(c) => c.req_packed_command(cmd),
             Conn::Dedicated(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => {
+                let c: &ClusterConnection = c;
+                Box::pin(while_slot_moves(move || {
+                    let mut c = c.clone();
+                    async move { c.req_packed_command(cmd).await }
+                }))
+            }
         }
     }
 
@@ -62,7 +111,13 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Node(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Dedicated(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => {
+                let c: &ClusterConnection = c;
+                Box::pin(while_slot_moves(move || {
+                    let mut c = c.clone();
+                    async move { c.req_packed_commands(cmd, offset, count).await }
+                }))
+            }
         }
     }
 
@@ -103,14 +158,16 @@ impl Backend {
             redis::cluster::ClusterClientBuilder::new(nodes.clone())
                 .connection_timeout(Duration::from_secs(2))
                 .response_timeout(response)
+                // TRYAGAIN (a slot moving), CLUSTERDOWN, MASTERDOWN, LOADING: retried after 10 to 20,
+                // 40, 80 ms (redis-rs waits at least 1.28 s by default); a slot still moving after that
+                // is retried by `while_slot_moves`.
                 .retries(3)
+                .min_retry_wait(10)
+                .max_retry_wait(100)
                 .build()
                 .map_err(|e| format!("invalid redis cluster nodes {cluster:?}: {e}"))
         };
-        Ok(Backend::Cluster(
-            build(Duration::from_secs(10))?,
-            build(blocking_timeout)?,
-        ))
+        Ok(Backend::Cluster(build(RESPONSE_TIMEOUT)?, build(blocking_timeout)?))
     }
 
     pub(crate) async fn shared(&self) -> redis::RedisResult<Conn> {

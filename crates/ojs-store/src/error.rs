@@ -34,12 +34,26 @@ pub enum StoreError {
 
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() || not_now(&e) {
             StoreError::Unavailable(e.to_string())
         } else {
             StoreError::Reply(e.to_string())
         }
     }
+}
+
+/// Whether Redis refused the command without running it because the cluster is changing, which the
+/// connection's retries did not outlast (`conn.rs`): a slot moving to another primary (`TRYAGAIN`,
+/// `ASK`, `MOVED`), a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, no connection to a slot's
+/// node), a node loading its data (`LOADING`).
+fn not_now(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    crate::conn::slot_moving(e)
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(S::ClusterDown | S::MasterDown | S::ReadOnly | S::BusyLoading)
+                | ErrorKind::ClusterConnectionNotFound
+        )
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

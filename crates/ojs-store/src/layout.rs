@@ -53,6 +53,9 @@ pub const KEY_FAMILIES: &[KeyFamily] = &[
     k("placement", "placement"),
     // Shard 0 only, on a Redis Cluster: shard index -> the hash tag its keys live under (shard_tags.rs).
     k("shard_tags", "tags"),
+    // Every shard: a key that never exists, named by every script call (`Store::run`) so that Redis
+    // refuses the call with TRYAGAIN, before it runs, while the shard's slot moves (conn.rs).
+    k("move_guard", "moving"),
     k("rl_home", "rl:home"),
     k("unique_home", "unique:home"),
     // Shard 0 only: a client-chosen name being written on one shard (a lease), and where a root-job

@@ -102,6 +102,15 @@ pub(crate) fn script(s: ScriptSource) -> Named {
     }
 }
 
+/// The move guard ([`Store::run`]) of the shard `key` belongs to: `ojs:{<tag>}:moving`.
+fn move_guard_of(key: &str) -> String {
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map_or("", |(tag, _)| tag);
+    Keys::for_tag(tag).move_guard()
+}
+
 /// Loads this build's function library (`FUNCTION LOAD REPLACE`: loading the same text again is
 /// harmless, so racing nodes need no coordination).
 async fn load_library(conn: &mut Conn) -> Result<()> {
@@ -278,11 +287,22 @@ impl Store {
     /// Runs an operation with `FCALL`. When Redis does not know the function (a Redis without
     /// persistence restarted, `FUNCTION FLUSH`, or the first call of a new build) the library is loaded
     /// and the call made once more, so none of these ever breaks the server.
+    ///
+    /// The call names one key more than the script's: its shard's move guard (`P moving`, which never
+    /// exists). A script reads and writes keys it does not name; while its shard's slot migrates to
+    /// another primary those are split between the two nodes, and Redis would run it on either with half
+    /// of them. Redis refuses a command naming several keys of a migrating slot, some of them absent,
+    /// with `TRYAGAIN` before it runs, on both nodes; the call is sent again until the move ends
+    /// (conn.rs). On one Redis, and on a cluster whose slots stay put, the extra key costs nothing.
     pub(crate) async fn run<A: redis::ToRedisArgs>(&self, s: &Named, keys: &[String], args: A) -> Result<Vec<Value>> {
         let started = std::time::Instant::now();
         let mut conn = self.conn().await?;
+        let guard = match keys.first() {
+            Some(k) => move_guard_of(k),
+            None => self.keys().move_guard(),
+        };
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&s.function).arg(keys.len()).arg(keys).arg(args);
+        cmd.arg(&s.function).arg(keys.len() + 1).arg(keys).arg(guard).arg(args);
         let v: Value = match self.call(&mut conn, &cmd, s.writes).await {
             Err(StoreError::Reply(e)) if e.contains("Function not found") => {
                 load_library(&mut conn).await?;

@@ -727,7 +727,7 @@ fn a_functions_prologue_checks_keys_and_fixed_arguments() {
     let lines: Vec<&str> = checks.lines().collect();
     assert_eq!(
         lines[0],
-        "if #KEYS ~= 1 then arg_refuse('ack', 'KEYS', #KEYS, '1 keys') end"
+        "if #KEYS ~= 2 then arg_refuse('ack', 'KEYS', #KEYS, '1 keys and the move guard') end"
     );
     assert_eq!(
         lines[1],
