@@ -585,6 +585,11 @@ async fn a_shard_moved_to_another_primary_while_jobs_flow_loses_and_repeats_noth
     for (what, (st, body)) in [("enqueue", &enq), ("ack", &ack)] {
         assert_eq!(*st, 503, "{what} during a stalled move: {body}");
         assert_eq!(body["error"]["retryable"], true, "{what}: {body}");
+        let says = body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            says.contains("moving to another primary") && says.contains("nothing was applied"),
+            "{what}: {body}"
+        );
     }
     // The shard's deadline is 10 s (the cluster client's response timeout); two requests waited it out.
     assert!(

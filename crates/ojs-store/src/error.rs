@@ -27,14 +27,25 @@ pub enum StoreError {
     #[error("{0}")]
     InvalidWith(String, serde_json::Value),
     /// Settings this request depends on kept changing while it was written (the schema registry under
-    /// a burst of changes): nothing was written. Maps to 503, retryable, with this message (Redis is up).
+    /// a burst of changes), or the cluster kept refusing it while it changed (a slot moving, a
+    /// failover): nothing was written. Maps to 503, retryable, with this message (Redis is up).
     #[error("{0}")]
     Contended(String),
 }
 
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() || not_now(&e) {
+        if crate::conn::slot_moving(&e) {
+            StoreError::Contended(format!(
+                "the Redis Cluster slot of this request's shard is moving to another primary and stayed \
+                 so for {} s; nothing was applied, send it again ({e})",
+                crate::conn::RESPONSE_TIMEOUT.as_secs()
+            ))
+        } else if not_now(&e) {
+            StoreError::Contended(format!(
+                "the Redis Cluster is changing (a failover, a node loading); nothing was applied, send it again ({e})"
+            ))
+        } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
             StoreError::Unavailable(e.to_string())
         } else {
             StoreError::Reply(e.to_string())
@@ -43,17 +54,16 @@ impl From<redis::RedisError> for StoreError {
 }
 
 /// Whether Redis refused the command without running it because the cluster is changing, which the
-/// connection's retries did not outlast (`conn.rs`): a slot moving to another primary (`TRYAGAIN`,
-/// `ASK`, `MOVED`), a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, no connection to a slot's
+/// connection's retries did not outlast (`conn.rs`; a slot moving to another primary is
+/// `conn::slot_moving`): a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, no connection to a slot's
 /// node), a node loading its data (`LOADING`).
 fn not_now(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as S};
-    crate::conn::slot_moving(e)
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(S::ClusterDown | S::MasterDown | S::ReadOnly | S::BusyLoading)
-                | ErrorKind::ClusterConnectionNotFound
-        )
+    matches!(
+        e.kind(),
+        ErrorKind::Server(S::ClusterDown | S::MasterDown | S::ReadOnly | S::BusyLoading)
+            | ErrorKind::ClusterConnectionNotFound
+    )
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
