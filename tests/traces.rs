@@ -110,7 +110,7 @@ async fn spans_follow_a_job_from_enqueue_through_claim_to_completion_and_failure
     let b_hex = b_id.replace('-', "");
 
     let enq_a = one(&spans, "enqueue of a", |s| {
-        s.attr("ojs.job.id") == Some(&a) && s.name == "tr-q enqueue"
+        s.attr("ojs.job.id") == Some(&a) && s.name == "tr-q enqueue" && s.status == 1
     });
     assert_eq!(
         (enq_a.kind, enq_a.trace_id.as_str(), enq_a.parent_span_id.as_str()),
@@ -201,8 +201,101 @@ async fn spans_follow_a_job_from_enqueue_through_claim_to_completion_and_failure
         2,
         "one span per job of a batch"
     );
-    let refused = one(&spans, "the refused enqueue", |s| s.status == 2 && s.name == "enqueue");
+    // The refused enqueue (409: the id exists) is named and described like the others, an error.
+    let refused = one(&spans, "the refused enqueue", |s| {
+        s.status == 2 && s.name == "tr-q enqueue"
+    });
+    assert_eq!(
+        (refused.attr("ojs.job.id"), refused.attr("ojs.job.state")),
+        (Some(a.as_str()), Some("duplicate"))
+    );
     assert_eq!(refused.parent_span_id, "", "no context given: a root span");
+}
+
+/// What the black-box review of traces found (each failed before its fix).
+#[tokio::test]
+async fn what_the_review_found_meta_as_written_requeue_parent_error_size_and_deduplicated_ids() {
+    let otlp = OtlpReceiver::start().await;
+    let url = otlp.url.clone();
+    let s = TestServer::start_with(|c| c.otlp_endpoint = Some(url)).await;
+    let hdr = [("traceparent", PRODUCER)];
+    let post = |body: Value| s.send_with(Method::POST, "/ojs/v1/jobs", &hdr, Some(body));
+
+    // A meta in which the client wrote traceparent or tracestate is kept exactly, valid or not.
+    for meta in [
+        json!({"traceparent": 12345}),
+        json!({"traceparent": "garbage"}),
+        json!({"tracestate": "k=v"}),
+        json!({"traceparent": null}),
+    ] {
+        let (st, b) = post(json!({"type": "t", "args": [], "queue": "tr-r", "meta": meta})).await;
+        assert_eq!((st, &b["job"]["meta"]), (201, &meta), "{b}");
+    }
+    let (st, b) = s
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [{"type": "t", "args": [], "queue": "tr-r",
+        "meta": {"traceparent": {"nested": true}, "tracestate": "keep=me"}}]}),
+        )
+        .await;
+    assert_eq!(
+        (st, &b["jobs"][0]["meta"]),
+        (201, &json!({"traceparent": {"nested": true}, "tracestate": "keep=me"})),
+        "{b}"
+    );
+
+    // A NACK with requeue gives the attempt back; its span's parent is still the claim it ended.
+    let id = s.enqueue(json!({"type": "t", "args": [], "queue": "tr-rq"})).await;
+    fetch(&s, "tr-rq", "w").await;
+    let (st, r) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "requeue": true, "error": {"type": "Shutdown", "message": "bye"}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{r}");
+
+    // A worker's huge error is cut in the span (the job keeps it whole).
+    let id2 = s.enqueue(json!({"type": "t", "args": [], "queue": "tr-big"})).await;
+    fetch(&s, "tr-big", "w").await;
+    let huge = "é".repeat(300_000);
+    let (st, _) = s
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id2, "error": {"type": huge, "message": huge}}),
+        )
+        .await;
+    assert_eq!(st, 200);
+
+    // A unique duplicate answered with the job it met is traced under that job's id.
+    let uniq = json!({"type": "u", "args": [1], "queue": "tr-u", "unique": {"keys": ["type", "args"], "on_conflict": "ignore"}});
+    let first = s.enqueue(uniq.clone()).await;
+    let (st, b) = s.post("/ojs/v1/jobs", uniq).await;
+    assert_eq!((st, b["job"]["id"].as_str()), (200, Some(first.as_str())), "{b}");
+
+    s.stop().await;
+    let spans = otlp.spans();
+    let claim = one(&spans, "claim", |x| x.name == "tr-rq claim");
+    let fail = one(&spans, "requeue", |x| x.name == "tr-rq fail");
+    assert_eq!(fail.parent_span_id, claim.span_id, "the requeued attempt's claim");
+    let big = one(&spans, "big error", |x| x.name == "tr-big fail");
+    let (t, m) = (
+        big.attr("error.type").unwrap_or(""),
+        big.attr("error.message").unwrap_or(""),
+    );
+    assert!(
+        !t.is_empty() && t.len() <= 256 && !m.is_empty() && m.len() <= 1024,
+        "{} {}",
+        t.len(),
+        m.len()
+    );
+    let dup: Vec<_> = spans.iter().filter(|x| x.name == "tr-u enqueue").collect();
+    assert_eq!(dup.len(), 2);
+    assert!(
+        dup.iter().all(|x| x.attr("ojs.job.id") == Some(first.as_str())),
+        "{dup:#?}"
+    );
+    assert!(dup.iter().any(|x| x.attr("ojs.job.state") == Some("ignored")));
 }
 
 #[tokio::test]
@@ -230,6 +323,15 @@ async fn with_tracing_off_the_request_context_still_reaches_the_worker() {
     )
     .await;
     assert_eq!(fetch(&s, "tr-off", "w").await["meta"]["traceparent"], IN_META);
+    // Even one that is no trace context: the client wrote it, the header does not replace it.
+    s.send_with(
+        Method::POST,
+        "/ojs/v1/jobs",
+        &[("traceparent", PRODUCER)],
+        Some(json!({"type": "t", "args": [], "queue": "tr-off", "meta": {"traceparent": 7}})),
+    )
+    .await;
+    assert_eq!(fetch(&s, "tr-off", "w").await["meta"]["traceparent"], 7);
     s.send_with(
         Method::POST,
         "/ojs/v1/jobs/batch",

@@ -514,18 +514,7 @@ impl Config {
                 self.listen
             ));
         }
-        if let Some(u) = self.otlp_endpoint.as_deref().filter(|u| !u.is_empty()) {
-            let ok = u
-                .strip_prefix("http://")
-                .or_else(|| u.strip_prefix("https://"))
-                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
-            if !ok {
-                return Err(format!(
-                    "--otlp-endpoint must be an http:// or https:// URL of an OTLP/HTTP collector \
-                     (e.g. http://localhost:4318); got {u:?}"
-                ));
-            }
-        }
+        crate::traces::endpoint(self.otlp_endpoint.as_deref())?;
         if let Some((q, n)) = self.queue_shards.0.iter().find(|(_, n)| *n >= usize::from(self.shards)) {
             return Err(format!(
                 "--queue-shard {q}={n} names shard {n}, but --shards is {}: shards count from 0",

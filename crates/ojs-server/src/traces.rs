@@ -39,41 +39,145 @@ pub struct Traces {
     tracer: SdkTracer,
 }
 
-/// Where spans go: `--otlp-endpoint` (a base URL, `/v1/traces` appended as for
-/// `OTEL_EXPORTER_OTLP_ENDPOINT`), else the standard environment variables; `None`: tracing is off.
-pub fn endpoint(flag: Option<&str>) -> Option<Option<String>> {
-    if let Some(url) = flag.filter(|u| !u.is_empty()) {
-        let base = url.trim_end_matches('/');
-        return Some(Some(format!("{base}/v1/traces")));
+/// Where spans go: `--otlp-endpoint` (a collector's base URL: `/v1/traces` is appended unless the path
+/// already ends with it), else `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full URL) or
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL), as the OpenTelemetry specification reads them; `None`:
+/// tracing is off. A value that is not an http(s) URL of a host is refused, naming where it came from.
+pub fn endpoint(flag: Option<&str>) -> Result<Option<String>, String> {
+    let env = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    let (given, from, full) = if let Some(u) = flag.filter(|u| !u.is_empty()) {
+        (u.to_string(), "--otlp-endpoint", false)
+    } else if let Some(u) = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        (u, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true)
+    } else if let Some(u) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        (u, "OTEL_EXPORTER_OTLP_ENDPOINT", false)
+    } else {
+        return Ok(None);
+    };
+    let refuse = |why: &str| {
+        format!("{from} must be the http:// or https:// URL of an OTLP/HTTP collector (e.g. http://localhost:4318): {why}; got {given:?}")
+    };
+    // (The URL standard reads `http:///v1` as the host `v1`: the host must follow the slashes.)
+    let rest = given.strip_prefix("http://").or_else(|| given.strip_prefix("https://"));
+    if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+        return Err(refuse("not an http(s) URL of a host"));
     }
-    let set = |v: &str| std::env::var(v).is_ok_and(|s| !s.is_empty());
-    (set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT")).then_some(None)
+    let mut url = reqwest::Url::parse(&given).map_err(|e| refuse(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return Err(refuse("not an http(s) URL of a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(refuse("a query or fragment has no place in it"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse("credentials go in OTEL_EXPORTER_OTLP_HEADERS, not in the URL"));
+    }
+    if !full && !url.path().ends_with("/v1/traces") {
+        let path = format!("{}/v1/traces", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+    }
+    Ok(Some(url.to_string()))
+}
+
+/// The most of a collector's answer an export reads: it needs the status, and a collector (or whatever
+/// answers at that address) must not make the server hold an unbounded body.
+const MAX_ANSWER_BYTES: u64 = 64 * 1024;
+
+/// How long one export may take: `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or `OTEL_EXPORTER_OTLP_TIMEOUT` in
+/// ms (default 10 s), held to 100 ms..=60 s.
+fn export_timeout() -> std::time::Duration {
+    let ms = ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse::<u64>().ok())
+        .unwrap_or(10_000);
+    std::time::Duration::from_millis(ms.clamp(100, 60_000))
+}
+
+/// The exporter's HTTP client: reqwest's blocking client (the SDK's batch thread calls it), reading at
+/// most [`MAX_ANSWER_BYTES`] of an answer, counting failed exports in
+/// `ojs_trace_export_failures_total` and logging them (at most once a minute).
+#[derive(Debug)]
+struct Collector {
+    client: reqwest::blocking::Client,
+    last_warned: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Collector {
+    fn failed(&self, why: &str) {
+        ::metrics::counter!("ojs_trace_export_failures_total").increment(1);
+        let mut last = self.last_warned.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+            *last = Some(std::time::Instant::now());
+            tracing::warn!(error = %why, "traces: an export to the collector failed; its spans are lost (ojs_trace_export_failures_total counts them)");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for Collector {
+    async fn send_bytes(
+        &self,
+        request: axum::http::Request<axum::body::Bytes>,
+    ) -> Result<axum::http::Response<axum::body::Bytes>, opentelemetry_http::HttpError> {
+        use std::io::Read;
+        let request: reqwest::blocking::Request = request.try_into()?;
+        let answer = match self.client.execute(request) {
+            Ok(a) => a,
+            Err(e) => {
+                self.failed(&e.to_string());
+                return Err(e.into());
+            }
+        };
+        let status = answer.status();
+        let headers = answer.headers().clone();
+        let mut body = Vec::new();
+        // A body past the cap is not read (the connection is dropped with the answer).
+        let _ = answer.take(MAX_ANSWER_BYTES).read_to_end(&mut body);
+        if !status.is_success() {
+            self.failed(&format!("the collector answered {status}"));
+        }
+        let mut out = axum::http::Response::builder()
+            .status(status)
+            .body(axum::body::Bytes::from(body))?;
+        *out.headers_mut() = headers;
+        Ok(out)
+    }
 }
 
 impl Traces {
     /// Starts the exporter when an endpoint is configured (see [`endpoint`]).
     pub fn start(flag: Option<&str>) -> anyhow::Result<Option<Traces>> {
-        let Some(url) = endpoint(flag) else {
+        let Some(url) = endpoint(flag).map_err(anyhow::Error::msg)? else {
             return Ok(None);
         };
         // The blocking HTTP client may be neither built nor dropped on a runtime thread.
-        let exporter = std::thread::spawn(move || {
-            use opentelemetry_otlp::WithExportConfig;
-            let b = opentelemetry_otlp::SpanExporter::builder().with_http();
-            match url {
-                Some(u) => b.with_endpoint(u).build(),
-                None => b.build(),
-            }
+        let exporter = std::thread::spawn(move || -> anyhow::Result<_> {
+            use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+            let client = reqwest::blocking::Client::builder()
+                .timeout(export_timeout())
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?;
+            let collector = Collector {
+                client,
+                last_warned: std::sync::Mutex::new(None),
+            };
+            Ok(opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(collector)
+                .with_endpoint(url)
+                .with_timeout(export_timeout())
+                .build()?)
         })
         .join()
         .map_err(|_| anyhow::anyhow!("the OTLP exporter panicked while starting"))??;
+        // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES apply; the service is ojs-server unless named.
+        let mut resource = opentelemetry_sdk::Resource::builder();
+        if !std::env::var("OTEL_SERVICE_NAME").is_ok_and(|s| !s.is_empty()) {
+            resource = resource.with_service_name("ojs-server");
+        }
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(
-                opentelemetry_sdk::Resource::builder()
-                    .with_service_name("ojs-server")
-                    .build(),
-            )
+            .with_resource(resource.build())
             .build();
         let scope = opentelemetry::InstrumentationScope::builder("ojs-server")
             .with_version(env!("CARGO_PKG_VERSION"))
@@ -82,8 +186,8 @@ impl Traces {
         Ok(Some(Traces { provider, tracer }))
     }
 
-    /// Sends the spans still queued and stops the exporter (at shutdown; blocks up to 5 s when the
-    /// collector does not answer, so not on a runtime thread).
+    /// Sends the spans still queued and stops the exporter (at shutdown; blocks about 5 s at most when
+    /// the collector does not answer, so not on a runtime thread).
     pub fn shutdown(&self) {
         if let Err(e) = self.provider.shutdown_with_timeout(std::time::Duration::from_secs(5)) {
             tracing::warn!(error = %e, "traces: the last spans may not have been sent");
@@ -143,27 +247,36 @@ pub struct EnqueueSpan(Option<Span>);
 
 /// Before an enqueue's envelope (`body`) is parsed: keeps the job's trace context in its meta (see
 /// the module doc) and, with tracing on, starts its enqueue span. Costs one header lookup when
-/// tracing is off and the request has no `traceparent` header.
+/// tracing is off and the request has no `traceparent` header. A meta in which the client wrote
+/// `traceparent` or `tracestate`, whatever it holds, is left exactly as written.
 pub fn enqueue(traces: Option<&Traces>, headers: &HeaderMap, body: &mut Value) -> Option<EnqueueSpan> {
     let header = || {
         let tp = headers.get("traceparent")?.to_str().ok()?;
         parse(tp, headers.get("tracestate").and_then(|v| v.to_str().ok()))
     };
+    let meta = body.get("meta");
+    let client_wrote = meta.is_some_and(|m| m.get("traceparent").is_some() || m.get("tracestate").is_some());
     let Some(traces) = traces else {
-        if headers.contains_key("traceparent") && meta_context(body.get("meta")).is_none() {
+        if !client_wrote && headers.contains_key("traceparent") {
             if let Some(sc) = header() {
                 carry(body, &sc);
             }
         }
         return None;
     };
-    let given = meta_context(body.get("meta"));
-    let parent = given.clone().or_else(header);
-    let cx = parent.map_or_else(Context::new, |sc| Context::new().with_remote_span_context(sc));
+    let parent = meta_context(meta).or_else(header);
+    let cx = parent
+        .clone()
+        .map_or_else(Context::new, |sc| Context::new().with_remote_span_context(sc));
     let b = SpanBuilder::from_name("enqueue").with_kind(SpanKind::Producer);
     let span = traces.span(b, &cx);
-    if given.is_none() && span.span_context().is_valid() {
-        carry(body, span.span_context());
+    if !client_wrote {
+        // A span the sampler dropped is never exported: meta then carries its parent, as with tracing off.
+        match (span.span_context().is_sampled(), &parent) {
+            (true, _) => carry(body, span.span_context()),
+            (false, Some(p)) => carry(body, p),
+            (false, None) => {}
+        }
     }
     Some(EnqueueSpan(Some(span)))
 }
@@ -222,20 +335,35 @@ impl JobAttrs<'_> {
 }
 
 impl EnqueueSpan {
-    /// The job was stored (or met a unique duplicate): names the span after its queue and ends it.
-    pub fn stored(mut self, job: &JobAttrs<'_>) {
+    /// The job was stored (or met a unique duplicate, whose id `job` names): names the span after its
+    /// queue and ends it.
+    pub fn stored(self, job: &JobAttrs<'_>) {
+        self.end(job, Status::Ok);
+    }
+
+    /// The job was refused (a duplicate id, a unique conflict): as [`EnqueueSpan::stored`], an error.
+    pub fn refused(self, job: &JobAttrs<'_>) {
+        self.end(job, Status::error(format!("refused: {}", job.state)));
+    }
+
+    fn end(mut self, job: &JobAttrs<'_>, status: Status) {
         if let Some(mut span) = self.0.take() {
             span.update_name(format!("{} enqueue", job.queue));
             span.set_attributes(job.attributes("publish"));
-            span.set_status(Status::Ok);
+            span.set_status(status);
             span.end();
         }
     }
 }
 
 impl Drop for EnqueueSpan {
+    /// Dropped unended: the envelope was refused before it named its queue, or the store failed.
     fn drop(&mut self) {
         if let Some(mut span) = self.0.take() {
+            span.set_attributes([
+                KeyValue::new("messaging.system", "ojs"),
+                KeyValue::new("messaging.operation.type", "publish"),
+            ]);
             span.set_status(Status::error("the enqueue was refused or failed"));
             span.end();
         }
@@ -336,6 +464,9 @@ pub fn settled(traces: &Traces, job: &JobAttrs<'_>, outcome: Outcome<'_>, began:
     let (verb, mut attrs, status) = match outcome {
         Outcome::Completed => ("complete", job.attributes("settle"), Status::Ok),
         Outcome::Failed { kind, message } => {
+            // A worker's error may be megabytes: a span keeps its head (spans are batched by count).
+            let kind = kind.map(|k| head(k, 256));
+            let message = message.map(|m| head(m, 1024));
             let mut a = job.attributes("settle");
             if let Some(k) = kind {
                 a.push(KeyValue::new("error.type", k.to_string()));
@@ -360,6 +491,18 @@ pub fn settled(traces: &Traces, job: &JobAttrs<'_>, outcome: Outcome<'_>, began:
     span.end();
 }
 
+/// The first `max` bytes of `s`, cut at a character boundary.
+fn head(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,6 +525,78 @@ mod tests {
         ] {
             assert!(parse(bad, None).is_none(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_collectors_answer_is_read_only_up_to_the_cap() {
+        use opentelemetry_http::HttpClient;
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().expect("accept");
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 20000000\r\n\r\n");
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..20 {
+                if c.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let collector = Collector {
+            client: reqwest::blocking::Client::new(),
+            last_warned: std::sync::Mutex::new(None),
+        };
+        let req = axum::http::Request::post(format!("http://{addr}/v1/traces"))
+            .body(axum::body::Bytes::from_static(b"spans"))
+            .expect("request");
+        let answer = futures::executor::block_on(collector.send_bytes(req)).expect("answer");
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.body().len() as u64, MAX_ANSWER_BYTES, "20 MB sent, the cap read");
+    }
+
+    #[test]
+    fn an_endpoint_is_an_http_url_of_a_host_and_gets_v1_traces_once() {
+        assert_eq!(
+            endpoint(Some("http://c:4318")),
+            Ok(Some("http://c:4318/v1/traces".into()))
+        );
+        assert_eq!(
+            endpoint(Some("http://c:4318/")),
+            Ok(Some("http://c:4318/v1/traces".into()))
+        );
+        assert_eq!(
+            endpoint(Some("https://c/base/v1/traces")),
+            Ok(Some("https://c/base/v1/traces".into()))
+        );
+        assert_eq!(
+            endpoint(Some("https://c/base/")),
+            Ok(Some("https://c/base/v1/traces".into()))
+        );
+        for bad in [
+            "localhost:4318",
+            "grpc://c:4317",
+            "http://",
+            "http:///v1",
+            "http://127.0.0.1:99999",
+            "http://c:4318?x=1",
+            "http://c:4318#f",
+            "http://user:pw@c:4318",
+            "http://exa mple.com",
+            "http://[::1",
+        ] {
+            let e = endpoint(Some(bad)).expect_err(bad);
+            assert!(e.contains("--otlp-endpoint") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_head_of_a_long_string_ends_at_a_character() {
+        assert_eq!(head("abc", 5), "abc");
+        assert_eq!(head("ééé", 3), "é");
+        assert_eq!(head("ééé", 4), "éé");
     }
 
     #[test]

@@ -124,9 +124,9 @@ async fn enqueue(
     job.tenant_pinned = tenant.pins();
     let block = block_deadline(&headers)?;
     let out = crate::job_ops::store_one(&st, &mut job, block).await?;
-    // A refused enqueue (a duplicate id, a unique conflict) drops its span, which ends it as an error.
-    if let Some(span) = span.filter(|_| !matches!(out.state.as_str(), "duplicate" | "conflict")) {
-        span.stored(&traced(&job, &out.state));
+    if let Some(span) = span {
+        let existing = out.existing.as_ref().map(|(id, _)| id.as_str());
+        end_span(span, &job, &out.state, existing);
     }
     match (out.state.as_str(), &out.existing) {
         ("duplicate", _) => return Err(OjsError::duplicate_id(&job.id).into()),
@@ -174,16 +174,21 @@ async fn enqueue(
     Ok(res)
 }
 
-/// What an enqueue span says about the job (`state`: as the enqueue script answered).
-fn traced<'a>(job: &'a NewJob, state: &'a str) -> crate::traces::JobAttrs<'a> {
-    crate::traces::JobAttrs {
-        id: &job.id,
+/// Ends an enqueue span with what the enqueue script answered (`state`); a unique duplicate not written
+/// is named by the job it met (`existing`), the one its answer shows.
+fn end_span(span: crate::traces::EnqueueSpan, job: &NewJob, state: &str, existing: Option<&str>) {
+    let attrs = crate::traces::JobAttrs {
+        id: existing.filter(|_| !crate::job_ops::written(state)).unwrap_or(&job.id),
         job_type: &job.job_type,
         queue: &job.queue,
         state,
         priority: Some(job.priority),
         attempt: None,
         worker: None,
+    };
+    match state {
+        "duplicate" | "conflict" => span.refused(&attrs),
+        _ => span.stored(&attrs),
     }
 }
 
@@ -290,8 +295,8 @@ async fn enqueue_batch(
         .into());
     }
     let e = crate::job_ops::store_jobs(&st, &mut jobs, block).await?;
-    for ((span, j), state) in spans.into_iter().zip(&jobs).zip(&e.states) {
-        span.stored(&traced(j, state));
+    for (((span, j), state), existing) in spans.into_iter().zip(&jobs).zip(&e.states).zip(&e.existing) {
+        end_span(span, j, state, existing.as_ref().map(|(id, _)| id.as_str()));
     }
     let mut deduplicated = Vec::new();
     let views: Vec<JobView> = jobs

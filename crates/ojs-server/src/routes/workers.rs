@@ -642,7 +642,8 @@ async fn fail(st: &AppState, tenant: &ActingTenant, id: &str, req: NackBody) -> 
         Transition::Done(r) => {
             crate::metrics::job_event("failed", &r.queue, &r.job_type);
             if let (Some(t), Some(began)) = (&st.traces, began) {
-                let job = settled(id, &r.job_type, &r.queue, &r.state, r.attempt);
+                // A requeue gives the attempt back: the span's parent is the claim of the attempt it ended.
+                let job = settled(id, &r.job_type, &r.queue, &r.state, r.attempt + i64::from(requeue));
                 let message = serde_json::from_str::<Value>(err).ok();
                 let message = message.as_ref().and_then(|m| m.get("message")).and_then(Value::as_str);
                 let kind = Some(match_key.as_str()).filter(|k| !k.is_empty());
