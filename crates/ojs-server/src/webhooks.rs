@@ -574,18 +574,7 @@ impl Loop {
     /// shard had more to do than one round took.
     async fn round(&mut self) -> Result<bool, ojs_store::StoreError> {
         if self.subs_read.is_none_or(|t| t.elapsed() >= SUBS_REFRESH) {
-            let first = self.st.shards.first();
-            // One HLEN when there is none: a deployment without webhooks reads nothing else.
-            let subs = if first.webhook_sub_count().await? == 0 {
-                Vec::new()
-            } else {
-                load_subscriptions(&self.st)
-                    .await
-                    .map_err(|e| ojs_store::StoreError::Reply(e.0.message))?
-            };
-            self.draining |= subs.is_empty() && !self.subs.is_empty();
-            self.subs = Arc::new(subs);
-            self.subs_read = Some(Instant::now());
+            self.read_subs().await?;
         }
         let st = self.st.clone();
         if self.subs.is_empty() {
@@ -600,17 +589,46 @@ impl Loop {
         }
         self.draining = false;
         let mut busy = false;
+        // Every shard's new entries first, then the subscriptions again when any came: an event written
+        // after a subscription's 201 is matched against a list that has it (read with the 1 s refresh
+        // alone, a new or changed subscription missed up to a second of events).
+        let mut read = Vec::new();
         for store in st.shards.all() {
-            busy |= self.fanout_shard(store).await?;
+            let (entries, full) = self.read_shard(store).await?;
+            busy |= full;
+            read.push(entries);
+        }
+        if read.iter().any(|e| !e.is_empty()) {
+            self.read_subs().await?;
+        }
+        for (store, entries) in st.shards.all().iter().zip(&read) {
+            self.fanout(store, entries).await?;
             busy |= self.claim_shard(store).await?;
         }
         Ok(busy)
     }
 
-    /// Turns the shard's unread entries into deliveries (and, every few seconds, the entries other
-    /// pods left pending); counts entries trimmed unread. True when a full read came back.
-    async fn fanout_shard(&mut self, store: &Arc<Store>) -> Result<bool, ojs_store::StoreError> {
+    /// Reads the subscriptions from shard 0: one HLEN when there is none (a deployment without
+    /// webhooks reads nothing else), else all of them.
+    async fn read_subs(&mut self) -> Result<(), ojs_store::StoreError> {
+        let subs = if self.st.shards.first().webhook_sub_count().await? == 0 {
+            Vec::new()
+        } else {
+            load_subscriptions(&self.st)
+                .await
+                .map_err(|e| ojs_store::StoreError::Reply(e.0.message))?
+        };
+        self.draining |= subs.is_empty() && !self.subs.is_empty();
+        self.subs = Arc::new(subs);
+        self.subs_read = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The shard's unread entries, and (every few seconds) the entries other pods left pending, to
+    /// turn into deliveries; counts entries trimmed unread. `full`: a full read came back.
+    async fn read_shard(&mut self, store: &Arc<Store>) -> Result<(Vec<GroupEntry>, bool), ojs_store::StoreError> {
         let shard = store.shard_index();
+        let mut pending = Vec::new();
         if self.swept.get(&shard).is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
             self.swept.insert(shard, Instant::now());
             let lag = store.webhook_group_lag(GROUP).await?;
@@ -634,18 +652,19 @@ impl Loop {
                     "webhooks: pending entries were trimmed before they were turned into deliveries"
                 );
             }
-            self.fanout(store, &taken).await?;
+            pending = taken;
         }
-        let entries = match store.webhook_group_read(GROUP, &self.consumer, READ_COUNT).await? {
+        let mut entries = match store.webhook_group_read(GROUP, &self.consumer, READ_COUNT).await? {
             Some(e) => e,
             None => {
                 // A shard added since the subscriptions were created, or a group lost with its stream.
                 store.webhook_group_create(GROUP, false).await?;
-                return Ok(false);
+                return Ok((pending, false));
             }
         };
-        self.fanout(store, &entries).await?;
-        Ok(entries.len() == READ_COUNT)
+        let full = entries.len() == READ_COUNT;
+        pending.append(&mut entries);
+        Ok((pending, full))
     }
 
     /// Writes the deliveries of `entries` and acknowledges them (the acknowledgement travels with the
