@@ -80,7 +80,9 @@ impl Conn {
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
                     )
                     .await?;
-                redis::from_redis_value(v).map_err(Into::into)
+                // A routed command's error reply comes back as a value: made an error again here, so
+                // that callers match its code (`BUSYGROUP`) as on one node, not a type mismatch.
+                redis::from_redis_value(v.extract_error()?).map_err(Into::into)
             }
             other => cmd.query_async(other).await,
         }
