@@ -559,22 +559,14 @@ mod tests {
 
     #[test]
     fn an_endpoint_is_an_http_url_of_a_host_and_gets_v1_traces_once() {
-        assert_eq!(
-            endpoint(Some("http://c:4318")),
-            Ok(Some("http://c:4318/v1/traces".into()))
-        );
-        assert_eq!(
-            endpoint(Some("http://c:4318/")),
-            Ok(Some("http://c:4318/v1/traces".into()))
-        );
-        assert_eq!(
-            endpoint(Some("https://c/base/v1/traces")),
-            Ok(Some("https://c/base/v1/traces".into()))
-        );
-        assert_eq!(
-            endpoint(Some("https://c/base/")),
-            Ok(Some("https://c/base/v1/traces".into()))
-        );
+        for (given, url) in [
+            ("http://c:4318", "http://c:4318/v1/traces"),
+            ("http://c:4318/", "http://c:4318/v1/traces"),
+            ("https://c/base/v1/traces", "https://c/base/v1/traces"),
+            ("https://c/base/", "https://c/base/v1/traces"),
+        ] {
+            assert_eq!(endpoint(Some(given)), Ok(Some(url.to_string())), "{given}");
+        }
         for bad in [
             "localhost:4318",
             "grpc://c:4317",
