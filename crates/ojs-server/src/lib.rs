@@ -81,8 +81,8 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         shutting_down,
         events: events_hub::channel(),
         wake: wake::ReadyWake::default(),
-        enqueues: (0..config::MAX_SHARDS).map(|_| Default::default()).collect(),
-        worker_calls: (0..config::MAX_SHARDS).map(|_| Default::default()).collect(),
+        enqueues: coalesce::PerShard::new(config::MAX_SHARDS),
+        worker_calls: coalesce::PerShard::new(config::MAX_SHARDS),
     })))
 }
 

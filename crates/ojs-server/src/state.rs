@@ -31,9 +31,9 @@ pub struct Inner {
     pub wake: crate::wake::ReadyWake,
     /// Group commit of this node's concurrent single enqueues (see `coalesce`), one per shard; each
     /// started on first use, inside the runtime.
-    pub enqueues: Vec<std::sync::OnceLock<crate::coalesce::Enqueues>>,
+    pub enqueues: crate::coalesce::PerShard<ojs_core::job::NewJob, crate::coalesce::Single>,
     /// Group commit of this node's concurrent FETCH, ACK and ack-and-fetch-next requests, per shard.
-    pub worker_calls: Vec<std::sync::OnceLock<crate::coalesce::WorkerCalls>>,
+    pub worker_calls: crate::coalesce::PerShard<ojs_store::WorkerRequest, (i64, ojs_store::WorkerReply)>,
 }
 
 /// Most requests one coalesced script call serves.
@@ -43,15 +43,18 @@ impl Inner {
     /// The single-enqueue coalescer of shard `shard`.
     pub fn enqueues(&self, shard: usize) -> &crate::coalesce::Enqueues {
         let store = self.shards.get(shard);
-        self.enqueues[store.shard_index()]
-            .get_or_init(|| crate::coalesce::enqueues(Arc::clone(store), self.config.max_batch.min(MAX_COALESCED)))
+        let max_batch = self.config.max_batch.min(MAX_COALESCED);
+        self.enqueues.get(store.shard_index(), |node| {
+            crate::coalesce::enqueues(Arc::clone(store), max_batch, node)
+        })
     }
 
     /// The worker-request coalescer of shard `shard`.
     pub fn worker_calls(&self, shard: usize) -> &crate::coalesce::WorkerCalls {
         let store = self.shards.get(shard);
-        self.worker_calls[store.shard_index()]
-            .get_or_init(|| crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED))
+        self.worker_calls.get(store.shard_index(), |node| {
+            crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED, node)
+        })
     }
 }
 
