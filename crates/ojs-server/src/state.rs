@@ -44,16 +44,16 @@ impl Inner {
     pub fn enqueues(&self, shard: usize) -> &crate::coalesce::Enqueues {
         let store = self.shards.get(shard);
         let max_batch = self.config.max_batch.min(MAX_COALESCED);
-        self.enqueues.get(store.shard_index(), |node| {
-            crate::coalesce::enqueues(Arc::clone(store), max_batch, node)
+        self.enqueues.get(store.shard_index(), self.shards.count(), |calls| {
+            crate::coalesce::enqueues(Arc::clone(store), max_batch, calls)
         })
     }
 
     /// The worker-request coalescer of shard `shard`.
     pub fn worker_calls(&self, shard: usize) -> &crate::coalesce::WorkerCalls {
         let store = self.shards.get(shard);
-        self.worker_calls.get(store.shard_index(), |node| {
-            crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED, node)
+        self.worker_calls.get(store.shard_index(), self.shards.count(), |calls| {
+            crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED, calls)
         })
     }
 }
