@@ -340,18 +340,37 @@ impl Store {
 
     /// Checks Redis and records (or verifies) the key-schema version.
     pub async fn ping(&self) -> Result<()> {
-        let mut conn = self.conn().await?;
-        let existing: Option<u32> = redis::cmd("GET")
-            .arg(self.keys().schema())
-            .query_async(&mut conn)
-            .await?;
+        self.read_on_a_live_connection(|mut conn| async move { self.ping_on(&mut conn).await })
+            .await
+    }
+
+    /// Runs a read on the next shared connection while one fails as unavailable, at most once per
+    /// connection: after Redis restarts, each connection fails its first command (and reconnects), so
+    /// a health probe read "down" while Redis answered the requests before it. Reads and idempotent
+    /// writes only: a write that failed so may have been applied.
+    async fn read_on_a_live_connection<T, F, Fut>(&self, read: F) -> Result<T>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut tries = self.links.conns.len();
+        loop {
+            match read(self.conn().await?).await {
+                Err(StoreError::Unavailable(_)) if tries > 1 => tries -= 1,
+                r => return r,
+            }
+        }
+    }
+
+    async fn ping_on(&self, conn: &mut Conn) -> Result<()> {
+        let existing: Option<u32> = redis::cmd("GET").arg(self.keys().schema()).query_async(conn).await?;
         match existing {
             None => {
                 let _: () = redis::cmd("SET")
                     .arg(self.keys().schema())
                     .arg(SCHEMA_VERSION)
                     .arg("NX")
-                    .query_async(&mut conn)
+                    .query_async(conn)
                     .await?;
                 Ok(())
             }
@@ -366,8 +385,8 @@ impl Store {
 
     /// Redis `TIME` in ms: the clock every script uses (cron schedules and admin views read it too).
     pub async fn now_ms(&self) -> Result<i64> {
-        let mut conn = self.conn().await?;
-        redis_now_ms(&mut conn, self.keys()).await
+        self.read_on_a_live_connection(|mut conn| async move { redis_now_ms(&mut conn, self.keys()).await })
+            .await
     }
 
     /// A dedicated connection for the event tail's blocking reads (XREAD BLOCK must not hold up the
