@@ -699,6 +699,94 @@ async fn sse_delivers_events_from_the_other_pod_and_resumes() {
     );
 }
 
+/// Calls of `command` a Redis served since its statistics were last reset (`INFO commandstats`).
+async fn command_calls(r: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(r)
+        .await
+        .expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The events hub reads the streams only while a request on its node listens (a long-poll, an SSE
+/// client): each call that wrote events woke its blocked XREAD before, for nobody. A listener then
+/// gets what it would have: the long-poll its wake-up, the SSE client the events after it connected,
+/// and none from before, which the hub, reading from where it stood while idle, reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_hub_reads_the_streams_only_while_a_request_listens() {
+    if ojs_testkit::skip_on_cluster("counts the commands of a redis-server of its own") {
+        return;
+    }
+    let redis = ojs_testkit::OwnRedis::scratch().await;
+    let mut cfg = ojs_server::Config::for_redis(&redis.url());
+    cfg.namespace = ojs_testkit::unique_namespace();
+    let s = TestServer::start_config(cfg).await;
+    let mut r = s.redis().await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut r)
+        .await
+        .expect("RESETSTAT");
+    for i in 0..20 {
+        s.enqueue(json!({"type": "a", "args": [i], "options": {"queue": "quiet"}}))
+            .await;
+    }
+    assert_eq!(
+        command_calls(&mut r, "xread").await,
+        0,
+        "the hub read the stream for nobody"
+    );
+
+    // A long-poll listens: the hub reads, and the job enqueued meanwhile reaches it.
+    let http = s.http.clone();
+    let url = s.url("/ojs/v1/workers/fetch");
+    let waiting = tokio::spawn(async move {
+        let r = http
+            .post(url)
+            .json(&json!({"queues": ["woken"], "wait_ms": 5000}))
+            .send()
+            .await
+            .expect("fetch");
+        r.json::<Value>().await.expect("json")
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let id = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "woken"}}))
+        .await;
+    let got = waiting.await.expect("long-poll");
+    assert_eq!(got["jobs"][0]["id"], id.as_str(), "{got}");
+    assert!(
+        command_calls(&mut r, "xread").await > 0,
+        "the hub read while a long-poll waited"
+    );
+
+    // Idle again; an SSE client connects after job `before`, and gets `after`'s events, not `before`'s.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let before = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "sse-idle"}}))
+        .await;
+    let mut resp = s
+        .http
+        .get(s.url("/ojs/v1/queues/sse-idle/events/stream"))
+        .send()
+        .await
+        .expect("connect");
+    assert_eq!(resp.status(), 200);
+    let after = s
+        .enqueue(json!({"type": "a", "args": [], "options": {"queue": "sse-idle"}}))
+        .await;
+    let text = ojs_testkit::read_sse_until(&mut resp, &after).await;
+    assert!(text.contains(&after), "the event after connecting: {text}");
+    assert!(!text.contains(&before), "an event from before connecting: {text}");
+}
+
 #[tokio::test]
 async fn openapi_document_matches_the_router() {
     let s = TestServer::start().await;

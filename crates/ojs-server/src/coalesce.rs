@@ -141,18 +141,16 @@ pub struct PerShard<R, O> {
 impl<R, O> PerShard<R, O> {
     pub fn new(shards: usize) -> Self {
         Self {
-            calls: Calls { node: Arc::new(Semaphore::new(IN_FLIGHT)), shards: Arc::new(AtomicUsize::new(1)) },
+            calls: Calls {
+                node: Arc::new(Semaphore::new(IN_FLIGHT)),
+                shards: Arc::new(AtomicUsize::new(1)),
+            },
             each: (0..shards).map(|_| OnceLock::new()).collect(),
         }
     }
 
     /// Shard `shard`'s coalescer (of a deployment of `shards` shards), started by `start` on first use.
-    pub fn get(
-        &self,
-        shard: usize,
-        shards: usize,
-        start: impl FnOnce(Calls) -> Coalescer<R, O>,
-    ) -> &Coalescer<R, O> {
+    pub fn get(&self, shard: usize, shards: usize, start: impl FnOnce(Calls) -> Coalescer<R, O>) -> &Coalescer<R, O> {
         if self.calls.shards.load(Ordering::Relaxed) != shards {
             self.calls.shards.store(shards, Ordering::Relaxed);
         }
@@ -270,7 +268,10 @@ mod tests {
             }
         }
         let answers = futures::future::join_all(waits).await;
-        assert!(answers.iter().enumerate().all(|(k, a)| a.as_ref().ok() == Some(&((k % 60) as u32))));
+        assert!(answers
+            .iter()
+            .enumerate()
+            .all(|(k, a)| a.as_ref().ok() == Some(&((k % 60) as u32))));
         (all.most(), own.iter().map(Running::most).collect())
     }
 

@@ -12,11 +12,12 @@
 //! the margin. A deployment of one shard reads exactly as before.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ojs_store::StoreError;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 
 use crate::state::AppState;
 pub use crate::state::Entry;
@@ -74,6 +75,20 @@ impl Seen {
             per_shard: HashMap::from([(shard, (ms, seq, k))]),
             others: (ms.saturating_sub(RESUME_MARGIN_MS), 0, 0),
         }
+    }
+
+    /// Everything up to each shard's newest entry now, for a client that asked for no past events.
+    pub async fn at_heads(st: &AppState) -> Result<Self, StoreError> {
+        let mut per_shard = HashMap::new();
+        for store in st.shards.all() {
+            let s = store.shard_index();
+            let (ms, seq, _, _) = position(&event_id(&store.events_last_id().await?, s));
+            per_shard.insert(s, (ms, seq, u64::MAX));
+        }
+        Ok(Self {
+            per_shard,
+            others: (0, 0, 0),
+        })
     }
 
     fn of(&self, shard: usize) -> (u64, u64, u64) {
@@ -145,6 +160,75 @@ pub async fn events_latest(
     Ok(out)
 }
 
+/// The requests on this node that need the streams read: long-polls waiting for a job (their wake-ups)
+/// and SSE clients. While there are none, the tails read nothing: each script call that writes events
+/// would otherwise wake every pod's blocked `XREAD` of its shard (about 40,000 Redis instructions and
+/// two more system calls per call and pod, callgrind; benches/RESULTS.md), for nobody.
+#[derive(Default)]
+pub struct Listeners {
+    count: AtomicUsize,
+    arrived: Notify,
+}
+
+impl Listeners {
+    fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+    }
+}
+
+/// Held while a request listens (see [`Listeners`]); taken before the request first reads Redis, so
+/// the tails read every entry written after that.
+pub struct Listening(AppState);
+
+impl Listening {
+    pub fn new(st: &AppState) -> Self {
+        st.listeners.count.fetch_add(1, Ordering::SeqCst);
+        st.listeners.arrived.notify_waiters();
+        Self(st.clone())
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.listeners.count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until a request on this node listens, keeping `last` at most about a second behind the
+/// stream's newest entry, as read before that request came: the tail then reads from there, and so
+/// every entry written after the request arrived. Returns false when the node shuts down.
+async fn idle(
+    st: &AppState,
+    store: &ojs_store::Store,
+    last: &mut String,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    loop {
+        let arrived = st.listeners.arrived.notified();
+        tokio::pin!(arrived);
+        arrived.as_mut().enable();
+        if st.listeners.any() {
+            return true;
+        }
+        let head = store.events_last_id().await;
+        if st.listeners.any() {
+            // It came while the head was read: that head may be past its first entries.
+            return true;
+        }
+        if let Ok(head) = head {
+            *last = head;
+        }
+        tokio::select! {
+            _ = arrived => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            return false;
+        }
+    }
+}
+
 /// Tails every shard's stream; starts a tail for a shard another pod adds later.
 pub async fn run(st: AppState, mut shutdown: watch::Receiver<bool>) {
     let mut tails = Vec::new();
@@ -187,6 +271,9 @@ async fn tail(st: AppState, shard: usize, mut shutdown: watch::Receiver<bool>) {
             last = store.events_last_id().await.unwrap_or_else(|_| "$".into());
         }
         loop {
+            if !st.listeners.any() && !idle(&st, &store, &mut last, &mut shutdown).await {
+                return;
+            }
             let read = tokio::select! {
                 r = store.events_block(&mut conn, &last, ojs_store::EVENTS_BLOCK_MS) => r,
                 _ = shutdown.changed() => return,
@@ -202,7 +289,7 @@ async fn tail(st: AppState, shard: usize, mut shutdown: watch::Receiver<bool>) {
                             st.wake.wake(queue);
                         }
                     });
-                    // Whole events only for this node's listeners (nobody listening is fine).
+                    // Whole events only for this node's SSE clients.
                     if st.events.receiver_count() > 0 {
                         for (id, fields) in read.events() {
                             let _ = st.events.send(Arc::new((event_id(&id, shard), fields)));

@@ -81,6 +81,7 @@ pub fn state(config: Config, shutting_down: watch::Receiver<bool>) -> anyhow::Re
         shutting_down,
         events: events_hub::channel(),
         wake: wake::ReadyWake::default(),
+        listeners: Default::default(),
         enqueues: coalesce::PerShard::new(config::MAX_SHARDS),
         worker_calls: coalesce::PerShard::new(config::MAX_SHARDS),
     })))

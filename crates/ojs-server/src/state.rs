@@ -29,6 +29,8 @@ pub struct Inner {
     pub events: tokio::sync::broadcast::Sender<Entry>,
     /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
     pub wake: crate::wake::ReadyWake,
+    /// The requests that need the event streams read on this node (see `events_hub::Listeners`).
+    pub listeners: crate::events_hub::Listeners,
     /// Group commit of this node's concurrent single enqueues (see `coalesce`), one per shard; each
     /// started on first use, inside the runtime.
     pub enqueues: crate::coalesce::PerShard<ojs_core::job::NewJob, crate::coalesce::Single>,
@@ -52,9 +54,10 @@ impl Inner {
     /// The worker-request coalescer of shard `shard`.
     pub fn worker_calls(&self, shard: usize) -> &crate::coalesce::WorkerCalls {
         let store = self.shards.get(shard);
-        self.worker_calls.get(store.shard_index(), self.shards.count(), |calls| {
-            crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED, calls)
-        })
+        self.worker_calls
+            .get(store.shard_index(), self.shards.count(), |calls| {
+                crate::coalesce::worker_calls(Arc::clone(store), MAX_COALESCED, calls)
+            })
     }
 }
 

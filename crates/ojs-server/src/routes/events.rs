@@ -266,11 +266,18 @@ async fn sse(st: AppState, tenant: &ActingTenant, headers: HeaderMap, q: Filter)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or(q.after.clone());
-    // Subscribe before catching up, so nothing falls between the two.
+    // Listen, then subscribe before catching up, so nothing falls between the two. A client that asked
+    // for no past events gets those after each shard's newest entry now (the hub's tails, idle while
+    // nobody on this node listened, read from before that).
+    let listening = crate::events_hub::Listening::new(&st);
     let live = tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe());
     let mut backlog = Vec::new();
-    let mut seen = crate::events_hub::Seen::default();
-    if let Some(after) = resume.filter(|a| crate::events_hub::parse_event_id(a).is_some()) {
+    let resume = resume.filter(|a| crate::events_hub::parse_event_id(a).is_some());
+    let mut seen = match resume {
+        Some(_) => crate::events_hub::Seen::default(),
+        None => crate::events_hub::Seen::at_heads(&st).await?,
+    };
+    if let Some(after) = resume {
         seen = crate::events_hub::Seen::after(&after);
         for (id, f) in crate::events_hub::events_after(&st, &after, 10_000).await? {
             if seen.take(&id) && keep(&f) {
@@ -289,6 +296,7 @@ async fn sse(st: AppState, tenant: &ActingTenant, headers: HeaderMap, q: Filter)
             .collect::<Vec<_>>(),
     );
     let rest = live.filter_map(move |e| {
+        let _ = &listening;
         let out = match e {
             Ok(entry) if seen.take(&entry.0) && keep(&entry.1) => Some(Ok(to_event(&entry.0, &entry.1))),
             // A slow client that fell more than the channel's capacity behind: it resumes with
