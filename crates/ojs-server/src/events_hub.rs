@@ -1,7 +1,8 @@
 //! Live events: one task per node and shard tails that shard's Redis event stream (XREAD BLOCK on its
 //! own connection) and fans entries out to this node's SSE clients. Every node tails every stream, so a
 //! client connected to any pod sees every event, whichever pod's request caused it. The same tails wake
-//! this node's waiting long-polls (see `wake`).
+//! this node's waiting long-polls (see `wake`). A tail reads only while a request on its node listens
+//! (see [`Listeners`]).
 //!
 //! Event ids: an event of shard 0 keeps its stream id (`<ms>-<seq>[.<k>]`, see
 //! `ojs_store::event_position`); an event of shard `i > 0` is `<ms>-<seq>[.<k>]@<i>`. Reading "after"
