@@ -743,6 +743,25 @@ async fn the_events_hub_reads_the_streams_only_while_a_request_listens() {
         0,
         "the hub read the stream for nobody"
     );
+    // Idle, it keeps its place by Redis' clock, not by reading the newest entry (a batch's 500 events
+    // are one entry: an idle pod read 256 of them a second, megabytes).
+    let jobs: Vec<Value> = (0..500)
+        .map(|i| json!({"type": "a", "args": [i], "options": {"queue": "big"}}))
+        .collect();
+    assert_eq!(s.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await.0, 201);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut r)
+        .await
+        .expect("RESETSTAT");
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let stats: String = redis::cmd("INFO").arg("stats").query_async(&mut r).await.expect("INFO");
+    let sent: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_net_output_bytes");
+    assert!(sent < 30_000, "an idle pod made Redis send {sent} bytes in 2.5 s");
 
     // A long-poll listens: the hub reads, and the job enqueued meanwhile reaches it.
     let http = s.http.clone();

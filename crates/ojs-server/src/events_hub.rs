@@ -195,9 +195,11 @@ impl Drop for Listening {
     }
 }
 
-/// Waits until a request on this node listens, keeping `last` at most about a second behind the
-/// stream's newest entry, as read before that request came: the tail then reads from there, and so
-/// every entry written after the request arrived. Returns false when the node shuts down.
+/// Waits until a request on this node listens, keeping `last` at most about a second behind Redis'
+/// clock (`TIME`, which no entry written later is below: a stream's ids are its time or above), as read
+/// before that request came: the tail then reads from there, and so every entry written after the
+/// request arrived. `TIME`, not the newest entry, which is a whole call's events (up to 500: megabytes
+/// a second when an idle pod read a page of them, helper-16). Returns false when the node shuts down.
 async fn idle(
     st: &AppState,
     store: &ojs_store::Store,
@@ -211,9 +213,9 @@ async fn idle(
         if st.listeners.any() {
             return true;
         }
-        let head = store.events_last_id().await;
+        let head = store.now_ms().await.map(|t| format!("{}-0", t.saturating_sub(1)));
         if st.listeners.any() {
-            // It came while the head was read: that head may be past its first entries.
+            // It came while the clock was read: that time may be past its first entries.
             return true;
         }
         if let Ok(head) = head {
