@@ -2,7 +2,7 @@
 //! own connection) and fans entries out to this node's SSE clients. Every node tails every stream, so a
 //! client connected to any pod sees every event, whichever pod's request caused it. The same tails wake
 //! this node's waiting long-polls (see `wake`). A tail reads only while a request on its node listens
-//! (see [`Listeners`]).
+//! (see [`crate::wake::Listeners`]).
 //!
 //! Event ids: an event of shard 0 keeps its stream id (`<ms>-<seq>[.<k>]`, see
 //! `ojs_store::event_position`); an event of shard `i > 0` is `<ms>-<seq>[.<k>]@<i>`. Reading "after"
@@ -13,12 +13,11 @@
 //! the margin. A deployment of one shard reads exactly as before.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ojs_store::StoreError;
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{broadcast, watch};
 
 use crate::state::AppState;
 pub use crate::state::Entry;
@@ -161,40 +160,6 @@ pub async fn events_latest(
     Ok(out)
 }
 
-/// The requests on this node that need the streams read: long-polls waiting for a job (their wake-ups)
-/// and SSE clients. While there are none, the tails read nothing: each script call that writes events
-/// would otherwise wake every pod's blocked `XREAD` of its shard (about 40,000 Redis instructions and
-/// two more system calls per call and pod, callgrind; benches/RESULTS.md), for nobody.
-#[derive(Default)]
-pub struct Listeners {
-    count: AtomicUsize,
-    arrived: Notify,
-}
-
-impl Listeners {
-    fn any(&self) -> bool {
-        self.count.load(Ordering::SeqCst) > 0
-    }
-}
-
-/// Held while a request listens (see [`Listeners`]); taken before the request first reads Redis, so
-/// the tails read every entry written after that.
-pub struct Listening(AppState);
-
-impl Listening {
-    pub fn new(st: &AppState) -> Self {
-        st.listeners.count.fetch_add(1, Ordering::SeqCst);
-        st.listeners.arrived.notify_waiters();
-        Self(st.clone())
-    }
-}
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        self.0.listeners.count.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Waits until a request on this node listens, keeping `last` at most about a second behind Redis'
 /// clock (`TIME`, which no entry written later is below: a stream's ids are its time or above), as read
 /// before that request came: the tail then reads from there, and so every entry written after the
@@ -207,7 +172,7 @@ async fn idle(
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
     loop {
-        let arrived = st.listeners.arrived.notified();
+        let arrived = st.listeners.arrived();
         tokio::pin!(arrived);
         arrived.as_mut().enable();
         if st.listeners.any() {

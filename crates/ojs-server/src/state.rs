@@ -29,8 +29,8 @@ pub struct Inner {
     pub events: tokio::sync::broadcast::Sender<Entry>,
     /// Wakes this node's waiting long-polls when a job of their queue becomes available (see `wake`).
     pub wake: crate::wake::ReadyWake,
-    /// The requests that need the event streams read on this node (see `events_hub::Listeners`).
-    pub listeners: crate::events_hub::Listeners,
+    /// The requests that need the event streams read on this node (see `wake::Listeners`).
+    pub listeners: Arc<crate::wake::Listeners>,
     /// Group commit of this node's concurrent single enqueues (see `coalesce`), one per shard; each
     /// started on first use, inside the runtime.
     pub enqueues: crate::coalesce::PerShard<ojs_core::job::NewJob, crate::coalesce::Single>,

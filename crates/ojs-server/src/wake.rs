@@ -5,9 +5,13 @@
 //! worker on any pod within one stream read, instead of at the next poll. A slow re-check stays as the
 //! safety net for transitions that emit no such event (a queue resumed, a queue-level slot freed).
 //!
+//! A long-poll (and an SSE client) holds a [`Listening`] while it may wait: the hub reads the streams
+//! only then ([`Listeners`]).
+//!
 //! Nothing here is job state: a lost wake-up only delays a fetch until the re-check.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,6 +50,46 @@ impl ReadyWake {
         if let Some(n) = m.get(queue) {
             n.notify_one();
         }
+    }
+}
+
+/// The requests on a node that need the event streams read: long-polls waiting for a job (their
+/// wake-ups) and SSE clients. While there are none, the events hub's tails read nothing: each script
+/// call that writes events would otherwise wake every pod's blocked `XREAD` of its shard (about 29,000
+/// Redis instructions and a command more per call and pod, callgrind; benches/RESULTS.md), for nobody.
+#[derive(Default)]
+pub struct Listeners {
+    count: AtomicUsize,
+    arrived: Notify,
+}
+
+impl Listeners {
+    /// Whether a request on this node listens now.
+    pub fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+    }
+
+    /// Completes when a request starts listening after it was created (and `enable`d).
+    pub fn arrived(&self) -> tokio::sync::futures::Notified<'_> {
+        self.arrived.notified()
+    }
+}
+
+/// Held while a request listens (see [`Listeners`]); taken before the request first reads Redis, so
+/// the tails read every entry written after that.
+pub struct Listening(Arc<Listeners>);
+
+impl Listening {
+    pub fn new(listeners: &Arc<Listeners>) -> Self {
+        listeners.count.fetch_add(1, Ordering::SeqCst);
+        listeners.arrived.notify_waiters();
+        Self(Arc::clone(listeners))
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -269,7 +269,7 @@ async fn sse(st: AppState, tenant: &ActingTenant, headers: HeaderMap, q: Filter)
     // Listen, then subscribe before catching up, so nothing falls between the two. A client that asked
     // for no past events gets those after each shard's newest entry now (the hub's tails, idle while
     // nobody on this node listened, read from before that).
-    let listening = crate::events_hub::Listening::new(&st);
+    let listening = crate::wake::Listening::new(&st.listeners);
     let live = tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe());
     let mut backlog = Vec::new();
     let resume = resume.filter(|a| crate::events_hub::parse_event_id(a).is_some());

@@ -250,7 +250,7 @@ async fn claim_loop(st: &AppState, p: &FetchParams) -> ApiResult<Vec<JobView>> {
         p.queues.iter().map(|(q, _)| st.wake.notifier(q)).collect()
     };
     // The events hub reads the streams while a request may wait on them (before the first FETCH).
-    let _listening = (!p.wait.is_zero()).then(|| crate::events_hub::Listening::new(st));
+    let _listening = (!p.wait.is_zero()).then(|| crate::wake::Listening::new(&st.listeners));
     loop {
         let (_, claims) = crate::worker_ops::claim_round(st, Some(p), None).await?;
         let claimed = claims.jobs;
