@@ -356,6 +356,20 @@ mod event_tests {
     }
 
     #[test]
+    fn the_newest_entry_id_is_read_off_the_reply_whatever_its_fields() {
+        let reply = Value::Array(vec![entry("1795357502123-4", &["anything", "at all"])]);
+        assert_eq!(first_entry_id(&reply).as_deref(), Some("1795357502123-4"));
+        let simple = Value::Array(vec![Value::Array(vec![Value::SimpleString("7-0".into()), Value::Nil])]);
+        assert_eq!(first_entry_id(&simple).as_deref(), Some("7-0"));
+        assert_eq!(
+            first_entry_id(&Value::Array(vec![])),
+            None,
+            "an empty or missing stream"
+        );
+        assert_eq!(first_entry_id(&Value::Nil), None);
+    }
+
+    #[test]
     fn an_entry_of_one_call_reads_as_its_events_each_with_its_own_id() {
         let one = ev("job.enqueued", "a");
         let three: Vec<&str> = [ev("job.started", "a"), ev("job.started", "b"), ev("job.completed", "c")].concat();
