@@ -273,12 +273,11 @@ async fn sse(st: AppState, tenant: &ActingTenant, headers: HeaderMap, q: Filter)
     let live = tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe());
     let mut backlog = Vec::new();
     let resume = resume.filter(|a| crate::events_hub::parse_event_id(a).is_some());
-    let mut seen = match resume {
-        Some(_) => crate::events_hub::Seen::default(),
+    let mut seen = match &resume {
+        Some(after) => crate::events_hub::Seen::after(after),
         None => crate::events_hub::Seen::at_heads(&st).await?,
     };
     if let Some(after) = resume {
-        seen = crate::events_hub::Seen::after(&after);
         for (id, f) in crate::events_hub::events_after(&st, &after, 10_000).await? {
             if seen.take(&id) && keep(&f) {
                 backlog.push((id, f));
